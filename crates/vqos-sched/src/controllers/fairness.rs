@@ -1,0 +1,1 @@
+//! Fairness adjuster (seed 001): being written in this session.

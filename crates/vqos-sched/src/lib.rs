@@ -1,0 +1,29 @@
+//! # vqos-sched
+//!
+//! The scheduling core of vqos: what tenants bought ([`policy`]), what they should get
+//! ([`alloc`], the reference allocator), and the algorithms that decide, batch by batch, which
+//! virtual interface a switch serves next ([`engines`]) plus the controllers that adjust limits
+//! or mark ECN above them ([`controllers`]).
+//!
+//! ## Behavior
+//! Pure: no I/O, no threads, no clock. Every call that depends on time takes `now_ns`; every
+//! decision is returned. The same engines run in the simulator (`vqos-sim`) and in the switch
+//! (`vqos-dataplane`).
+//!
+//! ## Limitations
+//! Engines schedule one shared resource (the uplink or one forwarding core). Several cores are
+//! several engines.
+#![deny(missing_docs)]
+
+pub mod alloc;
+pub mod controllers;
+pub mod engine;
+pub mod engines;
+pub mod policy;
+pub mod units;
+
+pub use alloc::{allocate, allocate_set, Claim};
+pub use engine::{
+    build, Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
+};
+pub use policy::{CostModel, PolicyError, PolicySet, VifId, VifPolicy, VifSpec};

@@ -1,0 +1,325 @@
+//! What a tenant bought: the per-vif policy, the set of vifs on one uplink, and validation.
+//!
+//! A [`PolicySet`] is immutable once built: the data plane and the simulator receive a new one
+//! (a snapshot) when anything changes, and engines re-derive their state from it between batches.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::units::format_rate;
+
+/// Index of a vif in its [`PolicySet`] (dense, `0..len`).
+pub type VifId = usize;
+
+/// Number of latency priorities (0 = most urgent .. 7 = least), as C2QoS's HBS.
+pub const PRIORITY_LEVELS: usize = 8;
+
+/// Default priority of a vif that states none: the lowest.
+pub const DEFAULT_PRIORITY: u8 = 7;
+
+/// What a vif is charged for what it sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CostModel {
+    /// Bytes on the wire (ANCS, the token-bucket baselines): the link is the scarce resource.
+    #[default]
+    Bytes,
+    /// CPU cycles the switch spent on the vif's batches (C2QoS): the forwarding core is scarce.
+    Cycles,
+}
+
+/// One vif's policy. Rates are bits per second.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VifPolicy {
+    /// Proportional share; must be > 0.
+    pub weight: u32,
+    /// Guaranteed minimum (reservation), bits/s; 0 = none.
+    pub min_bps: u64,
+    /// Hard maximum (limit), bits/s; `None` = unlimited.
+    pub max_bps: Option<u64>,
+    /// Latency priority, 0 (most urgent) ..= 7.
+    pub priority: u8,
+}
+
+impl Default for VifPolicy {
+    fn default() -> Self {
+        VifPolicy {
+            weight: 1,
+            min_bps: 0,
+            max_bps: None,
+            priority: DEFAULT_PRIORITY,
+        }
+    }
+}
+
+impl VifPolicy {
+    /// Checks the policy on its own (not against the others sharing the link).
+    pub fn validate(&self, name: &str) -> Result<(), PolicyError> {
+        if self.weight == 0 {
+            return Err(PolicyError::ZeroWeight(name.to_string()));
+        }
+        if let Some(max) = self.max_bps {
+            if self.min_bps > max {
+                return Err(PolicyError::MinAboveMax {
+                    vif: name.to_string(),
+                    min: format_rate(Some(self.min_bps)),
+                    max: format_rate(Some(max)),
+                });
+            }
+        }
+        if usize::from(self.priority) >= PRIORITY_LEVELS {
+            return Err(PolicyError::BadPriority {
+                vif: name.to_string(),
+                priority: self.priority,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A named vif and its policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VifSpec {
+    /// Unique name (the port name in the switch, the VM name in a scenario).
+    pub name: String,
+    /// What the tenant bought.
+    #[serde(flatten)]
+    pub policy: VifPolicy,
+}
+
+/// Why a policy or a policy change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PolicyError {
+    /// Weight 0 would give the vif nothing and divide by zero.
+    #[error("Vif '{0}': weight must be greater than 0")]
+    ZeroWeight(String),
+    /// The floor is above the cap.
+    #[error("Vif '{vif}': min {min} is above max {max}")]
+    MinAboveMax {
+        /// The vif.
+        vif: String,
+        /// Its minimum.
+        min: String,
+        /// Its maximum.
+        max: String,
+    },
+    /// The reservations cannot all be honoured on this link.
+    #[error("Sum of minimums {sum} exceeds capacity {capacity}")]
+    MinsOverCapacity {
+        /// Σ min.
+        sum: String,
+        /// The link's capacity.
+        capacity: String,
+    },
+    /// Priority out of 0..=7.
+    #[error("Vif '{vif}': priority {priority} is out of range 0..=7")]
+    BadPriority {
+        /// The vif.
+        vif: String,
+        /// The priority given.
+        priority: u8,
+    },
+    /// No vif of that name.
+    #[error("Unknown vif '{0}'")]
+    UnknownVif(String),
+    /// Two vifs with one name.
+    #[error("Duplicate vif '{0}'")]
+    DuplicateVif(String),
+    /// A capacity of zero bits per second.
+    #[error("Capacity must be greater than 0")]
+    ZeroCapacity,
+    /// The engine needs a finite capacity (ANCS credit per period).
+    #[error("Engine '{0}' needs a finite capacity")]
+    NeedsCapacity(&'static str),
+    /// The cycle cost model needs a cycle budget.
+    #[error("The cycles cost model needs cycles_per_sec > 0")]
+    NeedsCycleBudget,
+}
+
+/// All vifs sharing one uplink, with the link's capacity and the cost model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySet {
+    /// Uplink capacity in bits/s; `None` = unlimited (the NIC's own speed).
+    pub capacity_bps: Option<u64>,
+    /// What vifs are charged in.
+    pub cost: CostModel,
+    /// Cycles per second the forwarding core can spend (used by the cycles cost model).
+    pub cycles_per_sec: u64,
+    /// The vifs; a vif's [`VifId`] is its index here.
+    pub vifs: Vec<VifSpec>,
+}
+
+impl PolicySet {
+    /// An empty, valid set on a link of `capacity_bps`, charging bytes.
+    pub fn new(capacity_bps: Option<u64>) -> Self {
+        PolicySet {
+            capacity_bps,
+            cost: CostModel::Bytes,
+            cycles_per_sec: 2_000_000_000,
+            vifs: Vec::new(),
+        }
+    }
+
+    /// Adds a vif (builder style); call [`PolicySet::validate`] when done.
+    pub fn with_vif(mut self, name: &str, policy: VifPolicy) -> Self {
+        self.vifs.push(VifSpec {
+            name: name.to_string(),
+            policy,
+        });
+        self
+    }
+
+    /// Number of vifs.
+    pub fn len(&self) -> usize {
+        self.vifs.len()
+    }
+
+    /// True when no vif is configured.
+    pub fn is_empty(&self) -> bool {
+        self.vifs.is_empty()
+    }
+
+    /// The id of the vif called `name`.
+    pub fn id(&self, name: &str) -> Result<VifId, PolicyError> {
+        self.vifs
+            .iter()
+            .position(|v| v.name == name)
+            .ok_or_else(|| PolicyError::UnknownVif(name.to_string()))
+    }
+
+    /// The policy of vif `id`.
+    pub fn policy(&self, id: VifId) -> &VifPolicy {
+        &self.vifs[id].policy
+    }
+
+    /// Checks every vif and the set as a whole.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.capacity_bps == Some(0) {
+            return Err(PolicyError::ZeroCapacity);
+        }
+        if self.cost == CostModel::Cycles && self.cycles_per_sec == 0 {
+            return Err(PolicyError::NeedsCycleBudget);
+        }
+        for (i, v) in self.vifs.iter().enumerate() {
+            v.policy.validate(&v.name)?;
+            if self.vifs[..i].iter().any(|o| o.name == v.name) {
+                return Err(PolicyError::DuplicateVif(v.name.clone()));
+            }
+        }
+        if let Some(cap) = self.capacity_bps {
+            let sum: u128 = self.vifs.iter().map(|v| u128::from(v.policy.min_bps)).sum();
+            if sum > u128::from(cap) {
+                return Err(PolicyError::MinsOverCapacity {
+                    sum: format_rate(Some(u64::try_from(sum).unwrap_or(u64::MAX))),
+                    capacity: format_rate(Some(cap)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A copy with vif `name`'s policy replaced, validated as a whole; `self` is untouched on error.
+    pub fn with_policy(&self, name: &str, policy: VifPolicy) -> Result<PolicySet, PolicyError> {
+        let id = self.id(name)?;
+        let mut next = self.clone();
+        next.vifs[id].policy = policy;
+        next.validate()?;
+        Ok(next)
+    }
+
+    /// Cost units per second that a rate of `bps` is worth under this set's cost model.
+    ///
+    /// Bytes: `bps / 8`. Cycles: the share of the core that the rate is of the capacity, i.e. a
+    /// tenant who bought a quarter of the link gets a quarter of the core's cycles (C2QoS prices
+    /// bandwidth in cycles at the reference packet size). With cycles and no finite capacity, the
+    /// rate is priced at 1 cycle per bit as a documented fallback.
+    pub fn cost_per_sec(&self, bps: u64) -> u64 {
+        match self.cost {
+            CostModel::Bytes => bps / 8,
+            CostModel::Cycles => match self.capacity_bps {
+                // bps <= 2^64 and cycles_per_sec <= 2^64: the product fits in u128.
+                Some(cap) if cap > 0 => {
+                    let v = u128::from(bps) * u128::from(self.cycles_per_sec) / u128::from(cap);
+                    u64::try_from(v).unwrap_or(u64::MAX)
+                }
+                _ => bps,
+            },
+        }
+    }
+
+    /// Cost units per second of the whole resource being shared (link bytes or core cycles);
+    /// `None` when the link is unlimited and bytes are charged.
+    pub fn capacity_cost_per_sec(&self) -> Option<u64> {
+        match self.cost {
+            CostModel::Bytes => self.capacity_bps.map(|c| c / 8),
+            CostModel::Cycles => Some(self.cycles_per_sec),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> PolicySet {
+        PolicySet::new(Some(1_000_000_000))
+            .with_vif("a", VifPolicy::default())
+            .with_vif("b", VifPolicy::default())
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        assert!(set().validate().is_ok());
+        let zero = VifPolicy {
+            weight: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            set().with_policy("a", zero).unwrap_err().to_string(),
+            "Vif 'a': weight must be greater than 0"
+        );
+        let inverted = VifPolicy {
+            min_bps: 300_000_000,
+            max_bps: Some(200_000_000),
+            ..Default::default()
+        };
+        assert_eq!(
+            set().with_policy("b", inverted).unwrap_err().to_string(),
+            "Vif 'b': min 300Mbit is above max 200Mbit"
+        );
+        let big = VifPolicy {
+            min_bps: 600_000_000,
+            ..Default::default()
+        };
+        let s = set().with_policy("a", big.clone()).unwrap();
+        assert_eq!(
+            s.with_policy("b", big).unwrap_err().to_string(),
+            "Sum of minimums 1.2Gbit exceeds capacity 1Gbit"
+        );
+        assert_eq!(
+            set().with_policy("zz", VifPolicy::default()).unwrap_err(),
+            PolicyError::UnknownVif("zz".into())
+        );
+        let prio = VifPolicy {
+            priority: 8,
+            ..Default::default()
+        };
+        assert!(matches!(
+            set().with_policy("a", prio),
+            Err(PolicyError::BadPriority { .. })
+        ));
+        let dup = set().with_vif("a", VifPolicy::default());
+        assert_eq!(dup.validate(), Err(PolicyError::DuplicateVif("a".into())));
+    }
+
+    #[test]
+    fn cost_conversion() {
+        let mut s = set();
+        assert_eq!(s.cost_per_sec(800), 100);
+        s.cost = CostModel::Cycles;
+        s.cycles_per_sec = 2_000_000_000;
+        // A quarter of the link is a quarter of the core.
+        assert_eq!(s.cost_per_sec(250_000_000), 500_000_000);
+        assert_eq!(s.capacity_cost_per_sec(), Some(2_000_000_000));
+    }
+}

@@ -1,0 +1,1 @@
+//! vqos-sim: being written.
