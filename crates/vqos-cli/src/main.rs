@@ -1,1 +1,37 @@
-fn main() {}
+//! `vqos`: the command line of the vqos virtual switch.
+//!
+//! Offline commands (`alloc`, `sim`) need no daemon and no root; the control commands talk to a
+//! running `vqosd` over its API socket.
+
+mod alloc;
+mod sim;
+
+use clap::{Parser, Subcommand};
+
+/// vqos — network QoS for the VMs and containers of one host.
+#[derive(Parser, Debug)]
+#[command(name = "vqos", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the reference (weighted max-min) allocation of a link among vifs.
+    Alloc(alloc::AllocArgs),
+    /// Run a scenario file in the simulator and print the per-phase table.
+    Sim(sim::SimArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Alloc(args) => alloc::run(args),
+        Command::Sim(args) => sim::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("vqos: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,114 @@
+//! `vqos alloc`: the reference allocator on the command line.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use vqos_sched::alloc::{allocate, Claim};
+use vqos_sched::units::{format_rate, parse_rate};
+use vqos_sched::VifPolicy;
+
+/// Arguments of `vqos alloc`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  vqos alloc --capacity 940Mbit --vif vm1:weight=1 \
+    --vif vm5:weight=5,max=150Mbit,min=0,demand=unlimited --json"
+)]
+pub struct AllocArgs {
+    /// Link capacity, e.g. 940Mbit or 10Gbit.
+    #[arg(long)]
+    capacity: String,
+    /// A vif: NAME[:key=value,...] with keys weight (default 1), min (default 0),
+    /// max (default unlimited), demand (default unlimited). Repeat for each vif.
+    #[arg(long = "vif", required = true)]
+    vifs: Vec<String>,
+    /// Print JSON: {"capacity_bps": N, "vifs": [{"name": .., "rate_bps": N}, ...]}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Out {
+    capacity_bps: u64,
+    vifs: Vec<OutVif>,
+}
+
+#[derive(Serialize)]
+struct OutVif {
+    name: String,
+    rate_bps: u64,
+}
+
+/// Parses `vm5:weight=5,max=150Mbit` into a name and a claim.
+fn parse_vif(spec: &str) -> Result<(String, Claim)> {
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    if name.is_empty() {
+        bail!("Vif '{spec}': missing name (expected NAME:key=value,...)");
+    }
+    let mut policy = VifPolicy::default();
+    let mut demand = None;
+    for kv in rest.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("Vif '{name}': expected key=value, got '{kv}'"))?;
+        let rate = || parse_rate(v).with_context(|| format!("Vif '{name}': {k}"));
+        match k {
+            "weight" => {
+                policy.weight = v
+                    .parse()
+                    .with_context(|| format!("Vif '{name}': weight '{v}' is not a whole number"))?
+            }
+            "min" => {
+                policy.min_bps =
+                    rate()?.with_context(|| format!("Vif '{name}': min cannot be unlimited"))?
+            }
+            "max" => policy.max_bps = rate()?,
+            "demand" => demand = rate()?,
+            other => {
+                bail!("Vif '{name}': unknown key '{other}' (expected weight, min, max or demand)")
+            }
+        }
+    }
+    policy.validate(name)?;
+    Ok((name.to_string(), Claim::new(&policy, demand)))
+}
+
+/// Runs `vqos alloc`.
+pub fn run(args: AllocArgs) -> Result<()> {
+    let capacity = parse_rate(&args.capacity)?.context("Capacity must be finite to allocate it")?;
+    let mut names = Vec::new();
+    let mut claims = Vec::new();
+    for spec in &args.vifs {
+        let (name, claim) = parse_vif(spec)?;
+        if names.contains(&name) {
+            bail!("Duplicate vif '{name}'");
+        }
+        names.push(name);
+        claims.push(claim);
+    }
+    let rates = allocate(capacity, &claims)?;
+    if args.json {
+        let out = Out {
+            capacity_bps: capacity,
+            vifs: names
+                .into_iter()
+                .zip(&rates)
+                .map(|(name, &rate_bps)| OutVif { name, rate_bps })
+                .collect(),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{:<12} {:>14} {:>8}", "vif", "rate", "share");
+        for (name, r) in names.iter().zip(&rates) {
+            let share = *r as f64 / capacity as f64 * 100.0;
+            println!("{name:<12} {:>14} {share:>7.1}%", format_rate(Some(*r)));
+        }
+        let total: u64 = rates.iter().sum();
+        println!(
+            "{:<12} {:>14} {:>7.1}%",
+            "total",
+            format_rate(Some(total)),
+            total as f64 / capacity as f64 * 100.0
+        );
+    }
+    Ok(())
+}
