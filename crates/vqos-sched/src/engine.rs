@@ -52,7 +52,7 @@ impl ReadySet {
     /// Grows or shrinks to hold `len` vifs, keeping the bits that remain.
     pub fn resize(&mut self, len: usize) {
         self.words.resize(len.div_ceil(64), 0);
-        if len % 64 != 0 {
+        if !len.is_multiple_of(64) {
             if let Some(last) = self.words.last_mut() {
                 *last &= (1u64 << (len % 64)) - 1;
             }

@@ -16,10 +16,12 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod bucket;
 pub mod controllers;
 pub mod engine;
 pub mod engines;
 pub mod policy;
+pub mod testing;
 pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};

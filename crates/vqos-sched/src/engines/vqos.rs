@@ -1,33 +1,548 @@
-//! `vqos`: placeholder being written in this session; behaves as round-robin for now.
+//! `vqos`: our default engine — weighted max-min shares with floors, caps and latency
+//! priorities, charged in bytes or in measured cycles.
+//!
+//! ## Behavior
+//! The engine converges to the reference allocator ([`crate::alloc`]): every vif gets
+//! `clamp(w·L, min(d, floor), min(d, cap))` of the shared resource (the link's bytes, or the
+//! forwarding core's cycles under [`CostModel::Cycles`]).
+//!
+//! It is start-time fair queuing over vifs, with two buckets per vif:
+//! - **Shares.** Each vif carries a virtual tag that grows by `cost / weight` for everything it
+//!   is served. Among the ready vifs, the one with the smallest tag is served: backlogged vifs
+//!   advance their tags at the same pace, i.e. they get service in proportion to their weights,
+//!   and a vif that wants less simply is not ready, so its share goes to the others
+//!   (work-conserving). A vif that becomes ready after being idle starts at the system's
+//!   virtual time: idleness earns no credit.
+//! - **Caps.** A token bucket at the vif's maximum; a vif with no tokens is not eligible (it is
+//!   not read, its frames wait in its own queue: back-pressure).
+//! - **Floors.** A token bucket at the vif's minimum; a ready vif with floor tokens is served
+//!   first, and that service advances its tag like any other. So a floor binds only when the
+//!   weighted share is below it: the floored vif's tag runs ahead of the others, the fair tier
+//!   stops choosing it, and it gets exactly its floor (ANCS Fig. 5: 200 Mbit/s, not 200 plus a
+//!   share). The lead a floored vif builds is capped a couple of batches ahead of the system's
+//!   virtual time, so the moment its weighted share rises above the floor it is back in the fair
+//!   tier. Σ floors ≤ capacity is validated, so floors can always be honoured.
+//! - **Priorities.** Among the vifs whose tag is within a small slack of the smallest (1 ms of
+//!   the resource divided by the total weight), the most urgent priority is served first. A
+//!   latency-sensitive vif that sends little is always within the slack (its tag restarts at the
+//!   system virtual time), so it jumps the queue; a greedy vif cannot turn priority into
+//!   bandwidth beyond the slack, because its tag leaves the window after one batch.
+//!
+//! No periodic accounting: buckets refill lazily from `now`, so `tick` is never needed.
+//!
+//! ## Limitations
+//! - `select` scans the ready vifs (`O(ready)`); fine for hundreds of vifs per core.
+//! - Charging after the batch means a vif may overdraw a bucket by one batch (32 frames, up to
+//!   2 MiB with TSO); the debt is repaid before it is eligible again, so long-run rates hold.
+//! - The link itself is not modelled here: the poll loop enforces the capacity.
 
-use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage};
-use crate::engines::rr::RoundRobin;
-use crate::policy::{PolicyError, PolicySet, VifId};
+use crate::bucket::TokenBucket;
+use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
+use crate::policy::{CostModel, PolicyError, PolicySet, VifId};
+use crate::units::NS_PER_SEC;
 
-/// Placeholder engine.
-#[derive(Debug, Default)]
+/// Fixed-point scale of virtual tags: tag units are `cost × 2^20 / weight`.
+const TAG_SCALE: u128 = 1 << 20;
+
+/// Slack window for priorities and bucket depths: this much time's worth of the resource.
+const SLACK_NS: u64 = 1_000_000;
+
+/// Burst allowed by a cap bucket: this much time at the capped rate (plus two batches).
+const CAP_BURST_NS: u64 = 5_000_000;
+
+/// Burst allowed by a floor bucket.
+const FLOOR_BURST_NS: u64 = 2_000_000;
+
+/// Fallback resource rate when the link is unlimited: 10 Gbit/s in bytes.
+const DEFAULT_RESOURCE_PER_SEC: u64 = 1_250_000_000;
+
+/// One vif's scheduling state.
+#[derive(Debug, Clone)]
+struct VifState {
+    /// Proportional share (> 0).
+    weight: u32,
+    /// 0 = most urgent .. 7.
+    priority: u8,
+    /// Virtual start tag, in `cost × TAG_SCALE / weight` units.
+    tag: u128,
+    /// The `select` generation at which the vif was last seen ready and eligible (to detect
+    /// idle → busy: a vif not seen at the previous generation was idle).
+    seen_gen: u64,
+    /// Cap bucket (at the vif's maximum), `None` = unlimited.
+    cap: Option<TokenBucket>,
+    /// Floor bucket (at the vif's minimum), `None` = no floor.
+    floor: Option<TokenBucket>,
+    /// Cost charged to this vif in total (for stats and tests).
+    served_cost: u64,
+}
+
+/// The `vqos` engine. See the module docs.
+#[derive(Debug)]
 pub struct Vqos {
-    inner: RoundRobin,
+    /// Per-vif state, indexed by [`VifId`].
+    vifs: Vec<VifState>,
+    /// Cost model of the current policy set.
+    cost: CostModel,
+    /// System virtual time: the smallest tag among eligible ready vifs, never decreasing.
+    vtime: u128,
+    /// The priority window, in tag units (at weight 1; divided by no weight: it is absolute).
+    slack: u128,
+    /// Number of `select` calls so far (generation counter for `seen_gen`).
+    gen: u64,
+    /// Largest single batch cost seen (bounds bucket debt and the floored lead).
+    max_batch_cost: u64,
+    /// Resource units per second (link bytes/s or core cycles/s).
+    resource_per_sec: u64,
+}
+
+impl Default for Vqos {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Vqos {
-    /// A new engine.
+    /// An engine with no vifs; call [`Engine::configure`].
     pub fn new() -> Self {
-        Self::default()
+        Vqos {
+            vifs: Vec::new(),
+            cost: CostModel::Bytes,
+            vtime: 0,
+            slack: 0,
+            gen: 1,
+            max_batch_cost: 64 * 1024,
+            resource_per_sec: DEFAULT_RESOURCE_PER_SEC,
+        }
     }
+
+    /// Total cost served to `vif` since it was configured.
+    pub fn served_cost(&self, vif: VifId) -> u64 {
+        self.vifs[vif].served_cost
+    }
+
+    fn cap_depth(&self, rate_per_sec: u64) -> u64 {
+        burst(rate_per_sec, CAP_BURST_NS).max(2 * self.max_batch_cost)
+    }
+
+    fn floor_depth(&self, rate_per_sec: u64) -> u64 {
+        burst(rate_per_sec, FLOOR_BURST_NS).max(1)
+    }
+
+    /// The lead, in tag units, a vif may hold over the system virtual time.
+    fn lead_limit(&self, weight: u32) -> u128 {
+        self.slack + 2 * u128::from(self.max_batch_cost) * TAG_SCALE / u128::from(weight)
+    }
+}
+
+/// `rate × ns / 1 s` without overflow.
+fn burst(rate_per_sec: u64, ns: u64) -> u64 {
+    (u128::from(rate_per_sec) * u128::from(ns) / u128::from(NS_PER_SEC)) as u64
 }
 
 impl Engine for Vqos {
     fn kind(&self) -> EngineKind {
         EngineKind::Vqos
     }
+
     fn configure(&mut self, policies: &PolicySet, now_ns: u64) -> Result<(), PolicyError> {
-        self.inner.configure(policies, now_ns)
+        policies.validate()?;
+        self.cost = policies.cost;
+        self.resource_per_sec = policies
+            .capacity_cost_per_sec()
+            .unwrap_or(DEFAULT_RESOURCE_PER_SEC)
+            .max(1);
+        let total_weight: u128 = policies
+            .vifs
+            .iter()
+            .map(|v| u128::from(v.policy.weight))
+            .sum::<u128>()
+            .max(1);
+        self.slack = u128::from(burst(self.resource_per_sec, SLACK_NS)) * TAG_SCALE / total_weight;
+        let old = std::mem::take(&mut self.vifs);
+        for (id, spec) in policies.vifs.iter().enumerate() {
+            let p = &spec.policy;
+            let cap_rate = p.max_bps.map(|m| policies.cost_per_sec(m));
+            let floor_rate = (p.min_bps > 0).then(|| policies.cost_per_sec(p.min_bps));
+            let debt = 2 * self.max_batch_cost;
+            let mut state = match old.get(id) {
+                Some(prev) => prev.clone(),
+                None => VifState {
+                    weight: p.weight,
+                    priority: p.priority,
+                    tag: self.vtime,
+                    seen_gen: 0,
+                    cap: None,
+                    floor: None,
+                    served_cost: 0,
+                },
+            };
+            state.weight = p.weight;
+            state.priority = p.priority;
+            // A new policy must not leave a vif starved by a lead it built under the old one.
+            state.tag = state.tag.min(self.vtime + self.lead_limit(p.weight));
+            state.cap = cap_rate.map(|r| {
+                let depth = self.cap_depth(r);
+                match state.cap.take() {
+                    Some(mut b) => {
+                        b.reconfigure(r, depth, debt, now_ns);
+                        b
+                    }
+                    None => TokenBucket::new(r, depth, debt, now_ns),
+                }
+            });
+            state.floor = floor_rate.map(|r| {
+                let depth = self.floor_depth(r);
+                match state.floor.take() {
+                    Some(mut b) => {
+                        b.reconfigure(r, depth, depth, now_ns);
+                        b
+                    }
+                    None => TokenBucket::new(r, depth, depth, now_ns),
+                }
+            });
+            self.vifs.push(state);
+        }
+        Ok(())
     }
+
     fn select(&mut self, ready: &ReadySet, now_ns: u64) -> Option<Grant> {
-        self.inner.select(ready, now_ns)
+        // Pass 1: refill buckets of ready vifs, find the system virtual time among eligible ones.
+        self.gen += 1;
+        let gen = self.gen;
+        let mut vmin: Option<u128> = None;
+        for id in ready.iter() {
+            let Some(v) = self.vifs.get_mut(id) else {
+                continue;
+            };
+            if let Some(cap) = v.cap.as_mut() {
+                cap.refill(now_ns);
+                if !cap.positive() {
+                    continue;
+                }
+            }
+            if v.seen_gen + 1 != gen {
+                // Idle → busy: idleness earns no credit.
+                v.tag = v.tag.max(self.vtime);
+            }
+            v.seen_gen = gen;
+            vmin = Some(vmin.map_or(v.tag, |m: u128| m.min(v.tag)));
+        }
+        let vmin = vmin?;
+        self.vtime = self.vtime.max(vmin);
+
+        // Pass 2: floor tier first, then the fair tier within the slack, by priority.
+        let window = self.vtime + self.slack;
+        // Smallest key wins: floor tier first, then the most urgent priority, then the smallest tag.
+        let mut best: Option<(bool, u8, u128, VifId)> = None;
+        for id in ready.iter() {
+            let Some(v) = self.vifs.get_mut(id) else {
+                continue;
+            };
+            if v.cap.as_ref().is_some_and(|c| !c.positive()) {
+                continue;
+            }
+            let floor_tier = match v.floor.as_mut() {
+                Some(f) => {
+                    f.refill(now_ns);
+                    f.positive()
+                }
+                None => false,
+            };
+            if !floor_tier && v.tag > window {
+                continue;
+            }
+            let key = (!floor_tier, v.priority, v.tag, id);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        }
+        // vmin is within the window, so some eligible vif always qualifies.
+        let (_, _, _, vif) = best?;
+        Some(Grant {
+            vif,
+            max_packets: MAX_BURST,
+        })
     }
+
     fn charge(&mut self, vif: VifId, usage: Usage, now_ns: u64) {
-        self.inner.charge(vif, usage, now_ns)
+        let cost = usage.cost(self.cost);
+        self.max_batch_cost = self.max_batch_cost.max(cost);
+        let lead = self.lead_limit(self.vifs.get(vif).map_or(1, |v| v.weight));
+        let Some(v) = self.vifs.get_mut(vif) else {
+            return;
+        };
+        v.served_cost = v.served_cost.saturating_add(cost);
+        // cost < 2^64, TAG_SCALE = 2^20: the product fits in u128 with room for 2^44 batches.
+        v.tag += u128::from(cost) * TAG_SCALE / u128::from(v.weight);
+        v.tag = v.tag.min(self.vtime + lead);
+        if let Some(cap) = v.cap.as_mut() {
+            cap.refill(now_ns);
+            cap.consume(cost);
+        }
+        if let Some(floor) = v.floor.as_mut() {
+            floor.refill(now_ns);
+            floor.consume(cost);
+        }
+    }
+
+    fn eligible_at(&self, now_ns: u64) -> u64 {
+        self.vifs
+            .iter()
+            .filter_map(|v| v.cap.as_ref())
+            .filter(|c| !c.positive())
+            .map(|c| c.positive_at().max(now_ns))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    fn vif_state(&self, vif: VifId) -> VifEngineState {
+        let Some(v) = self.vifs.get(vif) else {
+            return VifEngineState::default();
+        };
+        let credit = v.cap.as_ref().map_or(i64::MAX, |c| c.tokens());
+        VifEngineState {
+            credit,
+            credit_per_period: v
+                .cap
+                .as_ref()
+                .map_or(0, |c| i64::try_from(c.rate_per_sec()).unwrap_or(i64::MAX)),
+            throttled: v.cap.as_ref().is_some_and(|c| !c.positive()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::allocate_set;
+    use crate::policy::VifPolicy;
+    use crate::testing::{run_link, Demand};
+
+    fn five(cap: u64) -> PolicySet {
+        (1..=5).fold(PolicySet::new(Some(cap)), |s, w| {
+            s.with_vif(
+                &format!("vm{w}"),
+                VifPolicy {
+                    weight: w,
+                    ..Default::default()
+                },
+            )
+        })
+    }
+
+    fn assert_close(got: &[f64], want: &[u64], tol: f64) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let w = *w as f64;
+            assert!(
+                (g - w).abs() <= tol * w,
+                "vif {i}: got {:.1} Mbit/s, want {:.1} (all: {got:?})",
+                g / 1e6,
+                w / 1e6
+            );
+        }
+    }
+
+    #[test]
+    fn ancs_fig5_three_phases_with_live_changes() {
+        let cap = 940_000_000;
+        let mut set = five(cap);
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let greedy = vec![Demand::Greedy; 5];
+        let mut now = 0;
+        for phase in 0..3 {
+            if phase == 1 {
+                let mut p = set.vifs[4].policy.clone();
+                p.max_bps = Some(150_000_000);
+                set = set.with_policy("vm5", p).unwrap();
+                e.configure(&set, now).unwrap();
+            }
+            if phase == 2 {
+                let mut p = set.vifs[0].policy.clone();
+                p.min_bps = 200_000_000;
+                set = set.with_policy("vm1", p).unwrap();
+                e.configure(&set, now).unwrap();
+            }
+            // Settle, then measure.
+            run_link(&mut e, cap, &greedy, 1500, now, 500_000_000);
+            now += 500_000_000;
+            let rates = run_link(&mut e, cap, &greedy, 1500, now, 2_000_000_000);
+            now += 2_000_000_000;
+            let want = allocate_set(&set, &[None; 5]).unwrap();
+            assert_close(&rates, &want, 0.02);
+            let total: f64 = rates.iter().sum();
+            assert!(total >= 0.99 * cap as f64, "aggregate {total}");
+        }
+    }
+
+    #[test]
+    fn idle_share_goes_to_others_and_comes_back() {
+        let cap = 1_000_000_000;
+        let set = five(cap);
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let mut d = vec![Demand::Greedy; 5];
+        d[4] = Demand::Idle;
+        let rates = run_link(&mut e, cap, &d, 1500, 0, 1_000_000_000);
+        let mut idle = set.clone();
+        idle.vifs.truncate(4);
+        let want = allocate_set(&idle, &[None; 4]).unwrap();
+        assert_close(&rates[..4], &want, 0.02);
+        assert_eq!(rates[4], 0.0);
+        // vm5 resumes: it gets its share back at once, not after a penalty.
+        d[4] = Demand::Greedy;
+        let rates = run_link(&mut e, cap, &d, 1500, 1_000_000_000, 500_000_000);
+        assert_close(&rates, &allocate_set(&set, &[None; 5]).unwrap(), 0.02);
+    }
+
+    #[test]
+    fn demand_limited_vifs_get_their_demand() {
+        let cap = 1_000_000_000;
+        let set = five(cap);
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let mut d = vec![Demand::Greedy; 5];
+        d[4] = Demand::Rate(100_000_000);
+        d[3] = Demand::Rate(20_000_000);
+        let rates = run_link(&mut e, cap, &d, 1500, 0, 2_000_000_000);
+        let demands = [None, None, None, Some(20_000_000), Some(100_000_000)];
+        assert_close(&rates, &allocate_set(&set, &demands).unwrap(), 0.02);
+    }
+
+    #[test]
+    fn floor_releases_when_share_rises_above_it() {
+        let cap = 1_000_000_000;
+        let set = PolicySet::new(Some(cap))
+            .with_vif(
+                "a",
+                VifPolicy {
+                    min_bps: 600_000_000,
+                    ..Default::default()
+                },
+            )
+            .with_vif("b", VifPolicy::default())
+            .with_vif("c", VifPolicy::default());
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let d = vec![Demand::Greedy; 3];
+        let rates = run_link(&mut e, cap, &d, 1500, 0, 2_000_000_000);
+        assert_close(&rates, &[600_000_000, 200_000_000, 200_000_000], 0.02);
+        // c leaves: a's weighted share (500) is still below its floor; b gets the rest.
+        let d2 = vec![Demand::Greedy, Demand::Greedy, Demand::Idle];
+        let rates = run_link(&mut e, cap, &d2, 1500, 2_000_000_000, 1_000_000_000);
+        assert_close(&rates[..2], &[600_000_000, 400_000_000], 0.02);
+        // Floor lowered live below the share: a gets its plain half at once.
+        let mut p = set.vifs[0].policy.clone();
+        p.min_bps = 100_000_000;
+        let set = set.with_policy("a", p).unwrap();
+        e.configure(&set, 3_000_000_000).unwrap();
+        let rates = run_link(&mut e, cap, &d2, 1500, 3_000_000_000, 1_000_000_000);
+        assert_close(&rates[..2], &[500_000_000, 500_000_000], 0.02);
+    }
+
+    #[test]
+    fn priority_vif_is_served_first_without_gaining_bandwidth() {
+        let cap = 1_000_000_000;
+        let set = PolicySet::new(Some(cap))
+            .with_vif(
+                "urgent",
+                VifPolicy {
+                    priority: 0,
+                    ..Default::default()
+                },
+            )
+            .with_vif("bulk1", VifPolicy::default())
+            .with_vif("bulk2", VifPolicy::default());
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        // All greedy: priority buys no bandwidth.
+        let d = vec![Demand::Greedy; 3];
+        let rates = run_link(&mut e, cap, &d, 1500, 0, 1_000_000_000);
+        assert_close(&rates, &[333_333_333; 3], 0.02);
+        // A sparse urgent vif becoming ready is chosen at the very next decision.
+        let mut ready = ReadySet::new(3);
+        ready.set(1, true);
+        ready.set(2, true);
+        let now = 1_000_000_000;
+        for _ in 0..10 {
+            let g = e.select(&ready, now).unwrap();
+            e.charge(
+                g.vif,
+                Usage {
+                    packets: 32,
+                    bytes: 48_000,
+                    cycles: 0,
+                },
+                now,
+            );
+        }
+        ready.set(0, true);
+        assert_eq!(e.select(&ready, now).unwrap().vif, 0);
+    }
+
+    #[test]
+    fn cap_throttles_and_reports_when_eligible_again() {
+        let set = PolicySet::new(Some(1_000_000_000)).with_vif(
+            "a",
+            VifPolicy {
+                max_bps: Some(8_000_000), // 1 MB/s
+                ..Default::default()
+            },
+        );
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let mut ready = ReadySet::new(1);
+        ready.set(0, true);
+        let mut now = 0;
+        // Drain the burst.
+        while let Some(g) = e.select(&ready, now) {
+            e.charge(
+                g.vif,
+                Usage {
+                    packets: 32,
+                    bytes: 48_000,
+                    cycles: 0,
+                },
+                now,
+            );
+        }
+        assert!(e.vif_state(0).throttled);
+        let at = e.eligible_at(now);
+        assert!(at > now && at < u64::MAX);
+        assert!(e.select(&ready, at - 1).is_none());
+        now = at;
+        assert!(e.select(&ready, now).is_some());
+    }
+
+    #[test]
+    fn cycles_cost_model_shares_the_core_not_the_link() {
+        let mut set = PolicySet::new(Some(10_000_000_000))
+            .with_vif("a", VifPolicy::default())
+            .with_vif("b", VifPolicy::default());
+        set.cost = CostModel::Cycles;
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let mut ready = ReadySet::new(2);
+        ready.set(0, true);
+        ready.set(1, true);
+        // b's batches cost 10× the cycles of a's for the same bytes (small packets).
+        let mut served = [0u64; 2];
+        for t in 0..10_000u64 {
+            let g = e.select(&ready, t * 1_000).unwrap();
+            let cycles = if g.vif == 0 { 10_000 } else { 100_000 };
+            served[g.vif] += 1;
+            e.charge(
+                g.vif,
+                Usage {
+                    packets: 32,
+                    bytes: 48_000,
+                    cycles,
+                },
+                t * 1_000,
+            );
+        }
+        // Equal cycles → a gets 10× the batches.
+        let ratio = served[0] as f64 / served[1] as f64;
+        assert!((ratio - 10.0).abs() < 0.3, "ratio {ratio}");
     }
 }

@@ -1,0 +1,158 @@
+//! A token bucket in integer arithmetic, refilled lazily from `now`.
+//!
+//! Tokens are in the engine's cost unit (bytes or cycles). Refill is `rate × elapsed / 1 s`,
+//! computed in `u128` so that no rate (≤ 2^64 per second) and no gap (≤ 2^64 ns) overflows; the
+//! remainder of the division is carried to the next refill, so a slow rate refilled often loses
+//! nothing (1 byte/s refilled every microsecond still yields exactly 1 byte per second).
+//!
+//! Tokens may go negative: the poll loop charges a batch after it ran, when its real cost is
+//! known, so a vif can overdraw by at most one batch and pays it back before it is served again.
+
+use crate::units::NS_PER_SEC;
+
+/// A lazily refilled token bucket allowing bounded debt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// Refill rate, cost units per second.
+    rate_per_sec: u64,
+    /// Most tokens the bucket holds (burst), cost units.
+    depth: i64,
+    /// Most debt allowed (tokens never go below `-debt_limit`), cost units.
+    debt_limit: i64,
+    /// Current tokens; negative = debt from a batch charged after it ran.
+    tokens: i64,
+    /// `rate × ns` not yet turned into whole tokens (always `< NS_PER_SEC`).
+    carry: u64,
+    /// When the bucket was last refilled.
+    last_ns: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket refilling at `rate_per_sec` up to `depth`, with debt bounded by `debt_limit`.
+    pub fn new(rate_per_sec: u64, depth: u64, debt_limit: u64, now_ns: u64) -> Self {
+        let depth = i64::try_from(depth).unwrap_or(i64::MAX);
+        TokenBucket {
+            rate_per_sec,
+            depth,
+            debt_limit: i64::try_from(debt_limit).unwrap_or(i64::MAX),
+            tokens: depth,
+            carry: 0,
+            last_ns: now_ns,
+        }
+    }
+
+    /// Changes rate and depth, keeping current tokens (clipped to the new depth).
+    pub fn reconfigure(&mut self, rate_per_sec: u64, depth: u64, debt_limit: u64, now_ns: u64) {
+        self.refill(now_ns);
+        self.rate_per_sec = rate_per_sec;
+        self.depth = i64::try_from(depth).unwrap_or(i64::MAX);
+        self.debt_limit = i64::try_from(debt_limit).unwrap_or(i64::MAX);
+        self.tokens = self.tokens.clamp(-self.debt_limit, self.depth);
+    }
+
+    /// Adds the tokens earned since the last refill. Time going backwards is ignored.
+    #[inline]
+    pub fn refill(&mut self, now_ns: u64) {
+        if now_ns <= self.last_ns {
+            return;
+        }
+        let elapsed = now_ns - self.last_ns;
+        self.last_ns = now_ns;
+        if self.tokens >= self.depth {
+            self.carry = 0;
+            return;
+        }
+        // rate < 2^64 and elapsed < 2^64: the product fits in u128.
+        let earned = u128::from(self.rate_per_sec) * u128::from(elapsed) + u128::from(self.carry);
+        let whole = earned / u128::from(NS_PER_SEC);
+        self.carry = (earned % u128::from(NS_PER_SEC)) as u64;
+        let room = (self.depth - self.tokens) as u128;
+        if whole >= room {
+            self.tokens = self.depth;
+            self.carry = 0;
+        } else {
+            self.tokens += whole as i64;
+        }
+    }
+
+    /// Takes `cost` tokens (may leave the bucket in debt, down to the debt limit).
+    #[inline]
+    pub fn consume(&mut self, cost: u64) {
+        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
+        self.tokens = self.tokens.saturating_sub(cost).max(-self.debt_limit);
+    }
+
+    /// Current tokens (call [`TokenBucket::refill`] first for an up-to-date value).
+    #[inline]
+    pub fn tokens(&self) -> i64 {
+        self.tokens
+    }
+
+    /// True when the bucket holds at least one token.
+    #[inline]
+    pub fn positive(&self) -> bool {
+        self.tokens > 0
+    }
+
+    /// The refill rate, cost units per second.
+    pub fn rate_per_sec(&self) -> u64 {
+        self.rate_per_sec
+    }
+
+    /// When the bucket will next hold a positive balance (`u64::MAX` if the rate is 0).
+    pub fn positive_at(&self) -> u64 {
+        if self.tokens > 0 {
+            return self.last_ns;
+        }
+        if self.rate_per_sec == 0 {
+            return u64::MAX;
+        }
+        // Tokens needed to reach +1, minus the carry already earned, over the rate; rounded up.
+        let need =
+            u128::from((1 - self.tokens) as u64) * u128::from(NS_PER_SEC) - u128::from(self.carry);
+        let wait = need.div_ceil(u128::from(self.rate_per_sec));
+        self.last_ns
+            .saturating_add(u64::try_from(wait).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refills_exactly_with_carry() {
+        // 1 token per second, refilled every microsecond for 10 s: exactly 10 tokens.
+        let mut b = TokenBucket::new(1, 100, 100, 0);
+        b.consume(100);
+        assert_eq!(b.tokens(), 0);
+        for t in 1..=10_000_000u64 {
+            b.refill(t * 1_000);
+        }
+        assert_eq!(b.tokens(), 10);
+    }
+
+    #[test]
+    fn depth_and_debt_are_bounded() {
+        let mut b = TokenBucket::new(1_000, 500, 200, 0);
+        b.refill(10 * NS_PER_SEC);
+        assert_eq!(b.tokens(), 500);
+        b.consume(10_000);
+        assert_eq!(b.tokens(), -200);
+        assert!(!b.positive());
+        // 201 tokens at 1000/s: positive after 201 ms.
+        assert_eq!(b.positive_at(), 10 * NS_PER_SEC + 201_000_000);
+        b.refill(10 * NS_PER_SEC + 201_000_000);
+        assert_eq!(b.tokens(), 1);
+    }
+
+    #[test]
+    fn reconfigure_keeps_tokens_within_new_depth() {
+        let mut b = TokenBucket::new(1_000, 500, 500, 0);
+        b.reconfigure(2_000, 100, 100, 0);
+        assert_eq!(b.tokens(), 100);
+        b.consume(150);
+        b.refill(25_000_000); // 25 ms at 2000/s = 50 tokens
+        assert_eq!(b.tokens(), 0);
+    }
+}
