@@ -1,0 +1,188 @@
+//! The [`Port`] trait: batch I/O of frames (virtio-net header + Ethernet frame) with a readiness
+//! file descriptor, and the [`Batch`] of preallocated buffers it reads into.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use serde::Serialize;
+use thiserror::Error;
+use vqos_sched::MAX_BURST;
+
+use crate::frame::FRAME_BUF_BYTES;
+
+/// Frames one [`Batch`] holds (the engine's burst limit).
+pub const BATCH_FRAMES: usize = MAX_BURST as usize;
+
+/// Why a port operation failed.
+#[derive(Debug, Error)]
+pub enum PortError {
+    /// A system call on the port failed.
+    #[error("Port '{port}': {op} failed")]
+    Io {
+        /// The port's name.
+        port: String,
+        /// What was attempted (`read`, `TUNSETIFF`, ...).
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The name does not fit in IFNAMSIZ or contains a NUL byte.
+    #[error("Invalid interface name '{0}'")]
+    BadName(String),
+    /// A TAP to create already exists.
+    #[error("Interface '{0}' already exists")]
+    Exists(String),
+    /// A TAP to attach does not exist.
+    #[error("Interface '{0}' does not exist")]
+    Missing(String),
+    /// The fault-injecting wrapper failed this call on purpose.
+    #[error("Port '{0}': injected fault")]
+    Injected(String),
+}
+
+/// What a port saw at its own level (before the switch's validation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PortIoCounters {
+    /// Frames read.
+    pub rx_frames: u64,
+    /// Bytes read, virtio-net headers included.
+    pub rx_bytes: u64,
+    /// Frames written.
+    pub tx_frames: u64,
+    /// Bytes written, virtio-net headers included.
+    pub tx_bytes: u64,
+    /// Reads that failed with an error other than "would block".
+    pub rx_errors: u64,
+    /// Frames whose write failed or found no room.
+    pub tx_errors: u64,
+}
+
+/// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.
+pub struct Batch {
+    /// The buffers; only the first `count` hold frames.
+    bufs: Vec<Box<[u8]>>,
+    /// Length in bytes of each held frame.
+    lens: [usize; BATCH_FRAMES],
+    /// Frames held.
+    count: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch").field("count", &self.count).finish()
+    }
+}
+
+impl Batch {
+    /// Allocates the buffers (about 2 MiB).
+    pub fn new() -> Self {
+        Batch {
+            bufs: (0..BATCH_FRAMES)
+                .map(|_| vec![0u8; FRAME_BUF_BYTES].into_boxed_slice())
+                .collect(),
+            lens: [0; BATCH_FRAMES],
+            count: 0,
+        }
+    }
+
+    /// Frames held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when no frame is held.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// True when no more frame fits.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.count == BATCH_FRAMES
+    }
+
+    /// Forgets every frame (buffers are kept).
+    #[inline]
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+
+    /// Frame `i` (virtio-net header + Ethernet frame).
+    #[inline]
+    pub fn frame(&self, i: usize) -> &[u8] {
+        &self.bufs[i][..self.lens[i]]
+    }
+
+    /// Frame `i`, mutable (for ECN marking).
+    #[inline]
+    pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.bufs[i][..self.lens[i]]
+    }
+
+    /// The whole buffer of the next free slot, for a port to read into; `None` when full.
+    #[inline]
+    pub fn free_slot(&mut self) -> Option<&mut [u8]> {
+        if self.count == BATCH_FRAMES {
+            return None;
+        }
+        Some(&mut self.bufs[self.count][..])
+    }
+
+    /// Keeps the first `len` bytes of the free slot as a new frame (after [`Batch::free_slot`]).
+    #[inline]
+    pub fn commit(&mut self, len: usize) {
+        debug_assert!(self.count < BATCH_FRAMES && len <= FRAME_BUF_BYTES);
+        self.lens[self.count] = len;
+        self.count += 1;
+    }
+
+    /// Shortens frame `i` to at most `len` bytes.
+    pub fn truncate_frame(&mut self, i: usize, len: usize) {
+        self.lens[i] = self.lens[i].min(len);
+    }
+
+    /// Copies `frame` in as a new frame, truncated to the buffer size; false when full.
+    pub fn push(&mut self, frame: &[u8]) -> bool {
+        let Some(slot) = self.free_slot() else {
+            return false;
+        };
+        let n = frame.len().min(slot.len());
+        slot[..n].copy_from_slice(&frame[..n]);
+        self.commit(n);
+        true
+    }
+}
+
+/// A switch port: batch I/O of frames that start with a 12-byte virtio-net header.
+///
+/// Implementations never block: `recv_batch` returns what is available now, `send_batch` what
+/// could be written now. The poll loop owns the port; nothing else touches it.
+pub trait Port: Send {
+    /// The port's name (interface name for a TAP).
+    fn name(&self) -> &str;
+
+    /// Reads up to `max_frames` frames, appending them to `batch` (never beyond its capacity).
+    /// Returns how many were read; fewer than asked means the port is drained. An error is
+    /// returned only if no frame was read.
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError>;
+
+    /// Writes the frames of `batch` at `indices`, in order. Returns how many were written;
+    /// the rest are lost (counted by the caller).
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError>;
+
+    /// A file descriptor that becomes readable (edge) when frames arrive, for epoll; `None`
+    /// when the port can only be polled.
+    fn readiness_fd(&self) -> Option<RawFd>;
+
+    /// The port's own I/O counters.
+    fn counters(&self) -> PortIoCounters;
+}

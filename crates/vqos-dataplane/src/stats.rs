@@ -1,0 +1,139 @@
+//! What the loop publishes: [`SwitchStats`], a snapshot taken at least every 50 ms.
+
+use serde::Serialize;
+use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
+
+use crate::port::PortIoCounters;
+
+/// Frames dropped, by reason. Ingress reasons are counted on the port the frame came from,
+/// egress reasons (`rate_limited`, `tx_error`) on the port it was going to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DropCounters {
+    /// Shorter than the virtio-net header plus an Ethernet header.
+    pub truncated: u64,
+    /// Longer than 64 KiB plus headers.
+    pub oversized: u64,
+    /// Inconsistent virtio-net header (GSO type, flags, offsets).
+    pub bad_vnet_hdr: u64,
+    /// Source MAC not in the port's allow-list, or a group address as source.
+    pub spoofed: u64,
+    /// The engine's `admit` said drop (policers).
+    pub policed: u64,
+    /// Over the destination vif's maximum on the uplink→vif direction.
+    pub rate_limited: u64,
+    /// The destination port refused the frame (ring full, link down).
+    pub tx_error: u64,
+    /// The destination was learnt on the port the frame came from.
+    pub hairpin: u64,
+}
+
+impl DropCounters {
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.oversized
+            + self.bad_vnet_hdr
+            + self.spoofed
+            + self.policed
+            + self.rate_limited
+            + self.tx_error
+            + self.hairpin
+    }
+}
+
+/// A port's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortRole {
+    /// The shared link to the outside.
+    Uplink,
+    /// A tenant's interface, scheduled by the engine.
+    Vif,
+}
+
+/// One port's counters and state.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortStats {
+    /// Port name.
+    pub name: String,
+    /// Uplink or vif.
+    pub role: PortRole,
+    /// Vif id in the current policy set (vifs only).
+    pub vif: Option<usize>,
+    /// The vif's policy (vifs only).
+    pub policy: Option<VifPolicy>,
+    /// Frames read from the port (dropped ones included).
+    pub rx_frames: u64,
+    /// Ethernet bytes read from the port (virtio-net header excluded).
+    pub rx_bytes: u64,
+    /// Frames written to the port.
+    pub tx_frames: u64,
+    /// Ethernet bytes written to the port.
+    pub tx_bytes: u64,
+    /// Drops by reason.
+    pub drops: DropCounters,
+    /// Frames marked ECN CE (by the engine on ingress, by the ECN probability on egress).
+    pub ecn_marked: u64,
+    /// Probability of CE marking on the uplink→vif direction (vifs only).
+    pub ecn_probability: f64,
+    /// The engine's view of the vif (credit, throttled).
+    pub engine: Option<VifEngineState>,
+    /// Receive rate over the last ~100 ms, bits per second.
+    pub rx_rate_bps: u64,
+    /// Transmit rate over the last ~100 ms, bits per second.
+    pub tx_rate_bps: u64,
+    /// The port's own I/O counters.
+    pub io: PortIoCounters,
+}
+
+/// The poll loop's counters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoopStats {
+    /// Loop iterations.
+    pub iterations: u64,
+    /// Batches read (from vifs and from the uplink).
+    pub bursts: u64,
+    /// Frames read in those batches.
+    pub burst_frames: u64,
+    /// Cycles spent in iterations that did work.
+    pub busy_cycles: u64,
+    /// Cycles spent in iterations that found nothing to do (waiting included).
+    pub idle_cycles: u64,
+    /// Unit of the cycle counters: `tsc` (x86_64 rdtsc) or `ns`.
+    pub cycles_unit: &'static str,
+    /// Engine ticks run.
+    pub engine_ticks: u64,
+    /// Times the engine refused every ready vif.
+    pub engine_refusals: u64,
+    /// Times the uplink capacity bucket held vif traffic back.
+    pub capacity_waits: u64,
+    /// Control commands applied.
+    pub commands: u64,
+}
+
+/// A snapshot of the whole switch.
+#[derive(Debug, Clone, Serialize)]
+pub struct SwitchStats {
+    /// Loop clock when taken, ns since the switch started.
+    pub time_ns: u64,
+    /// Counts applied policy snapshots (port changes included); grows by one per change.
+    pub policy_epoch: u64,
+    /// The engine.
+    pub engine: EngineKind,
+    /// Uplink capacity, bits per second (`None` = unlimited).
+    pub capacity_bps: Option<u64>,
+    /// Learnt MAC addresses.
+    pub mac_entries: usize,
+    /// Every port, uplink first.
+    pub ports: Vec<PortStats>,
+    /// The loop.
+    #[serde(rename = "loop")]
+    pub loop_stats: LoopStats,
+}
+
+impl SwitchStats {
+    /// The port called `name`.
+    pub fn port(&self, name: &str) -> Option<&PortStats> {
+        self.ports.iter().find(|p| p.name == name)
+    }
+}
