@@ -1,0 +1,416 @@
+//! The control API: routes requests to changes of the switch, validated first, persisted after.
+//!
+//! [`Api`] owns the daemon's view of the ports and their policies (one [`PolicySet`] plus the
+//! port specs, in the same order). Every change is computed on a copy, validated as a whole set,
+//! applied to the [`Backend`], written to the state file, and only then made current; at each
+//! step a failure leaves the switch, the file and the view as they were.
+//!
+//! | endpoint | methods |
+//! |---|---|
+//! | `/v1/health` | GET |
+//! | `/v1/ports` | GET, POST |
+//! | `/v1/ports/NAME` | GET, DELETE |
+//! | `/v1/policies` | GET |
+//! | `/v1/policies/NAME` | GET, PUT |
+//! | `/v1/stats` | GET |
+//! | `/metrics` | GET |
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde::Serialize;
+use thiserror::Error;
+use vqos_sched::units::format_rate;
+use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
+
+use crate::backend::{Backend, BackendError, PortConfig};
+use crate::config::Config;
+use crate::http::{Request, Response};
+use crate::metrics;
+use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
+use crate::wire::{
+    check_port_name, PolicyPatch, PolicyView, PortRequest, PortStatsView, PortView, StatsView,
+};
+
+/// Why the API could not start.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// The state file could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The config's ports with the state file's policies do not form a valid set.
+    #[error("Restored policies from {path} are invalid: {source}")]
+    Restore {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: PolicyError,
+    },
+    /// The switch refused a restored port.
+    #[error("Cannot restore port '{name}'")]
+    Backend {
+        /// The port.
+        name: String,
+        /// What the switch said.
+        #[source]
+        source: BackendError,
+    },
+}
+
+/// The daemon's view of its ports; `ports[i]` is the port of `set.vifs[i]`.
+#[derive(Debug, Clone)]
+struct View {
+    /// Capacity, cost model and every vif's policy.
+    set: PolicySet,
+    /// How each vif's port was made.
+    ports: Vec<PortConfig>,
+}
+
+impl View {
+    fn saved(&self) -> SavedState {
+        SavedState {
+            version: STATE_VERSION,
+            ports: self
+                .ports
+                .iter()
+                .zip(&self.set.vifs)
+                .map(|(p, v)| SavedPort {
+                    name: p.name.clone(),
+                    create: p.create,
+                    macs: p.macs.clone(),
+                    policy: v.policy.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn port_view(&self, i: usize) -> PortView {
+        PortView {
+            name: self.ports[i].name.clone(),
+            create: self.ports[i].create,
+            macs: self.ports[i].macs.clone(),
+            policy: PolicyView::from(&self.set.vifs[i].policy),
+        }
+    }
+}
+
+/// The control API of one switch.
+pub struct Api {
+    /// The switch.
+    backend: Arc<dyn Backend>,
+    /// The engine the switch runs (reported, not changeable).
+    engine: EngineKind,
+    /// Name of the uplink port, to label it in stats.
+    uplink: Option<String>,
+    /// Where the state is persisted.
+    state_file: PathBuf,
+    /// When the API started, for `uptime_s`.
+    started: Instant,
+    /// Ports and policies; held for the whole of a change so changes are serialised.
+    view: Mutex<View>,
+}
+
+/// A failed request: its status and message.
+type Fail = (u16, String);
+
+fn policy_status(e: &PolicyError) -> u16 {
+    match e {
+        PolicyError::UnknownVif(_) => 404,
+        PolicyError::DuplicateVif(_) => 409,
+        _ => 422,
+    }
+}
+
+fn backend_fail(e: BackendError) -> Fail {
+    let status = match &e {
+        BackendError::Policy(p) => policy_status(p),
+        BackendError::UnknownPort(_) => 404,
+        BackendError::PortExists(_) => 409,
+        BackendError::Port { .. } => 500,
+    };
+    (status, e.to_string())
+}
+
+fn save_fail(e: StateError) -> Fail {
+    (500, format!("Change not saved, nothing changed: {e}"))
+}
+
+impl Api {
+    /// Restores the state (config ports, plus ports added through the API, with the state
+    /// file's policies winning), adds every port to `backend`, and writes the state back.
+    pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
+        let saved = state::load(&config.state_file)?;
+        let mut set = config.policy_set();
+        let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
+        if let Some(saved) = saved {
+            for sp in saved.ports {
+                match set.id(&sp.name) {
+                    Ok(id) => set.vifs[id].policy = sp.policy,
+                    Err(_) => {
+                        set = set.with_vif(&sp.name, sp.policy);
+                        ports.push(PortConfig {
+                            name: sp.name,
+                            create: sp.create,
+                            macs: sp.macs,
+                        });
+                    }
+                }
+            }
+        }
+        set.validate().map_err(|source| ApiError::Restore {
+            path: config.state_file.clone(),
+            source,
+        })?;
+        for (p, v) in ports.iter().zip(&set.vifs) {
+            if let Err(source) = backend.add_port(p, &v.policy) {
+                // Leave the switch as we found it.
+                for q in ports.iter().take_while(|q| q.name != p.name) {
+                    let _ = backend.remove_port(&q.name);
+                }
+                return Err(ApiError::Backend {
+                    name: p.name.clone(),
+                    source,
+                });
+            }
+        }
+        let view = View { set, ports };
+        state::save(&config.state_file, &view.saved())?;
+        Ok(Api {
+            backend,
+            engine: config.engine,
+            uplink: config.uplink.as_ref().map(|u| u.name.clone()),
+            state_file: config.state_file.clone(),
+            started: Instant::now(),
+            view: Mutex::new(view),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, View> {
+        // Changes are computed on copies and committed in one assignment, so a panic in another
+        // request thread cannot leave a half-made change behind the poison.
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current policy set (for tests and the daemon's startup message).
+    pub fn policies(&self) -> PolicySet {
+        self.lock().set.clone()
+    }
+
+    /// The switch behind the API.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, req: &Request) -> Response {
+        let segs: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
+        let m = req.method.as_str();
+        let result = match (segs.as_slice(), m) {
+            (["v1", "health"], "GET") => Ok(self.health()),
+            (["v1", "ports"], "GET") => Ok(self.list_ports()),
+            (["v1", "ports"], "POST") => self.add_port(&req.body),
+            (["v1", "ports", name], "GET") => self.get_port(name),
+            (["v1", "ports", name], "DELETE") => self.remove_port(name),
+            (["v1", "policies"], "GET") => Ok(self.list_policies()),
+            (["v1", "policies", name], "GET") => self.get_policy(name),
+            (["v1", "policies", name], "PUT") => self.set_policy(name, &req.body),
+            (["v1", "stats"], "GET") => Ok(Response::json(200, &self.stats())),
+            (["metrics"], "GET") => Ok(Response::text(
+                200,
+                metrics::CONTENT_TYPE,
+                metrics::render(&self.stats()),
+            )),
+            (s, _) => Err(match allowed(s) {
+                Some(allow) => {
+                    return Response::error(
+                        405,
+                        format!("Method {m} not allowed on {} (allowed: {allow})", req.path),
+                    )
+                    .with_header("Allow", allow)
+                }
+                None => (404, format!("Unknown endpoint {m} {}", req.path)),
+            }),
+        };
+        result.unwrap_or_else(|(status, msg)| Response::error(status, msg))
+    }
+
+    fn health(&self) -> Response {
+        #[derive(Serialize)]
+        struct Health {
+            status: &'static str,
+            version: &'static str,
+            engine: String,
+            capacity: String,
+            ports: usize,
+            uptime_s: u64,
+        }
+        let v = self.lock();
+        Response::json(
+            200,
+            &Health {
+                status: "ok",
+                version: env!("CARGO_PKG_VERSION"),
+                engine: self.engine.to_string(),
+                capacity: format_rate(v.set.capacity_bps),
+                ports: v.ports.len(),
+                uptime_s: self.started.elapsed().as_secs(),
+            },
+        )
+    }
+
+    fn list_ports(&self) -> Response {
+        let v = self.lock();
+        let ports: Vec<PortView> = (0..v.ports.len()).map(|i| v.port_view(i)).collect();
+        Response::json(200, &ports)
+    }
+
+    fn get_port(&self, name: &str) -> Result<Response, Fail> {
+        let v = self.lock();
+        let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        Ok(Response::json(200, &v.port_view(id)))
+    }
+
+    fn list_policies(&self) -> Response {
+        let v = self.lock();
+        let map: std::collections::BTreeMap<&str, PolicyView> = v
+            .set
+            .vifs
+            .iter()
+            .map(|s| (s.name.as_str(), PolicyView::from(&s.policy)))
+            .collect();
+        Response::json(200, &map)
+    }
+
+    fn get_policy(&self, name: &str) -> Result<Response, Fail> {
+        let v = self.lock();
+        let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        Ok(Response::json(200, &PolicyView::from(v.set.policy(id))))
+    }
+
+    fn add_port(&self, body: &[u8]) -> Result<Response, Fail> {
+        let req: PortRequest = parse_json(body)?;
+        check_port_name(&req.name).map_err(|e| (422, e.to_string()))?;
+        if self.uplink.as_deref() == Some(req.name.as_str()) {
+            return Err((409, format!("Port '{}' is the uplink", req.name)));
+        }
+        let policy = req
+            .policy
+            .apply(&VifPolicy::default(), &req.name)
+            .map_err(|e| (422, e.to_string()))?;
+        let mut v = self.lock();
+        let mut next = v.clone();
+        next.set = next.set.with_vif(&req.name, policy.clone());
+        next.set
+            .validate()
+            .map_err(|e| (policy_status(&e), e.to_string()))?;
+        let port = PortConfig {
+            name: req.name,
+            create: req.create,
+            macs: req.macs,
+        };
+        next.ports.push(port.clone());
+        self.backend
+            .add_port(&port, &policy)
+            .map_err(backend_fail)?;
+        if let Err(e) = state::save(&self.state_file, &next.saved()) {
+            let _ = self.backend.remove_port(&port.name);
+            return Err(save_fail(e));
+        }
+        *v = next;
+        let id = v.ports.len() - 1;
+        Ok(Response::json(201, &v.port_view(id)))
+    }
+
+    fn remove_port(&self, name: &str) -> Result<Response, Fail> {
+        let mut v = self.lock();
+        let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        let mut next = v.clone();
+        let port = next.ports.remove(id);
+        let spec = next.set.vifs.remove(id);
+        self.backend.remove_port(name).map_err(backend_fail)?;
+        if let Err(e) = state::save(&self.state_file, &next.saved()) {
+            // Best effort: put the port back where it was.
+            let _ = self.backend.add_port(&port, &spec.policy);
+            let _ = self.backend.set_policies(&v.set);
+            return Err(save_fail(e));
+        }
+        *v = next;
+        #[derive(Serialize)]
+        struct Removed<'a> {
+            removed: &'a str,
+        }
+        Ok(Response::json(200, &Removed { removed: name }))
+    }
+
+    fn set_policy(&self, name: &str, body: &[u8]) -> Result<Response, Fail> {
+        let patch: PolicyPatch = parse_json(body)?;
+        let mut v = self.lock();
+        let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        let policy = patch
+            .apply(v.set.policy(id), name)
+            .map_err(|e| (422, e.to_string()))?;
+        if &policy == v.set.policy(id) {
+            return Ok(Response::json(200, &PolicyView::from(&policy)));
+        }
+        let next_set = v
+            .set
+            .with_policy(name, policy.clone())
+            .map_err(|e| (policy_status(&e), e.to_string()))?;
+        let next = View {
+            set: next_set,
+            ports: v.ports.clone(),
+        };
+        self.backend.set_policies(&next.set).map_err(backend_fail)?;
+        if let Err(e) = state::save(&self.state_file, &next.saved()) {
+            let _ = self.backend.set_policies(&v.set);
+            return Err(save_fail(e));
+        }
+        *v = next;
+        Ok(Response::json(200, &PolicyView::from(&policy)))
+    }
+
+    /// The body of `GET /v1/stats`.
+    pub fn stats(&self) -> StatsView {
+        let set = self.lock().set.clone();
+        let raw = self.backend.stats();
+        let ports = raw
+            .ports
+            .into_iter()
+            .map(|s| {
+                let uplink = self.uplink.as_deref() == Some(s.name.as_str());
+                let policy = set
+                    .id(&s.name)
+                    .ok()
+                    .map(|i| PolicyView::from(set.policy(i)));
+                PortStatsView {
+                    role: if uplink { "uplink" } else { "vif" }.to_string(),
+                    policy,
+                    stats: s,
+                }
+            })
+            .collect();
+        StatsView {
+            engine: self.engine.to_string(),
+            capacity_bps: set.capacity_bps,
+            ports,
+            loops: raw.loops,
+        }
+    }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Fail> {
+    serde_json::from_slice(body).map_err(|e| (400, format!("Invalid JSON body: {e}")))
+}
+
+/// The methods an endpoint accepts, `None` if there is no such endpoint.
+fn allowed(segs: &[&str]) -> Option<&'static str> {
+    match segs {
+        ["v1", "health"] | ["v1", "stats"] | ["v1", "policies"] | ["metrics"] => Some("GET"),
+        ["v1", "ports"] => Some("GET, POST"),
+        ["v1", "ports", _] => Some("GET, DELETE"),
+        ["v1", "policies", _] => Some("GET, PUT"),
+        _ => None,
+    }
+}

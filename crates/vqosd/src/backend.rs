@@ -1,0 +1,296 @@
+//! The boundary between the daemon and the switch: the [`Backend`] trait, the statistics it
+//! reports, and [`MockBackend`], an in-memory switch for tests and API demos.
+//!
+//! The daemon validates every change as a whole policy set before it calls the backend, so a
+//! backend sees only changes that already passed [`PolicySet::validate`]; it may still refuse
+//! (a TAP that cannot be opened, its own policy check) and must then leave itself unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vqos_sched::{PolicyError, PolicySet, VifPolicy};
+
+use crate::wire::MacAddr;
+
+/// Why the switch refused or failed a change.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BackendError {
+    /// The switch found the policy invalid.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// No port of that name in the switch.
+    #[error("Unknown port '{0}'")]
+    UnknownPort(String),
+    /// A port of that name already exists.
+    #[error("Port '{0}' already exists")]
+    PortExists(String),
+    /// The port could not be created, attached or removed (TAP, ioctl, ...).
+    #[error("Port '{name}': {message}")]
+    Port {
+        /// The port.
+        name: String,
+        /// What failed, from the data plane.
+        message: String,
+    },
+}
+
+/// How a port joins the switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortConfig {
+    /// Interface name.
+    pub name: String,
+    /// `true`: create the TAP; `false`: attach to an existing one.
+    pub create: bool,
+    /// Source MACs the port may send from; empty = any.
+    pub macs: Vec<MacAddr>,
+}
+
+/// Counters and gauges of one port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStats {
+    /// Interface name.
+    pub name: String,
+    /// Frames read from the port (sent by the VM).
+    pub rx_frames: u64,
+    /// Bytes read from the port.
+    pub rx_bytes: u64,
+    /// Frames written to the port (delivered to the VM).
+    pub tx_frames: u64,
+    /// Bytes written to the port.
+    pub tx_bytes: u64,
+    /// Frames dropped, by reason (`malformed`, `mac_spoof`, `policed`, ...).
+    pub drops: BTreeMap<String, u64>,
+    /// Recent rate from the port towards the uplink, bit/s.
+    pub rate_bps: u64,
+    /// Credit or tokens left in the engine's cost unit (negative: debt).
+    pub credit: i64,
+    /// True while the engine refuses to serve the port.
+    pub throttled: bool,
+}
+
+/// Counters of one poll loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopStats {
+    /// Loop name (e.g. `pmd0`).
+    pub name: String,
+    /// Cycles spent in bursts that moved frames.
+    pub busy_cycles: u64,
+    /// Cycles spent polling without work.
+    pub idle_cycles: u64,
+    /// Bursts served.
+    pub bursts: u64,
+}
+
+/// Everything the switch reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchStats {
+    /// Per port (vifs and the uplink).
+    pub ports: Vec<PortStats>,
+    /// Per poll loop.
+    pub loops: Vec<LoopStats>,
+}
+
+/// The switch as the daemon drives it. Implementations are shared between the API threads.
+pub trait Backend: Send + Sync {
+    /// Adds a vif port with its policy.
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError>;
+    /// Removes a vif port.
+    fn remove_port(&self, name: &str) -> Result<(), BackendError>;
+    /// Installs a new policy snapshot (all vifs).
+    fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError>;
+    /// Current counters.
+    fn stats(&self) -> SwitchStats;
+    /// Stops forwarding; called once when the daemon leaves.
+    fn stop(&self);
+}
+
+/// A call the mock received, for tests that check what reached the switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MockCall {
+    /// `add_port(name)`.
+    AddPort(String),
+    /// `remove_port(name)`.
+    RemovePort(String),
+    /// `set_policies` with that many vifs.
+    SetPolicies(usize),
+    /// `stop()`.
+    Stop,
+}
+
+#[derive(Debug, Default)]
+struct MockState {
+    /// Ports in the order they were added, with their policies.
+    ports: Vec<(PortConfig, VifPolicy)>,
+    /// Counters returned by `stats`, by port name (missing ports report zeros).
+    counters: BTreeMap<String, PortStats>,
+    /// Every call received.
+    calls: Vec<MockCall>,
+    /// When set, the next `add_port` fails with this message.
+    fail_next_add: Option<String>,
+    /// True once `stop` was called.
+    stopped: bool,
+}
+
+/// An in-memory switch: remembers ports and policies, reports counters that tests set.
+#[derive(Debug, Default)]
+pub struct MockBackend {
+    state: Mutex<MockState>,
+}
+
+/// Drop reasons the mock reports for every port (zero unless a test sets them).
+pub const MOCK_DROP_REASONS: [&str; 3] = ["malformed", "mac_spoof", "policed"];
+
+impl MockBackend {
+    /// An empty mock switch.
+    pub fn new() -> Self {
+        MockBackend::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
+        // A panicking test thread must not hide the state from the others.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ports and their policies as the switch has them.
+    pub fn ports(&self) -> Vec<(PortConfig, VifPolicy)> {
+        self.lock().ports.clone()
+    }
+
+    /// Every call received so far.
+    pub fn calls(&self) -> Vec<MockCall> {
+        self.lock().calls.clone()
+    }
+
+    /// Sets the counters `stats` reports for a port (`stats.name` selects it).
+    pub fn set_port_stats(&self, stats: PortStats) {
+        self.lock().counters.insert(stats.name.clone(), stats);
+    }
+
+    /// Makes the next `add_port` fail as a TAP that cannot be opened would.
+    pub fn fail_next_add(&self, message: &str) {
+        self.lock().fail_next_add = Some(message.to_string());
+    }
+
+    /// True once `stop` was called.
+    pub fn stopped(&self) -> bool {
+        self.lock().stopped
+    }
+}
+
+impl Backend for MockBackend {
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+        let mut s = self.lock();
+        s.calls.push(MockCall::AddPort(port.name.clone()));
+        if let Some(message) = s.fail_next_add.take() {
+            return Err(BackendError::Port {
+                name: port.name.clone(),
+                message,
+            });
+        }
+        if s.ports.iter().any(|(p, _)| p.name == port.name) {
+            return Err(BackendError::PortExists(port.name.clone()));
+        }
+        policy.validate(&port.name)?;
+        s.ports.push((port.clone(), policy.clone()));
+        Ok(())
+    }
+
+    fn remove_port(&self, name: &str) -> Result<(), BackendError> {
+        let mut s = self.lock();
+        s.calls.push(MockCall::RemovePort(name.to_string()));
+        let i = s
+            .ports
+            .iter()
+            .position(|(p, _)| p.name == name)
+            .ok_or_else(|| BackendError::UnknownPort(name.to_string()))?;
+        s.ports.remove(i);
+        Ok(())
+    }
+
+    fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError> {
+        let mut s = self.lock();
+        s.calls.push(MockCall::SetPolicies(policies.len()));
+        policies.validate()?;
+        for v in &policies.vifs {
+            if !s.ports.iter().any(|(p, _)| p.name == v.name) {
+                return Err(BackendError::UnknownPort(v.name.clone()));
+            }
+        }
+        for v in &policies.vifs {
+            if let Some(slot) = s.ports.iter_mut().find(|(p, _)| p.name == v.name) {
+                slot.1 = v.policy.clone();
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> SwitchStats {
+        let s = self.lock();
+        let ports = s
+            .ports
+            .iter()
+            .map(|(p, _)| {
+                let mut st = s.counters.get(&p.name).cloned().unwrap_or_default();
+                st.name = p.name.clone();
+                for r in MOCK_DROP_REASONS {
+                    st.drops.entry(r.to_string()).or_insert(0);
+                }
+                st
+            })
+            .collect();
+        SwitchStats {
+            ports,
+            loops: vec![LoopStats {
+                name: "mock0".to_string(),
+                ..Default::default()
+            }],
+        }
+    }
+
+    fn stop(&self) {
+        let mut s = self.lock();
+        s.calls.push(MockCall::Stop);
+        s.stopped = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(name: &str) -> PortConfig {
+        PortConfig {
+            name: name.into(),
+            create: true,
+            macs: vec![],
+        }
+    }
+
+    #[test]
+    fn mock_refuses_and_stays_unchanged() {
+        let m = MockBackend::new();
+        m.add_port(&port("a"), &VifPolicy::default()).unwrap();
+        assert_eq!(
+            m.add_port(&port("a"), &VifPolicy::default()),
+            Err(BackendError::PortExists("a".into()))
+        );
+        m.fail_next_add("No such device");
+        assert!(m.add_port(&port("b"), &VifPolicy::default()).is_err());
+        assert_eq!(m.ports().len(), 1);
+        let bad = PolicySet::new(None).with_vif("zz", VifPolicy::default());
+        assert_eq!(
+            m.set_policies(&bad),
+            Err(BackendError::UnknownPort("zz".into()))
+        );
+        assert_eq!(
+            m.remove_port("b"),
+            Err(BackendError::UnknownPort("b".into()))
+        );
+        let st = m.stats();
+        assert_eq!(st.ports[0].drops.len(), MOCK_DROP_REASONS.len());
+        m.stop();
+        assert!(m.stopped());
+    }
+}

@@ -1,0 +1,442 @@
+//! The daemon's TOML configuration.
+//!
+//! ```toml
+//! capacity = "940Mbit"        # uplink capacity; default "unlimited"
+//! engine = "vqos"             # rr, ancs, policer, tcm, c2qos, vqos; default "vqos"
+//! cost = "bytes"              # what vifs are charged: "bytes" (default) or "cycles"
+//! cycles_per_sec = 2000000000 # the core's cycle budget for cost = "cycles"
+//! busy_poll = false           # poll without sleeping (default false: epoll readiness)
+//! state_file = "/var/lib/vqos/state.json"
+//!
+//! [api]
+//! socket = "/run/vqos/vqosd.sock"
+//! tcp = "127.0.0.1:7451"      # optional, loopback only, needs a token
+//! token_file = "/etc/vqos/token"   # or token_env = "VQOS_TOKEN"
+//!
+//! [uplink]
+//! name = "vqos-up"
+//! create = true
+//!
+//! [[port]]
+//! name = "vm1"
+//! create = true               # false: attach to an existing TAP
+//! macs = ["02:00:00:00:00:01"]
+//! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
+//! ```
+//!
+//! Unknown keys are errors that name the key. The ports and policies are validated as one
+//! [`PolicySet`] (weight 0, min > max, Σ min > capacity, duplicates are refused).
+
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
+
+use crate::backend::PortConfig;
+use crate::wire::{check_port_name, PortRequest, Rate, WireError};
+
+/// Default path of the API socket.
+pub const DEFAULT_SOCKET: &str = "/run/vqos/vqosd.sock";
+/// Default path of the state file.
+pub const DEFAULT_STATE_FILE: &str = "/var/lib/vqos/state.json";
+
+/// Why a configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("Cannot read config {path}: {source}")]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, unknown key or wrong type (the message names the key).
+    #[error("Invalid config: {0}")]
+    Syntax(String),
+    /// An unknown engine name.
+    #[error("Invalid config: {0}")]
+    Engine(String),
+    /// A port entry or MAC that is not valid.
+    #[error("Invalid config: {0}")]
+    Wire(#[from] WireError),
+    /// The ports' policies do not form a valid set.
+    #[error("Invalid config: {0}")]
+    Policy(#[from] PolicyError),
+    /// The TCP listener would be reachable from outside the host.
+    #[error("Invalid config: api.tcp {0} is not a loopback address (use 127.0.0.1 or [::1])")]
+    NotLoopback(SocketAddr),
+    /// A TCP listener without a token, or a token given twice.
+    #[error("Invalid config: {0}")]
+    Token(String),
+    /// The token file could not be read.
+    #[error("Cannot read token file {path}: {source}")]
+    TokenFile {
+        /// The token file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    capacity: Option<Rate>,
+    engine: Option<String>,
+    cost: Option<CostModel>,
+    cycles_per_sec: Option<u64>,
+    busy_poll: Option<bool>,
+    state_file: Option<PathBuf>,
+    #[serde(default)]
+    api: RawApi,
+    uplink: Option<RawUplink>,
+    #[serde(default)]
+    port: Vec<PortRequest>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    socket: Option<PathBuf>,
+    tcp: Option<SocketAddr>,
+    token_file: Option<PathBuf>,
+    token_env: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUplink {
+    name: String,
+    #[serde(default = "default_true")]
+    create: bool,
+}
+
+/// The optional TCP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Loopback address and port (port 0: any free port).
+    pub addr: SocketAddr,
+    /// The bearer token clients must present.
+    pub token: String,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Uplink capacity in bit/s; `None` = unlimited.
+    pub capacity_bps: Option<u64>,
+    /// The scheduling engine.
+    pub engine: EngineKind,
+    /// What vifs are charged in.
+    pub cost: CostModel,
+    /// The core's cycle budget per second (cost model `cycles`).
+    pub cycles_per_sec: u64,
+    /// Busy polling instead of readiness notification.
+    pub busy_poll: bool,
+    /// Path of the API's unix socket.
+    pub socket_path: PathBuf,
+    /// Optional TCP listener.
+    pub tcp: Option<TcpConfig>,
+    /// Path of the state file.
+    pub state_file: PathBuf,
+    /// The uplink port, if any.
+    pub uplink: Option<PortConfig>,
+    /// The initial vif ports and their policies, in order.
+    pub ports: Vec<(PortConfig, VifPolicy)>,
+}
+
+impl Config {
+    /// Reads and validates the config file at `path`; `token_env` values come from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, |k| std::env::var(k).ok())
+    }
+
+    /// Parses and validates config text; `env` looks up the variable named by `api.token_env`.
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(toml_message(&e)))?;
+        let engine = match raw.engine {
+            Some(name) => name.parse::<EngineKind>().map_err(ConfigError::Engine)?,
+            None => EngineKind::Vqos,
+        };
+        let mut set = PolicySet::new(raw.capacity.and_then(|r| r.0));
+        set.cost = raw.cost.unwrap_or_default();
+        if let Some(c) = raw.cycles_per_sec {
+            set.cycles_per_sec = c;
+        }
+        let mut ports = Vec::with_capacity(raw.port.len());
+        for p in raw.port {
+            check_port_name(&p.name)?;
+            let policy = p.policy.apply(&VifPolicy::default(), &p.name)?;
+            set = set.with_vif(&p.name, policy.clone());
+            ports.push((
+                PortConfig {
+                    name: p.name,
+                    create: p.create,
+                    macs: p.macs,
+                },
+                policy,
+            ));
+        }
+        set.validate()?;
+        let uplink = match raw.uplink {
+            Some(u) => {
+                check_port_name(&u.name)?;
+                if ports.iter().any(|(p, _)| p.name == u.name) {
+                    return Err(ConfigError::Policy(PolicyError::DuplicateVif(u.name)));
+                }
+                Some(PortConfig {
+                    name: u.name,
+                    create: u.create,
+                    macs: Vec::new(),
+                })
+            }
+            None => None,
+        };
+        let tcp = match raw.api.tcp {
+            None => {
+                if raw.api.token_file.is_some() || raw.api.token_env.is_some() {
+                    return Err(ConfigError::Token(
+                        "api.token_file/api.token_env given without api.tcp".into(),
+                    ));
+                }
+                None
+            }
+            Some(addr) => {
+                if !addr.ip().is_loopback() {
+                    return Err(ConfigError::NotLoopback(addr));
+                }
+                let token = load_token(
+                    raw.api.token_file.as_deref(),
+                    raw.api.token_env.as_deref(),
+                    env,
+                )?;
+                Some(TcpConfig { addr, token })
+            }
+        };
+        Ok(Config {
+            capacity_bps: set.capacity_bps,
+            engine,
+            cost: set.cost,
+            cycles_per_sec: set.cycles_per_sec,
+            busy_poll: raw.busy_poll.unwrap_or(false),
+            socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+            tcp,
+            state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
+            uplink,
+            ports,
+        })
+    }
+
+    /// The policy set of the configured ports.
+    pub fn policy_set(&self) -> PolicySet {
+        let mut set = PolicySet::new(self.capacity_bps);
+        set.cost = self.cost;
+        set.cycles_per_sec = self.cycles_per_sec;
+        for (p, policy) in &self.ports {
+            set = set.with_vif(&p.name, policy.clone());
+        }
+        set
+    }
+}
+
+/// The toml error on one line (its multi-line rendering quotes the source).
+fn toml_message(e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_string();
+    match e.span() {
+        Some(span) => format!("{msg} (at byte {})", span.start),
+        None => msg,
+    }
+}
+
+fn load_token(
+    file: Option<&Path>,
+    var: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    let token = match (file, var) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Token(
+                "give api.token_file or api.token_env, not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::Token(
+                "api.tcp needs api.token_file or api.token_env".into(),
+            ))
+        }
+        (Some(path), None) => {
+            let meta = fs::metadata(path).map_err(|source| ConfigError::TokenFile {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if meta.permissions().mode() & 0o077 != 0 {
+                return Err(ConfigError::Token(format!(
+                    "token file {} is readable by others (chmod 600 it)",
+                    path.display()
+                )));
+            }
+            fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+                path: path.to_path_buf(),
+                source,
+            })?
+        }
+        (None, Some(var)) => env(var).ok_or_else(|| {
+            ConfigError::Token(format!(
+                "environment variable {var} (api.token_env) is not set"
+            ))
+        })?,
+    };
+    let token = token.trim().to_string();
+    if token.len() < 16 {
+        return Err(ConfigError::Token(
+            "the API token must be at least 16 characters".into(),
+        ));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+capacity = "940Mbit"
+engine = "ancs"
+cost = "cycles"
+cycles_per_sec = 3000000000
+busy_poll = true
+state_file = "/tmp/x/state.json"
+
+[api]
+socket = "/tmp/x/vqosd.sock"
+tcp = "127.0.0.1:7451"
+token_env = "TOK"
+
+[uplink]
+name = "up0"
+create = false
+
+[[port]]
+name = "vm1"
+macs = ["02:00:00:00:00:01"]
+policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
+
+[[port]]
+name = "vm2"
+create = false
+"#;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "TOK").then(|| "0123456789abcdef\n".to_string())
+    }
+
+    fn err(text: &str) -> String {
+        Config::parse(text, env).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c = Config::parse(FULL, env).unwrap();
+        assert_eq!(c.capacity_bps, Some(940_000_000));
+        assert_eq!(c.engine, EngineKind::Ancs);
+        assert_eq!(c.cost, CostModel::Cycles);
+        assert_eq!(c.cycles_per_sec, 3_000_000_000);
+        assert!(c.busy_poll);
+        assert_eq!(c.tcp.as_ref().unwrap().token, "0123456789abcdef");
+        assert_eq!(c.uplink.as_ref().unwrap().name, "up0");
+        assert!(!c.uplink.as_ref().unwrap().create);
+        assert_eq!(c.ports.len(), 2);
+        let (p1, pol1) = &c.ports[0];
+        assert!(p1.create);
+        assert_eq!(p1.macs.len(), 1);
+        assert_eq!(
+            (pol1.weight, pol1.min_bps, pol1.max_bps, pol1.priority),
+            (3, 200_000_000, Some(500_000_000), 1)
+        );
+        assert!(!c.ports[1].0.create);
+        assert_eq!(c.ports[1].1, VifPolicy::default());
+        assert_eq!(c.policy_set().len(), 2);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::parse("", env).unwrap();
+        assert_eq!(c.capacity_bps, None);
+        assert_eq!(c.engine, EngineKind::Vqos);
+        assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(c.state_file, PathBuf::from(DEFAULT_STATE_FILE));
+        assert!(c.tcp.is_none() && c.uplink.is_none() && c.ports.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        assert!(err("capcity = \"1Gbit\"").contains("unknown field `capcity`"));
+        assert!(err("[api]\nsockett = \"/x\"").contains("unknown field `sockett`"));
+        assert!(err("[[port]]\nname = \"a\"\nweight = 2").contains("unknown field `weight`"));
+        assert!(err("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }")
+            .contains("unknown field `wieght`"));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert!(err("engine = \"wfq\"").contains("Unknown engine 'wfq'"));
+        assert!(err("capacity = \"9Mbyte\"").contains("Invalid rate '9Mbyte'"));
+        let e = err("[[port]]\nname = \"a\"\npolicy = { weight = 0 }");
+        assert_eq!(e, "Invalid config: Vif 'a': weight must be greater than 0");
+        let e = err("capacity = \"100Mbit\"\n[[port]]\nname = \"a\"\npolicy = { min = \"60Mbit\" }\n[[port]]\nname = \"b\"\npolicy = { min = \"60Mbit\" }");
+        assert!(
+            e.contains("Sum of minimums 120Mbit exceeds capacity 100Mbit"),
+            "{e}"
+        );
+        assert!(err("[[port]]\nname = \"a\"\n[[port]]\nname = \"a\"").contains("Duplicate vif 'a'"));
+        assert!(err("[[port]]\nname = \"a\"\nmacs = [\"02:00\"]")
+            .contains("Invalid MAC address '02:00'"));
+        assert!(err("[[port]]\nname = \"a/b\"").contains("Invalid port name 'a/b'"));
+        assert!(err("[uplink]\nname = \"a\"\n[[port]]\nname = \"a\"").contains("Duplicate vif 'a'"));
+    }
+
+    #[test]
+    fn tcp_must_be_loopback_and_have_a_token() {
+        let e = err("[api]\ntcp = \"0.0.0.0:7451\"\ntoken_env = \"TOK\"");
+        assert!(e.contains("0.0.0.0:7451 is not a loopback address"), "{e}");
+        assert!(err("[api]\ntcp = \"10.1.2.3:1\"\ntoken_env = \"TOK\"").contains("not a loopback"));
+        assert!(err("[api]\ntcp = \"127.0.0.1:1\"").contains("needs api.token_file"));
+        assert!(err("[api]\ntcp = \"127.0.0.1:1\"\ntoken_env = \"NOPE\"").contains("NOPE"));
+        assert!(Config::parse("[api]\ntcp = \"[::1]:1\"\ntoken_env = \"TOK\"", env).is_ok());
+    }
+
+    #[test]
+    fn token_file_must_be_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        fs::write(&f, "0123456789abcdef0123\n").unwrap();
+        let text = format!(
+            "[api]\ntcp = \"127.0.0.1:1\"\ntoken_file = \"{}\"",
+            f.display()
+        );
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(err(&text).contains("readable by others"));
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let c = Config::parse(&text, env).unwrap();
+        assert_eq!(c.tcp.unwrap().token, "0123456789abcdef0123");
+        fs::write(&f, "short").unwrap();
+        assert!(err(&text).contains("at least 16 characters"));
+    }
+}

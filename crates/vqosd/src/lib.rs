@@ -1,0 +1,40 @@
+//! # vqosd
+//!
+//! The vqos daemon as a library: its TOML [`config`], the control API ([`api`]) served over
+//! HTTP/1.1 ([`http`], [`server`]) on a root-only unix socket and optionally on a
+//! token-protected loopback TCP port, Prometheus [`metrics`], the persisted policy [`state`],
+//! and the [`backend`] boundary to the switch (the real data plane, or an in-memory mock that
+//! ships with the crate for tests). A small [`client`] speaks the same protocol; the `vqos` CLI
+//! and the tests use it.
+//!
+//! ## Behavior
+//! - Every change (add or remove a port, set a policy) is validated as a whole policy set first;
+//!   an invalid request is answered with a 4xx and a JSON `{"error": ...}` and changes nothing,
+//!   neither in the switch nor on disk.
+//! - An accepted change is applied to the switch, then the whole state is written atomically
+//!   (temporary file in the same directory, fsync, rename, fsync of the directory). If the write
+//!   fails the switch is put back as it was and the client gets a 500.
+//! - On start the ports of the config are created, the ports added through the API are restored
+//!   from the state file, and the state file's policies win over the config's.
+//! - Requests are served one thread per connection (at most [`server::MAX_CONNECTIONS`] at once),
+//!   with bounded header and body sizes and read/write timeouts; every response closes the
+//!   connection.
+//!
+//! ## Limitations
+//! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
+//!   (TCP listens on loopback only).
+//! - A port of the config that was deleted through the API comes back at the next start: the
+//!   config is the declared initial set.
+//! - Capacity, engine and cost model come from the config only; changing them needs a restart.
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod backend;
+pub mod client;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod signals;
+pub mod state;
+pub mod wire;

@@ -1,0 +1,422 @@
+//! Prometheus text exposition (format 0.0.4) of the switch's stats.
+//!
+//! Every family in [`FAMILIES`] gets its `# HELP` and `# TYPE` lines, then one sample per port,
+//! loop or drop reason. Counters end in `_total`; rates are gauges in bit/s.
+
+use std::fmt::Write;
+
+use crate::wire::StatsView;
+
+/// Content type of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Every metric family: name, type, help.
+pub const FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "vqos_info",
+        "gauge",
+        "Engine and version of the running switch (always 1).",
+    ),
+    (
+        "vqos_capacity_bps",
+        "gauge",
+        "Uplink capacity in bit/s (absent when unlimited).",
+    ),
+    (
+        "vqos_port_rx_frames_total",
+        "counter",
+        "Frames read from the port.",
+    ),
+    (
+        "vqos_port_rx_bytes_total",
+        "counter",
+        "Bytes read from the port.",
+    ),
+    (
+        "vqos_port_tx_frames_total",
+        "counter",
+        "Frames written to the port.",
+    ),
+    (
+        "vqos_port_tx_bytes_total",
+        "counter",
+        "Bytes written to the port.",
+    ),
+    (
+        "vqos_port_drops_total",
+        "counter",
+        "Frames dropped, by reason.",
+    ),
+    (
+        "vqos_port_rate_bps",
+        "gauge",
+        "Recent rate from the port towards the uplink, bit/s.",
+    ),
+    (
+        "vqos_port_credit",
+        "gauge",
+        "Credit or tokens left in the engine's cost unit.",
+    ),
+    (
+        "vqos_port_throttled",
+        "gauge",
+        "1 while the engine refuses to serve the port.",
+    ),
+    ("vqos_policy_weight", "gauge", "Weight of the vif's policy."),
+    (
+        "vqos_policy_min_bps",
+        "gauge",
+        "Guaranteed minimum of the vif, bit/s.",
+    ),
+    (
+        "vqos_policy_max_bps",
+        "gauge",
+        "Hard maximum of the vif, bit/s (absent when unlimited).",
+    ),
+    (
+        "vqos_policy_priority",
+        "gauge",
+        "Latency priority of the vif (0 = most urgent).",
+    ),
+    (
+        "vqos_loop_busy_cycles_total",
+        "counter",
+        "Cycles the poll loop spent moving frames.",
+    ),
+    (
+        "vqos_loop_idle_cycles_total",
+        "counter",
+        "Cycles the poll loop spent polling without work.",
+    ),
+    (
+        "vqos_loop_bursts_total",
+        "counter",
+        "Bursts the poll loop served.",
+    ),
+];
+
+/// Escapes a label value (backslash, double quote, newline).
+fn esc(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Renders the exposition of `stats`.
+pub fn render(stats: &StatsView) -> String {
+    let mut out = String::new();
+    for &(name, kind, help) in FAMILIES {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let mut sample = |labels: &str, value: &dyn std::fmt::Display| {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {value}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        };
+        match name {
+            "vqos_info" => sample(
+                &format!(
+                    "engine=\"{}\",version=\"{}\"",
+                    esc(&stats.engine),
+                    env!("CARGO_PKG_VERSION")
+                ),
+                &1,
+            ),
+            "vqos_capacity_bps" => {
+                if let Some(c) = stats.capacity_bps {
+                    sample("", &c);
+                }
+            }
+            "vqos_loop_busy_cycles_total"
+            | "vqos_loop_idle_cycles_total"
+            | "vqos_loop_bursts_total" => {
+                for l in &stats.loops {
+                    let v = match name {
+                        "vqos_loop_busy_cycles_total" => l.busy_cycles,
+                        "vqos_loop_idle_cycles_total" => l.idle_cycles,
+                        _ => l.bursts,
+                    };
+                    sample(&format!("loop=\"{}\"", esc(&l.name)), &v);
+                }
+            }
+            _ => {
+                for p in &stats.ports {
+                    let port = format!("port=\"{}\"", esc(&p.stats.name));
+                    let s = &p.stats;
+                    match name {
+                        "vqos_port_rx_frames_total" => sample(&port, &s.rx_frames),
+                        "vqos_port_rx_bytes_total" => sample(&port, &s.rx_bytes),
+                        "vqos_port_tx_frames_total" => sample(&port, &s.tx_frames),
+                        "vqos_port_tx_bytes_total" => sample(&port, &s.tx_bytes),
+                        "vqos_port_drops_total" => {
+                            for (reason, n) in &s.drops {
+                                sample(&format!("{port},reason=\"{}\"", esc(reason)), n);
+                            }
+                        }
+                        "vqos_port_rate_bps" => sample(&port, &s.rate_bps),
+                        "vqos_port_credit" => sample(&port, &s.credit),
+                        "vqos_port_throttled" => sample(&port, &u8::from(s.throttled)),
+                        _ => {
+                            let Some(pol) = &p.policy else { continue };
+                            match name {
+                                "vqos_policy_weight" => sample(&port, &pol.weight),
+                                "vqos_policy_min_bps" => sample(&port, &pol.min_bps),
+                                "vqos_policy_max_bps" => {
+                                    if let Some(m) = pol.max_bps {
+                                        sample(&port, &m);
+                                    }
+                                }
+                                "vqos_policy_priority" => sample(&port, &pol.priority),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One sample line of the exposition, as [`parse`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Metric name.
+    pub name: String,
+    /// Labels in order.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+/// A parsed exposition.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Exposition {
+    /// The sample lines.
+    pub samples: Vec<Sample>,
+    /// The declared `(name, type)` pairs.
+    pub types: Vec<(String, String)>,
+}
+
+/// Parses an exposition strictly: every line is `# HELP name text`, `# TYPE name type`, or
+/// `name{labels} value`. Returns the samples and the declared types, or the first
+/// bad line. Used by tests and by `vqos stats` consumers that want to check a scrape.
+pub fn parse(text: &str) -> Result<Exposition, String> {
+    let mut samples = Vec::new();
+    let mut types = Vec::new();
+    for line in text.lines() {
+        let bad = || format!("Bad exposition line {line:?}");
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or("");
+            if !valid_name(name) {
+                return Err(bad());
+            }
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split(' ');
+            let (name, kind) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+            let known = ["counter", "gauge", "histogram", "summary", "untyped"];
+            if !valid_name(name) || !known.contains(&kind) || it.next().is_some() {
+                return Err(bad());
+            }
+            types.push((name.to_string(), kind.to_string()));
+        } else {
+            samples.push(parse_sample(line).ok_or_else(bad)?);
+        }
+    }
+    Ok(Exposition { samples, types })
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    let name_end = line.find(['{', ' '])?;
+    let name = &line[..name_end];
+    if !valid_name(name) {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(body) = rest.strip_prefix('{') {
+        let mut chars = body.char_indices().peekable();
+        let mut end = None;
+        // label="value" pairs separated by commas, values with \\ \" \n escapes.
+        loop {
+            match chars.peek() {
+                Some(&(i, '}')) => {
+                    end = Some(i);
+                    break;
+                }
+                None => break,
+                _ => {}
+            }
+            let start = chars.peek()?.0;
+            let eq = body[start..].find('=')? + start;
+            let lname = &body[start..eq];
+            if !valid_name(lname) || !body[eq + 1..].starts_with('"') {
+                return None;
+            }
+            while chars.peek()?.0 <= eq + 1 {
+                chars.next();
+            }
+            let mut value = String::new();
+            loop {
+                let (_, c) = chars.next()?;
+                match c {
+                    '"' => break,
+                    '\\' => match chars.next()?.1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        _ => return None,
+                    },
+                    c => value.push(c),
+                }
+            }
+            labels.push((lname.to_string(), value));
+            if let Some(&(_, ',')) = chars.peek() {
+                chars.next();
+            }
+        }
+        rest = &body[end? + 1..];
+    }
+    let value_text = rest.strip_prefix(' ')?;
+    if value_text.contains(' ') {
+        return None;
+    }
+    let value = match value_text {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{LoopStats, PortStats};
+    use crate::wire::{PolicyView, PortStatsView};
+    use vqos_sched::VifPolicy;
+
+    /// A switch where every metric has something to say.
+    fn full() -> StatsView {
+        let policy = VifPolicy {
+            weight: 2,
+            min_bps: 1_000,
+            max_bps: Some(5_000),
+            priority: 1,
+        };
+        let mut drops = std::collections::BTreeMap::new();
+        drops.insert("mac_spoof".to_string(), 3);
+        drops.insert("malformed".to_string(), 0);
+        StatsView {
+            engine: "vqos".into(),
+            capacity_bps: Some(940_000_000),
+            ports: vec![
+                PortStatsView {
+                    stats: PortStats {
+                        name: "vm\"1".into(),
+                        rx_frames: 10,
+                        drops,
+                        credit: -5,
+                        throttled: true,
+                        ..Default::default()
+                    },
+                    role: "vif".into(),
+                    policy: Some(PolicyView::from(&policy)),
+                },
+                PortStatsView {
+                    stats: PortStats {
+                        name: "up0".into(),
+                        ..Default::default()
+                    },
+                    role: "uplink".into(),
+                    policy: None,
+                },
+            ],
+            loops: vec![LoopStats {
+                name: "pmd0".into(),
+                busy_cycles: 7,
+                idle_cycles: 9,
+                bursts: 2,
+            }],
+        }
+    }
+
+    #[test]
+    fn every_declared_family_is_emitted_and_parses() {
+        let text = render(&full());
+        let Exposition { samples, types } = parse(&text).unwrap();
+        assert_eq!(types.len(), FAMILIES.len());
+        for (name, kind) in &types {
+            assert!(
+                samples.iter().any(|s| &s.name == name),
+                "metric {name} ({kind}) is declared but never emitted"
+            );
+            assert_eq!(kind == "counter", name.ends_with("_total"), "{name}");
+        }
+        for s in &samples {
+            assert!(
+                types.iter().any(|(n, _)| n == &s.name),
+                "{} undeclared",
+                s.name
+            );
+        }
+        let drop = samples
+            .iter()
+            .find(|s| s.name == "vqos_port_drops_total" && s.labels[1].1 == "mac_spoof")
+            .unwrap();
+        assert_eq!(drop.labels[0], ("port".to_string(), "vm\"1".to_string()));
+        assert_eq!(drop.value, 3.0);
+        let credit = samples
+            .iter()
+            .find(|s| s.name == "vqos_port_credit")
+            .unwrap();
+        assert_eq!(credit.value, -5.0);
+        // The uplink has no policy samples.
+        assert!(!samples
+            .iter()
+            .any(|s| s.name.starts_with("vqos_policy_") && s.labels[0].1 == "up0"));
+    }
+
+    #[test]
+    fn parser_rejects_bad_lines() {
+        for bad in [
+            "no_value",
+            "1bad 1",
+            "m{a=\"x\"} ",
+            "m{a=x} 1",
+            "m{a=\"x} 1",
+            "m 1 2",
+            "m abc",
+            "# TYPE m thing",
+            "m{a=\"\\q\"} 1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let s = parse("m{a=\"x\\\\y\",b=\"\"} 1.5\nn 2").unwrap().samples;
+        assert_eq!(
+            s[0].labels,
+            vec![("a".into(), "x\\y".into()), ("b".into(), "".into())]
+        );
+        assert_eq!(s[1].value, 2.0);
+    }
+}

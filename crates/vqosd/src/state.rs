@@ -1,0 +1,217 @@
+//! The persisted state: every port and its policy, written atomically after each accepted change
+//! and read back at start.
+//!
+//! Writing: the JSON goes to a temporary file in the same directory, which is fsynced, renamed over
+//! the state file, and the directory is fsynced so the rename itself survives a crash. A reader
+//! therefore sees either the old state or the new one, never a mix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vqos_sched::VifPolicy;
+
+use crate::wire::MacAddr;
+
+/// Version of the state file format written by this build.
+pub const STATE_VERSION: u32 = 1;
+
+/// Why the state could not be read or written.
+#[derive(Debug, Error)]
+pub enum StateError {
+    /// Reading, writing, syncing or renaming failed.
+    #[error("State file {path}: {source}")]
+    Io {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not valid state JSON.
+    #[error("State file {path}: {message}")]
+    Corrupt {
+        /// The state file.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// A format this build does not know.
+    #[error("State file {path}: version {version} is not supported (expected {STATE_VERSION})")]
+    Version {
+        /// The state file.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+}
+
+/// One port as saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedPort {
+    /// Interface name.
+    pub name: String,
+    /// Created (`true`) or attached.
+    pub create: bool,
+    /// MAC allow-list.
+    #[serde(default)]
+    pub macs: Vec<MacAddr>,
+    /// The vif's policy.
+    pub policy: VifPolicy,
+}
+
+/// The whole persisted state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedState {
+    /// Format version ([`STATE_VERSION`]).
+    pub version: u32,
+    /// Every port, in switch order.
+    pub ports: Vec<SavedPort>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads the state file; `Ok(None)` when it does not exist (first start).
+pub fn load(path: &Path) -> Result<Option<SavedState>, StateError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let state: SavedState = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if state.version != STATE_VERSION {
+        return Err(StateError::Version {
+            path: path.to_path_buf(),
+            version: state.version,
+        });
+    }
+    Ok(Some(state))
+}
+
+/// Writes `state` to `path` atomically (temp file, fsync, rename, fsync of the directory).
+/// Creates the directory if needed. The file is readable by its owner only.
+pub fn save(path: &Path, state: &SavedState) -> Result<(), StateError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        file_name.unwrap_or_else(|| "state".into()),
+        std::process::id()
+    ));
+    let mut json = serde_json::to_vec_pretty(state).map_err(|e| StateError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    json.push(b'\n');
+    let write = || -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()
+    };
+    if let Err(e) = write() {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err(&tmp)(e));
+    }
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err(path)(e));
+    }
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(&dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SavedState {
+        SavedState {
+            version: STATE_VERSION,
+            ports: vec![SavedPort {
+                name: "vm1".into(),
+                create: false,
+                macs: vec!["02:00:00:00:00:01".parse().unwrap()],
+                policy: VifPolicy {
+                    weight: 3,
+                    min_bps: 200_000_000,
+                    max_bps: Some(500_000_000),
+                    priority: 1,
+                },
+            }],
+        }
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/state.json");
+        assert!(load(&path).unwrap().is_none());
+        save(&path, &sample()).unwrap();
+        let mut second = sample();
+        second.ports[0].policy.weight = 9;
+        save(&path, &second).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(second));
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["state.json".to_string()]);
+    }
+
+    #[test]
+    fn corrupt_and_future_files_are_refused_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        fs::write(&path, "{not json").unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("State file {}", path.display())),
+            "{e}"
+        );
+        fs::write(&path, r#"{"version": 99, "ports": []}"#).unwrap();
+        assert!(matches!(
+            load(&path),
+            Err(StateError::Version { version: 99, .. })
+        ));
+    }
+
+    #[test]
+    fn failed_write_keeps_the_old_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        save(&path, &sample()).unwrap();
+        // A directory in the way of the temp file makes the write fail.
+        let tmp = dir
+            .path()
+            .join(format!(".state.json.tmp.{}", std::process::id()));
+        fs::create_dir(&tmp).unwrap();
+        fs::write(tmp.join("x"), "x").unwrap();
+        let mut changed = sample();
+        changed.ports.clear();
+        assert!(save(&path, &changed).is_err());
+        assert_eq!(load(&path).unwrap(), Some(sample()));
+    }
+}

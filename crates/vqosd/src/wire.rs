@@ -1,0 +1,351 @@
+//! The JSON (and TOML) shapes of the control API: policy patches, port requests, and the views
+//! the daemon answers with.
+//!
+//! Rates are accepted as strings (`"200Mbit"`, `"1.5Gbit"`, `"unlimited"`) or as plain numbers
+//! of bits per second, and are answered both ways (`"min": "200Mbit", "min_bps": 200000000`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vqos_sched::policy::PRIORITY_LEVELS;
+use vqos_sched::units::{format_rate, parse_rate};
+use vqos_sched::VifPolicy;
+
+use crate::backend::{LoopStats, PortStats};
+
+/// Why a request body or a config entry could not be turned into a policy or a port.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum WireError {
+    /// `min` was given as `unlimited`.
+    #[error("Vif '{0}': min cannot be unlimited")]
+    UnlimitedMin(String),
+    /// A MAC address that is not six hex bytes separated by colons.
+    #[error("Invalid MAC address '{0}': expected six hex bytes like 02:00:00:00:00:01")]
+    BadMac(String),
+    /// A port name the kernel would refuse for an interface.
+    #[error("Invalid port name '{0}': expected 1 to 15 characters among A-Z a-z 0-9 . _ -")]
+    BadPortName(String),
+}
+
+/// A rate as written by a client: `Some(bps)` or `None` for unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate(pub Option<u64>);
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct RateVisitor;
+        impl Visitor<'_> for RateVisitor {
+            type Value = Rate;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a rate such as \"200Mbit\", \"unlimited\" or a number of bit/s")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Rate, E> {
+                parse_rate(v).map(Rate).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Rate, E> {
+                Ok(Rate(Some(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Rate, E> {
+                u64::try_from(v)
+                    .map(|v| Rate(Some(v)))
+                    .map_err(|_| E::custom(format!("Invalid rate {v}: must not be negative")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Rate, E> {
+                Err(E::custom(format!(
+                    "Invalid rate {v}: use whole bit/s or a string like \"1.5Mbit\""
+                )))
+            }
+        }
+        d.deserialize_any(RateVisitor)
+    }
+}
+
+/// Deserializes a present field (even `null`) as `Some(inner)`, so that an absent field
+/// (`None`) and `"max": null` (`Some(None)`, unlimited) differ.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A partial policy: fields left out keep their current value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPatch {
+    /// Proportional share (> 0).
+    pub weight: Option<u32>,
+    /// Guaranteed minimum.
+    pub min: Option<Rate>,
+    /// Hard maximum; `"unlimited"` or `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    pub max: Option<Option<Rate>>,
+    /// Latency priority 0 (most urgent) ..= 7.
+    pub priority: Option<u8>,
+}
+
+impl PolicyPatch {
+    /// `base` with the fields of this patch replaced; `vif` names the vif in errors. The result
+    /// is not validated (the daemon validates the whole set).
+    pub fn apply(&self, base: &VifPolicy, vif: &str) -> Result<VifPolicy, WireError> {
+        let mut p = base.clone();
+        if let Some(w) = self.weight {
+            p.weight = w;
+        }
+        if let Some(Rate(min)) = self.min {
+            p.min_bps = min.ok_or_else(|| WireError::UnlimitedMin(vif.to_string()))?;
+        }
+        if let Some(max) = self.max {
+            p.max_bps = max.and_then(|r| r.0);
+        }
+        if let Some(prio) = self.priority {
+            p.priority = prio;
+        }
+        Ok(p)
+    }
+
+    /// True when the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == PolicyPatch::default()
+    }
+}
+
+/// A MAC address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl FromStr for MacAddr {
+    type Err = WireError;
+    fn from_str(s: &str) -> Result<Self, WireError> {
+        let bad = || WireError::BadMac(s.to_string());
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in out.iter_mut() {
+            let part = parts.next().ok_or_else(bad)?;
+            if part.len() != 2 {
+                return Err(bad());
+            }
+            *b = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl Serialize for MacAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+/// Checks that `name` can be a network interface name (Linux: at most 15 bytes).
+pub fn check_port_name(name: &str) -> Result<(), WireError> {
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(WireError::BadPortName(name.to_string()))
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `POST /v1/ports` body, and one `[[port]]` of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRequest {
+    /// Interface name.
+    pub name: String,
+    /// `true` (default): vqosd creates the TAP; `false`: it attaches to an existing one.
+    #[serde(default = "default_true")]
+    pub create: bool,
+    /// The vif's policy; fields left out take the defaults (weight 1, no min, no max,
+    /// priority 7).
+    #[serde(default)]
+    pub policy: PolicyPatch,
+    /// Source MAC addresses the vif may send from; empty = any.
+    #[serde(default)]
+    pub macs: Vec<MacAddr>,
+}
+
+/// A policy as the daemon reports it: human rates and exact numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyView {
+    /// Proportional share.
+    pub weight: u32,
+    /// Guaranteed minimum, e.g. `"200Mbit"` (`"0bit"` = none).
+    pub min: String,
+    /// Hard maximum, e.g. `"500Mbit"` or `"unlimited"`.
+    pub max: String,
+    /// Guaranteed minimum in bit/s.
+    pub min_bps: u64,
+    /// Hard maximum in bit/s; `null` = unlimited.
+    pub max_bps: Option<u64>,
+    /// Latency priority 0..=7.
+    pub priority: u8,
+}
+
+impl From<&VifPolicy> for PolicyView {
+    fn from(p: &VifPolicy) -> Self {
+        PolicyView {
+            weight: p.weight,
+            min: format_rate(Some(p.min_bps)),
+            max: format_rate(p.max_bps),
+            min_bps: p.min_bps,
+            max_bps: p.max_bps,
+            priority: p.priority,
+        }
+    }
+}
+
+impl From<&PolicyView> for VifPolicy {
+    fn from(v: &PolicyView) -> Self {
+        VifPolicy {
+            weight: v.weight,
+            min_bps: v.min_bps,
+            max_bps: v.max_bps,
+            priority: v.priority,
+        }
+    }
+}
+
+/// One port as `GET /v1/ports` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortView {
+    /// Interface name.
+    pub name: String,
+    /// Whether vqosd created the TAP (`false`: attached to an existing one).
+    pub create: bool,
+    /// The MAC allow-list (empty = any).
+    pub macs: Vec<MacAddr>,
+    /// The vif's policy.
+    pub policy: PolicyView,
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong, naming the field, vif or endpoint.
+    pub error: String,
+}
+
+/// One port in `GET /v1/stats`: its counters, its role and (for vifs) its policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStatsView {
+    /// Counters and gauges from the switch.
+    #[serde(flatten)]
+    pub stats: PortStats,
+    /// `"vif"` or `"uplink"`.
+    pub role: String,
+    /// The vif's policy (`null` for the uplink).
+    pub policy: Option<PolicyView>,
+}
+
+/// The body of `GET /v1/stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsView {
+    /// The scheduling engine.
+    pub engine: String,
+    /// Uplink capacity in bit/s; `null` = unlimited.
+    pub capacity_bps: Option<u64>,
+    /// Per port (vifs and the uplink).
+    pub ports: Vec<PortStatsView>,
+    /// Per poll loop.
+    pub loops: Vec<LoopStats>,
+}
+
+/// Highest valid priority, re-exported for the CLI's help text.
+pub const MAX_PRIORITY: u8 = (PRIORITY_LEVELS - 1) as u8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_keeps_absent_fields_and_tells_null_from_absent() {
+        let base = VifPolicy {
+            weight: 3,
+            min_bps: 10,
+            max_bps: Some(100),
+            priority: 2,
+        };
+        let p: PolicyPatch = serde_json::from_str(r#"{"min":"1Kbit"}"#).unwrap();
+        let got = p.apply(&base, "a").unwrap();
+        assert_eq!(got.min_bps, 1000);
+        assert_eq!((got.weight, got.max_bps, got.priority), (3, Some(100), 2));
+        let p: PolicyPatch = serde_json::from_str(r#"{"max":null}"#).unwrap();
+        assert_eq!(p.apply(&base, "a").unwrap().max_bps, None);
+        let p: PolicyPatch = serde_json::from_str(r#"{"max":"unlimited","weight":5}"#).unwrap();
+        let got = p.apply(&base, "a").unwrap();
+        assert_eq!((got.max_bps, got.weight), (None, 5));
+        let p: PolicyPatch = serde_json::from_str(r#"{"max":250000000}"#).unwrap();
+        assert_eq!(p.apply(&base, "a").unwrap().max_bps, Some(250_000_000));
+        let p: PolicyPatch = serde_json::from_str(r#"{"min":"unlimited"}"#).unwrap();
+        assert_eq!(
+            p.apply(&base, "a").unwrap_err().to_string(),
+            "Vif 'a': min cannot be unlimited"
+        );
+    }
+
+    #[test]
+    fn patch_refuses_bad_fields() {
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"wieght":1}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `wieght`"), "{e}");
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"min":"5Mbyte"}"#).unwrap_err();
+        assert!(e.to_string().contains("Invalid rate '5Mbyte'"), "{e}");
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"min":-5}"#).unwrap_err();
+        assert!(e.to_string().contains("must not be negative"), "{e}");
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"max":1.5}"#).unwrap_err();
+        assert!(e.to_string().contains("Invalid rate 1.5"), "{e}");
+    }
+
+    #[test]
+    fn macs_and_names() {
+        let m: MacAddr = "02:00:0A:ff:00:01".parse().unwrap();
+        assert_eq!(m.to_string(), "02:00:0a:ff:00:01");
+        for bad in [
+            "02:00:00:00:00",
+            "02:00:00:00:00:01:02",
+            "2:00:00:00:00:01",
+            "zz:00:00:00:00:01",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+        assert!(check_port_name("vm1-tap.0").is_ok());
+        for bad in ["", "a/b", "..", "sixteen-chars-xx", "a b"] {
+            assert!(check_port_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
