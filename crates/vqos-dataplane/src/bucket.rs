@@ -122,7 +122,7 @@ mod tests {
         b.refill(at);
         assert!(b.allows());
         // Refilling in 1 ns steps loses no fraction: 8 µs = 1 byte.
-        let mut c = TokenBucket::new(1_000_000, 0, 0, 0);
+        let mut c = TokenBucket::new(1_000_000, 0, 10, 0);
         c.consume(c.tokens_bytes() as u64);
         for t in 1..=8_000 {
             c.refill(t);

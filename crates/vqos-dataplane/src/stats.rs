@@ -74,6 +74,8 @@ pub struct PortStats {
     pub drops: DropCounters,
     /// Frames marked ECN CE (by the engine on ingress, by the ECN probability on egress).
     pub ecn_marked: u64,
+    /// Reads from the port that failed (retried every stats interval).
+    pub rx_errors: u64,
     /// Probability of CE marking on the uplink→vif direction (vifs only).
     pub ecn_probability: f64,
     /// The engine's view of the vif (credit, throttled).

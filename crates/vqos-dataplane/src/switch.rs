@@ -192,7 +192,6 @@ impl PortSpec {
 }
 
 /// How to start a switch.
-#[derive(Debug)]
 pub struct SwitchConfig {
     /// The uplink port.
     pub uplink: PortSpec,
@@ -214,6 +213,25 @@ pub struct SwitchConfig {
     pub stats_interval_ns: u64,
     /// Enforce each vif's maximum on the uplink→vif direction too (default true).
     pub downlink_max: bool,
+    /// An engine to use instead of building `engine` (tests, experiments); it is configured
+    /// with the initial policy set on start.
+    pub custom_engine: Option<Box<dyn Engine>>,
+}
+
+impl std::fmt::Debug for SwitchConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwitchConfig")
+            .field("uplink", &self.uplink)
+            .field("engine", &self.engine)
+            .field("capacity_bps", &self.capacity_bps)
+            .field("cost", &self.cost)
+            .field("readiness", &self.readiness)
+            .field(
+                "custom_engine",
+                &self.custom_engine.as_ref().map(|e| e.kind()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl SwitchConfig {
@@ -230,6 +248,7 @@ impl SwitchConfig {
             mac_capacity: 4096,
             stats_interval_ns: 25_000_000,
             downlink_max: true,
+            custom_engine: None,
         }
     }
 }
@@ -298,7 +317,17 @@ impl SwitchHandle {
         policies.cost = config.cost;
         policies.cycles_per_sec = config.cycles_per_sec;
         policies.validate()?;
-        let engine = vqos_sched::build(config.engine, &policies, 0)?;
+        let (engine, engine_kind) = match config.custom_engine {
+            Some(mut e) => {
+                e.configure(&policies, 0)?;
+                let kind = e.kind();
+                (e, kind)
+            }
+            None => (
+                vqos_sched::build(config.engine, &policies, 0)?,
+                config.engine,
+            ),
+        };
         let uplink_name = config.uplink.name.clone();
         let (uplink, _) = config.uplink.open()?;
         let wake = Arc::new(EventFd::new()?);
@@ -315,7 +344,7 @@ impl SwitchHandle {
         let stats = Arc::new(Mutex::new(Arc::new(SwitchStats {
             time_ns: 0,
             policy_epoch: 0,
-            engine: config.engine,
+            engine: engine_kind,
             capacity_bps: config.capacity_bps,
             mac_entries: 0,
             ports: Vec::new(),
@@ -330,7 +359,7 @@ impl SwitchHandle {
             out: Vec::new(),
             touched: Vec::with_capacity(64),
             engine,
-            engine_kind: config.engine,
+            engine_kind,
             policies: Arc::new(policies.clone()),
             policy_epoch: 0,
             ready: ReadySet::new(0),
@@ -549,6 +578,8 @@ struct PortCounters {
     drops: DropCounters,
     /// Frames marked CE.
     ecn_marked: u64,
+    /// Reads that failed.
+    rx_errors: u64,
 }
 
 /// One port as the loop holds it.
@@ -565,6 +596,9 @@ struct Slot {
     policy: Option<VifPolicy>,
     /// Frames may be waiting (set by epoll or busy polling, cleared by a short read).
     ready: bool,
+    /// The last read failed: retried at the next stats publication (frames may still wait,
+    /// and an edge-triggered descriptor will not fire for them again).
+    rx_failed: bool,
     /// Readiness descriptor registered with epoll.
     fd: Option<std::os::fd::RawFd>,
     /// Allowed source MACs.
@@ -669,6 +703,7 @@ impl Loop {
             policy: None,
             // A new port may already hold frames: the edge may have passed before we watched.
             ready: true,
+            rx_failed: false,
             fd,
             allowed,
             c: PortCounters::default(),
@@ -906,10 +941,14 @@ impl Loop {
     fn serve_uplink(&mut self, now: u64) {
         let slot = self.slots[0].as_mut().expect("uplink present");
         self.batch.clear();
-        let got = slot
-            .port
-            .recv_batch(&mut self.batch, BATCH_FRAMES)
-            .unwrap_or(0);
+        let got = match slot.port.recv_batch(&mut self.batch, BATCH_FRAMES) {
+            Ok(n) => n,
+            Err(_) => {
+                slot.c.rx_errors += 1;
+                slot.rx_failed = true;
+                0
+            }
+        };
         if got < BATCH_FRAMES {
             slot.ready = false;
         }
@@ -933,7 +972,14 @@ impl Loop {
             want = want.min(est);
         }
         self.batch.clear();
-        let got = slot.port.recv_batch(&mut self.batch, want).unwrap_or(0);
+        let got = match slot.port.recv_batch(&mut self.batch, want) {
+            Ok(n) => n,
+            Err(_) => {
+                slot.c.rx_errors += 1;
+                slot.rx_failed = true;
+                0
+            }
+        };
         if got < want {
             slot.ready = false;
             self.ready.set(vif, false);
@@ -1113,6 +1159,13 @@ impl Loop {
         self.next_stats_ns = now + self.stats_interval_ns;
         let mut ports = Vec::with_capacity(self.slots.len());
         for s in self.slots.iter_mut().flatten() {
+            if s.rx_failed {
+                s.rx_failed = false;
+                s.ready = true;
+                if let Some(v) = s.vif {
+                    self.ready.set(v, true);
+                }
+            }
             let oldest = s.rate_hist[s.rate_pos];
             s.rate_hist[s.rate_pos] = (now, s.c.rx_bytes, s.c.tx_bytes);
             s.rate_pos = (s.rate_pos + 1) % RATE_SAMPLES;
@@ -1130,6 +1183,7 @@ impl Loop {
                 tx_bytes: s.c.tx_bytes,
                 drops: s.c.drops,
                 ecn_marked: s.c.ecn_marked,
+                rx_errors: s.c.rx_errors,
                 ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
                 engine: s.vif.map(|v| self.engine.vif_state(v)),
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),

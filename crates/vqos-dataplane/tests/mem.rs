@@ -1,0 +1,480 @@
+//! The switch driven through in-memory ports: learning, flooding, drops by reason, engine
+//! refusal as back-pressure, live policy changes, port removal, ECN marking, faults.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vqos_dataplane::frame::{
+    build_frame, ipv4_checksum, ipv4_header, VnetHdr, MAX_FRAME_BYTES, VNET_F_NEEDS_CSUM,
+    VNET_GSO_TCPV4,
+};
+use vqos_dataplane::{
+    FaultPlan, FaultPort, MemPort, MemPortPeer, PortSpec, Readiness, SwitchConfig, SwitchError,
+    SwitchHandle, SwitchStats, VNET_HDR_LEN,
+};
+use vqos_sched::{
+    Engine, EngineKind, Grant, PolicyError, PolicySet, ReadySet, Usage, VifId, VifPolicy, MAX_BURST,
+};
+
+const MAC_U: u64 = 0x02_00_00_00_00_01;
+const MAC_A: u64 = 0x02_00_00_00_00_0a;
+const MAC_B: u64 = 0x02_00_00_00_00_0b;
+const BCAST: u64 = 0xff_ff_ff_ff_ff_ff;
+
+fn frame(dst: u64, src: u64, tag: u8) -> Vec<u8> {
+    build_frame(VnetHdr::default(), dst, src, 0x0800, &[tag; 60])
+}
+
+fn tag_of(f: &[u8]) -> u8 {
+    f[VNET_HDR_LEN + 14]
+}
+
+/// Polls `cond` for up to 3 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Waits until `n` frames were sent to `peer` and returns them.
+fn collect(peer: &MemPortPeer, n: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    eventually(&format!("{n} frames"), || {
+        got.extend(peer.take_sent());
+        got.len() >= n
+    });
+    got
+}
+
+/// Waits for a stats snapshot satisfying `cond`.
+fn stats_where(sw: &SwitchHandle, mut cond: impl FnMut(&SwitchStats) -> bool) -> Arc<SwitchStats> {
+    let mut last = sw.stats();
+    eventually("stats", || {
+        last = sw.stats();
+        cond(&last)
+    });
+    last
+}
+
+struct Rig {
+    sw: SwitchHandle,
+    u: MemPortPeer,
+    a: MemPortPeer,
+    b: MemPortPeer,
+}
+
+fn rig_with(config: impl FnOnce(&mut SwitchConfig), allow_a: Option<Vec<u64>>) -> Rig {
+    let (up, u) = MemPort::pair("up", 10_000);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    config(&mut cfg);
+    let sw = SwitchHandle::start(cfg).unwrap();
+    let (pa, a) = MemPort::pair("a", 10_000);
+    let mut spec = PortSpec::custom(Box::new(pa));
+    if let Some(macs) = allow_a {
+        spec = spec.with_allowed_macs(macs);
+    }
+    sw.add_port(spec, VifPolicy::default()).unwrap();
+    let (pb, b) = MemPort::pair("b", 10_000);
+    sw.add_port(PortSpec::custom(Box::new(pb)), VifPolicy::default())
+        .unwrap();
+    Rig { sw, u, a, b }
+}
+
+fn rig() -> Rig {
+    rig_with(|_| {}, None)
+}
+
+#[test]
+fn learns_floods_unknown_and_broadcast_then_unicasts() {
+    for readiness in [Readiness::Epoll, Readiness::BusyPoll] {
+        let r = rig_with(|c| c.readiness = readiness, None);
+        // Unknown destination: flooded to the uplink and b, not back to a.
+        r.a.inject(frame(MAC_U, MAC_A, 1));
+        assert_eq!(tag_of(&collect(&r.u, 1)[0]), 1);
+        assert_eq!(tag_of(&collect(&r.b, 1)[0]), 1);
+        // The uplink answers a: a was learnt, so only a gets it.
+        r.u.inject(frame(MAC_A, MAC_U, 2));
+        assert_eq!(tag_of(&collect(&r.a, 1)[0]), 2);
+        // Now the uplink's MAC is learnt too: a → uplink is unicast.
+        r.a.inject(frame(MAC_U, MAC_A, 3));
+        assert_eq!(tag_of(&collect(&r.u, 1)[0]), 3);
+        // Broadcast from b reaches everyone else.
+        r.b.inject(frame(BCAST, MAC_B, 4));
+        assert_eq!(tag_of(&collect(&r.u, 1)[0]), 4);
+        assert_eq!(tag_of(&collect(&r.a, 1)[0]), 4);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            r.b.take_sent().is_empty(),
+            "no frame went back to its sender"
+        );
+        assert!(r.a.take_sent().is_empty(), "frame 3 was not flooded to a");
+        let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.rx_frames == 2));
+        let a = s.port("a").unwrap();
+        assert_eq!(a.rx_bytes, 2 * 74);
+        assert_eq!(a.tx_frames, 2);
+        assert_eq!(s.mac_entries, 3);
+        assert_eq!(a.drops.total(), 0);
+        assert!(s.loop_stats.bursts >= 4);
+        assert!(s.loop_stats.busy_cycles > 0 && s.loop_stats.idle_cycles > 0);
+        r.sw.stop().unwrap();
+    }
+}
+
+#[test]
+fn allow_list_drops_spoofed_sources() {
+    let r = rig_with(|_| {}, Some(vec![MAC_A]));
+    r.a.inject(frame(MAC_U, MAC_B, 1)); // pretends to be b
+    r.a.inject(frame(MAC_U, 0x03_00_00_00_00_01, 2)); // group address as source
+    r.a.inject(frame(MAC_U, MAC_A, 3));
+    let got = collect(&r.u, 1);
+    assert_eq!(tag_of(&got[0]), 3);
+    let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.drops.spoofed == 2));
+    assert_eq!(s.port("a").unwrap().drops.total(), 2);
+    assert!(r.u.take_sent().is_empty());
+}
+
+#[test]
+fn malformed_frames_dropped_per_reason_and_others_still_forwarded() {
+    let r = rig();
+    let good = frame(MAC_U, MAC_A, 9);
+    r.a.inject(good[..VNET_HDR_LEN + 10].to_vec());
+    let mut big = vec![0u8; MAX_FRAME_BYTES + 100];
+    big[VNET_HDR_LEN..VNET_HDR_LEN + 14].copy_from_slice(&good[VNET_HDR_LEN..VNET_HDR_LEN + 14]);
+    r.a.inject(big);
+    let bad_gso = VnetHdr {
+        flags: VNET_F_NEEDS_CSUM,
+        gso_type: VNET_GSO_TCPV4,
+        gso_size: 0,
+        ..Default::default()
+    };
+    r.a.inject(build_frame(bad_gso, MAC_U, MAC_A, 0x0800, &[0; 60]));
+    let bad_csum = VnetHdr {
+        flags: VNET_F_NEEDS_CSUM,
+        csum_start: 60,
+        csum_offset: 16,
+        ..Default::default()
+    };
+    r.a.inject(build_frame(bad_csum, MAC_U, MAC_A, 0x0800, &[0; 60]));
+    r.b.inject(frame(MAC_U, MAC_B, 7));
+    r.a.inject(good);
+    let got = collect(&r.u, 2);
+    let mut tags: Vec<u8> = got.iter().map(|f| tag_of(f)).collect();
+    tags.sort();
+    assert_eq!(tags, vec![7, 9]);
+    let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.rx_frames == 5));
+    let d = s.port("a").unwrap().drops;
+    assert_eq!(
+        (d.truncated, d.oversized, d.bad_vnet_hdr, d.total()),
+        (1, 1, 2, 4)
+    );
+    let json = serde_json::to_value(&*s).unwrap();
+    assert_eq!(json["ports"][1]["drops"]["bad_vnet_hdr"], 2);
+    assert!(json["loop"]["busy_cycles"].as_u64().is_some());
+}
+
+/// An engine that never serves the vifs in `refused` (round-robin over the others) and records
+/// what it was configured with and charged.
+struct Refuser {
+    refused: Vec<String>,
+    names: Vec<String>,
+    cursor: usize,
+    log: Arc<Mutex<Log>>,
+}
+
+#[derive(Default)]
+struct Log {
+    configures: Vec<Vec<(String, u32)>>,
+    charged_bytes: u64,
+}
+
+impl Engine for Refuser {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Rr
+    }
+    fn configure(&mut self, p: &PolicySet, _now_ns: u64) -> Result<(), PolicyError> {
+        p.validate()?;
+        if p.vifs.iter().any(|v| v.policy.weight == 99) {
+            return Err(PolicyError::UnknownVif("engine refuses weight 99".into()));
+        }
+        self.names = p.vifs.iter().map(|v| v.name.clone()).collect();
+        self.log.lock().unwrap().configures.push(
+            p.vifs
+                .iter()
+                .map(|v| (v.name.clone(), v.policy.weight))
+                .collect(),
+        );
+        Ok(())
+    }
+    fn select(&mut self, ready: &ReadySet, _now_ns: u64) -> Option<Grant> {
+        let n = self.names.len();
+        for k in 0..n {
+            let v = (self.cursor + k) % n;
+            if ready.contains(v) && !self.refused.contains(&self.names[v]) {
+                self.cursor = v + 1;
+                return Some(Grant {
+                    vif: v,
+                    max_packets: MAX_BURST,
+                });
+            }
+        }
+        None
+    }
+    fn charge(&mut self, _vif: VifId, usage: Usage, _now_ns: u64) {
+        self.log.lock().unwrap().charged_bytes += usage.bytes;
+    }
+}
+
+fn refuser_rig(refused: &[&str]) -> (Rig, Arc<Mutex<Log>>) {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let engine = Refuser {
+        refused: refused.iter().map(|s| s.to_string()).collect(),
+        names: Vec::new(),
+        cursor: 0,
+        log: log.clone(),
+    };
+    (
+        rig_with(|c| c.custom_engine = Some(Box::new(engine)), None),
+        log,
+    )
+}
+
+#[test]
+fn refused_vif_is_not_read_its_frames_stay_in_its_port() {
+    let (r, log) = refuser_rig(&["a"]);
+    for i in 0..50 {
+        r.a.inject(frame(MAC_U, MAC_A, i));
+    }
+    for i in 0..40 {
+        r.b.inject(frame(MAC_U, MAC_B, i));
+    }
+    collect(&r.u, 40);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        r.a.pending(),
+        50,
+        "refused vif's frames wait in its own queue"
+    );
+    assert_eq!(r.b.pending(), 0);
+    assert!(r.u.take_sent().is_empty());
+    let s = stats_where(&r.sw, |s| s.port("b").is_some_and(|p| p.rx_frames == 40));
+    assert_eq!(s.port("a").unwrap().rx_frames, 0);
+    assert!(s.loop_stats.engine_refusals > 0);
+    assert_eq!(log.lock().unwrap().charged_bytes, 40 * 74);
+}
+
+#[test]
+fn policy_change_reaches_engine_between_batches_and_bad_ones_change_nothing() {
+    let (r, log) = refuser_rig(&[]);
+    let epoch0 = r.sw.stats().policy_epoch;
+    let t = Instant::now();
+    r.sw.set_policy(
+        "b",
+        VifPolicy {
+            weight: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = stats_where(&r.sw, |s| s.policy_epoch == epoch0 + 1);
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "stats show it fast"
+    );
+    assert_eq!(s.port("b").unwrap().policy.as_ref().unwrap().weight, 3);
+    assert_eq!(
+        log.lock().unwrap().configures.last().unwrap(),
+        &vec![("a".to_string(), 1), ("b".to_string(), 3)]
+    );
+    // Invalid: min above max (refused by validation), weight 99 (refused by the engine),
+    // unknown vif, a set missing a port.
+    let bad = VifPolicy {
+        min_bps: 10,
+        max_bps: Some(5),
+        ..Default::default()
+    };
+    assert!(matches!(
+        r.sw.set_policy("a", bad),
+        Err(SwitchError::Policy(PolicyError::MinAboveMax { .. }))
+    ));
+    let w99 = VifPolicy {
+        weight: 99,
+        ..Default::default()
+    };
+    assert!(r.sw.set_policy("a", w99).is_err());
+    assert!(r.sw.set_policy("zz", VifPolicy::default()).is_err());
+    let mut missing = r.sw.policies();
+    missing.vifs.pop();
+    assert!(matches!(
+        r.sw.set_policies(missing),
+        Err(SwitchError::MissingVif(_))
+    ));
+    assert_eq!(r.sw.policies().vifs[0].policy, VifPolicy::default());
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(r.sw.stats().policy_epoch, epoch0 + 1);
+    // Traffic still flows after the refused changes.
+    r.a.inject(frame(MAC_U, MAC_A, 5));
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 5);
+}
+
+#[test]
+fn removing_a_port_affects_only_that_port() {
+    let r = rig();
+    r.a.inject(frame(BCAST, MAC_A, 1));
+    r.b.inject(frame(BCAST, MAC_B, 2));
+    collect(&r.u, 2);
+    r.sw.remove_port("a").unwrap();
+    assert!(matches!(
+        r.sw.remove_port("a"),
+        Err(SwitchError::UnknownPort(_))
+    ));
+    assert!(matches!(
+        r.sw.remove_port("up"),
+        Err(SwitchError::Uplink(_))
+    ));
+    // a's MAC is forgotten: a frame for it is flooded (to b only), b keeps forwarding.
+    r.u.inject(frame(MAC_A, MAC_U, 3));
+    r.b.inject(frame(MAC_U, MAC_B, 4));
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 4);
+    let got_b = collect(&r.b, 2);
+    assert!(got_b.iter().any(|f| tag_of(f) == 3));
+    let s = r.sw.stats();
+    assert!(s.port("a").is_none());
+    assert_eq!(r.sw.policies().len(), 1);
+    // The name can be reused.
+    let (pa, _a2) = MemPort::pair("a", 10);
+    r.sw.add_port(PortSpec::custom(Box::new(pa)), VifPolicy::default())
+        .unwrap();
+    assert!(matches!(
+        r.sw.add_port(
+            PortSpec::custom(Box::new(MemPort::pair("a", 1).0)),
+            VifPolicy::default()
+        ),
+        Err(SwitchError::DuplicatePort(_))
+    ));
+}
+
+fn ect_frame(dst: u64, src: u64) -> Vec<u8> {
+    let mut p = ipv4_header(0x02, 60).to_vec();
+    p.extend_from_slice(&[0; 40]);
+    build_frame(VnetHdr::default(), dst, src, 0x0800, &p)
+}
+
+#[test]
+fn ecn_probability_marks_uplink_to_vif_frames() {
+    let r = rig();
+    r.u.inject(frame(BCAST, MAC_U, 1));
+    collect(&r.a, 1);
+    collect(&r.b, 1);
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    r.b.inject(frame(MAC_U, MAC_B, 1));
+    collect(&r.u, 2);
+    assert!(r.sw.set_ecn_probabilities(vec![1.0]).is_err());
+    assert!(r.sw.set_ecn_probabilities(vec![1.5, 0.0]).is_err());
+    r.sw.set_ecn_probabilities(vec![1.0, 0.0]).unwrap();
+    // Let the loop apply it (it is applied before the next batch; give it an iteration).
+    stats_where(&r.sw, |s| {
+        s.port("a").is_some_and(|p| p.ecn_probability == 1.0)
+    });
+    for _ in 0..10 {
+        r.u.inject(ect_frame(MAC_A, MAC_U));
+        r.u.inject(ect_frame(MAC_B, MAC_U));
+    }
+    let to_a = collect(&r.a, 10);
+    let to_b = collect(&r.b, 10);
+    for f in &to_a {
+        let ip = &f[VNET_HDR_LEN + 14..VNET_HDR_LEN + 34];
+        assert_eq!(ip[1] & 3, 3, "CE set");
+        assert_eq!(ipv4_checksum(ip), 0, "checksum fixed");
+    }
+    for f in &to_b {
+        assert_eq!(f[VNET_HDR_LEN + 15] & 3, 2, "b not marked");
+    }
+    stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.ecn_marked == 10));
+}
+
+#[test]
+fn downlink_max_drops_excess_as_rate_limited() {
+    let r = rig();
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    collect(&r.u, 1);
+    let slow = VifPolicy {
+        max_bps: Some(1_000_000), // depth: 2 × 64 KiB
+        ..Default::default()
+    };
+    r.sw.set_policy("a", slow).unwrap();
+    let big = build_frame(VnetHdr::default(), MAC_A, MAC_U, 0x0800, &[0; 9000]);
+    for _ in 0..40 {
+        r.u.inject(big.clone());
+    }
+    let s = stats_where(&r.sw, |s| s.port("up").is_some_and(|p| p.rx_frames >= 40));
+    let a = s.port("a").unwrap();
+    assert!(a.drops.rate_limited > 0, "{:?}", a.drops);
+    assert_eq!(a.drops.rate_limited + a.tx_frames, 40);
+    assert!(a.tx_frames >= 14, "the bucket's depth passes");
+}
+
+#[test]
+fn capacity_holds_vif_frames_back_without_dropping() {
+    let r = rig_with(|c| c.capacity_bps = Some(8_000_000), None); // 1 MB/s, depth 128 KiB
+    let big = build_frame(VnetHdr::default(), MAC_U, MAC_A, 0x0800, &[0; 16_000]);
+    for _ in 0..100 {
+        r.a.inject(big.clone());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let sent = r.u.take_sent().len();
+    // 128 KiB depth + 100 ms at 1 MB/s ≈ 231 kB ≈ 14 frames (+1 of debt, + scheduling slack).
+    assert!((8..=25).contains(&sent), "sent {sent}");
+    assert!(r.a.pending() >= 70, "the rest waits in the port");
+    let s = r.sw.stats();
+    assert_eq!(s.port("a").unwrap().drops.total(), 0);
+    assert!(s.loop_stats.capacity_waits > 0);
+}
+
+#[test]
+fn faulty_port_does_not_stop_the_switch() {
+    let (up, u) = MemPort::pair("up", 10_000);
+    let sw = SwitchHandle::start(SwitchConfig::new(PortSpec::custom(Box::new(up)))).unwrap();
+    let (pa, a) = MemPort::pair("fa", 10_000);
+    let plan = FaultPlan {
+        fail_recv_every: Some(3),
+        corrupt_hdr_every: Some(4),
+        truncate_rx_every: Some(5),
+        fail_send_every: Some(2),
+    };
+    sw.add_port(
+        PortSpec::custom(Box::new(FaultPort::new(Box::new(pa), plan))),
+        VifPolicy::default(),
+    )
+    .unwrap();
+    for i in 0..20 {
+        a.inject(frame(MAC_U, MAC_A, i));
+    }
+    let s = stats_where(&sw, |s| s.port("fa").is_some_and(|p| p.rx_frames == 20));
+    let d = s.port("fa").unwrap().drops;
+    // Frames 4, 8, 12, 16, 20 corrupted; 5, 10, 15, 20 truncated (20 counts as truncated).
+    assert_eq!(d.truncated, 4);
+    assert_eq!(d.bad_vnet_hdr, 4);
+    assert_eq!(u.take_sent().len(), 12);
+    // Sends to the faulty port fail every other batch: counted, not fatal.
+    for _ in 0..4 {
+        u.inject(frame(MAC_A, MAC_U, 1));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = stats_where(&sw, |s| s.port("up").is_some_and(|p| p.rx_frames == 4));
+    let fa = s.port("fa").unwrap();
+    assert_eq!(fa.tx_frames + fa.drops.tx_error, 4);
+    assert!(fa.drops.tx_error >= 1);
+    sw.stop().unwrap();
+    assert!(matches!(
+        sw.add_port(
+            PortSpec::custom(Box::new(MemPort::pair("x", 1).0)),
+            VifPolicy::default()
+        ),
+        Err(SwitchError::Stopped)
+    ));
+}
