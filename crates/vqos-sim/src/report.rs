@@ -1,0 +1,390 @@
+//! Per-phase results: measured means beside the reference allocation, the unfairness index,
+//! and the scenario's own expectations — one format for `vqos sim` and `vqos lab run`.
+//!
+//! ## Behavior
+//! A phase's mean leaves out the first `settle` of the phase (the time the system takes to react
+//! to the change); when the phase is not longer than `settle`, its second half is used. The
+//! reference is [`vqos_sched::alloc::allocate`] applied to the phase's policies, the capacity of
+//! the tightest shared link, and demands from the traffic: greedy TCP or unlimited UDP =
+//! unlimited, rate-limited traffic = its rate, stopped VMs = 0 (left out of the table).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vqos_sched::alloc::{allocate, Claim};
+
+use crate::scenario::{Check, Scenario, Traffic};
+
+/// One VM in one phase.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VifPhase {
+    /// Measured mean over the phase minus its settle time, bits/s.
+    pub mean_bps: f64,
+    /// The reference allocation, bits/s.
+    pub expected_bps: f64,
+}
+
+/// One phase.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Phase {
+    /// Start, seconds.
+    pub start_s: f64,
+    /// End, seconds.
+    pub end_s: f64,
+    /// Active VMs by name.
+    pub vifs: BTreeMap<String, VifPhase>,
+    /// Sum of the means, bits/s.
+    pub aggregate_bps: f64,
+    /// (1/N) Σ |NBW_i − NBW_avg| / NBW_avg over active VMs, NBW = rate / weight.
+    pub unfairness: f64,
+}
+
+/// One expectation's outcome.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CheckResult {
+    /// Human-readable statement of the expectation.
+    pub expectation: String,
+    /// What was measured.
+    pub measured: String,
+    /// Whether it held.
+    pub pass: bool,
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// "sim" or "lab".
+    pub mode: String,
+    /// Engine name.
+    pub engine: String,
+    /// Phases in order.
+    pub phases: Vec<Phase>,
+    /// Expectations in file order.
+    pub checks: Vec<CheckResult>,
+    /// Fraction of the switch core that was busy.
+    pub cpu_busy: f64,
+}
+
+impl Report {
+    /// True when every expectation held.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.pass)
+    }
+}
+
+/// The unfairness index of the fairness paper.
+pub fn unfairness(rates_bps: &[f64], weights: &[u32]) -> f64 {
+    let n = rates_bps.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let nbw: Vec<f64> = rates_bps
+        .iter()
+        .zip(weights)
+        .map(|(r, w)| r / f64::from(*w))
+        .collect();
+    let avg = nbw.iter().sum::<f64>() / n as f64;
+    if avg <= 0.0 {
+        return 0.0;
+    }
+    nbw.iter().map(|x| (x - avg).abs() / avg).sum::<f64>() / n as f64
+}
+
+/// Mean rate over `[from, to)` ns from bins of `bin_ns` holding bytes.
+fn mean_bps(bins: &[u64], bin_ns: u64, from: u64, to: u64) -> f64 {
+    let a = (from / bin_ns) as usize;
+    let b = ((to / bin_ns) as usize).min(bins.len());
+    if b <= a {
+        return 0.0;
+    }
+    let bytes: u64 = bins[a..b].iter().sum();
+    bytes as f64 * 8.0 / ((b - a) as f64 * bin_ns as f64 / 1e9)
+}
+
+/// Builds the report from per-VM bins of delivered bytes.
+pub fn build_report(
+    sc: &Scenario,
+    mode: &str,
+    bins: &[Vec<u64>],
+    bin_ns: u64,
+    cpu_busy: f64,
+) -> Report {
+    let mut phases = Vec::new();
+    for (start, end) in sc.phases() {
+        let settle = if end - start > sc.settle_ns {
+            sc.settle_ns
+        } else {
+            (end - start) / 2
+        };
+        let policies = sc.policies_at(start);
+        let state = sc.state_at(start);
+        let active: Vec<usize> = (0..sc.vms.len())
+            .filter(|&i| sc.active_at(i, start))
+            .collect();
+        let claims: Vec<Claim> = active
+            .iter()
+            .map(|&i| {
+                let s = &state[i].0;
+                let demand = match s.traffic {
+                    Traffic::Tcp => s.rate_bps,
+                    Traffic::Udp => s.rate_bps,
+                };
+                Claim::new(&policies.vifs[i].policy, demand)
+            })
+            .collect();
+        // Validated at parse time; an empty phase has nothing to allocate.
+        let expected = allocate(sc.tightest_bps(), &claims).unwrap_or_default();
+        let mut vifs = BTreeMap::new();
+        let mut rates = Vec::new();
+        let mut weights = Vec::new();
+        for (k, &i) in active.iter().enumerate() {
+            let m = mean_bps(&bins[i], bin_ns, start + settle, end);
+            rates.push(m);
+            weights.push(policies.vifs[i].policy.weight);
+            vifs.insert(
+                sc.vms[i].name.clone(),
+                VifPhase {
+                    mean_bps: m,
+                    expected_bps: expected.get(k).copied().unwrap_or(0) as f64,
+                },
+            );
+        }
+        phases.push(Phase {
+            start_s: start as f64 / 1e9,
+            end_s: end as f64 / 1e9,
+            aggregate_bps: rates.iter().sum(),
+            unfairness: unfairness(&rates, &weights),
+            vifs,
+        });
+    }
+    let checks = sc
+        .expectations
+        .iter()
+        .map(|x| evaluate(sc, &phases, x))
+        .collect();
+    Report {
+        scenario: sc.name.clone(),
+        mode: mode.to_string(),
+        engine: sc.engine.to_string(),
+        phases,
+        checks,
+        cpu_busy,
+    }
+}
+
+fn mbit(b: f64) -> String {
+    format!("{:.1} Mbit/s", b / 1e6)
+}
+
+fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -> CheckResult {
+    let p = &phases[x.phase - 1];
+    let vm_name = x.vm.map(|i| sc.vms[i].name.clone()).unwrap_or_default();
+    let vif = |ph: &Phase| ph.vifs.get(&vm_name).cloned();
+    let missing = |what: String| CheckResult {
+        expectation: what,
+        measured: format!("{vm_name} is not active in that phase"),
+        pass: false,
+    };
+    let ratio_over = || {
+        let names: Vec<String> = if x.vms.is_empty() {
+            p.vifs.keys().cloned().collect()
+        } else {
+            x.vms.iter().map(|&i| sc.vms[i].name.clone()).collect()
+        };
+        let rates: Vec<f64> = names
+            .iter()
+            .filter_map(|n| p.vifs.get(n).map(|v| v.mean_bps))
+            .collect();
+        let hi = rates.iter().cloned().fold(0.0, f64::max);
+        let lo = rates.iter().cloned().fold(f64::INFINITY, f64::min);
+        if lo > 0.0 {
+            hi / lo
+        } else {
+            f64::INFINITY
+        }
+    };
+    let ph = x.phase;
+    match &x.check {
+        Check::NearReference(pct) => {
+            let what = format!("phase {ph}: {vm_name} within {pct}% of the reference");
+            let Some(v) = vif(p) else {
+                return missing(what);
+            };
+            let dev = if v.expected_bps > 0.0 {
+                (v.mean_bps - v.expected_bps).abs() / v.expected_bps * 100.0
+            } else {
+                v.mean_bps
+            };
+            CheckResult {
+                expectation: what,
+                measured: format!(
+                    "{} vs {} ({dev:.1}%)",
+                    mbit(v.mean_bps),
+                    mbit(v.expected_bps)
+                ),
+                pass: dev <= *pct,
+            }
+        }
+        Check::AggregateAtLeast(frac) => {
+            let link = sc.tightest_bps() as f64;
+            CheckResult {
+                expectation: format!(
+                    "phase {ph}: aggregate at least {:.0}% of {}",
+                    frac * 100.0,
+                    mbit(link)
+                ),
+                measured: format!(
+                    "{} ({:.1}%)",
+                    mbit(p.aggregate_bps),
+                    p.aggregate_bps / link * 100.0
+                ),
+                pass: p.aggregate_bps >= frac * link,
+            }
+        }
+        Check::KeepsAtLeast(frac, of) | Check::LosesAtLeast(frac, of) => {
+            let keeps = matches!(x.check, Check::KeepsAtLeast(..));
+            let what = format!(
+                "phase {ph}: {vm_name} {} at least {:.0}% of its phase-{of} rate",
+                if keeps { "keeps" } else { "loses" },
+                frac * 100.0
+            );
+            let (Some(now), Some(before)) = (vif(p), vif(&phases[of - 1])) else {
+                return missing(what);
+            };
+            let kept = if before.mean_bps > 0.0 {
+                now.mean_bps / before.mean_bps
+            } else {
+                0.0
+            };
+            CheckResult {
+                expectation: what,
+                measured: format!(
+                    "{} of {} ({:.1}% kept)",
+                    mbit(now.mean_bps),
+                    mbit(before.mean_bps),
+                    kept * 100.0
+                ),
+                pass: if keeps {
+                    kept >= *frac
+                } else {
+                    1.0 - kept >= *frac
+                },
+            }
+        }
+        Check::UnfairnessAtMost(v) | Check::UnfairnessAtLeast(v) => {
+            let most = matches!(x.check, Check::UnfairnessAtMost(_));
+            CheckResult {
+                expectation: format!(
+                    "phase {ph}: unfairness {} {:.0}%",
+                    if most { "at most" } else { "at least" },
+                    v * 100.0
+                ),
+                measured: format!("{:.1}%", p.unfairness * 100.0),
+                pass: if most {
+                    p.unfairness <= *v
+                } else {
+                    p.unfairness >= *v
+                },
+            }
+        }
+        Check::RatioAtMost(v) | Check::RatioAtLeast(v) => {
+            let most = matches!(x.check, Check::RatioAtMost(_));
+            let r = ratio_over();
+            CheckResult {
+                expectation: format!(
+                    "phase {ph}: largest/smallest rate {} {v}",
+                    if most { "at most" } else { "at least" }
+                ),
+                measured: format!("{r:.2}"),
+                pass: if most { r <= *v } else { r >= *v },
+            }
+        }
+    }
+}
+
+/// Renders the report as a plain-text table.
+pub fn render_text(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "scenario {} ({} mode, engine {}), switch core busy {:.1}%",
+        r.scenario,
+        r.mode,
+        r.engine,
+        r.cpu_busy * 100.0
+    );
+    for (i, p) in r.phases.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "\nphase {} [{:.1}s, {:.1}s)  aggregate {:.1} Mbit/s  unfairness {:.1}%",
+            i + 1,
+            p.start_s,
+            p.end_s,
+            p.aggregate_bps / 1e6,
+            p.unfairness * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "  {:<10} {:>12} {:>12} {:>8}",
+            "vm", "Mbit/s", "reference", "dev"
+        );
+        for (name, v) in &p.vifs {
+            let dev = if v.expected_bps > 0.0 {
+                format!(
+                    "{:+.1}%",
+                    (v.mean_bps - v.expected_bps) / v.expected_bps * 100.0
+                )
+            } else {
+                "-".to_string()
+            };
+            let _ = writeln!(
+                s,
+                "  {:<10} {:>12.1} {:>12.1} {:>8}",
+                name,
+                v.mean_bps / 1e6,
+                v.expected_bps / 1e6,
+                dev
+            );
+        }
+    }
+    if !r.checks.is_empty() {
+        let _ = writeln!(s, "\nexpectations:");
+        for c in &r.checks {
+            let _ = writeln!(
+                s,
+                "  [{}] {} — {}",
+                if c.pass { "pass" } else { "FAIL" },
+                c.expectation,
+                c.measured
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unfairness_of_the_fairness_paper() {
+        // 86.4 vs 8.63 Mbit/s, equal weights: the paper's 81 %.
+        let u = unfairness(&[86.4e6, 8.63e6], &[1, 1]);
+        assert!((u - 0.818).abs() < 0.01, "{u}");
+        assert_eq!(unfairness(&[5.0, 5.0], &[1, 1]), 0.0);
+        // Weighted: 2:1 rates with 2:1 weights are fair.
+        assert!(unfairness(&[200.0, 100.0], &[2, 1]) < 1e-9);
+    }
+
+    #[test]
+    fn mean_leaves_out_the_settle_time() {
+        // 10 bins of 1 s; first 2 at 0, then 125 000 bytes (1 Mbit) each.
+        let mut bins = vec![125_000u64; 10];
+        bins[0] = 0;
+        bins[1] = 0;
+        let m = mean_bps(&bins, 1_000_000_000, 2_000_000_000, 10_000_000_000);
+        assert!((m - 1e6).abs() < 1.0);
+    }
+}

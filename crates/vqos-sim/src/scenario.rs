@@ -1,0 +1,802 @@
+//! Scenario files: one TOML file per experiment, run by `vqos sim` and `vqos lab run`.
+//!
+//! The format is documented in `docs/scenarios.md`. Parsing is strict: an unknown key is an
+//! error that names the key and its line; every rate and time is checked; the policies are
+//! validated at every phase (so an event that would make Σ min exceed the capacity is refused
+//! before anything runs).
+
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use thiserror::Error;
+use vqos_sched::units::{parse_duration_ns, parse_rate};
+use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
+
+/// Why a scenario was refused.
+#[derive(Debug, Error)]
+pub enum ScenarioError {
+    /// The TOML is malformed or has an unknown key (the message names key and line).
+    #[error("{0}")]
+    Toml(String),
+    /// A value is out of range or inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+    /// A policy (at some phase) is impossible.
+    #[error("At {at_s}s: {source}")]
+    Policy {
+        /// When the policy set became invalid.
+        at_s: f64,
+        /// What is wrong with it.
+        #[source]
+        source: PolicyError,
+    },
+}
+
+fn invalid(msg: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid(msg.into())
+}
+
+/// The file as written (strings for rates and times).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    #[serde(default)]
+    description: String,
+    duration: String,
+    capacity: String,
+    #[serde(default = "default_engine")]
+    engine: String,
+    #[serde(default)]
+    settle: Option<String>,
+    #[serde(default)]
+    cost: Option<String>,
+    #[serde(default)]
+    cpu_hz: Option<u64>,
+    #[serde(default)]
+    cost_model: Option<CycleCostModel>,
+    #[serde(default)]
+    topology: Option<RawTopology>,
+    #[serde(default)]
+    vm: Vec<RawVm>,
+    #[serde(default)]
+    event: Vec<RawEvent>,
+    #[serde(default)]
+    expect: Vec<RawExpect>,
+    #[serde(default)]
+    controller: Option<ControllerParams>,
+}
+
+fn default_engine() -> String {
+    "vqos".to_string()
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTopology {
+    #[serde(default)]
+    direction: Option<String>,
+    #[serde(default)]
+    bottleneck: Option<String>,
+    #[serde(default)]
+    bottleneck_queue: Option<u32>,
+    #[serde(default)]
+    controllers: Vec<String>,
+}
+
+/// Keys a vm and an event share.
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawVmKeys {
+    weight: Option<u32>,
+    min: Option<String>,
+    max: Option<String>,
+    priority: Option<u8>,
+    flows: Option<u32>,
+    traffic: Option<String>,
+    packet_size: Option<u32>,
+    rate: Option<String>,
+    rtt: Option<String>,
+    start: Option<String>,
+    stop: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVm {
+    name: String,
+    #[serde(flatten)]
+    keys: RawVmKeys,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvent {
+    at: String,
+    vm: String,
+    #[serde(flatten)]
+    keys: RawVmKeys,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    phase: usize,
+    vm: Option<String>,
+    near_reference_pct: Option<f64>,
+    aggregate_at_least: Option<f64>,
+    keeps_at_least: Option<f64>,
+    of_phase: Option<usize>,
+    loses_at_least: Option<f64>,
+    unfairness_at_most: Option<f64>,
+    unfairness_at_least: Option<f64>,
+    ratio_at_most: Option<f64>,
+    ratio_at_least: Option<f64>,
+    vms: Option<Vec<String>>,
+}
+
+/// Per-packet CPU cost of the switch, after C2QoS §III: ingress (copy, grows with size),
+/// classification (grows with the number of flows), egress; times a deployment factor.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CycleCostModel {
+    /// Fixed ingress + egress cycles per packet.
+    pub per_packet_cycles: f64,
+    /// Ingress copy cycles per byte.
+    pub per_byte_cycles: f64,
+    /// Classification cycles per packet with a warm flow cache.
+    pub classify_cycles: f64,
+    /// Extra classification cost (fraction) when the flows overflow the flow cache.
+    pub miss_factor: f64,
+    /// Flows the exact-match cache holds before misses begin.
+    pub flow_cache_entries: u32,
+    /// Deployment multiplier (remote NUMA 1.4–1.5, 2 cores 1.47, ...).
+    pub deployment_factor: f64,
+}
+
+impl Default for CycleCostModel {
+    fn default() -> Self {
+        // Calibrated so a 2 GHz core forwards about 10 Gbit/s of 1518-byte frames (~2 400
+        // cycles each) and 64-byte frames cost ~10× more cycles per bit (C2QoS Fig. 2).
+        CycleCostModel {
+            per_packet_cycles: 800.0,
+            per_byte_cycles: 0.9,
+            classify_cycles: 200.0,
+            miss_factor: 1.0,
+            flow_cache_entries: 8192,
+            deployment_factor: 1.0,
+        }
+    }
+}
+
+impl CycleCostModel {
+    /// Cycles to forward one packet of `bytes` when `flows` flows cross the switch.
+    pub fn cycles(&self, bytes: u32, flows: u32) -> f64 {
+        let miss = (f64::from(flows) / f64::from(self.flow_cache_entries.max(1))).min(1.0);
+        let classify = self.classify_cycles * (1.0 + self.miss_factor * miss);
+        (self.per_packet_cycles + self.per_byte_cycles * f64::from(bytes) + classify)
+            * self.deployment_factor
+    }
+}
+
+/// Parameters of the controllers (optional `[controller]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControllerParams {
+    /// PID-ECN proportional gain (default: the controller's documented default).
+    pub kp: Option<f64>,
+    /// PID-ECN integral gain.
+    pub ki: Option<f64>,
+    /// PID-ECN derivative gain.
+    pub kd: Option<f64>,
+    /// Fairness adjuster period, seconds.
+    pub fairness_period_s: Option<f64>,
+}
+
+/// How a VM sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    /// Greedy TCP-like flows (AIMD, react to loss and ECN).
+    Tcp,
+    /// Constant-rate datagrams.
+    Udp,
+}
+
+/// Direction of the traffic relative to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// VMs send out through the uplink.
+    Upload,
+    /// The outside sends to the VMs.
+    Download,
+}
+
+/// One VM's settings at some moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmSettings {
+    /// Policy (weight, min, max, priority).
+    pub policy: VifPolicy,
+    /// Parallel connections (TCP).
+    pub flows: u32,
+    /// TCP or UDP.
+    pub traffic: Traffic,
+    /// Bytes on the wire per packet.
+    pub packet_size: u32,
+    /// Offered load, bits/s (`None` = as much as allowed).
+    pub rate_bps: Option<u64>,
+    /// Base round-trip time of its flows, ns.
+    pub rtt_ns: u64,
+}
+
+/// A VM of the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vm {
+    /// Unique name (also the vif's name).
+    pub name: String,
+    /// Settings at time 0.
+    pub initial: VmSettings,
+    /// When it starts sending, ns.
+    pub start_ns: u64,
+    /// When it stops sending, ns.
+    pub stop_ns: u64,
+}
+
+/// A change at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// When, ns.
+    pub at_ns: u64,
+    /// Index of the VM in [`Scenario::vms`].
+    pub vm: usize,
+    /// The VM's settings from then on (the event applied on top of the previous ones).
+    pub settings: VmSettings,
+    /// New start time, if the event sets one.
+    pub start_ns: Option<u64>,
+    /// New stop time, if the event sets one.
+    pub stop_ns: Option<u64>,
+}
+
+/// A check the report evaluates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    /// The VM's mean is within this percentage of the reference allocation.
+    NearReference(f64),
+    /// The aggregate is at least this fraction of the tightest link.
+    AggregateAtLeast(f64),
+    /// The VM keeps at least this fraction of its rate in phase `of_phase`.
+    KeepsAtLeast(f64, usize),
+    /// The VM loses at least this fraction of its rate in phase `of_phase`.
+    LosesAtLeast(f64, usize),
+    /// Unfairness index at most this.
+    UnfairnessAtMost(f64),
+    /// Unfairness index at least this.
+    UnfairnessAtLeast(f64),
+    /// Ratio of the largest to the smallest rate among `vms` (or all active) at most this.
+    RatioAtMost(f64),
+    /// The same ratio at least this.
+    RatioAtLeast(f64),
+}
+
+/// An expectation of the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    /// Phase number, 1-based.
+    pub phase: usize,
+    /// The VM it is about (for per-VM checks).
+    pub vm: Option<usize>,
+    /// VMs a ratio is taken over (empty = all active).
+    pub vms: Vec<usize>,
+    /// The check.
+    pub check: Check,
+}
+
+/// A parsed, validated scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// One-line description.
+    pub description: String,
+    /// Length, ns.
+    pub duration_ns: u64,
+    /// Host uplink capacity, bits/s.
+    pub capacity_bps: u64,
+    /// Engine.
+    pub engine: EngineKind,
+    /// Left out of each phase's mean after a change, ns.
+    pub settle_ns: u64,
+    /// What vifs are charged in.
+    pub cost: CostModel,
+    /// Cycles per second of the forwarding core.
+    pub cpu_hz: u64,
+    /// Per-packet CPU cost.
+    pub cost_model: CycleCostModel,
+    /// Upload or download.
+    pub direction: Direction,
+    /// External bottleneck rate, bits/s.
+    pub bottleneck_bps: Option<u64>,
+    /// External bottleneck queue, packets.
+    pub bottleneck_queue: u32,
+    /// Fairness adjuster enabled.
+    pub fairness: bool,
+    /// PID-ECN enabled.
+    pub pid_ecn: bool,
+    /// Controller parameters.
+    pub controller: ControllerParams,
+    /// The VMs.
+    pub vms: Vec<Vm>,
+    /// Changes, sorted by time.
+    pub events: Vec<Event>,
+    /// Expectations.
+    pub expectations: Vec<Expectation>,
+}
+
+/// Default base RTT inside one host (a namespace or VM to a sink through the switch).
+pub const DEFAULT_RTT_NS: u64 = 200_000;
+
+fn rate(what: &str, text: &str) -> Result<Option<u64>, ScenarioError> {
+    parse_rate(text).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+fn time(what: &str, text: &str) -> Result<u64, ScenarioError> {
+    parse_duration_ns(text).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+fn apply_keys(
+    what: &str,
+    base: &VmSettings,
+    k: &RawVmKeys,
+) -> Result<(VmSettings, Option<u64>, Option<u64>), ScenarioError> {
+    let mut s = base.clone();
+    if let Some(w) = k.weight {
+        s.policy.weight = w;
+    }
+    if let Some(m) = &k.min {
+        s.policy.min_bps = rate(&format!("{what}.min"), m)?
+            .ok_or_else(|| invalid(format!("{what}.min: a minimum cannot be unlimited")))?;
+    }
+    if let Some(m) = &k.max {
+        s.policy.max_bps = rate(&format!("{what}.max"), m)?;
+    }
+    if let Some(p) = k.priority {
+        s.policy.priority = p;
+    }
+    if let Some(f) = k.flows {
+        if f == 0 || f > 10_000 {
+            return Err(invalid(format!(
+                "{what}.flows: {f} is out of range 1..=10000"
+            )));
+        }
+        s.flows = f;
+    }
+    if let Some(t) = &k.traffic {
+        s.traffic = match t.as_str() {
+            "tcp" => Traffic::Tcp,
+            "udp" => Traffic::Udp,
+            other => {
+                return Err(invalid(format!(
+                    "{what}.traffic: '{other}' (expected \"tcp\" or \"udp\")"
+                )))
+            }
+        };
+    }
+    if let Some(p) = k.packet_size {
+        if !(64..=65_535).contains(&p) {
+            return Err(invalid(format!(
+                "{what}.packet_size: {p} is out of range 64..=65535"
+            )));
+        }
+        s.packet_size = p;
+    }
+    if let Some(r) = &k.rate {
+        s.rate_bps = rate(&format!("{what}.rate"), r)?;
+        if s.rate_bps == Some(0) {
+            return Err(invalid(format!("{what}.rate: must be greater than 0")));
+        }
+    }
+    if let Some(r) = &k.rtt {
+        s.rtt_ns = time(&format!("{what}.rtt"), r)?.max(1_000);
+    }
+    let start = k
+        .start
+        .as_deref()
+        .map(|t| time(&format!("{what}.start"), t))
+        .transpose()?;
+    let stop = k
+        .stop
+        .as_deref()
+        .map(|t| time(&format!("{what}.stop"), t))
+        .transpose()?;
+    Ok((s, start, stop))
+}
+
+impl Scenario {
+    /// Parses and validates a scenario from TOML text.
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        let raw: RawScenario = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        let duration_ns = time("duration", &raw.duration)?;
+        if duration_ns == 0 {
+            return Err(invalid("duration: must be greater than 0"));
+        }
+        let capacity_bps = rate("capacity", &raw.capacity)?
+            .ok_or_else(|| invalid("capacity: the simulated link needs a finite rate"))?;
+        if capacity_bps == 0 {
+            return Err(invalid("capacity: must be greater than 0"));
+        }
+        let engine: EngineKind = raw.engine.parse().map_err(invalid)?;
+        let settle_ns = match &raw.settle {
+            Some(s) => time("settle", s)?,
+            None => 2_000_000_000,
+        };
+        let cost = match raw.cost.as_deref() {
+            None if engine == EngineKind::C2qos => CostModel::Cycles,
+            None | Some("bytes") => CostModel::Bytes,
+            Some("cycles") => CostModel::Cycles,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "cost: '{other}' (expected \"bytes\" or \"cycles\")"
+                )))
+            }
+        };
+        let topo = raw.topology.unwrap_or_default();
+        let direction = match topo.direction.as_deref() {
+            None | Some("upload") => Direction::Upload,
+            Some("download") => Direction::Download,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "topology.direction: '{other}' (expected \"upload\" or \"download\")"
+                )))
+            }
+        };
+        let bottleneck_bps = match &topo.bottleneck {
+            Some(b) => rate("topology.bottleneck", b)?,
+            None => None,
+        };
+        let mut fairness = false;
+        let mut pid_ecn = false;
+        for c in &topo.controllers {
+            match c.as_str() {
+                "fairness" => fairness = true,
+                "pid-ecn" => pid_ecn = true,
+                other => {
+                    return Err(invalid(format!(
+                        "topology.controllers: unknown controller '{other}' (expected \"fairness\" or \"pid-ecn\")"
+                    )))
+                }
+            }
+        }
+        if raw.vm.is_empty() {
+            return Err(invalid("a scenario needs at least one [[vm]]"));
+        }
+        let defaults = VmSettings {
+            policy: VifPolicy::default(),
+            flows: 1,
+            traffic: Traffic::Tcp,
+            packet_size: 1500,
+            rate_bps: None,
+            rtt_ns: DEFAULT_RTT_NS,
+        };
+        let mut vms: Vec<Vm> = Vec::new();
+        let mut names = BTreeSet::new();
+        for v in &raw.vm {
+            if !names.insert(v.name.clone()) {
+                return Err(invalid(format!("vm '{}' is defined twice", v.name)));
+            }
+            let what = format!("vm '{}'", v.name);
+            let (initial, start, stop) = apply_keys(&what, &defaults, &v.keys)?;
+            let start_ns = start.unwrap_or(0);
+            let stop_ns = stop.unwrap_or(duration_ns).min(duration_ns);
+            if start_ns >= stop_ns {
+                return Err(invalid(format!("{what}: start is not before stop")));
+            }
+            vms.push(Vm {
+                name: v.name.clone(),
+                initial,
+                start_ns,
+                stop_ns,
+            });
+        }
+        let mut raw_events: Vec<&RawEvent> = raw.event.iter().collect();
+        let mut timed = Vec::new();
+        for e in raw_events.drain(..) {
+            let at_ns = time("event.at", &e.at)?;
+            if at_ns > duration_ns {
+                return Err(invalid(format!(
+                    "event at {}: after the end of the scenario",
+                    e.at
+                )));
+            }
+            let vm = vms
+                .iter()
+                .position(|v| v.name == e.vm)
+                .ok_or_else(|| invalid(format!("event at {}: unknown vm '{}'", e.at, e.vm)))?;
+            timed.push((at_ns, vm, e));
+        }
+        timed.sort_by_key(|(at, _, _)| *at);
+        let mut current: Vec<VmSettings> = vms.iter().map(|v| v.initial.clone()).collect();
+        let mut events = Vec::new();
+        for (at_ns, vm, e) in timed {
+            let what = format!("event at {} for '{}'", e.at, e.vm);
+            let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
+            current[vm] = settings.clone();
+            events.push(Event {
+                at_ns,
+                vm,
+                settings,
+                start_ns,
+                stop_ns,
+            });
+        }
+        let mut scenario = Scenario {
+            name: raw.name,
+            description: raw.description,
+            duration_ns,
+            capacity_bps,
+            engine,
+            settle_ns,
+            cost,
+            cpu_hz: raw.cpu_hz.unwrap_or(2_000_000_000),
+            cost_model: raw.cost_model.unwrap_or_default(),
+            direction,
+            bottleneck_bps,
+            bottleneck_queue: topo.bottleneck_queue.unwrap_or(100).max(2),
+            fairness,
+            pid_ecn,
+            controller: raw.controller.unwrap_or_default(),
+            vms,
+            events,
+            expectations: Vec::new(),
+        };
+        if scenario.cpu_hz == 0 {
+            return Err(invalid("cpu_hz: must be greater than 0"));
+        }
+        scenario.expectations = raw
+            .expect
+            .iter()
+            .map(|x| scenario.expectation(x))
+            .collect::<Result<_, _>>()?;
+        // Every phase's policy set must be valid.
+        for p in scenario.phases() {
+            scenario
+                .policies_at(p.0)
+                .validate()
+                .map_err(|source| ScenarioError::Policy {
+                    at_s: p.0 as f64 / 1e9,
+                    source,
+                })?;
+        }
+        Ok(scenario)
+    }
+
+    fn vm_index(&self, name: &str, what: &str) -> Result<usize, ScenarioError> {
+        self.vms
+            .iter()
+            .position(|v| v.name == name)
+            .ok_or_else(|| invalid(format!("{what}: unknown vm '{name}'")))
+    }
+
+    fn expectation(&self, x: &RawExpect) -> Result<Expectation, ScenarioError> {
+        let what = format!("expect (phase {})", x.phase);
+        let nphases = self.phases().len();
+        if x.phase == 0 || x.phase > nphases {
+            return Err(invalid(format!(
+                "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases)"
+            )));
+        }
+        let mut checks = Vec::new();
+        let of = x.of_phase.unwrap_or(1);
+        if of == 0 || of > nphases {
+            return Err(invalid(format!("{what}: of_phase must be 1..={nphases}")));
+        }
+        if let Some(v) = x.near_reference_pct {
+            checks.push((Check::NearReference(v), true));
+        }
+        if let Some(v) = x.aggregate_at_least {
+            checks.push((Check::AggregateAtLeast(v), false));
+        }
+        if let Some(v) = x.keeps_at_least {
+            checks.push((Check::KeepsAtLeast(v, of), true));
+        }
+        if let Some(v) = x.loses_at_least {
+            checks.push((Check::LosesAtLeast(v, of), true));
+        }
+        if let Some(v) = x.unfairness_at_most {
+            checks.push((Check::UnfairnessAtMost(v), false));
+        }
+        if let Some(v) = x.unfairness_at_least {
+            checks.push((Check::UnfairnessAtLeast(v), false));
+        }
+        if let Some(v) = x.ratio_at_most {
+            checks.push((Check::RatioAtMost(v), false));
+        }
+        if let Some(v) = x.ratio_at_least {
+            checks.push((Check::RatioAtLeast(v), false));
+        }
+        if checks.len() != 1 {
+            return Err(invalid(format!(
+                "{what}: give exactly one check (near_reference_pct, aggregate_at_least, keeps_at_least, loses_at_least, unfairness_at_most, unfairness_at_least, ratio_at_most, ratio_at_least)"
+            )));
+        }
+        let (check, needs_vm) = checks.remove(0);
+        let vm = match &x.vm {
+            Some(n) => Some(self.vm_index(n, &what)?),
+            None if needs_vm => return Err(invalid(format!("{what}: this check needs a vm"))),
+            None => None,
+        };
+        let vms = x
+            .vms
+            .iter()
+            .flatten()
+            .map(|n| self.vm_index(n, &what))
+            .collect::<Result<_, _>>()?;
+        Ok(Expectation {
+            phase: x.phase,
+            vm,
+            vms,
+            check,
+        })
+    }
+
+    /// Every VM's settings, start and stop as they stand at `t_ns` (events at `t_ns` applied).
+    pub fn state_at(&self, t_ns: u64) -> Vec<(VmSettings, u64, u64)> {
+        let mut s: Vec<(VmSettings, u64, u64)> = self
+            .vms
+            .iter()
+            .map(|v| (v.initial.clone(), v.start_ns, v.stop_ns))
+            .collect();
+        for e in self.events.iter().take_while(|e| e.at_ns <= t_ns) {
+            s[e.vm].0 = e.settings.clone();
+            if let Some(st) = e.start_ns {
+                s[e.vm].1 = st;
+            }
+            if let Some(sp) = e.stop_ns {
+                s[e.vm].2 = sp.min(self.duration_ns);
+            }
+        }
+        s
+    }
+
+    /// The policy set in force at `t_ns`.
+    pub fn policies_at(&self, t_ns: u64) -> PolicySet {
+        let mut set = PolicySet::new(Some(self.capacity_bps));
+        set.cost = self.cost;
+        set.cycles_per_sec = self.cpu_hz;
+        for (vm, (s, _, _)) in self.vms.iter().zip(self.state_at(t_ns)) {
+            set = set.with_vif(&vm.name, s.policy.clone());
+        }
+        set
+    }
+
+    /// Whether VM `i` is sending at `t_ns`.
+    pub fn active_at(&self, i: usize, t_ns: u64) -> bool {
+        let (_, start, stop) = &self.state_at(t_ns)[i];
+        *start <= t_ns && t_ns < *stop
+    }
+
+    /// Phase boundaries `(start_ns, end_ns)`: between consecutive times at which anything
+    /// changes (0, every event, every start and stop, the end).
+    pub fn phases(&self) -> Vec<(u64, u64)> {
+        let mut cuts = BTreeSet::new();
+        cuts.insert(0);
+        cuts.insert(self.duration_ns);
+        for v in &self.vms {
+            cuts.insert(v.start_ns);
+            cuts.insert(v.stop_ns);
+        }
+        for e in &self.events {
+            cuts.insert(e.at_ns);
+            if let Some(s) = e.start_ns {
+                cuts.insert(s);
+            }
+            if let Some(s) = e.stop_ns {
+                cuts.insert(s);
+            }
+        }
+        let cuts: Vec<u64> = cuts
+            .into_iter()
+            .filter(|&c| c <= self.duration_ns)
+            .collect();
+        cuts.windows(2).map(|w| (w[0], w[1])).collect()
+    }
+
+    /// The capacity of the tightest shared link (the bottleneck when one is set).
+    pub fn tightest_bps(&self) -> u64 {
+        self.bottleneck_bps
+            .map_or(self.capacity_bps, |b| b.min(self.capacity_bps))
+    }
+}
+
+/// Turns a toml error into one line naming the problem and the line number.
+fn toml_error(text: &str, e: &toml::de::Error) -> ScenarioError {
+    let line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let msg = e.message().to_string();
+    match line {
+        Some(l) => ScenarioError::Toml(format!("line {l}: {msg}")),
+        None => ScenarioError::Toml(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIG5: &str = r#"
+name = "t"
+duration = "30s"
+capacity = "940Mbit"
+engine = "vqos"
+[[vm]]
+name = "vm1"
+weight = 1
+[[vm]]
+name = "vm5"
+weight = 5
+[[event]]
+at = "10s"
+vm = "vm5"
+max = "150Mbit"
+[[event]]
+at = "20s"
+vm = "vm1"
+min = "200Mbit"
+[[expect]]
+phase = 3
+vm = "vm1"
+near_reference_pct = 3
+"#;
+
+    #[test]
+    fn parses_phases_and_events() {
+        let s = Scenario::parse(FIG5).unwrap();
+        assert_eq!(
+            s.phases(),
+            vec![
+                (0, 10_000_000_000),
+                (10_000_000_000, 20_000_000_000),
+                (20_000_000_000, 30_000_000_000)
+            ]
+        );
+        let p = s.policies_at(25_000_000_000);
+        assert_eq!(p.vifs[0].policy.min_bps, 200_000_000);
+        assert_eq!(p.vifs[1].policy.max_bps, Some(150_000_000));
+        assert_eq!(s.policies_at(5_000_000_000).vifs[1].policy.max_bps, None);
+        assert_eq!(s.expectations[0].check, Check::NearReference(3.0));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = FIG5.replace("weight = 5", "wieght = 5");
+        let err = Scenario::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("wieght"), "{err}");
+        assert!(err.contains("line 11"), "{err}");
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        for (from, to, needle) in [
+            ("capacity = \"940Mbit\"", "capacity = \"fast\"", "capacity"),
+            ("engine = \"vqos\"", "engine = \"wfq\"", "Unknown engine"),
+            ("max = \"150Mbit\"", "max = \"150MB\"", "max"),
+            ("vm = \"vm5\"", "vm = \"vm9\"", "unknown vm 'vm9'"),
+            ("min = \"200Mbit\"", "min = \"900Mbit\"", "Sum of minimums"),
+            ("near_reference_pct = 3", "", "exactly one check"),
+            ("phase = 3", "phase = 7", "phase must be"),
+        ] {
+            let err = Scenario::parse(&FIG5.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{from} -> {to}: {err}");
+        }
+    }
+
+    #[test]
+    fn cost_model_prices_small_packets_per_bit() {
+        let m = CycleCostModel::default();
+        let per_bit_small = m.cycles(64, 10) / 512.0;
+        let per_bit_big = m.cycles(1518, 10) / (1518.0 * 8.0);
+        let ratio = per_bit_small / per_bit_big;
+        assert!((7.0..=13.0).contains(&ratio), "ratio {ratio}");
+        assert!(m.cycles(1518, 100_000) > m.cycles(1518, 10));
+    }
+}

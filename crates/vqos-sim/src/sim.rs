@@ -1,0 +1,636 @@
+//! The discrete-event simulation: sources → vif queues → the engine's poll loop on one core →
+//! the host link → an optional external bottleneck → receivers, with ACKs back to TCP senders.
+//!
+//! ## Behavior
+//! - **Sources.** Greedy TCP-like flows (slow start, then AIMD: +1 segment per RTT, halve once
+//!   per RTT on a loss or an ECN echo, a receive-window cap) and constant-rate UDP. A VM's
+//!   flows share its vif queue (a guest ring of [`VIF_QUEUE_PKTS`] packets): when the ring is
+//!   full a TCP flow waits (back-pressure, no loss) and a UDP source loses the datagram
+//!   (counted as `guest_drops`).
+//! - **The switch** is one core of `cpu_hz` running the real engine from `vqos-sched` exactly as
+//!   the data plane does: tick when due, `select` among ready vifs, take up to 32 packets, `admit`
+//!   each, charge bytes/packets/cycles. Every packet costs cycles after C2QoS §III
+//!   ([`CycleCostModel`]); the batch occupies the core for those cycles. A NIC transmit ring of
+//!   [`TX_RING_NS`] decouples the core from the link; when it is full the core waits.
+//! - **The link** serialises at `capacity`; the optional **bottleneck** is a drop-tail FIFO of
+//!   `bottleneck_queue` packets at its own rate, shared by whoever sends (so by connection count).
+//! - **Controllers** run at their own wake times on the per-vif byte counters of the switch, as
+//!   in the daemon: the fairness adjuster's limits become the vifs' maximums (the lower of the
+//!   user's and the controller's), PID-ECN marks CE on ECN-capable packets as they are served.
+//! - Deterministic: the only randomness (ECN draws, flow start jitter) comes from the seed.
+//!
+//! ## Limitations
+//! - `direction = "download"` runs the same pipeline (the engine governs each VM's traffic
+//!   through the host link); only the labels differ.
+//! - No TSO super-frames, no delayed ACKs, no retransmission timeouts (a loss is detected one
+//!   RTT later, as by duplicate ACKs).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::pidshim::{PidEcn, PidParams};
+use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
+use vqos_sched::{build, Engine, PolicySet, ReadySet, Usage, Verdict};
+
+use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};
+
+/// Packets a vif queue (the guest's ring) holds.
+pub const VIF_QUEUE_PKTS: usize = 256;
+
+/// How far ahead of the link the core may run (the NIC's transmit ring), ns.
+pub const TX_RING_NS: u64 = 200_000;
+
+/// Width of the time-series bins, ns.
+pub const BIN_NS: u64 = 10_000_000;
+
+/// TCP receive window cap, bytes.
+const RWND_BYTES: f64 = 4.0 * 1024.0 * 1024.0;
+
+/// Initial congestion window, segments.
+const INITIAL_CWND: f64 = 10.0;
+
+const NS: u64 = 1_000_000_000;
+
+/// One packet in a vif queue.
+#[derive(Debug, Clone, Copy)]
+struct Pkt {
+    /// Global flow index, or `u32::MAX` for UDP.
+    flow: u32,
+    /// Bytes on the wire.
+    bytes: u32,
+    /// When the sender queued it (for RTT samples).
+    sent_ns: u64,
+}
+
+const UDP: u32 = u32::MAX;
+
+/// A TCP-like flow.
+#[derive(Debug, Clone)]
+struct Flow {
+    /// Owning VM.
+    vm: usize,
+    /// False once the VM stopped or its flows were rebuilt: late ACKs are ignored.
+    alive: bool,
+    /// Congestion window, segments.
+    cwnd: f64,
+    /// Slow-start threshold, segments.
+    ssthresh: f64,
+    /// Segments sent and not yet acknowledged or lost.
+    inflight: u32,
+    /// When the window was last halved (at most once per RTT).
+    last_cut_ns: u64,
+    /// Smoothed RTT, ns.
+    srtt_ns: u64,
+    /// Base RTT (propagation + host), ns.
+    base_rtt_ns: u64,
+    /// Segment size, bytes on the wire.
+    seg_bytes: u32,
+}
+
+/// Per-VM runtime state.
+#[derive(Debug)]
+struct VmRt {
+    /// Current settings.
+    settings: VmSettings,
+    /// Whether its sources are running.
+    active: bool,
+    /// The guest ring.
+    queue: VecDeque<Pkt>,
+    /// Its TCP flows (indices into `Sim::flows`).
+    flows: Vec<usize>,
+    /// Round-robin cursor over `flows` when refilling the ring.
+    flow_cursor: usize,
+    /// UDP arrivals not yet turned into packets, in bit·ns (rate × time).
+    udp_credit: u128,
+    /// When UDP credit was last accrued.
+    udp_last_ns: u64,
+}
+
+/// Per-VM counters of a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VmCounters {
+    /// Bytes the switch forwarded from the vif.
+    pub switched_bytes: u64,
+    /// Bytes that reached the receiver.
+    pub delivered_bytes: u64,
+    /// Datagrams lost because the guest ring was full (UDP).
+    pub guest_drops: u64,
+    /// Packets the engine's policer dropped.
+    pub policed: u64,
+    /// Packets dropped at the external bottleneck.
+    pub bottleneck_drops: u64,
+    /// Packets marked CE.
+    pub ce_marks: u64,
+    /// Cycles the core spent on the vif's packets.
+    pub cycles: u64,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct SimOutput {
+    /// Delivered bytes per VM per [`BIN_NS`] bin.
+    pub bins: Vec<Vec<u64>>,
+    /// Counters per VM.
+    pub counters: Vec<VmCounters>,
+    /// Fraction of the core busy over the run.
+    pub cpu_busy: f64,
+    /// Controller trace: per bin, per VM, the controller's rate limit (bps) or ECN
+    /// probability (×1e6), whichever controller runs; empty without controllers.
+    pub control_trace: Vec<Vec<u64>>,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EvKind {
+    Ack { ce: bool },
+    Loss,
+}
+
+/// The simulator.
+pub struct Sim<'a> {
+    sc: &'a Scenario,
+    engine: Box<dyn Engine>,
+    vms: Vec<VmRt>,
+    flows: Vec<Flow>,
+    /// ACK/loss events: (time, sequence, flow, kind).
+    events: BinaryHeap<Reverse<(u64, u64, usize, EvKind)>>,
+    seq: u64,
+    ready: ReadySet,
+    /// The core's clock: when it is next free.
+    switch_ns: u64,
+    /// When the link finishes what it was given.
+    link_free_ns: u64,
+    /// Departure times of packets in the bottleneck queue.
+    bottleneck: VecDeque<u64>,
+    bottleneck_free_ns: u64,
+    counters: Vec<VmCounters>,
+    bins: Vec<Vec<u64>>,
+    busy_cycles: u128,
+    total_flows: u32,
+    rng: u64,
+    fairness: Option<FairnessAdjuster>,
+    /// The fairness adjuster's current limits.
+    ctrl_limits: Vec<Option<u64>>,
+    pid: Option<PidEcn>,
+    control_trace: Vec<Vec<u64>>,
+    cost_model: CycleCostModel,
+}
+
+/// splitmix64: a small, good, seedable generator.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl<'a> Sim<'a> {
+    /// Prepares a run of `sc` with `seed`.
+    pub fn new(sc: &'a Scenario, seed: u64) -> Result<Self, vqos_sched::PolicyError> {
+        let policies = sc.policies_at(0);
+        let engine = build(sc.engine, &policies, 0)?;
+        let n = sc.vms.len();
+        let nbins = sc.duration_ns.div_ceil(BIN_NS) as usize;
+        let fairness = sc.fairness.then(|| {
+            let mut p = FairnessParams::default();
+            if let Some(s) = sc.controller.fairness_period_s {
+                p.period_ns = (s * 1e9) as u64;
+            }
+            let weights: Vec<u32> = policies.vifs.iter().map(|v| v.policy.weight).collect();
+            FairnessAdjuster::new(p, &weights)
+        });
+        let pid = sc.pid_ecn.then(|| {
+            let mut p = PidParams {
+                capacity_bps: sc.tightest_bps(),
+                seed,
+                ..PidParams::default()
+            };
+            if let Some(k) = sc.controller.kp {
+                p.kp = k;
+            }
+            if let Some(k) = sc.controller.ki {
+                p.ki = k;
+            }
+            if let Some(k) = sc.controller.kd {
+                p.kd = k;
+            }
+            PidEcn::new(p, n)
+        });
+        let vms = sc
+            .vms
+            .iter()
+            .map(|v| VmRt {
+                settings: v.initial.clone(),
+                active: false,
+                queue: VecDeque::with_capacity(VIF_QUEUE_PKTS),
+                flows: Vec::new(),
+                flow_cursor: 0,
+                udp_credit: 0,
+                udp_last_ns: 0,
+            })
+            .collect();
+        Ok(Sim {
+            sc,
+            engine,
+            vms,
+            flows: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            ready: ReadySet::new(n),
+            switch_ns: 0,
+            link_free_ns: 0,
+            bottleneck: VecDeque::new(),
+            bottleneck_free_ns: 0,
+            counters: vec![VmCounters::default(); n],
+            bins: vec![vec![0; nbins]; n],
+            busy_cycles: 0,
+            total_flows: 0,
+            rng: seed ^ 0x5EED,
+            fairness,
+            ctrl_limits: vec![None; n],
+            pid,
+            control_trace: Vec::new(),
+            cost_model: sc.cost_model,
+        })
+    }
+
+    /// The policies in force at `t`, with the fairness adjuster's limits applied.
+    fn effective_policies(&self, t: u64) -> PolicySet {
+        let mut set = self.sc.policies_at(t);
+        for (v, lim) in set.vifs.iter_mut().zip(&self.ctrl_limits) {
+            if let Some(l) = lim {
+                let l = (*l).max(v.policy.min_bps);
+                v.policy.max_bps = Some(v.policy.max_bps.map_or(l, |m| m.min(l)));
+            }
+        }
+        set
+    }
+
+    fn push_event(&mut self, at: u64, flow: usize, kind: EvKind) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, flow, kind)));
+    }
+
+    /// Applies the scenario's state at `t`: starts, stops, settings, policies.
+    fn apply_changes(&mut self, t: u64) {
+        let state = self.sc.state_at(t);
+        for (i, (settings, start, stop)) in state.into_iter().enumerate() {
+            let active = start <= t && t < stop;
+            let rebuild = active
+                && (!self.vms[i].active
+                    || settings.flows != self.vms[i].settings.flows
+                    || settings.traffic != self.vms[i].settings.traffic
+                    || settings.rtt_ns != self.vms[i].settings.rtt_ns
+                    || settings.packet_size != self.vms[i].settings.packet_size);
+            if !active || rebuild {
+                for &f in &self.vms[i].flows {
+                    self.flows[f].alive = false;
+                }
+                self.total_flows -= self.vms[i].flows.len() as u32;
+                self.vms[i].flows.clear();
+            }
+            let was_active = self.vms[i].active;
+            self.vms[i].settings = settings.clone();
+            self.vms[i].active = active;
+            if rebuild && settings.traffic == Traffic::Tcp {
+                for _ in 0..settings.flows {
+                    // A little start jitter so flows do not move in lockstep.
+                    let jitter = splitmix(&mut self.rng) % 50_000;
+                    self.flows.push(Flow {
+                        vm: i,
+                        alive: true,
+                        cwnd: INITIAL_CWND,
+                        ssthresh: f64::INFINITY,
+                        inflight: 0,
+                        last_cut_ns: 0,
+                        srtt_ns: settings.rtt_ns + jitter,
+                        base_rtt_ns: settings.rtt_ns,
+                        seg_bytes: settings.packet_size,
+                    });
+                    self.vms[i].flows.push(self.flows.len() - 1);
+                }
+                self.total_flows += settings.flows;
+            }
+            if active && !was_active {
+                self.vms[i].udp_last_ns = t;
+                self.vms[i].udp_credit = 0;
+            }
+            if !active {
+                // An application that stops takes its unsent data with it.
+                self.vms[i].queue.clear();
+            }
+            self.fill_tcp(i, t);
+        }
+        let policies = self.effective_policies(t);
+        // Validated when the scenario was parsed; the controller's limits never go below a
+        // floor, so a failure here would be a bug worth seeing.
+        if let Err(e) = self.engine.configure(&policies, t) {
+            panic!("policy set at {t} ns refused: {e}");
+        }
+    }
+
+    /// Lets the VM's TCP flows put segments into its ring while they may.
+    fn fill_tcp(&mut self, vm: usize, t: u64) {
+        let v = &mut self.vms[vm];
+        if !v.active || v.settings.traffic != Traffic::Tcp || v.flows.is_empty() {
+            return;
+        }
+        let n = v.flows.len();
+        let mut idle_rounds = 0;
+        while v.queue.len() < VIF_QUEUE_PKTS && idle_rounds < n {
+            let f = v.flows[v.flow_cursor % n];
+            v.flow_cursor = (v.flow_cursor + 1) % n;
+            let flow = &mut self.flows[f];
+            if f64::from(flow.inflight) < flow.cwnd {
+                flow.inflight += 1;
+                v.queue.push_back(Pkt {
+                    flow: f as u32,
+                    bytes: flow.seg_bytes,
+                    sent_ns: t,
+                });
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+            }
+        }
+    }
+
+    /// Turns UDP credit accrued up to `t` into datagrams in the ring (overflow is lost).
+    fn fill_udp(&mut self, vm: usize, t: u64) {
+        let v = &mut self.vms[vm];
+        if !v.active || v.settings.traffic != Traffic::Udp || t <= v.udp_last_ns {
+            return;
+        }
+        let pkt_bits_ns = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
+        match v.settings.rate_bps {
+            None => {
+                while v.queue.len() < VIF_QUEUE_PKTS {
+                    v.queue.push_back(Pkt {
+                        flow: UDP,
+                        bytes: v.settings.packet_size,
+                        sent_ns: t,
+                    });
+                }
+            }
+            Some(r) => {
+                v.udp_credit += u128::from(r) * u128::from(t - v.udp_last_ns);
+                let n = v.udp_credit / pkt_bits_ns;
+                v.udp_credit -= n * pkt_bits_ns;
+                for _ in 0..n {
+                    if v.queue.len() < VIF_QUEUE_PKTS {
+                        v.queue.push_back(Pkt {
+                            flow: UDP,
+                            bytes: v.settings.packet_size,
+                            sent_ns: t,
+                        });
+                    } else {
+                        self.counters[vm].guest_drops += 1;
+                    }
+                }
+            }
+        }
+        v.udp_last_ns = t;
+    }
+
+    /// When the next UDP datagram of any VM arrives after `t`.
+    fn next_udp_ns(&self, t: u64) -> u64 {
+        let mut next = u64::MAX;
+        for v in &self.vms {
+            if !v.active || v.settings.traffic != Traffic::Udp {
+                continue;
+            }
+            if let Some(r) = v.settings.rate_bps {
+                let pkt = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
+                let need = pkt.saturating_sub(v.udp_credit).div_ceil(u128::from(r));
+                next = next.min(v.udp_last_ns.saturating_add(need as u64).max(t + 1));
+            }
+        }
+        next
+    }
+
+    fn on_event(&mut self, t: u64, f: usize, kind: EvKind) {
+        let flow = &mut self.flows[f];
+        if !flow.alive {
+            return;
+        }
+        flow.inflight = flow.inflight.saturating_sub(1);
+        let congestion = match kind {
+            EvKind::Ack { ce } => ce,
+            EvKind::Loss => true,
+        };
+        if congestion {
+            if t.saturating_sub(flow.last_cut_ns) >= flow.srtt_ns {
+                flow.cwnd = (flow.cwnd / 2.0).max(1.0);
+                flow.ssthresh = flow.cwnd;
+                flow.last_cut_ns = t;
+            }
+        } else if flow.cwnd < flow.ssthresh {
+            flow.cwnd += 1.0;
+        } else {
+            flow.cwnd += 1.0 / flow.cwnd;
+        }
+        let max_cwnd = RWND_BYTES / f64::from(flow.seg_bytes);
+        flow.cwnd = flow.cwnd.min(max_cwnd);
+        let vm = flow.vm;
+        self.fill_tcp(vm, t);
+    }
+
+    /// Runs the whole scenario.
+    pub fn run(mut self) -> SimOutput {
+        let end = self.sc.duration_ns;
+        let mut changes: Vec<u64> = self.sc.phases().iter().map(|p| p.0).collect();
+        changes.retain(|&c| c > 0);
+        let mut next_change = 0usize;
+        self.apply_changes(0);
+        let mut next_trace = 0u64;
+        loop {
+            let t = self.switch_ns;
+            if t >= end {
+                break;
+            }
+            // Events due before the core's next decision.
+            if let Some(Reverse((at, _, _, _))) = self.events.peek() {
+                if *at <= t {
+                    let Reverse((at, _, f, kind)) = self.events.pop().expect("peeked");
+                    self.on_event(at, f, kind);
+                    continue;
+                }
+            }
+            if next_change < changes.len() && changes[next_change] <= t {
+                self.apply_changes(changes[next_change]);
+                next_change += 1;
+                continue;
+            }
+            self.run_controllers(t);
+            if t >= next_trace {
+                self.trace();
+                next_trace += BIN_NS;
+            }
+            for i in 0..self.vms.len() {
+                self.fill_udp(i, t);
+                self.ready.set(i, !self.vms[i].queue.is_empty());
+            }
+            if self.engine.next_tick() <= t {
+                self.engine.tick(&self.ready, t);
+            }
+            match self.engine.select(&self.ready, t) {
+                Some(g) => self.serve(g.vif, usize::from(g.max_packets), t),
+                None => {
+                    let mut wake = self
+                        .engine
+                        .eligible_at(t)
+                        .min(self.engine.next_tick())
+                        .min(self.next_udp_ns(t))
+                        .min(self.controller_wake())
+                        .min(end);
+                    if let Some(Reverse((at, _, _, _))) = self.events.peek() {
+                        wake = wake.min(*at);
+                    }
+                    if next_change < changes.len() {
+                        wake = wake.min(changes[next_change]);
+                    }
+                    self.switch_ns = wake.max(t + 1);
+                }
+            }
+        }
+        let cpu_busy = self.busy_cycles as f64 / (self.sc.cpu_hz as f64 * end as f64 / 1e9);
+        SimOutput {
+            bins: self.bins,
+            counters: self.counters,
+            cpu_busy,
+            control_trace: self.control_trace,
+        }
+    }
+
+    fn controller_wake(&self) -> u64 {
+        let a = self.fairness.as_ref().map_or(u64::MAX, |f| f.next_wake());
+        let b = self.pid.as_ref().map_or(u64::MAX, |p| p.next_slot());
+        a.min(b)
+    }
+
+    fn run_controllers(&mut self, t: u64) {
+        let bytes: Vec<u64> = self.counters.iter().map(|c| c.switched_bytes).collect();
+        if let Some(pid) = self.pid.as_mut() {
+            if pid.next_slot() <= t {
+                pid.on_slot(t, &bytes);
+            }
+        }
+        let mut changed = false;
+        if let Some(f) = self.fairness.as_mut() {
+            if f.next_wake() <= t {
+                for c in f.on_sample(t, &bytes) {
+                    self.ctrl_limits[c.vif] = c.max_bps;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            let policies = self.effective_policies(t);
+            if let Err(e) = self.engine.configure(&policies, t) {
+                panic!("controller limits refused at {t} ns: {e}");
+            }
+        }
+    }
+
+    fn trace(&mut self) {
+        if let Some(pid) = &self.pid {
+            self.control_trace.push(
+                (0..self.vms.len())
+                    .map(|i| (pid.probability(i) * 1e6) as u64)
+                    .collect(),
+            );
+        } else if self.fairness.is_some() {
+            self.control_trace
+                .push(self.ctrl_limits.iter().map(|l| l.unwrap_or(0)).collect());
+        }
+    }
+
+    fn serve(&mut self, vm: usize, max_packets: usize, t: u64) {
+        let cap = self.sc.capacity_bps;
+        let mut usage = Usage::default();
+        let mut cpu_cycles: f64 = 0.0;
+        for _ in 0..max_packets {
+            let Some(pkt) = self.vms[vm].queue.pop_front() else {
+                break;
+            };
+            cpu_cycles += self.cost_model.cycles(pkt.bytes, self.total_flows);
+            let at_cpu = t + (cpu_cycles * 1e9 / self.sc.cpu_hz as f64) as u64;
+            let verdict = self.engine.admit(vm, pkt.bytes, at_cpu);
+            let rtt = if pkt.flow == UDP {
+                0
+            } else {
+                self.flows[pkt.flow as usize].base_rtt_ns
+            };
+            if verdict == Verdict::Drop {
+                self.counters[vm].policed += 1;
+                if pkt.flow != UDP {
+                    self.push_event(at_cpu + rtt, pkt.flow as usize, EvKind::Loss);
+                }
+                continue;
+            }
+            let mut ce = verdict == Verdict::MarkCe;
+            if let Some(pid) = self.pid.as_mut() {
+                if pkt.flow != UDP && pid.should_mark(vm) {
+                    ce = true;
+                }
+            }
+            if ce && pkt.flow != UDP {
+                self.counters[vm].ce_marks += 1;
+            }
+            usage.packets += 1;
+            usage.bytes += u64::from(pkt.bytes);
+            // The host link.
+            let ser = (u64::from(pkt.bytes) * 8 * NS).div_ceil(cap);
+            self.link_free_ns = self.link_free_ns.max(at_cpu) + ser;
+            let mut delivered = self.link_free_ns;
+            // The external bottleneck.
+            if let Some(b) = self.sc.bottleneck_bps {
+                while self.bottleneck.front().is_some_and(|&d| d <= delivered) {
+                    self.bottleneck.pop_front();
+                }
+                if self.bottleneck.len() >= self.sc.bottleneck_queue as usize {
+                    self.counters[vm].bottleneck_drops += 1;
+                    if pkt.flow != UDP {
+                        self.push_event(delivered + rtt, pkt.flow as usize, EvKind::Loss);
+                    }
+                    continue;
+                }
+                let ser_b = (u64::from(pkt.bytes) * 8 * NS).div_ceil(b);
+                self.bottleneck_free_ns = self.bottleneck_free_ns.max(delivered) + ser_b;
+                delivered = self.bottleneck_free_ns;
+                self.bottleneck.push_back(delivered);
+            }
+            let bin = (delivered / BIN_NS) as usize;
+            if let Some(b) = self.bins[vm].get_mut(bin) {
+                *b += u64::from(pkt.bytes);
+                self.counters[vm].delivered_bytes += u64::from(pkt.bytes);
+            }
+            if pkt.flow != UDP {
+                let f = pkt.flow as usize;
+                let sample = delivered + rtt - pkt.sent_ns;
+                let flow = &mut self.flows[f];
+                flow.srtt_ns = (flow.srtt_ns * 7 + sample) / 8;
+                self.push_event(delivered + rtt, f, EvKind::Ack { ce });
+            }
+        }
+        let cycles = cpu_cycles as u64;
+        usage.cycles = cycles;
+        self.busy_cycles += u128::from(cycles);
+        self.counters[vm].cycles += cycles;
+        self.counters[vm].switched_bytes += usage.bytes;
+        let cpu_ns = (u128::from(cycles) * u128::from(NS) / u128::from(self.sc.cpu_hz)) as u64;
+        let mut next = t + cpu_ns.max(1);
+        // The NIC ring is full: the core waits for the link.
+        if self.link_free_ns > next + TX_RING_NS {
+            next = self.link_free_ns - TX_RING_NS;
+        }
+        self.switch_ns = next;
+        self.engine.charge(vm, usage, next);
+        self.fill_tcp(vm, t);
+    }
+}
+
+/// Runs `sc` with `seed`.
+pub fn simulate(sc: &Scenario, seed: u64) -> Result<SimOutput, vqos_sched::PolicyError> {
+    Ok(Sim::new(sc, seed)?.run())
+}
