@@ -132,12 +132,6 @@ impl VifBits {
         }
     }
 
-    /// True when `vif` is in the set.
-    #[inline]
-    pub(crate) fn contains(&self, vif: VifId) -> bool {
-        vif < self.len && self.words[vif / 64] & (1 << (vif % 64)) != 0
-    }
-
     /// The first member in `from..end`, without wrapping.
     #[inline]
     fn next_in(&self, from: usize, end: usize) -> Option<VifId> {
