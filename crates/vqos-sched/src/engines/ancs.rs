@@ -80,6 +80,8 @@
 //! - `select` intersects the ready set with the set of vifs holding credit word by word, but a
 //!   pass is `O(vifs)`.
 
+use std::collections::HashMap;
+
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
 use crate::policy::{PolicyError, PolicySet, VifId};
 use crate::units::NS_PER_SEC;
@@ -101,6 +103,15 @@ pub(crate) fn rate_bytes(rate_bps: u64, period_ns: u64, frac: &mut u64) -> i64 {
     let num = u128::from(rate_bps) * u128::from(period_ns) + u128::from(*frac);
     *frac = (num % BYTE_NS_DENOM) as u64;
     i64::try_from(num / BYTE_NS_DENOM).map_or(CREDIT_LIMIT, |b| b.min(CREDIT_LIMIT))
+}
+
+/// The previous per-vif states keyed by vif name, with their old index, so that a new policy
+/// snapshot can take over the states of the vifs that persist (`O(vifs)`).
+pub(crate) fn by_name<T>(old: Vec<T>, name: impl Fn(&T) -> &str) -> HashMap<String, (usize, T)> {
+    old.into_iter()
+        .enumerate()
+        .map(|(i, v)| (name(&v).to_string(), (i, v)))
+        .collect()
 }
 
 /// A set of vifs as a bitset, scanned word by word (who holds credit / tokens).
@@ -483,21 +494,15 @@ impl Engine for Ancs {
             .ok_or(PolicyError::NeedsCapacity("ancs"))?;
         let first = self.next_tick_ns == u64::MAX;
 
-        let mut old: Vec<Option<VifCredit>> = std::mem::take(&mut self.vifs)
-            .into_iter()
-            .map(Some)
-            .collect();
-        let mut new_id_of_old: Vec<Option<VifId>> = vec![None; old.len()];
+        let mut new_id_of_old: Vec<Option<VifId>> = vec![None; self.vifs.len()];
+        let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);
         let mut vifs = Vec::with_capacity(policies.len());
         let mut fresh = Vec::new();
         for (id, spec) in policies.vifs.iter().enumerate() {
-            let kept = old
-                .iter()
-                .position(|o| o.as_ref().is_some_and(|o| o.name == spec.name));
-            let mut v = match kept {
-                Some(i) => {
+            let mut v = match old.remove(&spec.name) {
+                Some((i, kept)) => {
                     new_id_of_old[i] = Some(id);
-                    old[i].take().unwrap_or_else(|| VifCredit::new(&spec.name))
+                    kept
                 }
                 None => {
                     fresh.push(id);

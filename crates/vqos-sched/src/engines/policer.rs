@@ -27,7 +27,7 @@
 //!   at once, still capped to one window's worth.
 
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
-use crate::engines::ancs::{rate_bytes, VifBits};
+use crate::engines::ancs::{by_name, rate_bytes, VifBits};
 use crate::policy::{PolicyError, PolicySet, VifId};
 
 /// Xen's default credit window: 50 ms.
@@ -147,15 +147,14 @@ impl Engine for Policer {
             // Credit of the windows that ended under the old rates.
             self.replenish(now_ns);
         }
-        let mut old = std::mem::take(&mut self.vifs);
+        let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);
         let mut vifs = Vec::with_capacity(policies.len());
         for spec in &policies.vifs {
             let rate_bps = spec.policy.max_bps;
             let mut frac = 0;
             let credit_bytes = rate_bps.map_or(0, |r| rate_bytes(r, self.window_ns, &mut frac));
-            let kept = old.iter().position(|o| o.name == spec.name);
-            let (remaining_credit, credit_frac) = match kept.map(|i| old.swap_remove(i)) {
-                Some(o) if o.rate_bps.is_some() => {
+            let (remaining_credit, credit_frac) = match old.remove(&spec.name) {
+                Some((_, o)) if o.rate_bps.is_some() => {
                     let frac = if o.rate_bps == rate_bps {
                         o.credit_frac
                     } else {

@@ -33,6 +33,7 @@
 use crate::engine::{
     Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
 };
+use crate::engines::ancs::by_name;
 use crate::policy::{PolicyError, PolicySet, VifId, VifPolicy};
 use crate::units::NS_PER_SEC;
 
@@ -430,13 +431,10 @@ impl Engine for Tcm {
 
     fn configure(&mut self, policies: &PolicySet, now_ns: u64) -> Result<(), PolicyError> {
         policies.validate()?;
-        let mut old = std::mem::take(&mut self.vifs);
+        let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);
         let mut vifs = Vec::with_capacity(policies.len());
         for spec in &policies.vifs {
-            let kept = old
-                .iter()
-                .position(|o| o.name == spec.name)
-                .map(|i| old.swap_remove(i));
+            let kept = old.remove(&spec.name).map(|(_, v)| v);
             let counts = kept.as_ref().map(|k| k.counts).unwrap_or_default();
             let marker = self.marker_for(&spec.policy, kept.map(|k| k.marker), now_ns);
             vifs.push(VifTcm {
