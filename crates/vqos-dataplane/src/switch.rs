@@ -709,7 +709,8 @@ impl Loop {
             c: PortCounters::default(),
             down_bucket: None,
             ecn_threshold: 0,
-            avg_frame_bytes: 1500,
+            // Start pessimistic (a super-frame) so that the first capacity-limited read is small.
+            avg_frame_bytes: 65_536,
             rate_hist: [(0, 0, 0); RATE_SAMPLES],
             rate_pos: 0,
         };
