@@ -318,15 +318,17 @@ impl FairnessAdjuster {
         let nbw: Vec<u128> = (0..n)
             .map(|i| u128::from(period[i]) / u128::from(self.weights[i]))
             .collect();
-        let avg: u128 = if n_active == 0 {
-            0
-        } else {
-            (0..n).filter(|&i| active[i]).map(|i| nbw[i]).sum::<u128>() / n_active
-        };
-        for i in 0..n {
+        let active_sum: u128 = nbw
+            .iter()
+            .zip(&active)
+            .filter(|(_, &a)| a)
+            .map(|(&x, _)| x)
+            .sum();
+        let avg = active_sum.checked_div(n_active).unwrap_or(0);
+        for (i, &x) in nbw.iter().enumerate() {
             let fair = avg * u128::from(self.weights[i]);
             self.fair_bps[i] = u64::try_from(fair).unwrap_or(u64::MAX);
-            self.weak[i] = nbw[i] <= avg;
+            self.weak[i] = x <= avg;
         }
         self.plan.clear();
         self.plan_pos = 0;
@@ -345,7 +347,8 @@ impl FairnessAdjuster {
         }
         // Immediate relax of limited vifs that are now weak or inactive.
         for i in 0..n {
-            if self.limits[i].is_none() || !(self.weak[i] || !active[i]) {
+            let strong_and_active = !self.weak[i] && active[i];
+            if self.limits[i].is_none() || strong_and_active {
                 continue;
             }
             if active[i] && self.pressing(i, recent[i]) {

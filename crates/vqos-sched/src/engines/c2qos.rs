@@ -759,7 +759,7 @@ mod tests {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            if waiting_since.is_none() && seed % 7 == 0 {
+            if waiting_since.is_none() && seed.is_multiple_of(7) {
                 ready.set(0, true);
                 waiting_since = Some(batch);
             }
