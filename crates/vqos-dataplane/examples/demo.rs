@@ -15,6 +15,9 @@ use vqos_dataplane::{PortSpec, SwitchConfig, SwitchHandle};
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::{allocate, Claim, EngineKind, VifPolicy};
 
+/// A live policy change applied at the start of a phase.
+type PhaseFn = dyn Fn(&SwitchHandle) -> Result<()>;
+
 fn main() -> Result<()> {
     let mut uplink = None;
     let mut vifs: Vec<String> = Vec::new();
@@ -50,7 +53,7 @@ fn main() -> Result<()> {
     }
     println!("READY");
     let last = vifs.len() - 1;
-    let phases: Vec<(&str, Box<dyn Fn(&SwitchHandle) -> Result<()>>)> = vec![
+    let phases: Vec<(&str, Box<PhaseFn>)> = vec![
         (
             "phase 1: weights 1:2:3...",
             Box::new(|_: &SwitchHandle| Ok(())),
