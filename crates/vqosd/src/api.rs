@@ -128,7 +128,7 @@ fn backend_fail(e: BackendError) -> Fail {
         BackendError::Policy(p) => policy_status(p),
         BackendError::UnknownPort(_) => 404,
         BackendError::PortExists(_) => 409,
-        BackendError::Port { .. } => 500,
+        BackendError::Port { .. } | BackendError::Switch(_) => 500,
     };
     (status, e.to_string())
 }

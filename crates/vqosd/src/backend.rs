@@ -26,6 +26,9 @@ pub enum BackendError {
     /// A port of that name already exists.
     #[error("Port '{0}' already exists")]
     PortExists(String),
+    /// The switch failed as a whole (stopped, unresponsive loop).
+    #[error("Switch: {0}")]
+    Switch(String),
     /// The port could not be created, attached or removed (TAP, ioctl, ...).
     #[error("Port '{name}': {message}")]
     Port {
@@ -60,10 +63,14 @@ pub struct PortStats {
     pub tx_frames: u64,
     /// Bytes written to the port.
     pub tx_bytes: u64,
-    /// Frames dropped, by reason (`malformed`, `mac_spoof`, `policed`, ...).
+    /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
     pub drops: BTreeMap<String, u64>,
-    /// Recent rate from the port towards the uplink, bit/s.
+    /// Frames marked ECN CE on their way to the port.
+    pub ecn_marked: u64,
+    /// Recent rate read from the port (what the VM sends), bit/s.
     pub rate_bps: u64,
+    /// Recent rate written to the port (what the VM receives), bit/s.
+    pub tx_rate_bps: u64,
     /// Credit or tokens left in the engine's cost unit (negative: debt).
     pub credit: i64,
     /// True while the engine refuses to serve the port.
@@ -139,8 +146,18 @@ pub struct MockBackend {
     state: Mutex<MockState>,
 }
 
-/// Drop reasons the mock reports for every port (zero unless a test sets them).
-pub const MOCK_DROP_REASONS: [&str; 3] = ["malformed", "mac_spoof", "policed"];
+/// Drop reasons of the data plane; every port reports each of them (zero included), so each
+/// `drops{reason}` series exists from the start.
+pub const DROP_REASONS: [&str; 8] = [
+    "truncated",
+    "oversized",
+    "bad_vnet_hdr",
+    "spoofed",
+    "policed",
+    "rate_limited",
+    "tx_error",
+    "hairpin",
+];
 
 impl MockBackend {
     /// An empty mock switch.
@@ -234,7 +251,7 @@ impl Backend for MockBackend {
             .map(|(p, _)| {
                 let mut st = s.counters.get(&p.name).cloned().unwrap_or_default();
                 st.name = p.name.clone();
-                for r in MOCK_DROP_REASONS {
+                for r in DROP_REASONS {
                     st.drops.entry(r.to_string()).or_insert(0);
                 }
                 st
@@ -289,7 +306,7 @@ mod tests {
             Err(BackendError::UnknownPort("b".into()))
         );
         let st = m.stats();
-        assert_eq!(st.ports[0].drops.len(), MOCK_DROP_REASONS.len());
+        assert_eq!(st.ports[0].drops.len(), DROP_REASONS.len());
         m.stop();
         assert!(m.stopped());
     }

@@ -3,8 +3,8 @@
 //! The vqos daemon as a library: its TOML [`config`], the control API ([`api`]) served over
 //! HTTP/1.1 ([`http`], [`server`]) on a root-only unix socket and optionally on a
 //! token-protected loopback TCP port, Prometheus [`metrics`], the persisted policy [`state`],
-//! and the [`backend`] boundary to the switch (the real data plane, or an in-memory mock that
-//! ships with the crate for tests). A small [`client`] speaks the same protocol; the `vqos` CLI
+//! and the [`backend`] boundary to the switch (the real data plane through [`switch`], or an
+//! in-memory mock that ships with the crate for tests). A small [`client`] speaks the same protocol; the `vqos` CLI
 //! and the tests use it.
 //!
 //! ## Behavior
@@ -37,4 +37,5 @@ pub mod metrics;
 pub mod server;
 pub mod signals;
 pub mod state;
+pub mod switch;
 pub mod wire;

@@ -10,6 +10,7 @@ use vqosd::api::Api;
 use vqosd::backend::{Backend, MockBackend};
 use vqosd::config::Config;
 use vqosd::server::{Server, ServerConfig};
+use vqosd::switch::SwitchBackend;
 
 /// Which switch the daemon drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -55,13 +56,11 @@ struct Args {
     backend: BackendKind,
 }
 
-fn build_backend(kind: BackendKind, _config: &Config) -> Result<Arc<dyn Backend>> {
-    match kind {
-        BackendKind::Mock => Ok(Arc::new(MockBackend::new())),
-        BackendKind::Switch => anyhow::bail!(
-            "The switch backend is not available in this build yet (use --backend mock)"
-        ),
-    }
+fn build_backend(kind: BackendKind, config: &Config) -> Result<Arc<dyn Backend>> {
+    Ok(match kind {
+        BackendKind::Mock => Arc::new(MockBackend::new()),
+        BackendKind::Switch => Arc::new(SwitchBackend::start(config)?),
+    })
 }
 
 fn run(args: Args) -> Result<()> {

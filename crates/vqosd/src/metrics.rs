@@ -163,7 +163,11 @@ pub fn render(stats: &StatsView) -> String {
                                 sample(&format!("{port},reason=\"{}\"", esc(reason)), n);
                             }
                         }
-                        "vqos_port_rate_bps" => sample(&port, &s.rate_bps),
+                        "vqos_port_ecn_marked_total" => sample(&port, &s.ecn_marked),
+                        "vqos_port_rate_bps" => {
+                            sample(&format!("{port},direction=\"rx\""), &s.rate_bps);
+                            sample(&format!("{port},direction=\"tx\""), &s.tx_rate_bps);
+                        }
                         "vqos_port_credit" => sample(&port, &s.credit),
                         "vqos_port_throttled" => sample(&port, &u8::from(s.throttled)),
                         _ => {

@@ -1,0 +1,227 @@
+//! The real backend: [`SwitchBackend`] drives a `vqos-dataplane` [`SwitchHandle`] (TAP ports,
+//! the poll loop, the engine) through the [`Backend`] trait.
+
+use std::collections::BTreeMap;
+
+use vqos_dataplane::frame::mac_key;
+use vqos_dataplane::{PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
+use vqos_sched::{PolicySet, VifPolicy};
+
+use crate::backend::{Backend, BackendError, LoopStats, PortConfig, PortStats, SwitchStats};
+use crate::config::Config;
+
+/// The data plane's switch behind the [`Backend`] trait.
+pub struct SwitchBackend {
+    /// The running switch.
+    handle: SwitchHandle,
+}
+
+/// A port spec of the data plane for a port of the daemon.
+fn spec(port: &PortConfig) -> PortSpec {
+    let spec = if port.create {
+        PortSpec::tap(&port.name)
+    } else {
+        PortSpec::tap_attach(&port.name)
+    };
+    if port.macs.is_empty() {
+        spec
+    } else {
+        spec.with_allowed_macs(port.macs.iter().map(|m| mac_key(&m.0)).collect())
+    }
+}
+
+/// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).
+fn convert(e: SwitchError) -> BackendError {
+    match e {
+        SwitchError::Policy(p) => BackendError::Policy(p),
+        SwitchError::DuplicatePort(name) => BackendError::PortExists(name),
+        SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
+        SwitchError::Port { name, source } => BackendError::Port {
+            name,
+            message: source.to_string(),
+        },
+        other => {
+            let mut message = other.to_string();
+            let mut source = std::error::Error::source(&other);
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            BackendError::Switch(message)
+        }
+    }
+}
+
+impl SwitchBackend {
+    /// Starts the switch the config describes (uplink, engine, capacity, cost model, polling),
+    /// with no vif yet: the daemon's API adds them.
+    pub fn start(config: &Config) -> Result<SwitchBackend, BackendError> {
+        let uplink = config.uplink.as_ref().ok_or_else(|| {
+            BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
+        })?;
+        let mut sc = SwitchConfig::new(spec(uplink));
+        sc.engine = config.engine;
+        sc.capacity_bps = config.capacity_bps;
+        sc.cost = config.cost;
+        sc.cycles_per_sec = config.cycles_per_sec;
+        sc.readiness = if config.busy_poll {
+            Readiness::BusyPoll
+        } else {
+            Readiness::Epoll
+        };
+        let handle = SwitchHandle::start(sc).map_err(convert)?;
+        Ok(SwitchBackend { handle })
+    }
+
+    /// Wraps a switch started by the caller (tests start one on in-memory ports).
+    pub fn from_handle(handle: SwitchHandle) -> SwitchBackend {
+        SwitchBackend { handle }
+    }
+
+    /// The switch.
+    pub fn handle(&self) -> &SwitchHandle {
+        &self.handle
+    }
+}
+
+impl Backend for SwitchBackend {
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+        self.handle
+            .add_port(spec(port), policy.clone())
+            .map_err(convert)
+    }
+
+    fn remove_port(&self, name: &str) -> Result<(), BackendError> {
+        self.handle.remove_port(name).map_err(convert)
+    }
+
+    fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError> {
+        self.handle.set_policies(policies.clone()).map_err(convert)
+    }
+
+    fn stats(&self) -> SwitchStats {
+        let raw = self.handle.stats();
+        let ports = raw
+            .ports
+            .iter()
+            .map(|p| {
+                let d = &p.drops;
+                let drops: BTreeMap<String, u64> = [
+                    ("truncated", d.truncated),
+                    ("oversized", d.oversized),
+                    ("bad_vnet_hdr", d.bad_vnet_hdr),
+                    ("spoofed", d.spoofed),
+                    ("policed", d.policed),
+                    ("rate_limited", d.rate_limited),
+                    ("tx_error", d.tx_error),
+                    ("hairpin", d.hairpin),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+                let engine = p.engine.unwrap_or_default();
+                PortStats {
+                    name: p.name.clone(),
+                    rx_frames: p.rx_frames,
+                    rx_bytes: p.rx_bytes,
+                    tx_frames: p.tx_frames,
+                    tx_bytes: p.tx_bytes,
+                    drops,
+                    ecn_marked: p.ecn_marked,
+                    rate_bps: p.rx_rate_bps,
+                    tx_rate_bps: p.tx_rate_bps,
+                    credit: engine.credit,
+                    throttled: engine.throttled,
+                }
+            })
+            .collect();
+        let l = &raw.loop_stats;
+        SwitchStats {
+            ports,
+            loops: vec![LoopStats {
+                name: "loop0".to_string(),
+                busy_cycles: l.busy_cycles,
+                idle_cycles: l.idle_cycles,
+                bursts: l.bursts,
+            }],
+        }
+    }
+
+    fn stop(&self) {
+        // A loop that already died has nothing left to stop.
+        let _ = self.handle.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::DROP_REASONS;
+    use vqos_dataplane::MemPort;
+    use vqos_sched::EngineKind;
+
+    #[test]
+    fn drives_a_switch_on_memory_ports() {
+        let (uplink, _peer) = MemPort::pair("up0", 64);
+        let mut sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
+        sc.engine = EngineKind::Vqos;
+        sc.capacity_bps = Some(1_000_000_000);
+        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap());
+        // Custom (in-memory) vif ports go straight to the handle; the trait drives policies.
+        let (vm1, _p1) = MemPort::pair("vm1", 64);
+        b.handle()
+            .add_port(PortSpec::custom(Box::new(vm1)), VifPolicy::default())
+            .unwrap();
+        let set = b
+            .handle()
+            .policies()
+            .with_policy(
+                "vm1",
+                VifPolicy {
+                    weight: 4,
+                    max_bps: Some(300_000_000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        b.set_policies(&set).unwrap();
+        assert_eq!(b.handle().policies().vifs[0].policy.weight, 4);
+        let bad = set
+            .with_policy(
+                "vm1",
+                VifPolicy {
+                    min_bps: 2_000_000_000,
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert!(bad.to_string().contains("exceeds capacity"));
+        let unknown = PolicySet::new(Some(1_000_000_000)).with_vif("zz", VifPolicy::default());
+        assert!(matches!(
+            b.set_policies(&unknown),
+            Err(BackendError::Policy(_)) | Err(BackendError::UnknownPort(_))
+        ));
+        assert_eq!(
+            b.remove_port("nope"),
+            Err(BackendError::UnknownPort("nope".into()))
+        );
+        let stats = b.stats();
+        assert_eq!(stats.loops.len(), 1);
+        let names: Vec<_> = stats.ports.iter().map(|p| p.name.as_str()).collect();
+        assert!(
+            names.contains(&"vm1") && names.contains(&"up0"),
+            "{names:?}"
+        );
+        for p in &stats.ports {
+            let reasons: Vec<_> = p.drops.keys().map(String::as_str).collect();
+            let mut expected = DROP_REASONS.to_vec();
+            expected.sort_unstable();
+            assert_eq!(reasons, expected);
+        }
+        b.remove_port("vm1").unwrap();
+        b.stop();
+        assert!(b
+            .set_policies(&PolicySet::new(Some(1_000_000_000)))
+            .is_err());
+    }
+}

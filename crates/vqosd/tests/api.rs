@@ -1,0 +1,728 @@
+//! The control API end to end: a real unix socket (and TCP port) in a temp dir unique to each
+//! test, the mock switch behind it, and the crate's own client in front.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use vqosd::api::Api;
+use vqosd::backend::{MockBackend, MockCall, PortStats};
+use vqosd::client::{Client, ClientError, Endpoint};
+use vqosd::config::Config;
+use vqosd::metrics::{self, Exposition};
+use vqosd::server::{Server, ServerConfig, ServerError};
+use vqosd::wire::{PolicyView, PortView, StatsView};
+
+const TOKEN: &str = "test-token-0123456789";
+
+/// A daemon on the mock switch, in its own temp dir.
+struct Daemon {
+    server: Server,
+    mock: Arc<MockBackend>,
+    client: Client,
+    socket: PathBuf,
+    state_file: PathBuf,
+}
+
+fn config_text(dir: &Path, extra_api: &str) -> String {
+    format!(
+        r#"
+capacity = "1Gbit"
+state_file = "{dir}/state/state.json"
+
+[api]
+socket = "{dir}/run/vqosd.sock"
+{extra_api}
+
+[uplink]
+name = "up0"
+
+[[port]]
+name = "vm1"
+
+[[port]]
+name = "vm2"
+create = false
+macs = ["02:00:00:00:00:02"]
+policy = {{ weight = 2, min = "400Mbit", max = "500Mbit", priority = 3 }}
+"#,
+        dir = dir.display()
+    )
+}
+
+fn start_with(text: &str) -> Daemon {
+    let config = Config::parse(text, |k| {
+        (k == "VQOSD_TEST_TOKEN").then(|| TOKEN.to_string())
+    })
+    .expect("config");
+    let mock = Arc::new(MockBackend::new());
+    let api = Arc::new(Api::start(&config, mock.clone()).expect("api"));
+    let server = Server::start(&ServerConfig::from_config(&config), api).expect("server");
+    Daemon {
+        client: Client::new(Endpoint::Unix(config.socket_path.clone())),
+        socket: config.socket_path.clone(),
+        state_file: config.state_file.clone(),
+        server,
+        mock,
+    }
+}
+
+fn start(dir: &Path) -> Daemon {
+    start_with(&config_text(dir, ""))
+}
+
+impl Daemon {
+    fn get(&self, path: &str) -> Value {
+        self.client.call("GET", path, None).expect(path)
+    }
+
+    /// Status and body (JSON, or Null) of a request.
+    fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let r = self.client.request(method, path, body.as_ref()).unwrap();
+        (
+            r.status,
+            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Everything an invalid request must leave unchanged.
+    fn snapshot(&self) -> (Value, Value, Vec<u8>, usize) {
+        (
+            self.get("/v1/ports"),
+            self.get("/v1/policies"),
+            fs::read(&self.state_file).unwrap(),
+            self.mock.ports().len(),
+        )
+    }
+}
+
+#[test]
+fn health_ports_and_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let h = d.get("/v1/health");
+    assert_eq!(h["status"], "ok");
+    assert_eq!(h["engine"], "vqos");
+    assert_eq!(h["capacity"], "1Gbit");
+    assert_eq!(h["ports"], 2);
+
+    let ports: Vec<PortView> = serde_json::from_value(d.get("/v1/ports")).unwrap();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(ports[1].name, "vm2");
+    assert!(!ports[1].create);
+    assert_eq!(ports[1].macs[0].to_string(), "02:00:00:00:00:02");
+    assert_eq!(ports[1].policy.max, "500Mbit");
+    let one: PortView = serde_json::from_value(d.get("/v1/ports/vm2")).unwrap();
+    assert_eq!(one, ports[1]);
+
+    let p: PolicyView = serde_json::from_value(d.get("/v1/policies/vm2")).unwrap();
+    assert_eq!(
+        (p.weight, p.min_bps, p.max_bps, p.priority),
+        (2, 400_000_000, Some(500_000_000), 3)
+    );
+    assert_eq!((p.min.as_str(), p.max.as_str()), ("400Mbit", "500Mbit"));
+}
+
+#[test]
+fn put_policy_is_a_partial_update_and_reaches_switch_and_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (status, body) = d.send("PUT", "/v1/policies/vm2", Some(json!({"weight": 5})));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["weight"], 5);
+    assert_eq!(body["min"], "400Mbit");
+    assert_eq!(body["max"], "500Mbit");
+    assert_eq!(body["priority"], 3);
+
+    // Numbers are bit/s; null or "unlimited" removes the max.
+    let (status, body) = d.send(
+        "PUT",
+        "/v1/policies/vm2",
+        Some(json!({"min": 100000000, "max": null, "priority": 0})),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["min"].as_str(), body["max"].as_str()),
+        (Some("100Mbit"), Some("unlimited"))
+    );
+    let (status, body) = d.send("PUT", "/v1/policies/vm1", Some(json!({"max": "150Mbit"})));
+    assert_eq!(status, 200, "{body}");
+
+    let switch: BTreeMap<String, _> = d
+        .mock
+        .ports()
+        .into_iter()
+        .map(|(p, pol)| (p.name, pol))
+        .collect();
+    assert_eq!(switch["vm2"].weight, 5);
+    assert_eq!(switch["vm2"].min_bps, 100_000_000);
+    assert_eq!(switch["vm2"].max_bps, None);
+    assert_eq!(switch["vm2"].priority, 0);
+    assert_eq!(switch["vm1"].max_bps, Some(150_000_000));
+
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert_eq!(saved["ports"][1]["policy"]["weight"], 5);
+    assert_eq!(saved["ports"][0]["policy"]["max_bps"], 150_000_000);
+}
+
+#[test]
+fn add_and_remove_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "vm3", "create": false, "policy": {"weight": 3, "max": "200Mbit"}, "macs": ["02:00:00:00:00:03"]})),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["name"], "vm3");
+    assert_eq!(body["policy"]["max"], "200Mbit");
+    assert_eq!(body["policy"]["weight"], 3);
+    let (p, pol) = d.mock.ports().pop().unwrap();
+    assert_eq!((p.name.as_str(), p.create, pol.weight), ("vm3", false, 3));
+    assert_eq!(d.get("/v1/ports").as_array().unwrap().len(), 3);
+
+    let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["removed"], "vm1");
+    let names: Vec<String> = d.mock.ports().into_iter().map(|(p, _)| p.name).collect();
+    assert_eq!(names, ["vm2", "vm3"]);
+    let (status, _) = d.send("GET", "/v1/policies/vm1", None);
+    assert_eq!(status, 404);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert_eq!(saved["ports"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    let calls_before = d.mock.calls();
+    let cases: Vec<(&str, &str, Option<Value>, u16, &str)> = vec![
+        (
+            "PUT",
+            "/v1/policies/nope",
+            Some(json!({"weight": 2})),
+            404,
+            "Unknown vif 'nope'",
+        ),
+        ("GET", "/v1/policies/nope", None, 404, "Unknown vif 'nope'"),
+        ("DELETE", "/v1/ports/nope", None, 404, "Unknown vif 'nope'"),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"min": "600Mbit", "max": "500Mbit"})),
+            422,
+            "Vif 'vm1': min 600Mbit is above max 500Mbit",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"min": "700Mbit"})),
+            422,
+            "Sum of minimums 1.1Gbit exceeds capacity 1Gbit",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"weight": 0})),
+            422,
+            "Vif 'vm1': weight must be greater than 0",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"priority": 9})),
+            422,
+            "priority 9 is out of range 0..=7",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"min": "unlimited"})),
+            422,
+            "Vif 'vm1': min cannot be unlimited",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"wieght": 2})),
+            400,
+            "unknown field `wieght`",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"max": "5Mbyte"})),
+            400,
+            "Invalid rate '5Mbyte'",
+        ),
+        (
+            "PUT",
+            "/v1/policies/vm1",
+            Some(json!({"weight": -1})),
+            400,
+            "Invalid JSON body",
+        ),
+        ("PUT", "/v1/policies/vm1", None, 400, "Invalid JSON body"),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm1"})),
+            409,
+            "Duplicate vif 'vm1'",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "up0"})),
+            409,
+            "Port 'up0' is the uplink",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "a/b"})),
+            422,
+            "Invalid port name 'a/b'",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm3", "policy": {"min": "700Mbit"}})),
+            422,
+            "Sum of minimums 1.1Gbit exceeds capacity 1Gbit",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm3", "policy": {"weight": 0}})),
+            422,
+            "weight must be greater than 0",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm3", "macs": ["nope"]})),
+            400,
+            "Invalid MAC address 'nope'",
+        ),
+        (
+            "POST",
+            "/v1/ports",
+            Some(json!({"create": true})),
+            400,
+            "missing field `name`",
+        ),
+        (
+            "GET",
+            "/v1/nothing",
+            None,
+            404,
+            "Unknown endpoint GET /v1/nothing",
+        ),
+        ("GET", "/", None, 404, "Unknown endpoint GET /"),
+        (
+            "DELETE",
+            "/v1/stats",
+            None,
+            405,
+            "Method DELETE not allowed on /v1/stats (allowed: GET)",
+        ),
+        (
+            "PATCH",
+            "/v1/policies/vm1",
+            None,
+            405,
+            "(allowed: GET, PUT)",
+        ),
+        ("PUT", "/v1/ports", None, 405, "(allowed: GET, POST)"),
+    ];
+    for (method, path, body, status, message) in cases {
+        let (got, answer) = d.send(method, path, body.clone());
+        let error = answer["error"].as_str().unwrap_or_default().to_string();
+        assert_eq!(got, status, "{method} {path} {body:?}: {answer}");
+        assert!(
+            error.contains(message),
+            "{method} {path}: {error:?} lacks {message:?}"
+        );
+        assert!(
+            error.starts_with(|c: char| c.is_uppercase()),
+            "{error:?} not capitalised"
+        );
+        assert_eq!(d.snapshot(), before, "{method} {path} changed the state");
+    }
+    // Nothing invalid reached the switch.
+    assert_eq!(d.mock.calls(), calls_before);
+
+    // Garbage that is not JSON at all, and a 405 names what is allowed.
+    let raw = b"PUT /v1/policies/vm1 HTTP/1.1\r\nContent-Length: 9\r\n\r\n{weight:3";
+    let r = d.client.raw(raw).unwrap();
+    assert_eq!(r.status, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("Invalid JSON body"));
+    let r = d.client.request("DELETE", "/v1/stats", None).unwrap();
+    assert!(r
+        .headers
+        .contains(&("allow".to_string(), "GET".to_string())));
+    // Not HTTP, and too big.
+    let r = d.client.raw(b"HELLO\r\n\r\n").unwrap();
+    assert_eq!(r.status, 400);
+    let mut big = format!(
+        "PUT /v1/policies/vm1 HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        70 * 1024
+    )
+    .into_bytes();
+    big.extend(std::iter::repeat_n(b' ', 70 * 1024));
+    let r = d.client.raw(&big).unwrap();
+    assert_eq!(r.status, 413);
+    assert!(String::from_utf8_lossy(&r.body).contains("Request body larger than 65536 bytes"));
+    assert_eq!(d.snapshot(), before);
+}
+
+#[test]
+fn a_switch_failure_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    d.mock.fail_next_add("Cannot open /dev/net/tun");
+    let (status, body) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+    assert_eq!(status, 500);
+    assert_eq!(body["error"], "Port 'vm3': Cannot open /dev/net/tun");
+    assert_eq!(d.snapshot(), before);
+}
+
+#[test]
+fn a_failed_state_write_undoes_the_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    // Make the state directory unwritable for the temp file: a directory in its place.
+    let tmp = d
+        .state_file
+        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    fs::create_dir(&tmp).unwrap();
+    fs::write(tmp.join("x"), "x").unwrap();
+    let (status, body) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
+    assert_eq!(status, 500, "{body}");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("Change not saved, nothing changed"));
+    let (status, _) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+    assert_eq!(status, 500);
+    let (status, _) = d.send("DELETE", "/v1/ports/vm2", None);
+    assert_eq!(status, 500);
+    assert_eq!(d.snapshot(), before);
+    let switch: Vec<_> = d
+        .mock
+        .ports()
+        .into_iter()
+        .map(|(p, pol)| (p.name, pol.weight))
+        .collect();
+    assert_eq!(switch, vec![("vm1".to_string(), 1), ("vm2".to_string(), 2)]);
+    fs::remove_dir_all(&tmp).unwrap();
+    let (status, _) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn tcp_needs_the_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(
+        dir.path(),
+        "tcp = \"127.0.0.1:0\"\ntoken_env = \"VQOSD_TEST_TOKEN\"",
+    );
+    let d = start_with(&text);
+    let url = format!("http://{}", d.server.tcp_addr().unwrap());
+    let before = d.snapshot();
+    for token in [
+        None,
+        Some("wrong-token-0123456789".to_string()),
+        Some(format!("{TOKEN}x")),
+    ] {
+        let c = Client::from_url(&url, token).unwrap();
+        for (method, path, body) in [
+            ("GET", "/v1/health", None),
+            ("PUT", "/v1/policies/vm1", Some(json!({"weight": 9}))),
+        ] {
+            let r = c.request(method, path, body.as_ref()).unwrap();
+            assert_eq!(r.status, 401, "{method} {path}");
+            assert!(r
+                .headers
+                .contains(&("www-authenticate".into(), "Bearer".into())));
+        }
+    }
+    // A scheme other than Bearer is refused too.
+    let raw = format!("GET /v1/health HTTP/1.1\r\nAuthorization: Basic {TOKEN}\r\n\r\n");
+    let c = Client::from_url(&url, None).unwrap();
+    assert_eq!(c.raw(raw.as_bytes()).unwrap().status, 401);
+    assert_eq!(d.snapshot(), before);
+
+    let c = Client::from_url(&url, Some(TOKEN.to_string())).unwrap();
+    let h: Value = c.call("GET", "/v1/health", None).unwrap();
+    assert_eq!(h["status"], "ok");
+    let p: Value = c
+        .call("PUT", "/v1/policies/vm1", Some(&json!({"weight": 9})))
+        .unwrap();
+    assert_eq!(p["weight"], 9);
+    // The unix socket needs no token.
+    assert_eq!(d.get("/v1/policies/vm1")["weight"], 9);
+}
+
+#[test]
+fn socket_is_private_to_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let meta = fs::metadata(&d.socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!((meta.uid(), meta.gid()), (0, 0));
+    }
+    // No leftovers of the private bind directory.
+    let names: Vec<_> = fs::read_dir(d.socket.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("vqosd.sock")]);
+}
+
+#[test]
+fn a_second_daemon_is_refused_and_a_stale_socket_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), "");
+    let config = Config::parse(&text, |_| None).unwrap();
+    {
+        let mut d = start(dir.path());
+        let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+        match Server::start(&ServerConfig::from_config(&config), api) {
+            Err(ServerError::InUse(p)) => assert_eq!(p, d.socket),
+            other => panic!("expected InUse, got {:?}", other.err()),
+        }
+        // The first one still answers.
+        assert_eq!(d.get("/v1/health")["status"], "ok");
+        d.server.shutdown();
+        assert!(!d.socket.exists(), "shutdown leaves the socket behind");
+        assert!(matches!(
+            d.client.request("GET", "/v1/health", None),
+            Err(ClientError::Connect { .. })
+        ));
+    }
+    // A socket left by a daemon that died (nobody listening) is replaced.
+    drop(UnixListener::bind(&config.socket_path).unwrap());
+    assert!(config.socket_path.exists());
+    let d = start(dir.path());
+    assert_eq!(d.get("/v1/health")["status"], "ok");
+    // A file that is not a socket is not removed.
+    drop(d);
+    fs::write(&config.socket_path, "precious").unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    assert!(matches!(
+        Server::start(&ServerConfig::from_config(&config), api),
+        Err(ServerError::NotASocket(_))
+    ));
+    assert_eq!(fs::read_to_string(&config.socket_path).unwrap(), "precious");
+}
+
+#[test]
+fn restart_restores_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ports_before, policies_before) = {
+        let d = start(dir.path());
+        for (path, body) in [
+            (
+                "/v1/policies/vm1",
+                json!({"weight": 4, "max": "300Mbit", "priority": 1}),
+            ),
+            (
+                "/v1/policies/vm2",
+                json!({"min": "200Mbit", "max": null, "weight": 6}),
+            ),
+        ] {
+            let (status, answer) = d.send("PUT", path, Some(body));
+            assert_eq!(status, 200, "{answer}");
+        }
+        let (status, answer) = d.send(
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm3", "create": false, "macs": ["02:00:00:00:00:03"], "policy": {"weight": 2, "min": "50Mbit", "priority": 0}})),
+        );
+        assert_eq!(status, 201, "{answer}");
+        (d.get("/v1/ports"), d.get("/v1/policies"))
+        // Dropped here: listeners closed, the API and its mock switch gone.
+    };
+    let d = start(dir.path());
+    assert_eq!(d.get("/v1/policies"), policies_before);
+    assert_eq!(d.get("/v1/ports"), ports_before);
+    // The new switch received every port with its restored policy.
+    let switch: Vec<_> = d
+        .mock
+        .ports()
+        .into_iter()
+        .map(|(p, pol)| {
+            (
+                p.name,
+                p.create,
+                pol.weight,
+                pol.min_bps,
+                pol.max_bps,
+                pol.priority,
+            )
+        })
+        .collect();
+    assert_eq!(
+        switch,
+        vec![
+            ("vm1".to_string(), true, 4, 0, Some(300_000_000), 1),
+            ("vm2".to_string(), false, 6, 200_000_000, None, 3),
+            ("vm3".to_string(), false, 2, 50_000_000, None, 0),
+        ]
+    );
+}
+
+#[test]
+fn restored_state_that_breaks_the_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let d = start(dir.path());
+        let (status, _) = d.send("PUT", "/v1/policies/vm1", Some(json!({"min": "500Mbit"})));
+        assert_eq!(status, 200);
+    }
+    // The operator lowers the capacity below the saved minimums.
+    let text =
+        config_text(dir.path(), "").replace("capacity = \"1Gbit\"", "capacity = \"800Mbit\"");
+    let config = Config::parse(&text, |_| None).unwrap();
+    let mock = Arc::new(MockBackend::new());
+    let err = Api::start(&config, mock.clone()).err().unwrap().to_string();
+    assert!(err.contains("Restored policies from"), "{err}");
+    assert!(
+        err.contains("Sum of minimums 900Mbit exceeds capacity 800Mbit"),
+        "{err}"
+    );
+    assert!(mock.ports().is_empty());
+}
+
+#[test]
+fn stats_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut drops = BTreeMap::new();
+    drops.insert("spoofed".to_string(), 4);
+    d.mock.set_port_stats(PortStats {
+        name: "vm2".into(),
+        rx_frames: 100,
+        rx_bytes: 150_000,
+        tx_frames: 90,
+        tx_bytes: 120_000,
+        drops,
+        ecn_marked: 2,
+        rate_bps: 480_000_000,
+        tx_rate_bps: 1_000,
+        credit: -1200,
+        throttled: true,
+    });
+    let stats: StatsView = d.client.call("GET", "/v1/stats", None).unwrap();
+    assert_eq!(stats.engine, "vqos");
+    assert_eq!(stats.capacity_bps, Some(1_000_000_000));
+    let vm2 = stats.ports.iter().find(|p| p.stats.name == "vm2").unwrap();
+    assert_eq!(vm2.role, "vif");
+    assert_eq!(vm2.stats.rate_bps, 480_000_000);
+    assert_eq!(vm2.stats.drops["spoofed"], 4);
+    assert_eq!(vm2.policy.as_ref().unwrap().max, "500Mbit");
+
+    let r = d.client.request("GET", "/metrics", None).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r
+        .headers
+        .iter()
+        .any(|(k, v)| k == "content-type" && v.starts_with("text/plain; version=0.0.4")));
+    let text = String::from_utf8(r.body).unwrap();
+    let Exposition { samples, types } = metrics::parse(&text).unwrap();
+    assert_eq!(types.len(), metrics::FAMILIES.len());
+    for (name, _) in &types {
+        assert!(
+            samples.iter().any(|s| &s.name == name),
+            "metric {name} is declared but never emitted"
+        );
+    }
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|s| s.value)
+    };
+    assert_eq!(
+        value(
+            "vqos_port_drops_total",
+            &[("port", "vm2"), ("reason", "spoofed")]
+        ),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(
+            "vqos_port_drops_total",
+            &[("port", "vm1"), ("reason", "truncated")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            "vqos_port_rate_bps",
+            &[("port", "vm2"), ("direction", "rx")]
+        ),
+        Some(480e6)
+    );
+    assert_eq!(
+        value(
+            "vqos_port_rate_bps",
+            &[("port", "vm2"), ("direction", "tx")]
+        ),
+        Some(1e3)
+    );
+    assert_eq!(value("vqos_port_credit", &[("port", "vm2")]), Some(-1200.0));
+    assert_eq!(
+        value("vqos_policy_max_bps", &[("port", "vm2")]),
+        Some(500e6)
+    );
+    assert_eq!(value("vqos_policy_max_bps", &[("port", "vm1")]), None);
+    assert_eq!(value("vqos_capacity_bps", &[]), Some(1e9));
+    assert_eq!(
+        value("vqos_loop_busy_cycles_total", &[("loop", "mock0")]),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn concurrent_changes_are_serialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let threads: Vec<_> = (1..=8u32)
+        .map(|w| {
+            let c = d.client.clone();
+            std::thread::spawn(move || {
+                let body = json!({"weight": w});
+                let r = c.request("PUT", "/v1/policies/vm1", Some(&body)).unwrap();
+                assert_eq!(r.status, 200);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Whatever the order, the view, the switch and the disk agree.
+    let w = d.get("/v1/policies/vm1")["weight"].as_u64().unwrap();
+    assert_eq!(u64::from(d.mock.ports()[0].1.weight), w);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert_eq!(saved["ports"][0]["policy"]["weight"].as_u64(), Some(w));
+    assert!(d.mock.calls().contains(&MockCall::SetPolicies(2)));
+}

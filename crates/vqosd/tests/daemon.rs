@@ -1,0 +1,232 @@
+//! The `vqosd` binary: help, startup errors, clean exit on SIGTERM/SIGINT, and the real switch
+//! (TAP ports) behind the API.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use serde_json::{json, Value};
+use vqosd::client::{Client, Endpoint};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vqosd");
+
+/// A daemon we started; killed (by its own PID) if the test fails before it exits.
+struct Proc {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Proc {
+    fn start(config: &Path, backend: &str) -> Proc {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .args(["--backend", backend])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Proc { child, stdout }
+    }
+
+    /// Waits for the "listening" line the daemon prints once it serves.
+    fn wait_ready(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        if !line.contains("listening on") {
+            let mut err = String::new();
+            let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("vqosd did not start: stdout {line:?}, stderr {err:?}");
+        }
+        line
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill on the PID of our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    fn wait(&mut self) -> (ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (status, err)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_config(dir: &Path, body: &str) -> (PathBuf, PathBuf) {
+    let socket = dir.join("run/vqosd.sock");
+    let text = format!(
+        "state_file = \"{}\"\n[api]\nsocket = \"{}\"\n{body}",
+        dir.join("state.json").display(),
+        socket.display()
+    );
+    let path = dir.join("vqosd.toml");
+    fs::write(&path, text).unwrap();
+    (path, socket)
+}
+
+#[test]
+fn help_explains_the_config() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for needle in [
+        "--config",
+        "--backend",
+        "--check",
+        "capacity",
+        "[[port]]",
+        "SIGTERM",
+    ] {
+        assert!(out.contains(needle), "--help lacks {needle}:\n{out}");
+    }
+}
+
+#[test]
+fn startup_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(&["--config", "/nonexistent/vqosd.toml"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("vqosd: Cannot read config /nonexistent/vqosd.toml"),
+        "{err}"
+    );
+
+    let (cfg, _) = write_config(dir.path(), "capcity = \"1Gbit\"\n");
+    // The unknown key is at top level after [api]: it is reported as an api key.
+    let (code, _, err) = run(&["--config", cfg.to_str().unwrap(), "--check"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("vqosd: Invalid config: unknown field `capcity`"),
+        "{err}"
+    );
+
+    let (cfg, _) = write_config(dir.path(), "tcp = \"0.0.0.0:7451\"\ntoken_env = \"X\"\n");
+    let (code, _, err) = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not a loopback address"), "{err}");
+
+    let (cfg, _) = write_config(dir.path(), "");
+    let (code, out, _) = run(&["--config", cfg.to_str().unwrap(), "--check"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("is valid"), "{out}");
+    // The real switch needs an uplink.
+    let (code, _, err) = run(&["--config", cfg.to_str().unwrap(), "--backend", "switch"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no [uplink]"), "{err}");
+}
+
+#[test]
+fn sigterm_and_sigint_leave_cleanly() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, socket) = write_config(
+            dir.path(),
+            "[[port]]\nname = \"vm1\"\npolicy = { weight = 2 }\n",
+        );
+        let mut p = Proc::start(&cfg, "mock");
+        p.wait_ready();
+        let c = Client::new(Endpoint::Unix(socket.clone()));
+        let h: Value = c.call("GET", "/v1/health", None).unwrap();
+        assert_eq!(h["ports"], 1);
+        p.signal(sig);
+        let (status, err) = p.wait();
+        assert_eq!(status.code(), Some(0), "signal {sig}: {err}");
+        assert!(!socket.exists(), "the socket outlived the daemon");
+        assert!(dir.path().join("state.json").exists());
+    }
+}
+
+/// The real data plane with TAP devices (needs root and /dev/net/tun, as the daemon does).
+#[test]
+fn the_switch_backend_creates_taps_and_applies_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let tag = std::process::id() % 100_000;
+    let (up, vm1, vm2) = (
+        format!("vqu{tag}"),
+        format!("vqa{tag}"),
+        format!("vqb{tag}"),
+    );
+    let (cfg, socket) = write_config(
+        dir.path(),
+        &format!(
+            "[uplink]\nname = \"{up}\"\n[[port]]\nname = \"{vm1}\"\npolicy = {{ weight = 1 }}\n"
+        ),
+    );
+    let text = fs::read_to_string(&cfg).unwrap();
+    fs::write(&cfg, format!("capacity = \"940Mbit\"\n{text}")).unwrap();
+    let mut p = Proc::start(&cfg, "switch");
+    let line = p.wait_ready();
+    assert!(line.contains("capacity 940Mbit"), "{line}");
+    let exists = |name: &str| Path::new("/sys/class/net").join(name).exists();
+    assert!(exists(&up) && exists(&vm1));
+
+    let c = Client::new(Endpoint::Unix(socket));
+    let added: Value = c
+        .call(
+            "POST",
+            "/v1/ports",
+            Some(&json!({"name": vm2, "policy": {"weight": 5, "max": "150Mbit"}})),
+        )
+        .unwrap();
+    assert_eq!(added["policy"]["weight"], 5);
+    assert!(exists(&vm2));
+    let set: Value = c
+        .call(
+            "PUT",
+            &format!("/v1/policies/{vm1}"),
+            Some(&json!({"min": "200Mbit"})),
+        )
+        .unwrap();
+    assert_eq!(set["min"], "200Mbit");
+    // The switch itself refuses what the API would (Σ min > capacity) and nothing changes.
+    let r = c
+        .request(
+            "PUT",
+            &format!("/v1/policies/{vm2}"),
+            Some(&json!({"min": "800Mbit", "max": null})),
+        )
+        .unwrap();
+    assert_eq!(r.status, 422);
+    let stats: Value = c.call("GET", "/v1/stats", None).unwrap();
+    let ports = stats["ports"].as_array().unwrap();
+    let find = |n: &str| ports.iter().find(|p| p["name"] == n).cloned().unwrap();
+    assert_eq!(find(&up)["role"], "uplink");
+    assert_eq!(find(&vm1)["policy"]["min"], "200Mbit");
+    assert_eq!(find(&vm2)["policy"]["max"], "150Mbit");
+    assert_eq!(find(&vm2)["drops"]["spoofed"], 0);
+    let metrics = c.text("/metrics").unwrap();
+    assert!(metrics.contains(&format!("vqos_policy_weight{{port=\"{vm2}\"}} 5")));
+
+    let _: Value = c.call("DELETE", &format!("/v1/ports/{vm2}"), None).unwrap();
+    assert!(!exists(&vm2), "a removed created TAP must vanish");
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        !exists(&vm1) && !exists(&up),
+        "created TAPs outlived the daemon"
+    );
+}
