@@ -82,6 +82,12 @@ impl TokenBucket {
         self.tokens = self.tokens.saturating_sub(cost).max(-self.debt_limit);
     }
 
+    /// Lowers the balance to at most `max` tokens (an idle period must not bank a burst).
+    #[inline]
+    pub fn limit(&mut self, max: u64) {
+        self.tokens = self.tokens.min(i64::try_from(max).unwrap_or(i64::MAX));
+    }
+
     /// Current tokens (call [`TokenBucket::refill`] first for an up-to-date value).
     #[inline]
     pub fn tokens(&self) -> i64 {

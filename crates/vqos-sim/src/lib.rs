@@ -13,7 +13,6 @@
 //! See [`sim`]: one forwarding core, no TSO, no timeouts; download runs the upload pipeline.
 #![deny(missing_docs)]
 
-mod pidshim;
 pub mod report;
 pub mod scenario;
 pub mod sim;

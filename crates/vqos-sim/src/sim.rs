@@ -28,8 +28,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::pidshim::{PidEcn, PidParams};
 use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
+use vqos_sched::controllers::pid_ecn::{PidEcn, PidParams};
 use vqos_sched::{build, Engine, PolicySet, ReadySet, Usage, Verdict};
 
 use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};

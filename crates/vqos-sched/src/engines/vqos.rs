@@ -50,8 +50,12 @@ const SLACK_NS: u64 = 1_000_000;
 /// Burst allowed by a cap bucket: this much time at the capped rate (plus two batches).
 const CAP_BURST_NS: u64 = 5_000_000;
 
-/// Burst allowed by a floor bucket.
-const FLOOR_BURST_NS: u64 = 2_000_000;
+/// Burst a floor bucket keeps across an idle period (plus two batches).
+const FLOOR_BURST_NS: u64 = 10_000_000;
+
+/// How much floor service a backlogged vif may be owed: while it stays ready its floor bucket
+/// banks up to this much, so waiting behind other floored vifs never forfeits its guarantee.
+const FLOOR_MEMORY_NS: u64 = 200_000_000;
 
 /// Fallback resource rate when the link is unlimited: 10 Gbit/s in bytes.
 const DEFAULT_RESOURCE_PER_SEC: u64 = 1_250_000_000;
@@ -125,7 +129,7 @@ impl Vqos {
     }
 
     fn floor_depth(&self, rate_per_sec: u64) -> u64 {
-        burst(rate_per_sec, FLOOR_BURST_NS).max(1)
+        burst(rate_per_sec, FLOOR_MEMORY_NS).max(2 * self.max_batch_cost)
     }
 
     /// The lead, in tag units, a vif may hold over the system virtual time.
@@ -192,12 +196,21 @@ impl Engine for Vqos {
             });
             state.floor = floor_rate.map(|r| {
                 let depth = self.floor_depth(r);
+                // Debt of up to two batches: a floor-tier batch is charged in full, so a small
+                // floor is not turned into a batch every refill.
                 match state.floor.take() {
                     Some(mut b) => {
-                        b.reconfigure(r, depth, depth, now_ns);
+                        b.reconfigure(r, depth, debt, now_ns);
                         b
                     }
-                    None => TokenBucket::new(r, depth, depth, now_ns),
+                    None => {
+                        // Floor service is owed from now on, not banked in advance: with
+                        // floors summing close to the capacity, an initial bank would take
+                        // the little unreserved capacity for seconds to drain.
+                        let mut b = TokenBucket::new(r, depth, debt, now_ns);
+                        b.limit(0);
+                        b
+                    }
                 }
             });
             self.vifs.push(state);
@@ -209,6 +222,7 @@ impl Engine for Vqos {
         // Pass 1: refill buckets of ready vifs, find the system virtual time among eligible ones.
         self.gen += 1;
         let gen = self.gen;
+        let max_batch = self.max_batch_cost;
         let mut vmin: Option<u128> = None;
         for id in ready.iter() {
             let Some(v) = self.vifs.get_mut(id) else {
@@ -221,8 +235,13 @@ impl Engine for Vqos {
                 }
             }
             if v.seen_gen + 1 != gen {
-                // Idle → busy: idleness earns no credit.
+                // Idle → busy: idleness earns no credit, in shares or in floor service.
                 v.tag = v.tag.max(self.vtime);
+                if let Some(f) = v.floor.as_mut() {
+                    f.refill(now_ns);
+                    let burst = burst(f.rate_per_sec(), FLOOR_BURST_NS) + 2 * max_batch;
+                    f.limit(burst);
+                }
             }
             v.seen_gen = gen;
             vmin = Some(vmin.map_or(v.tag, |m: u128| m.min(v.tag)));
