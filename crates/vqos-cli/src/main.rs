@@ -4,6 +4,7 @@
 //! running `vqosd` over its API socket.
 
 mod alloc;
+mod ctl;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -14,6 +15,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    conn: ctl::ConnArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -22,6 +25,12 @@ enum Command {
     Alloc(alloc::AllocArgs),
     /// Run a scenario file in the simulator and print the per-phase table.
     Sim(sim::SimArgs),
+    /// Vif ports of the running switch: list, add, del.
+    Port(ctl::PortArgs),
+    /// Get or set a vif's policy live.
+    Policy(ctl::PolicyArgs),
+    /// Per-vif rate, share of the uplink, policy and drops of the running switch.
+    Stats(ctl::StatsArgs),
 }
 
 fn main() {
@@ -29,6 +38,9 @@ fn main() {
     let result = match cli.command {
         Command::Alloc(args) => alloc::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Port(args) => ctl::port(&cli.conn, args),
+        Command::Policy(args) => ctl::policy(&cli.conn, args),
+        Command::Stats(args) => ctl::stats(&cli.conn, args),
     };
     if let Err(e) = result {
         eprintln!("vqos: {e:#}");

@@ -24,7 +24,7 @@ use thiserror::Error;
 use vqos_sched::units::format_rate;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
-use crate::backend::{Backend, BackendError, PortConfig};
+use crate::backend::{Backend, BackendError, PortConfig, PortStats, DROP_REASONS};
 use crate::config::Config;
 use crate::http::{Request, Response};
 use crate::metrics;
@@ -40,7 +40,7 @@ pub enum ApiError {
     #[error(transparent)]
     State(#[from] StateError),
     /// The config's ports with the state file's policies do not form a valid set.
-    #[error("Restored policies from {path} are invalid: {source}")]
+    #[error("Restored policies from {path} are invalid")]
     Restore {
         /// The state file.
         path: PathBuf,
@@ -134,7 +134,22 @@ fn backend_fail(e: BackendError) -> Fail {
 }
 
 fn save_fail(e: StateError) -> Fail {
-    (500, format!("Change not saved, nothing changed: {e}"))
+    (
+        500,
+        format!("Change not saved, nothing changed: {}", chain(&e)),
+    )
+}
+
+/// An error and its sources on one line, `a: b: c` (for answers that cannot carry a chain).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 impl Api {
@@ -374,7 +389,18 @@ impl Api {
     /// The body of `GET /v1/stats`.
     pub fn stats(&self) -> StatsView {
         let set = self.lock().set.clone();
-        let raw = self.backend.stats();
+        let mut raw = self.backend.stats();
+        // The switch publishes its counters asynchronously: a vif added a moment ago is shown
+        // with zero counters until its first snapshot, so the stats always list every vif.
+        for v in &set.vifs {
+            if !raw.ports.iter().any(|p| p.name == v.name) {
+                raw.ports.push(PortStats {
+                    name: v.name.clone(),
+                    drops: DROP_REASONS.iter().map(|r| (r.to_string(), 0)).collect(),
+                    ..Default::default()
+                });
+            }
+        }
         let ports = raw
             .ports
             .into_iter()

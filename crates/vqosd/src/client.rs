@@ -20,7 +20,7 @@ pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// The daemon could not be reached.
-    #[error("Cannot connect to {endpoint}: {source}")]
+    #[error("Cannot connect to {endpoint}")]
     Connect {
         /// Where we tried.
         endpoint: String,

@@ -48,7 +48,7 @@ pub const DEFAULT_STATE_FILE: &str = "/var/lib/vqos/state.json";
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("Cannot read config {path}: {source}")]
+    #[error("Cannot read config {path}")]
     Read {
         /// The config file.
         path: PathBuf,
@@ -75,7 +75,7 @@ pub enum ConfigError {
     #[error("Invalid config: {0}")]
     Token(String),
     /// The token file could not be read.
-    #[error("Cannot read token file {path}: {source}")]
+    #[error("Cannot read token file {path}")]
     TokenFile {
         /// The token file.
         path: PathBuf,

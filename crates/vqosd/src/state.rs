@@ -23,7 +23,7 @@ pub const STATE_VERSION: u32 = 1;
 #[derive(Debug, Error)]
 pub enum StateError {
     /// Reading, writing, syncing or renaming failed.
-    #[error("State file {path}: {source}")]
+    #[error("Cannot access state file {path}")]
     Io {
         /// The file or directory concerned.
         path: PathBuf,

@@ -7,6 +7,7 @@ use vqos_dataplane::frame::mac_key;
 use vqos_dataplane::{PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
 use vqos_sched::{PolicySet, VifPolicy};
 
+use crate::api::chain;
 use crate::backend::{Backend, BackendError, LoopStats, PortConfig, PortStats, SwitchStats};
 use crate::config::Config;
 
@@ -38,17 +39,9 @@ fn convert(e: SwitchError) -> BackendError {
         SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
         SwitchError::Port { name, source } => BackendError::Port {
             name,
-            message: source.to_string(),
+            message: chain(&source),
         },
-        other => {
-            let mut message = other.to_string();
-            let mut source = std::error::Error::source(&other);
-            while let Some(s) = source {
-                message.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            BackendError::Switch(message)
-        }
+        other => BackendError::Switch(chain(&other)),
     }
 }
 
@@ -205,7 +198,16 @@ mod tests {
             b.remove_port("nope"),
             Err(BackendError::UnknownPort("nope".into()))
         );
-        let stats = b.stats();
+        // The loop publishes stats asynchronously (within its stats interval): wait for the
+        // snapshot that has vm1, with a generous bound so a loaded machine does not fail it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stats = loop {
+            let s = b.stats();
+            if s.ports.iter().any(|p| p.name == "vm1") || std::time::Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         assert_eq!(stats.loops.len(), 1);
         let names: Vec<_> = stats.ports.iter().map(|p| p.name.as_str()).collect();
         assert!(

@@ -1,0 +1,551 @@
+//! `vqos port`, `vqos policy`, `vqos stats`: the control commands, talking to a running `vqosd`
+//! over its API (unix socket by default, or `--url http://127.0.0.1:PORT --token-file F`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+use vqos_sched::units::{format_rate, parse_rate};
+use vqosd::client::Client;
+use vqosd::config::DEFAULT_SOCKET;
+use vqosd::wire::{MacAddr, PolicyView, PortView, StatsView, MAX_PRIORITY};
+
+/// How to reach vqosd (global options).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConnArgs {
+    /// Path of vqosd's API socket [env: VQOS_SOCKET; default: /run/vqos/vqosd.sock].
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Talk to vqosd over TCP instead, e.g. http://127.0.0.1:7451.
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
+    /// File holding the bearer token for --url.
+    #[arg(long, global = true, value_name = "FILE", requires = "url")]
+    token_file: Option<PathBuf>,
+}
+
+impl ConnArgs {
+    /// The client these options describe.
+    fn client(&self) -> Result<Client> {
+        if let Some(url) = &self.url {
+            let token = match &self.token_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(f)
+                        .with_context(|| format!("Cannot read token file {}", f.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => None,
+            };
+            return Ok(Client::from_url(url, token)?);
+        }
+        let socket = self
+            .socket
+            .clone()
+            .or_else(|| std::env::var_os("VQOS_SOCKET").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
+        Ok(Client::new(vqosd::client::Endpoint::Unix(socket)))
+    }
+}
+
+/// Policy options shared by `port add` and `policy set`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PolicyOpts {
+    /// Proportional share (> 0).
+    #[arg(long)]
+    weight: Option<u32>,
+    /// Guaranteed minimum, e.g. 200Mbit (0 = none).
+    #[arg(long, value_name = "RATE")]
+    min: Option<String>,
+    /// Hard maximum, e.g. 500Mbit, or "unlimited".
+    #[arg(long, value_name = "RATE")]
+    max: Option<String>,
+    /// Latency priority, 0 (most urgent) to 7.
+    #[arg(long, value_name = "P")]
+    priority: Option<u8>,
+}
+
+impl PolicyOpts {
+    /// The JSON patch of the options given; rates are checked here for a clear message.
+    fn patch(&self) -> Result<Map<String, Value>> {
+        let mut m = Map::new();
+        if let Some(w) = self.weight {
+            m.insert("weight".into(), json!(w));
+        }
+        for (key, rate) in [("min", &self.min), ("max", &self.max)] {
+            if let Some(r) = rate {
+                parse_rate(r).with_context(|| format!("--{key}"))?;
+                m.insert(key.into(), json!(r));
+            }
+        }
+        if let Some(p) = self.priority {
+            if p > MAX_PRIORITY {
+                bail!("--priority {p} is out of range 0..={MAX_PRIORITY}");
+            }
+            m.insert("priority".into(), json!(p));
+        }
+        Ok(m)
+    }
+}
+
+/// Arguments of `vqos port`.
+#[derive(Args, Debug)]
+pub struct PortArgs {
+    #[command(subcommand)]
+    command: PortCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum PortCommand {
+    /// List the vif ports with their policies.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a vif port (creates the TAP unless --attach).
+    Add {
+        /// Interface name.
+        name: String,
+        /// Attach to an existing TAP instead of creating one.
+        #[arg(long)]
+        attach: bool,
+        /// Source MAC the vif may send from (repeat; default: any).
+        #[arg(long = "mac", value_name = "MAC")]
+        macs: Vec<String>,
+        #[command(flatten)]
+        policy: PolicyOpts,
+    },
+    /// Remove a vif port.
+    Del {
+        /// Interface name.
+        name: String,
+    },
+}
+
+/// Arguments of `vqos policy`.
+#[derive(Args, Debug)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    command: PolicyCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCommand {
+    /// Show a vif's policy.
+    Get {
+        /// The vif.
+        vif: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a vif's policy live; options left out keep their value.
+    #[command(
+        after_help = "Example:\n  vqos policy set vm1 --weight 3 --min 200Mbit --max 500Mbit --priority 1"
+    )]
+    Set {
+        /// The vif.
+        vif: String,
+        #[command(flatten)]
+        policy: PolicyOpts,
+    },
+}
+
+/// Arguments of `vqos stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Refresh the table until interrupted.
+    #[arg(long)]
+    watch: bool,
+    /// Print the daemon's JSON (one document per refresh with --watch).
+    #[arg(long)]
+    json: bool,
+    /// Seconds between refreshes with --watch.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    interval: f64,
+}
+
+/// Percent-free path segment check: port names never need escaping, anything else is refused.
+fn segment(name: &str) -> Result<&str> {
+    vqosd::wire::check_port_name(name)?;
+    Ok(name)
+}
+
+/// Runs `vqos port ...`.
+pub fn port(conn: &ConnArgs, args: PortArgs) -> Result<()> {
+    port_to(&conn.client()?, args, &mut std::io::stdout().lock())
+}
+
+fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
+    match args.command {
+        PortCommand::List { json } => {
+            let ports: Vec<PortView> = c.call("GET", "/v1/ports", None)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&ports)?)?;
+            } else {
+                write_ports(out, &ports)?;
+            }
+        }
+        PortCommand::Add {
+            name,
+            attach,
+            macs,
+            policy,
+        } => {
+            for m in &macs {
+                m.parse::<MacAddr>()?;
+            }
+            let body = json!({
+                "name": segment(&name)?,
+                "create": !attach,
+                "macs": macs,
+                "policy": Value::Object(policy.patch()?),
+            });
+            let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;
+            writeln!(
+                out,
+                "{} port {}: {}",
+                if attach { "Attached" } else { "Created" },
+                p.name,
+                describe(&p.policy)
+            )?;
+        }
+        PortCommand::Del { name } => {
+            let _: Value = c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
+            writeln!(out, "Removed port {name}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `vqos policy ...`.
+pub fn policy(conn: &ConnArgs, args: PolicyArgs) -> Result<()> {
+    policy_to(&conn.client()?, args, &mut std::io::stdout().lock())
+}
+
+fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
+    match args.command {
+        PolicyCommand::Get { vif, json } => {
+            let p: PolicyView = c.call("GET", &format!("/v1/policies/{}", segment(&vif)?), None)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
+            } else {
+                writeln!(out, "{vif}: {}", describe(&p))?;
+            }
+        }
+        PolicyCommand::Set { vif, policy } => {
+            let patch = policy.patch()?;
+            if patch.is_empty() {
+                bail!("Nothing to set: give --weight, --min, --max or --priority");
+            }
+            let path = format!("/v1/policies/{}", segment(&vif)?);
+            let p: PolicyView = c.call("PUT", &path, Some(&Value::Object(patch)))?;
+            writeln!(out, "{vif}: {}", describe(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `vqos stats ...`.
+pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
+    let c = conn.client()?;
+    if !(args.interval > 0.0 && args.interval.is_finite()) {
+        bail!("--interval must be a positive number of seconds");
+    }
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let s: StatsView = c.call("GET", "/v1/stats", None)?;
+        if args.json {
+            // One compact document per line when watching, pretty otherwise.
+            let text = if args.watch {
+                serde_json::to_string(&s)?
+            } else {
+                serde_json::to_string_pretty(&s)?
+            };
+            writeln!(stdout, "{text}")?;
+        } else {
+            if args.watch {
+                // Clear the screen and go home, like watch(1).
+                write!(stdout, "\x1b[H\x1b[2J")?;
+            }
+            write_stats(&mut stdout, &s)?;
+        }
+        stdout.flush()?;
+        if !args.watch {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+    }
+}
+
+/// `weight 3, min 200Mbit, max 500Mbit, priority 1`.
+fn describe(p: &PolicyView) -> String {
+    format!(
+        "weight {}, min {}, max {}, priority {}",
+        p.weight, p.min, p.max, p.priority
+    )
+}
+
+fn write_ports(out: &mut impl Write, ports: &[PortView]) -> Result<()> {
+    writeln!(
+        out,
+        "{:<16} {:<7} {:>6} {:>10} {:>10} {:>4}  MACS",
+        "PORT", "MODE", "WEIGHT", "MIN", "MAX", "PRIO"
+    )?;
+    for p in ports {
+        let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
+        writeln!(
+            out,
+            "{:<16} {:<7} {:>6} {:>10} {:>10} {:>4}  {}",
+            p.name,
+            if p.create { "create" } else { "attach" },
+            p.policy.weight,
+            p.policy.min,
+            p.policy.max,
+            p.policy.priority,
+            if macs.is_empty() {
+                "any".to_string()
+            } else {
+                macs.join(",")
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// The per-vif table: rate, share of the uplink, policy, drops.
+fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
+    let vifs: Vec<_> = s.ports.iter().filter(|p| p.role == "vif").collect();
+    let total: u64 = vifs.iter().map(|p| p.stats.rate_bps).sum();
+    // Share of the uplink's capacity, or of what all vifs send when it is unlimited.
+    let base = s.capacity_bps.unwrap_or(total);
+    writeln!(
+        out,
+        "engine {}, capacity {}, vifs sending {}",
+        s.engine,
+        format_rate(s.capacity_bps),
+        format_rate(Some(total))
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
+        "VIF", "RATE", "SHARE", "WEIGHT", "MIN", "MAX", "PRIO", "DROPS", "THROTTLED"
+    )?;
+    for p in vifs {
+        let share = if base == 0 {
+            0.0
+        } else {
+            100.0 * p.stats.rate_bps as f64 / base as f64
+        };
+        let (weight, min, max, prio) = match &p.policy {
+            Some(pol) => (
+                pol.weight.to_string(),
+                pol.min.clone(),
+                pol.max.clone(),
+                pol.priority.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let drops: u64 = p.stats.drops.values().sum();
+        writeln!(
+            out,
+            "{:<16} {:>10} {:>5.1}% {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
+            p.stats.name,
+            format_rate(Some(p.stats.rate_bps)),
+            share,
+            weight,
+            min,
+            max,
+            prio,
+            drops,
+            if p.stats.throttled { "yes" } else { "no" }
+        )?;
+    }
+    let dropping: Vec<String> = s
+        .ports
+        .iter()
+        .flat_map(|p| {
+            p.stats
+                .drops
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(move |(r, n)| format!("{} {r}={n}", p.stats.name))
+        })
+        .collect();
+    if !dropping.is_empty() {
+        writeln!(out, "drops: {}", dropping.join(", "))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::sync::Arc;
+    use vqosd::api::Api;
+    use vqosd::backend::{MockBackend, PortStats};
+    use vqosd::config::Config;
+    use vqosd::server::{Server, ServerConfig};
+
+    /// A daemon on the mock switch in a temp dir, and a client of it.
+    fn daemon(dir: &std::path::Path) -> (Server, Arc<MockBackend>, Client) {
+        let text = format!(
+            "capacity = \"1Gbit\"\nstate_file = \"{0}/state.json\"\n[api]\nsocket = \"{0}/s.sock\"\n\
+             [uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\n\
+             [[port]]\nname = \"vm2\"\npolicy = {{ weight = 2, max = \"500Mbit\" }}\n",
+            dir.display()
+        );
+        let config = Config::parse(&text, |_| None).unwrap();
+        let mock = Arc::new(MockBackend::new());
+        let api = Arc::new(Api::start(&config, mock.clone()).unwrap());
+        let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
+        let client = Client::new(vqosd::client::Endpoint::Unix(config.socket_path));
+        (server, mock, client)
+    }
+
+    #[derive(Parser)]
+    struct T {
+        #[command(subcommand)]
+        c: TCmd,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum TCmd {
+        Port(PortArgs),
+        Policy(PolicyArgs),
+    }
+
+    /// Parses and runs a `port`/`policy` command line, returning its output or its error.
+    fn run(c: &Client, line: &str) -> Result<String> {
+        let t = T::try_parse_from(std::iter::once("vqos").chain(line.split_whitespace()))?;
+        let mut out = Vec::new();
+        match t.c {
+            TCmd::Port(a) => port_to(c, a, &mut out)?,
+            TCmd::Policy(a) => policy_to(c, a, &mut out)?,
+        }
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn port_and_policy_commands_against_a_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, mock, c) = daemon(dir.path());
+        let list = run(&c, "port list").unwrap();
+        assert!(list.lines().next().unwrap().starts_with("PORT"));
+        assert!(list.contains("vm2") && list.contains("500Mbit"), "{list}");
+
+        let out = run(
+            &c,
+            "port add vm3 --attach --weight 3 --max 200Mbit --mac 02:00:00:00:00:03",
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "Attached port vm3: weight 3, min 0bit, max 200Mbit, priority 7\n"
+        );
+        let (p, pol) = mock.ports().pop().unwrap();
+        assert!(!p.create);
+        assert_eq!(p.macs[0].to_string(), "02:00:00:00:00:03");
+        assert_eq!(pol.max_bps, Some(200_000_000));
+
+        let out = run(&c, "policy set vm1 --min 200Mbit --priority 1").unwrap();
+        assert_eq!(
+            out,
+            "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+        );
+        let out = run(&c, "policy get vm1").unwrap();
+        assert_eq!(
+            out,
+            "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+        );
+        let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
+        assert_eq!(json["min_bps"], 200_000_000);
+
+        // The daemon's refusals come back as its message.
+        let e = run(&c, "policy set vm1 --min 1100Mbit").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Sum of minimums 1.1Gbit exceeds capacity 1Gbit"
+        );
+        let e = run(&c, "policy set nope --weight 2").unwrap_err();
+        assert_eq!(e.to_string(), "Unknown vif 'nope'");
+        let e = run(&c, "policy set vm1 --weight 0").unwrap_err();
+        assert_eq!(e.to_string(), "Vif 'vm1': weight must be greater than 0");
+        // Checked before anything is sent.
+        let e = run(&c, "policy set vm1").unwrap_err();
+        assert!(e.to_string().starts_with("Nothing to set"));
+        let e = run(&c, "policy set vm1 --max 5Mbyte").unwrap_err();
+        assert!(format!("{e:#}").contains("Invalid rate '5Mbyte'"), "{e:#}");
+        let e = run(&c, "policy set vm1 --priority 8").unwrap_err();
+        assert!(e.to_string().contains("out of range"));
+        let e = run(&c, "port add vm4 --mac zz").unwrap_err();
+        assert!(e.to_string().contains("Invalid MAC address 'zz'"));
+
+        assert_eq!(run(&c, "port del vm3").unwrap(), "Removed port vm3\n");
+        let e = run(&c, "port del vm3").unwrap_err();
+        assert_eq!(e.to_string(), "Unknown vif 'vm3'");
+    }
+
+    #[test]
+    fn stats_table_shows_rate_share_policy_and_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, mock, c) = daemon(dir.path());
+        let mut drops = std::collections::BTreeMap::new();
+        drops.insert("spoofed".to_string(), 7);
+        mock.set_port_stats(PortStats {
+            name: "vm2".into(),
+            rate_bps: 250_000_000,
+            drops,
+            throttled: true,
+            ..Default::default()
+        });
+        let s: StatsView = c.call("GET", "/v1/stats", None).unwrap();
+        let mut out = Vec::new();
+        write_stats(&mut out, &s).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let vm2 = text.lines().find(|l| l.starts_with("vm2")).unwrap();
+        let cols: Vec<&str> = vm2.split_whitespace().collect();
+        assert_eq!(
+            cols,
+            ["vm2", "250Mbit", "25.0%", "2", "0bit", "500Mbit", "7", "7", "yes"]
+        );
+        assert!(text.contains("drops: vm2 spoofed=7"), "{text}");
+        assert!(text.starts_with("engine vqos, capacity 1Gbit, vifs sending 250Mbit"));
+    }
+
+    #[test]
+    fn connection_options() {
+        let conn = ConnArgs {
+            url: Some("http://127.0.0.1:7451/".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            conn.client().unwrap().endpoint().to_string(),
+            "http://127.0.0.1:7451"
+        );
+        let bad = ConnArgs {
+            url: Some("127.0.0.1:7451".into()),
+            ..Default::default()
+        };
+        assert!(bad
+            .client()
+            .unwrap_err()
+            .to_string()
+            .starts_with("Invalid URL"));
+        let sock = ConnArgs {
+            socket: Some("/tmp/x.sock".into()),
+            ..Default::default()
+        };
+        assert_eq!(sock.client().unwrap().endpoint().to_string(), "/tmp/x.sock");
+        // An unreachable daemon is a clear error.
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Client::new(vqosd::client::Endpoint::Unix(dir.path().join("none.sock")));
+        let e = run(&missing, "port list").unwrap_err();
+        assert!(e.to_string().starts_with("Cannot connect to"), "{e}");
+    }
+}
