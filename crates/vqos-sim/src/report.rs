@@ -134,7 +134,7 @@ pub fn build_report(
             })
             .collect();
         // Validated at parse time; an empty phase has nothing to allocate.
-        let expected = allocate(sc.tightest_bps(), &claims).unwrap_or_default();
+        let expected = allocate(sc.tightest_at(start), &claims).unwrap_or_default();
         let mut vifs = BTreeMap::new();
         let mut rates = Vec::new();
         let mut weights = Vec::new();
@@ -227,7 +227,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
             }
         }
         Check::AggregateAtLeast(frac) => {
-            let link = sc.tightest_bps() as f64;
+            let link = sc.tightest_at((p.start_s * 1e9) as u64) as f64;
             CheckResult {
                 expectation: format!(
                     "phase {ph}: aggregate at least {:.0}% of {}",

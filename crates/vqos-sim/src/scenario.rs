@@ -84,7 +84,7 @@ struct RawTopology {
 }
 
 /// Keys a vm and an event share.
-#[derive(Debug, Deserialize, Default, Clone)]
+#[derive(Debug, Deserialize, Default, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct RawVmKeys {
     weight: Option<u32>,
@@ -112,7 +112,8 @@ struct RawVm {
 #[serde(deny_unknown_fields)]
 struct RawEvent {
     at: String,
-    vm: String,
+    vm: Option<String>,
+    bottleneck: Option<String>,
     #[serde(flatten)]
     keys: RawVmKeys,
 }
@@ -240,12 +241,14 @@ pub struct Vm {
     pub stop_ns: u64,
 }
 
-/// A change at a time.
+/// A change at a time: of one VM's settings, or of the external bottleneck's rate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// When, ns.
     pub at_ns: u64,
-    /// Index of the VM in [`Scenario::vms`].
+    /// The new bottleneck rate, for an event that changes the path (`vm` absent).
+    pub bottleneck_bps: Option<u64>,
+    /// Index of the VM in [`Scenario::vms`] (for a bottleneck event, 0 and unused).
     pub vm: usize,
     /// The VM's settings from then on (the event applied on top of the previous ones).
     pub settings: VmSettings,
@@ -495,9 +498,8 @@ impl Scenario {
                 stop_ns,
             });
         }
-        let mut raw_events: Vec<&RawEvent> = raw.event.iter().collect();
         let mut timed = Vec::new();
-        for e in raw_events.drain(..) {
+        for e in &raw.event {
             let at_ns = time("event.at", &e.at)?;
             if at_ns > duration_ns {
                 return Err(invalid(format!(
@@ -505,21 +507,55 @@ impl Scenario {
                     e.at
                 )));
             }
-            let vm = vms
-                .iter()
-                .position(|v| v.name == e.vm)
-                .ok_or_else(|| invalid(format!("event at {}: unknown vm '{}'", e.at, e.vm)))?;
+            let vm = match (&e.vm, &e.bottleneck) {
+                (Some(name), None) => {
+                    Some(vms.iter().position(|v| &v.name == name).ok_or_else(|| {
+                        invalid(format!("event at {}: unknown vm '{name}'", e.at))
+                    })?)
+                }
+                (None, Some(_)) => None,
+                _ => {
+                    return Err(invalid(format!(
+                        "event at {}: give either vm (and its keys) or bottleneck",
+                        e.at
+                    )))
+                }
+            };
             timed.push((at_ns, vm, e));
         }
         timed.sort_by_key(|(at, _, _)| *at);
         let mut current: Vec<VmSettings> = vms.iter().map(|v| v.initial.clone()).collect();
         let mut events = Vec::new();
         for (at_ns, vm, e) in timed {
-            let what = format!("event at {} for '{}'", e.at, e.vm);
+            let Some(vm) = vm else {
+                let b = e.bottleneck.as_deref().unwrap_or_default();
+                let what = format!("event at {}: bottleneck", e.at);
+                let bps = rate(&what, b)?;
+                if bps == Some(0) {
+                    return Err(invalid(format!("{what}: must be greater than 0")));
+                }
+                if e.keys != RawVmKeys::default() {
+                    return Err(invalid(format!(
+                        "event at {}: a bottleneck event takes no vm keys",
+                        e.at
+                    )));
+                }
+                events.push(Event {
+                    at_ns,
+                    bottleneck_bps: bps.or(Some(u64::MAX)),
+                    vm: 0,
+                    settings: current[0].clone(),
+                    start_ns: None,
+                    stop_ns: None,
+                });
+                continue;
+            };
+            let what = format!("event at {} for '{}'", e.at, vms[vm].name);
             let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
             current[vm] = settings.clone();
             events.push(Event {
                 at_ns,
+                bottleneck_bps: None,
                 vm,
                 settings,
                 start_ns,
@@ -644,6 +680,9 @@ impl Scenario {
             .map(|v| (v.initial.clone(), v.start_ns, v.stop_ns))
             .collect();
         for e in self.events.iter().take_while(|e| e.at_ns <= t_ns) {
+            if e.bottleneck_bps.is_some() {
+                continue;
+            }
             s[e.vm].0 = e.settings.clone();
             if let Some(st) = e.start_ns {
                 s[e.vm].1 = st;
@@ -698,10 +737,27 @@ impl Scenario {
         cuts.windows(2).map(|w| (w[0], w[1])).collect()
     }
 
-    /// The capacity of the tightest shared link (the bottleneck when one is set).
-    pub fn tightest_bps(&self) -> u64 {
-        self.bottleneck_bps
+    /// The external bottleneck's rate at `t_ns` (bottleneck events applied; `None` = none).
+    pub fn bottleneck_at(&self, t_ns: u64) -> Option<u64> {
+        let mut b = self.bottleneck_bps;
+        for e in self.events.iter().take_while(|e| e.at_ns <= t_ns) {
+            if let Some(nb) = e.bottleneck_bps {
+                // u64::MAX stands for "unlimited": the bottleneck is gone.
+                b = (nb != u64::MAX).then_some(nb);
+            }
+        }
+        b
+    }
+
+    /// The capacity of the tightest shared link at `t_ns` (the bottleneck when one is set).
+    pub fn tightest_at(&self, t_ns: u64) -> u64 {
+        self.bottleneck_at(t_ns)
             .map_or(self.capacity_bps, |b| b.min(self.capacity_bps))
+    }
+
+    /// The capacity of the tightest shared link at the start.
+    pub fn tightest_bps(&self) -> u64 {
+        self.tightest_at(0)
     }
 }
 

@@ -162,6 +162,8 @@ pub struct Sim<'a> {
     /// Departure times of packets in the bottleneck queue.
     bottleneck: VecDeque<u64>,
     bottleneck_free_ns: u64,
+    /// The bottleneck's current rate (bottleneck events change it).
+    bottleneck_bps: Option<u64>,
     counters: Vec<VmCounters>,
     bins: Vec<Vec<u64>>,
     busy_cycles: u128,
@@ -241,6 +243,7 @@ impl<'a> Sim<'a> {
             link_free_ns: 0,
             bottleneck: VecDeque::new(),
             bottleneck_free_ns: 0,
+            bottleneck_bps: sc.bottleneck_bps,
             counters: vec![VmCounters::default(); n],
             bins: vec![vec![0; nbins]; n],
             busy_cycles: 0,
@@ -273,6 +276,7 @@ impl<'a> Sim<'a> {
 
     /// Applies the scenario's state at `t`: starts, stops, settings, policies.
     fn apply_changes(&mut self, t: u64) {
+        self.bottleneck_bps = self.sc.bottleneck_at(t);
         let state = self.sc.state_at(t);
         for (i, (settings, start, stop)) in state.into_iter().enumerate() {
             let active = start <= t && t < stop;
@@ -584,7 +588,7 @@ impl<'a> Sim<'a> {
             self.link_free_ns = self.link_free_ns.max(at_cpu) + ser;
             let mut delivered = self.link_free_ns;
             // The external bottleneck.
-            if let Some(b) = self.sc.bottleneck_bps {
+            if let Some(b) = self.bottleneck_bps {
                 while self.bottleneck.front().is_some_and(|&d| d <= delivered) {
                     self.bottleneck.pop_front();
                 }
