@@ -761,16 +761,29 @@ impl Scenario {
     }
 }
 
-/// Turns a toml error into one line naming the problem and the line number.
+/// Turns a toml error into one line naming the problem and the line number. For an unknown
+/// key the line is the key's own (toml reports the enclosing table for flattened tables).
 fn toml_error(text: &str, e: &toml::de::Error) -> ScenarioError {
-    let line = e
-        .span()
-        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
     let msg = e.message().to_string();
-    match line {
-        Some(l) => ScenarioError::Toml(format!("line {l}: {msg}")),
-        None => ScenarioError::Toml(msg),
+    let Some(span) = e.span() else {
+        return ScenarioError::Toml(msg);
+    };
+    let start = span.start.min(text.len());
+    let mut line = text[..start].matches('\n').count() + 1;
+    if let Some(key) = msg
+        .strip_prefix("unknown field `")
+        .and_then(|r| r.split('`').next())
+    {
+        let found = text.lines().enumerate().skip(line - 1).find(|(_, l)| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        });
+        if let Some((i, _)) = found {
+            line = i + 1;
+        }
     }
+    ScenarioError::Toml(format!("line {line}: {msg}"))
 }
 
 #[cfg(test)]
@@ -835,7 +848,7 @@ near_reference_pct = 3
             ("engine = \"vqos\"", "engine = \"wfq\"", "Unknown engine"),
             ("max = \"150Mbit\"", "max = \"150MB\"", "max"),
             ("vm = \"vm5\"", "vm = \"vm9\"", "unknown vm 'vm9'"),
-            ("min = \"200Mbit\"", "min = \"900Mbit\"", "Sum of minimums"),
+            ("min = \"200Mbit\"", "min = \"950Mbit\"", "Sum of minimums"),
             ("near_reference_pct = 3", "", "exactly one check"),
             ("phase = 3", "phase = 7", "phase must be"),
         ] {
