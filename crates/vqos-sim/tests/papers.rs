@@ -1,0 +1,129 @@
+//! The papers' experiments in the simulator: every scenario file's own expectations hold, and
+//! the targets are asserted here directly.
+
+use std::path::PathBuf;
+use vqos_sim::{build_report, run_text, simulate, Report, Scenario, BIN_NS};
+
+fn scenarios_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+fn run(name: &str) -> Report {
+    let text = std::fs::read_to_string(scenarios_dir().join(format!("{name}.toml")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    run_text(&text, 1)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .0
+}
+
+fn rate(r: &Report, phase: usize, vm: &str) -> f64 {
+    r.phases[phase].vifs[vm].mean_bps
+}
+
+#[test]
+fn every_scenario_meets_its_own_expectations() {
+    let mut names: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .expect("scenarios/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 10, "scenario files missing: {names:?}");
+    let mut failures = Vec::new();
+    for name in &names {
+        let r = run(name);
+        assert!(!r.checks.is_empty(), "{name} states no expectation");
+        for c in r.checks.iter().filter(|c| !c.pass) {
+            failures.push(format!("{name}: {} — {}", c.expectation, c.measured));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ancs_fig5_every_vm_within_3_percent_and_link_full() {
+    for engine in ["ancs", "vqos"] {
+        let text = std::fs::read_to_string(scenarios_dir().join("ancs-fig5.toml")).unwrap();
+        let text = text.replace("engine = \"ancs\"", &format!("engine = \"{engine}\""));
+        let r = run_text(&text, 1).unwrap().0;
+        let targets = [
+            [62.7, 125.3, 188.0, 250.7, 313.3],
+            [79.0, 158.0, 237.0, 316.0, 150.0],
+            [200.0, 131.1, 196.7, 262.2, 150.0],
+        ];
+        for (p, want) in targets.iter().enumerate() {
+            for (i, w) in want.iter().enumerate() {
+                let got = rate(&r, p, &format!("vm{}", i + 1)) / 1e6;
+                assert!(
+                    (got - w).abs() <= 0.03 * w,
+                    "{engine} phase {} vm{}: {got:.1} vs {w}",
+                    p + 1,
+                    i + 1
+                );
+            }
+            assert!(
+                r.phases[p].aggregate_bps >= 0.99 * 940e6,
+                "{engine} phase {}",
+                p + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn fairness_controller_closes_the_connection_count_gap() {
+    let without = run("fairness-static-uncontrolled");
+    assert!(
+        without.phases[0].unfairness >= 0.70,
+        "{}",
+        without.phases[0].unfairness
+    );
+    let with = run("fairness-static");
+    assert!(
+        with.phases[0].unfairness <= 0.10,
+        "{}",
+        with.phases[0].unfairness
+    );
+    let fluct = run("fairness-fluctuating");
+    for (i, p) in fluct.phases.iter().enumerate().skip(1) {
+        assert!(p.unfairness <= 0.15, "phase {}: {}", i + 1, p.unfairness);
+    }
+}
+
+#[test]
+fn c2qos_protects_vm1_where_tcm_does_not() {
+    let c2 = run("c2qos-fig6-c2qos");
+    let kept = rate(&c2, 1, "vm1") / rate(&c2, 0, "vm1");
+    assert!(kept >= 0.97, "c2qos kept {kept}");
+    let tcm = run("c2qos-fig6-tcm");
+    let kept = rate(&tcm, 1, "vm1") / rate(&tcm, 0, "vm1");
+    assert!(kept <= 0.85, "tcm kept {kept}");
+}
+
+#[test]
+fn pid_ecn_narrows_the_senders_ratio() {
+    let ratio = |r: &Report| {
+        let (a, b) = (rate(r, 0, "vm1"), rate(r, 0, "vm2"));
+        a.max(b) / a.min(b)
+    };
+    let without = run("pid-ecn-unequal-uncontrolled");
+    assert!(ratio(&without) >= 3.0, "{}", ratio(&without));
+    let with = run("pid-ecn-unequal");
+    assert!(ratio(&with) <= 1.3, "{}", ratio(&with));
+}
+
+#[test]
+fn same_seed_same_result_and_seed_matters_where_randomness_is_used() {
+    let text = std::fs::read_to_string(scenarios_dir().join("pid-ecn-unequal.toml")).unwrap();
+    let sc = Scenario::parse(&text).unwrap();
+    let a = simulate(&sc, 7).unwrap();
+    let b = simulate(&sc, 7).unwrap();
+    assert_eq!(a.bins, b.bins);
+    let c = simulate(&sc, 8).unwrap();
+    assert_ne!(a.bins, c.bins, "ECN draws depend on the seed");
+    let ra = build_report(&sc, "sim", &a.bins, BIN_NS, a.cpu_busy);
+    let rb = build_report(&sc, "sim", &b.bins, BIN_NS, b.cpu_busy);
+    assert_eq!(ra, rb);
+}
