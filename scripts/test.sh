@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command (README, second line; .ci/run runs it).
+# Formatting, lints with warnings denied, docs, every test (the network-namespace tests run for
+# real as root and skip with a message otherwise), the simulator's paper scenarios, and a
+# smoke run of every benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo doc (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+step "cargo test"
+cargo test --workspace
+
+step "paper scenarios in the simulator (expectations checked)"
+cargo build --release --quiet -p vqos-cli
+for f in scenarios/*.toml; do
+  ./target/release/vqos sim "$f" --check >/dev/null || { echo "FAIL: $f"; ./target/release/vqos sim "$f"; exit 1; }
+  echo "ok  $f"
+done
+
+step "benchmark smoke run (each benchmark once, no timing)"
+cargo bench --workspace -- --test >/dev/null
+echo "ok"
