@@ -76,9 +76,19 @@ impl Drop for Netns {
 struct Proc(Option<Child>);
 
 impl Proc {
-    fn output(mut self) -> String {
-        let child = self.0.take().unwrap();
-        let out = child.wait_with_output().unwrap();
+    /// Its stdout once it exits; killed (by PID) if it runs past `limit`, so a broken switch
+    /// fails the test instead of hanging it.
+    fn output_within(mut self, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        let child = self.0.as_mut().unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = self.0.take().unwrap().wait_with_output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
@@ -183,7 +193,7 @@ impl Lab {
         let rates = clients
             .into_iter()
             .map(|c| {
-                let out = c.output();
+                let out = c.output_within(Duration::from_secs(u64::from(secs + omit) + 20));
                 let v: serde_json::Value = serde_json::from_str(&out)
                     .unwrap_or_else(|e| panic!("iperf3 output ({e}): {out}"));
                 v["end"]["sum_received"]["bits_per_second"]
