@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use vqos_sched::alloc::{allocate, Claim};
 
-use crate::scenario::{Check, Scenario, Traffic};
+use crate::scenario::{Check, Scenario};
 
 /// One VM in one phase.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -126,9 +126,13 @@ pub fn build_report(
             .iter()
             .map(|&i| {
                 let s = &state[i].0;
-                let demand = match s.traffic {
-                    Traffic::Tcp => s.rate_bps,
-                    Traffic::Udp => s.rate_bps,
+                // An on/off source with a rate offers that rate over its duty cycle; a greedy
+                // one is taken as unlimited (the reference then overstates what it can use).
+                let demand = match (s.rate_bps, s.on_off_ns) {
+                    (Some(r), Some((on, off))) => {
+                        Some((u128::from(r) * u128::from(on) / u128::from(on + off)) as u64)
+                    }
+                    (r, _) => r,
                 };
                 Claim::new(&policies.vifs[i].policy, demand)
             })

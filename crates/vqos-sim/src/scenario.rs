@@ -96,6 +96,8 @@ struct RawVmKeys {
     packet_size: Option<u32>,
     rate: Option<String>,
     rtt: Option<String>,
+    on: Option<String>,
+    off: Option<String>,
     start: Option<String>,
     stop: Option<String>,
 }
@@ -226,6 +228,35 @@ pub struct VmSettings {
     pub rate_bps: Option<u64>,
     /// Base round-trip time of its flows, ns.
     pub rtt_ns: u64,
+    /// On/off source: sends for `on` then pauses for `off`, from its start (ns; `None` =
+    /// always on).
+    pub on_off_ns: Option<(u64, u64)>,
+}
+
+impl VmSettings {
+    /// Whether an on/off source is in its on period at `t_ns` (always true for other sources).
+    pub fn is_on(&self, start_ns: u64, t_ns: u64) -> bool {
+        match self.on_off_ns {
+            None => true,
+            Some((on, off)) => t_ns.saturating_sub(start_ns) % (on + off) < on,
+        }
+    }
+
+    /// When the on/off state next changes after `t_ns` (`u64::MAX` for other sources).
+    pub fn next_toggle(&self, start_ns: u64, t_ns: u64) -> u64 {
+        match self.on_off_ns {
+            None => u64::MAX,
+            Some((on, off)) => {
+                let into = t_ns.saturating_sub(start_ns) % (on + off);
+                let left = if into < on {
+                    on - into
+                } else {
+                    on + off - into
+                };
+                t_ns + left
+            }
+        }
+    }
 }
 
 /// A VM of the scenario.
@@ -399,6 +430,18 @@ fn apply_keys(
     if let Some(r) = &k.rtt {
         s.rtt_ns = time(&format!("{what}.rtt"), r)?.max(1_000);
     }
+    match (&k.on, &k.off) {
+        (None, None) => {}
+        (Some(on), Some(off)) => {
+            let on = time(&format!("{what}.on"), on)?;
+            let off = time(&format!("{what}.off"), off)?;
+            if on == 0 {
+                return Err(invalid(format!("{what}.on: must be greater than 0")));
+            }
+            s.on_off_ns = (off > 0).then_some((on, off));
+        }
+        _ => return Err(invalid(format!("{what}: give both on and off, or neither"))),
+    }
     let start = k
         .start
         .as_deref()
@@ -477,6 +520,7 @@ impl Scenario {
             packet_size: 1500,
             rate_bps: None,
             rtt_ns: DEFAULT_RTT_NS,
+            on_off_ns: None,
         };
         let mut vms: Vec<Vm> = Vec::new();
         let mut names = BTreeSet::new();
@@ -857,6 +901,24 @@ near_reference_pct = 3
                 .to_string();
             assert!(err.contains(needle), "{from} -> {to}: {err}");
         }
+    }
+
+    #[test]
+    fn on_off_sources() {
+        let text = FIG5.replace("weight = 5", "weight = 5\non = \"100ms\"\noff = \"300ms\"");
+        let s = Scenario::parse(&text).unwrap();
+        let v = &s.vms[1].initial;
+        assert_eq!(v.on_off_ns, Some((100_000_000, 300_000_000)));
+        assert!(v.is_on(0, 50_000_000));
+        assert!(!v.is_on(0, 150_000_000));
+        assert!(v.is_on(0, 420_000_000));
+        assert_eq!(v.next_toggle(0, 50_000_000), 100_000_000);
+        assert_eq!(v.next_toggle(0, 150_000_000), 400_000_000);
+        let bad = FIG5.replace("weight = 5", "weight = 5\non = \"100ms\"");
+        assert!(Scenario::parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("both on and off"));
     }
 
     #[test]

@@ -104,6 +104,8 @@ struct VmRt {
     udp_credit: u128,
     /// When UDP credit was last accrued.
     udp_last_ns: u64,
+    /// When the VM (re)started sending: the phase origin of an on/off source.
+    start_ns: u64,
 }
 
 /// Per-VM counters of a run.
@@ -229,6 +231,7 @@ impl<'a> Sim<'a> {
                 flow_cursor: 0,
                 udp_credit: 0,
                 udp_last_ns: 0,
+                start_ns: v.start_ns,
             })
             .collect();
         Ok(Sim {
@@ -318,6 +321,7 @@ impl<'a> Sim<'a> {
             if active && !was_active {
                 self.vms[i].udp_last_ns = t;
                 self.vms[i].udp_credit = 0;
+                self.vms[i].start_ns = start;
             }
             if !active {
                 // An application that stops takes its unsent data with it.
@@ -336,7 +340,11 @@ impl<'a> Sim<'a> {
     /// Lets the VM's TCP flows put segments into its ring while they may.
     fn fill_tcp(&mut self, vm: usize, t: u64) {
         let v = &mut self.vms[vm];
-        if !v.active || v.settings.traffic != Traffic::Tcp || v.flows.is_empty() {
+        if !v.active
+            || v.settings.traffic != Traffic::Tcp
+            || v.flows.is_empty()
+            || !v.settings.is_on(v.start_ns, t)
+        {
             return;
         }
         let n = v.flows.len();
@@ -363,6 +371,11 @@ impl<'a> Sim<'a> {
     fn fill_udp(&mut self, vm: usize, t: u64) {
         let v = &mut self.vms[vm];
         if !v.active || v.settings.traffic != Traffic::Udp || t <= v.udp_last_ns {
+            return;
+        }
+        if !v.settings.is_on(v.start_ns, t) {
+            // Off: the application produces nothing; credit does not accrue.
+            v.udp_last_ns = t;
             return;
         }
         let pkt_bits_ns = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
@@ -396,11 +409,14 @@ impl<'a> Sim<'a> {
         v.udp_last_ns = t;
     }
 
-    /// When the next UDP datagram of any VM arrives after `t`.
+    /// When the next UDP datagram of any VM arrives, or an on/off source turns, after `t`.
     fn next_udp_ns(&self, t: u64) -> u64 {
         let mut next = u64::MAX;
         for v in &self.vms {
-            if !v.active || v.settings.traffic != Traffic::Udp {
+            if v.active {
+                next = next.min(v.settings.next_toggle(v.start_ns, t));
+            }
+            if !v.active || v.settings.traffic != Traffic::Udp || !v.settings.is_on(v.start_ns, t) {
                 continue;
             }
             if let Some(r) = v.settings.rate_bps {
@@ -472,6 +488,10 @@ impl<'a> Sim<'a> {
             }
             for i in 0..self.vms.len() {
                 self.fill_udp(i, t);
+                if self.vms[i].settings.on_off_ns.is_some() {
+                    // An on/off TCP source turning on has no ACK to clock it.
+                    self.fill_tcp(i, t);
+                }
                 self.ready.set(i, !self.vms[i].queue.is_empty());
             }
             if self.engine.next_tick() <= t {

@@ -127,3 +127,29 @@ fn same_seed_same_result_and_seed_matters_where_randomness_is_used() {
     let rb = build_report(&sc, "sim", &b.bins, BIN_NS, b.cpu_busy);
     assert_eq!(ra, rb);
 }
+
+#[test]
+fn on_off_source_sends_its_duty_cycle_and_leaves_the_rest() {
+    let text = r#"
+name = "onoff"
+duration = "10s"
+capacity = "100Mbit"
+engine = "vqos"
+settle = "1s"
+[[vm]]
+name = "bursty"
+traffic = "udp"
+rate = "40Mbit"
+on = "200ms"
+off = "200ms"
+[[vm]]
+name = "greedy"
+"#;
+    let r = run_text(text, 1).unwrap().0;
+    let bursty = rate(&r, 0, "bursty") / 1e6;
+    let greedy = rate(&r, 0, "greedy") / 1e6;
+    // Half the time at 40 Mbit/s; the greedy VM takes the rest (work conservation).
+    assert!((bursty - 20.0).abs() < 1.0, "bursty {bursty}");
+    assert!((greedy - 80.0).abs() < 2.0, "greedy {greedy}");
+    assert!((r.phases[0].vifs["bursty"].expected_bps / 1e6 - 20.0).abs() < 0.1);
+}
