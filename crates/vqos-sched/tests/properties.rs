@@ -1,6 +1,7 @@
 //! Property tests over random configurations of 1–64 vifs: the reference allocator is
-//! work-conserving, respects floors and caps, and is weighted max-min fair; the `vqos` engine,
-//! driven by the virtual-time link of `vqos_sched::testing`, converges to it.
+//! work-conserving, respects floors and caps, and is weighted max-min fair; the `vqos` and
+//! `ancs` engines, driven by the virtual-time link of `vqos_sched::testing`, converge to it
+//! (`ancs` with one documented exception: demand-limited vifs holding most of the weight).
 
 use proptest::prelude::*;
 use vqos_sched::alloc::{allocate, check_allocation, Claim};
@@ -142,14 +143,110 @@ fn greedy(mut vifs: Vec<Claim>) -> Vec<Claim> {
     vifs
 }
 
+/// `default` cases, or `PROPTEST_CASES` when set (an explicit `cases` ignores the variable).
+fn cases_or(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(cases_or(48)))]
 
     /// ANCS meets the reference whenever every vif is backlogged: weights, floors and caps in
-    /// any combination. Demand-limited vifs are the configurations the paper's algorithm cannot
-    /// meet: see `ancs_deviates_with_demand_limited_vifs`.
+    /// any combination, 1–64 vifs.
     #[test]
     fn ancs_engine_converges_with_backlogged_vifs(vifs in claims(1_000 * MBIT, 64)) {
         converges(EngineKind::Ancs, 1_000 * MBIT, &greedy(vifs))?;
     }
+
+    /// ANCS meets the reference with demand-limited vifs too, as long as the vifs the
+    /// reference satisfies (rate = demand) hold at most half the weight of the vifs that share
+    /// CreditNext: beyond that, it takes longer than the settling time to converge (see
+    /// `ancs_credit_next_converges_slowly_when_satisfied_vifs_hold_most_weight`).
+    #[test]
+    fn ancs_engine_converges_with_demand_limited_vifs(vifs in claims(1_000 * MBIT, 64)) {
+        prop_assume!(satisfied_weight_fraction(1_000 * MBIT, &vifs) <= 0.5);
+        converges(EngineKind::Ancs, 1_000 * MBIT, &vifs)?;
+    }
+}
+
+/// CreditNext's convergence ratio at the reference allocation: among the vifs that share it
+/// by weight — those whose demand the reference meets in full (they drain their queues and
+/// hand their unused credit back) and those on the water level (strictly between their floor
+/// and their cap) — the weight fraction of the former. 1 when no vif is on the level.
+fn satisfied_weight_fraction(capacity: u64, vifs: &[Claim]) -> f64 {
+    let want = allocate(capacity, vifs).unwrap();
+    let (mut satisfied, mut level) = (0u64, 0u64);
+    for (c, &w) in vifs.iter().zip(&want) {
+        if c.demand_bps.is_some_and(|d| w + 1 >= d) {
+            satisfied += u64::from(c.weight);
+        } else if w > c.lo() + 1 && c.hi().is_none_or(|hi| w + 1 < hi) {
+            level += u64::from(c.weight);
+        }
+    }
+    if level == 0 {
+        return if satisfied == 0 { 0.0 } else { 1.0 };
+    }
+    satisfied as f64 / (satisfied + level) as f64
+}
+
+/// Beyond the paper's algorithm: CreditNext is shared by weight among all active vifs, the
+/// demand-limited ones included, who hand their share back unused the next period. It grows
+/// to its fixed point `(f·C − d) / (1 − f)` per period geometrically, with ratio `f` = the
+/// weight fraction of the demand-limited vifs, so the greedy vifs reach their reference rate
+/// only after about `1 / (1 − f)` periods of 30 ms. Here f = 0.95: ANCS gives the greedy vif
+/// far less than the reference over the window `converges` measures (0.5–3.5 s), yet it does
+/// reach it (a later window is within 2 %), and the `vqos` engine meets it in the same window.
+/// (Backlogged and demand-limited vifs below that weight fraction: the property tests above.)
+#[test]
+fn ancs_credit_next_converges_slowly_when_satisfied_vifs_hold_most_weight() {
+    let capacity = 1_000 * MBIT;
+    let vifs = [
+        Claim {
+            weight: 95,
+            min_bps: 0,
+            max_bps: None,
+            demand_bps: Some(100 * MBIT),
+        },
+        Claim {
+            weight: 5,
+            min_bps: 0,
+            max_bps: None,
+            demand_bps: None,
+        },
+    ];
+    assert_eq!(satisfied_weight_fraction(capacity, &vifs), 0.95);
+    let want = allocate(capacity, &vifs).unwrap();
+    assert_eq!(want, [100 * MBIT, 900 * MBIT]);
+
+    let set = policy_set(capacity, &vifs);
+    let d = demands(&vifs);
+    let mut ancs = build(EngineKind::Ancs, &set, 0).unwrap();
+    run_link(ancs.as_mut(), capacity, &d, 1500, 0, 500_000_000);
+    let early = run_link(
+        ancs.as_mut(),
+        capacity,
+        &d,
+        1500,
+        500_000_000,
+        3_000_000_000,
+    );
+    // The demand-limited vif gets its demand; the greedy vif is well short of 900 Mbit/s.
+    assert!((early[0] - 100e6).abs() <= 2e6, "{early:?}");
+    assert!(early[1] < 0.98 * 900e6, "ANCS met the reference: {early:?}");
+    // It is a matter of time, not of the fixed point: later it is within 2 %.
+    let late = run_link(
+        ancs.as_mut(),
+        capacity,
+        &d,
+        1500,
+        3_500_000_000,
+        3_000_000_000,
+    );
+    assert!((late[1] - 900e6).abs() <= 0.02 * 900e6, "{late:?}");
+
+    converges(EngineKind::Vqos, capacity, &vifs).unwrap();
+    assert!(converges(EngineKind::Ancs, capacity, &vifs).is_err());
 }
