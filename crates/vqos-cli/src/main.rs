@@ -5,6 +5,7 @@
 
 mod alloc;
 mod ctl;
+mod lab;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ enum Command {
     Policy(ctl::PolicyArgs),
     /// Per-vif rate, share of the uplink, policy and drops of the running switch.
     Stats(ctl::StatsArgs),
+    /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
+    Lab(lab::LabArgs),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Command::Port(args) => ctl::port(&cli.conn, args),
         Command::Policy(args) => ctl::policy(&cli.conn, args),
         Command::Stats(args) => ctl::stats(&cli.conn, args),
+        Command::Lab(args) => lab::run(args),
     };
     if let Err(e) = result {
         eprintln!("vqos: {e:#}");

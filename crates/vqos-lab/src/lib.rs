@@ -1,0 +1,100 @@
+//! # vqos-lab
+//!
+//! Runs a scenario file (the same one `vqos sim` runs) on real traffic: VMs as network
+//! namespaces behind vqosd's TAP ports (or behind a Linux bridge for the kernel baselines), a
+//! sink namespace beyond the uplink, an optional router with a tbf bottleneck, iperf3 for the
+//! traffic. It sets the measurement beside the reference allocation and the simulator's
+//! prediction.
+//!
+//! ## Behavior
+//! - [`run_lab`] parses the scenario (optionally scaled in time), simulates it, builds the
+//!   topology ([`topo`]), starts vqosd with a generated config (capacity, engine, cost, the
+//!   initial policies; temporary state file and socket), starts two iperf3 servers per VM in the
+//!   sink and the clients in the VMs at their start times (TCP with `-P flows`, UDP with `-u -b
+//!   rate -l size`), applies events at their times (policies through the control API or `tc`;
+//!   traffic changes restart the VM's client; bottleneck changes `tc qdisc replace`), samples
+//!   the per-VM byte counters every 100 ms (vqosd's `/v1/stats`, or `/proc/net/dev` of the
+//!   bridge's namespace for the baselines), measures vqosd's CPU (`/proc/PID/stat`) and the
+//!   kernel's softirq time (`/proc/stat`), and writes `results.json`, `timeseries.csv`,
+//!   `report.md` and `rates.svg` (see [`output`]).
+//! - Everything is torn down on success, on error and on interrupt ([`install_interrupt_handler`]
+//!   sets a flag the runner polls every 100 ms): processes are killed by PID, namespaces deleted
+//!   (which removes their links), vqosd's TAPs vanish with it, its scratch directory is removed.
+//!
+//! ## Limitations
+//! - Needs root, `ip`, `tc` and iperf3.
+//! - Rates are what each VM sent into the switch, not what reached the sink; latency probes,
+//!   the OVS baseline and multi-run sweeps (CPU vs number of VMs) are not done yet.
+//! - `direction = "download"` runs iperf3 in reverse (`-R`); the baselines then shape the
+//!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
+//! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.
+#![deny(missing_docs)]
+
+pub mod output;
+pub mod run;
+pub mod sys;
+pub mod topo;
+
+pub use run::{run_lab, LabOptions, LabOutcome};
+pub use sys::{install_interrupt_handler, interrupted, request_interrupt};
+pub use topo::Baseline;
+
+use thiserror::Error;
+
+/// Why a lab run failed.
+#[derive(Debug, Error)]
+pub enum LabError {
+    /// The scenario file is invalid.
+    #[error("{file}")]
+    Scenario {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        #[source]
+        source: vqos_sim::ScenarioError,
+    },
+    /// An option or value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// Not running as root.
+    #[error("The lab needs root (network namespaces, TAP devices, tc)")]
+    NotRoot,
+    /// A tool is missing.
+    #[error("Missing tool: {0}")]
+    MissingTool(String),
+    /// A program could not be started.
+    #[error("Cannot run {program}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command failed.
+    #[error("Command failed: {command}: {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its stderr.
+        stderr: String,
+    },
+    /// A file could not be read or written.
+    #[error("Cannot access {what}")]
+    Io {
+        /// The path.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Building the topology failed.
+    #[error("{0}")]
+    Setup(String),
+    /// vqosd failed to start, died, or refused a request.
+    #[error("{0}")]
+    Vqosd(String),
+    /// The run was interrupted (Ctrl-C or [`request_interrupt`]).
+    #[error("Interrupted; everything the run created was removed")]
+    Interrupted,
+}

@@ -1,0 +1,404 @@
+//! The lab's files: `results.json`, `timeseries.csv`, `report.md` and `rates.svg` (a small
+//! hand-written SVG: measured rates solid, the reference allocation dashed, the simulator's
+//! prediction dotted).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use vqos_sim::{Report, Scenario, BIN_NS};
+
+use crate::run::{LabOptions, LabOutcome, LAB_BIN_NS};
+use crate::LabError;
+
+/// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,
+/// `duration_scale`, `capabilities` and the simulator's phases as `simulated`.
+pub fn results_json(
+    report: &Report,
+    simulated: &Report,
+    opts: &LabOptions,
+    vqosd_percent: f64,
+    softirq_percent: f64,
+) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("baseline".into(), opts.baseline.name().into());
+        o.insert(
+            "cpu".into(),
+            serde_json::json!({
+                "vqosd_percent": round2(vqosd_percent),
+                "softirq_percent": round2(softirq_percent),
+            }),
+        );
+        o.insert("duration_scale".into(), opts.duration_scale.into());
+        o.insert("bin_s".into(), (LAB_BIN_NS as f64 / 1e9).into());
+        o.insert("capabilities".into(), opts.baseline.capabilities().into());
+        o.insert(
+            "simulated".into(),
+            serde_json::to_value(&simulated.phases).unwrap_or_default(),
+        );
+    }
+    v
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn write(path: &Path, text: &str) -> Result<(), LabError> {
+    std::fs::write(path, text).map_err(|source| LabError::Io {
+        what: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes every file of a run into `outcome.out_dir`.
+pub fn write_all(
+    sc: &Scenario,
+    opts: &LabOptions,
+    outcome: &LabOutcome,
+    bins: &[Vec<u64>],
+    sim_bins: &[Vec<u64>],
+) -> Result<(), LabError> {
+    let dir = &outcome.out_dir;
+    let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
+    write(&dir.join("results.json"), &(json + "\n"))?;
+    write(&dir.join("timeseries.csv"), &timeseries_csv(sc, bins))?;
+    write(&dir.join("report.md"), &report_md(sc, opts, outcome))?;
+    write(&dir.join("rates.svg"), &rates_svg(sc, bins, sim_bins))?;
+    Ok(())
+}
+
+/// `t_s,vm,rate_bps`, one row per VM per 100 ms bin (t_s = the bin's end).
+pub fn timeseries_csv(sc: &Scenario, bins: &[Vec<u64>]) -> String {
+    let mut s = String::from("t_s,vm,rate_bps\n");
+    let nbins = bins.first().map_or(0, Vec::len);
+    let bin_s = LAB_BIN_NS as f64 / 1e9;
+    for b in 0..nbins {
+        for (vm, vm_bins) in sc.vms.iter().zip(bins) {
+            let rate = vm_bins[b] as f64 * 8.0 / bin_s;
+            let _ = writeln!(s, "{:.1},{},{:.0}", (b + 1) as f64 * bin_s, vm.name, rate);
+        }
+    }
+    s
+}
+
+fn mbit(bps: f64) -> String {
+    format!("{:.1}", bps / 1e6)
+}
+
+/// The Markdown report: phase by phase measured vs reference vs simulated, the expectations,
+/// CPU, and what the baseline could express.
+pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
+    let r = &o.report;
+    let mut s = String::new();
+    let _ = writeln!(s, "# {} — lab run under `{}`\n", sc.name, opts.baseline);
+    if !sc.description.is_empty() {
+        let _ = writeln!(s, "{}\n", sc.description);
+    }
+    let mut cmd = format!("vqos lab run {}", opts.scenario.display());
+    if opts.baseline.name() != "vqos" {
+        let _ = write!(cmd, " --baseline {}", opts.baseline);
+    }
+    if opts.duration_scale != 1.0 {
+        let _ = write!(cmd, " --duration-scale {}", opts.duration_scale);
+    }
+    let _ = writeln!(s, "Command: `{cmd}`  ");
+    let _ = writeln!(
+        s,
+        "Switch: {} (engine `{}` for vqos), capacity {} Mbit/s, {} VMs, {:.1} s, samples every {} ms.\n",
+        opts.baseline,
+        r.engine,
+        mbit(sc.capacity_bps as f64),
+        sc.vms.len(),
+        sc.duration_ns as f64 / 1e9,
+        LAB_BIN_NS / 1_000_000
+    );
+    let _ = writeln!(
+        s,
+        "**What this switch can express.** {}\n",
+        opts.baseline.capabilities()
+    );
+    let _ = writeln!(s, "## Phases (Mbit/s; means leave out the settle time)\n");
+    for (k, ph) in r.phases.iter().enumerate() {
+        let sim = o.simulated.phases.get(k);
+        let _ = writeln!(
+            s,
+            "### Phase {} ({:.1}–{:.1} s)\n",
+            k + 1,
+            ph.start_s,
+            ph.end_s
+        );
+        let _ = writeln!(
+            s,
+            "| VM | measured | reference | simulated | measured vs reference |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+        for (name, v) in &ph.vifs {
+            let simv = sim
+                .and_then(|p| p.vifs.get(name))
+                .map_or("–".into(), |x| mbit(x.mean_bps));
+            let err = if v.expected_bps > 0.0 {
+                format!("{:+.1} %", (v.mean_bps / v.expected_bps - 1.0) * 100.0)
+            } else {
+                "–".into()
+            };
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {simv} | {err} |",
+                mbit(v.mean_bps),
+                mbit(v.expected_bps)
+            );
+        }
+        let exp_sum: f64 = ph.vifs.values().map(|v| v.expected_bps).sum();
+        let _ = writeln!(
+            s,
+            "| **aggregate** | {} | {} | {} | |",
+            mbit(ph.aggregate_bps),
+            mbit(exp_sum),
+            sim.map_or("–".into(), |p| mbit(p.aggregate_bps))
+        );
+        let _ = writeln!(
+            s,
+            "\nUnfairness index: measured {:.1} %, simulated {}.\n",
+            ph.unfairness * 100.0,
+            sim.map_or("–".into(), |p| format!("{:.1} %", p.unfairness * 100.0))
+        );
+    }
+    let _ = writeln!(s, "## Expectations of the scenario\n");
+    if r.checks.is_empty() {
+        let _ = writeln!(s, "The scenario states none.\n");
+    } else {
+        let _ = writeln!(s, "| expectation | measured | lab | simulator |");
+        let _ = writeln!(s, "|---|---|---|---|");
+        for (k, c) in r.checks.iter().enumerate() {
+            let simc = o.simulated.checks.get(k).map_or("–", |c| pf(c.pass));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {simc} |",
+                c.expectation,
+                c.measured,
+                pf(c.pass)
+            );
+        }
+        let passed = r.checks.iter().filter(|c| c.pass).count();
+        let _ = writeln!(s, "\n{passed} of {} passed in the lab.\n", r.checks.len());
+    }
+    let _ = writeln!(s, "## CPU\n");
+    let _ = writeln!(
+        s,
+        "vqosd: {:.1} % of one core; kernel softirq (all cores summed): {:.1} % of one core, over \
+         the whole run. The machine has {} cores shared by iperf3, the kernel's TCP stacks and the \
+         switch, so these numbers are indicative, not a benchmark.\n",
+        o.vqosd_percent,
+        o.softirq_percent,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let _ = writeln!(
+        s,
+        "## Files\n\n`results.json`, `timeseries.csv` (t_s, vm, rate_bps per 100 ms), `rates.svg` \
+         (measured solid, reference dashed, simulator dotted), `logs/` (vqosd and iperf3 JSON).\n\n\
+         ![rates](rates.svg)"
+    );
+    s
+}
+
+fn pf(pass: bool) -> &'static str {
+    if pass {
+        "pass"
+    } else {
+        "**FAIL**"
+    }
+}
+
+const COLOURS: [&str; 10] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
+
+/// Rates (bits/s) per VM from byte bins, averaged over windows of `window` bins.
+fn smoothed(bins: &[u64], bin_ns: u64, window: usize) -> Vec<(f64, f64)> {
+    bins.chunks(window)
+        .enumerate()
+        .map(|(k, c)| {
+            let t = (k * window + c.len()) as f64 * bin_ns as f64 / 1e9;
+            let bytes: u64 = c.iter().sum();
+            (
+                t,
+                bytes as f64 * 8.0 / (c.len() as f64 * bin_ns as f64 / 1e9),
+            )
+        })
+        .collect()
+}
+
+/// Per-VM rate over time: measured (solid), reference (dashed), simulated (dotted).
+pub fn rates_svg(sc: &Scenario, bins: &[Vec<u64>], sim_bins: &[Vec<u64>]) -> String {
+    let (w, h, ml, mr, mt, mb) = (900.0, 420.0, 60.0, 150.0, 30.0, 40.0);
+    let dur = sc.duration_ns as f64 / 1e9;
+    let meas: Vec<Vec<(f64, f64)>> = bins.iter().map(|b| smoothed(b, LAB_BIN_NS, 5)).collect();
+    let sim_window = (500_000_000 / BIN_NS).max(1) as usize;
+    let sim: Vec<Vec<(f64, f64)>> = sim_bins
+        .iter()
+        .map(|b| smoothed(b, BIN_NS, sim_window))
+        .collect();
+    // Reference steps per phase.
+    let report = vqos_sim::build_report(sc, "ref", bins, LAB_BIN_NS, 0.0);
+    let mut ymax: f64 = 1.0;
+    for series in meas.iter().chain(&sim) {
+        for &(_, y) in series {
+            ymax = ymax.max(y);
+        }
+    }
+    for ph in &report.phases {
+        for v in ph.vifs.values() {
+            ymax = ymax.max(v.expected_bps);
+        }
+    }
+    let ymax = (ymax / 1e6 * 1.1).ceil();
+    let x = |t: f64| ml + (t / dur.max(1e-9)) * (w - ml - mr);
+    let y = |bps: f64| mt + (1.0 - (bps / 1e6) / ymax) * (h - mt - mb);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">"
+    );
+    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(
+        s,
+        "<text x=\"{ml}\" y=\"18\" font-size=\"14\">{}: per-VM rate (measured solid, reference dashed, simulated dotted)</text>",
+        xml(&sc.name)
+    );
+    // Axes and ticks.
+    let _ = writeln!(
+        s,
+        "<path d=\"M{ml} {mt} V{} H{}\" stroke=\"black\" fill=\"none\"/>",
+        h - mb,
+        w - mr
+    );
+    for k in 0..=5 {
+        let v = ymax * f64::from(k) / 5.0;
+        let yy = y(v * 1e6);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{ml}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>",
+            w - mr,
+            ml - 5.0,
+            yy + 4.0
+        );
+    }
+    let step = if dur > 60.0 {
+        10.0
+    } else if dur > 20.0 {
+        5.0
+    } else {
+        2.0
+    };
+    let mut t = 0.0;
+    while t <= dur + 1e-9 {
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{t:.0}</text>",
+            x(t),
+            h - mb + 16.0
+        );
+        t += step;
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">time (s)</text><text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">Mbit/s</text>",
+        (ml + w - mr) / 2.0,
+        h - 5.0,
+        (mt + h - mb) / 2.0,
+        (mt + h - mb) / 2.0
+    );
+    for (i, vm) in sc.vms.iter().enumerate() {
+        let c = COLOURS[i % COLOURS.len()];
+        let pts = |series: &[(f64, f64)]| {
+            series
+                .iter()
+                .map(|&(t, r)| format!("{:.1},{:.1}", x(t.min(dur)), y(r)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        if let Some(m) = meas.get(i) {
+            let _ = writeln!(
+                s,
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\"/>",
+                pts(m)
+            );
+        }
+        if let Some(m) = sim.get(i) {
+            let _ = writeln!(
+                s,
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" stroke-dasharray=\"1 3\"/>",
+                pts(m)
+            );
+        }
+        for ph in &report.phases {
+            if let Some(v) = ph.vifs.get(&vm.name) {
+                let yy = y(v.expected_bps);
+                let _ = writeln!(
+                    s,
+                    "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"{c}\" stroke-dasharray=\"6 4\"/>",
+                    x(ph.start_s),
+                    x(ph.end_s)
+                );
+            }
+        }
+        let ly = mt + 10.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            w - mr + 10.0,
+            w - mr + 35.0,
+            w - mr + 40.0,
+            ly + 4.0,
+            xml(&vm.name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sc() -> Scenario {
+        Scenario::parse(
+            "name = \"t<1>\"\nduration = \"1s\"\ncapacity = \"200Mbit\"\n\
+             [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nweight = 3\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn csv_has_a_row_per_vm_per_bin() {
+        let bins = vec![vec![1_250_000; 10], vec![3_750_000; 10]];
+        let csv = timeseries_csv(&sc(), &bins);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "t_s,vm,rate_bps");
+        assert_eq!(lines.len(), 21);
+        assert_eq!(lines[1], "0.1,vm1,100000000");
+        assert_eq!(lines[2], "0.1,vm2,300000000");
+    }
+
+    #[test]
+    fn svg_is_well_formed_and_escapes_names() {
+        let bins = vec![vec![1_250_000; 10], vec![3_750_000; 10]];
+        let sim = vec![vec![125_000; 100], vec![375_000; 100]];
+        let svg = rates_svg(&sc(), &bins, &sim);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("t&lt;1&gt;"));
+        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert!(
+            svg.contains("stroke-dasharray=\"6 4\""),
+            "reference drawn dashed"
+        );
+    }
+}

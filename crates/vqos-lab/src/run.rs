@@ -1,0 +1,534 @@
+//! The runner: builds the topology, drives iperf3 and the events on the scenario's clock,
+//! samples the per-VM counters every 100 ms, measures CPU, tears down, writes the results.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use vqos_sched::VifPolicy;
+use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
+use vqos_sim::{build_report, simulate, Report, BIN_NS};
+
+use crate::output;
+use crate::sys::{self, spawn, Cleanup, Proc};
+use crate::topo::{Baseline, Topology};
+use crate::LabError;
+
+/// Width of the lab's time bins, ns (the sampling period).
+pub const LAB_BIN_NS: u64 = 100_000_000;
+
+/// First iperf3 server port; VM `i` uses `BASE + 2i` and `BASE + 2i + 1` (alternately, so a
+/// restarted client never meets a server still busy with the previous test).
+const IPERF_BASE_PORT: u16 = 5201;
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    /// Which switch carries the traffic.
+    pub baseline: Baseline,
+    /// Where to write the results (default `lab-out/NAME-TIMESTAMP`).
+    pub out_dir: Option<PathBuf>,
+    /// Multiplies every time of the scenario (0.5 = twice as fast).
+    pub duration_scale: f64,
+    /// The vqosd binary (default: found or built, see [`crate::topo::find_vqosd`]).
+    pub vqosd_bin: Option<PathBuf>,
+    /// Print a progress line on stderr.
+    pub progress: bool,
+}
+
+impl LabOptions {
+    /// Options with defaults for `scenario`.
+    pub fn new(scenario: impl Into<PathBuf>) -> LabOptions {
+        LabOptions {
+            scenario: scenario.into(),
+            baseline: Baseline::Vqos,
+            out_dir: None,
+            duration_scale: 1.0,
+            vqosd_bin: None,
+            progress: false,
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct LabOutcome {
+    /// Where the files are.
+    pub out_dir: PathBuf,
+    /// The contents of `results.json`.
+    pub results: serde_json::Value,
+    /// The measured report.
+    pub report: Report,
+    /// The simulator's report of the same scenario.
+    pub simulated: Report,
+    /// vqosd's CPU over the run, % of one core (0 for the baselines).
+    pub vqosd_percent: f64,
+    /// The kernel's softirq time over the run, % of one core (all cores summed).
+    pub softirq_percent: f64,
+}
+
+/// Multiplies every time of `sc` by `f`.
+pub fn scale_scenario(sc: &mut Scenario, f: f64) {
+    let s = |t: u64| (t as f64 * f).round() as u64;
+    sc.duration_ns = s(sc.duration_ns);
+    sc.settle_ns = s(sc.settle_ns);
+    for v in &mut sc.vms {
+        v.start_ns = s(v.start_ns);
+        v.stop_ns = s(v.stop_ns);
+    }
+    for e in &mut sc.events {
+        e.at_ns = s(e.at_ns);
+        e.start_ns = e.start_ns.map(s);
+        e.stop_ns = e.stop_ns.map(s);
+    }
+}
+
+/// Turns timestamped cumulative counters into uniform bins of `bin_ns` by linear
+/// interpolation of each counter at the bin edges.
+pub fn resample(
+    samples: &[(u64, Vec<u64>)],
+    nvm: usize,
+    bin_ns: u64,
+    nbins: usize,
+) -> Vec<Vec<u64>> {
+    let at = |t: u64, i: usize| -> f64 {
+        let k = samples.partition_point(|(ts, _)| *ts <= t);
+        if k == 0 {
+            return samples.first().map_or(0.0, |s| s.1[i] as f64);
+        }
+        let (t0, v0) = &samples[k - 1];
+        match samples.get(k) {
+            None => v0[i] as f64,
+            Some((t1, v1)) => {
+                let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
+                v0[i] as f64 + f * (v1[i] as f64 - v0[i] as f64)
+            }
+        }
+    };
+    (0..nvm)
+        .map(|i| {
+            (0..nbins)
+                .map(|b| {
+                    let a = at(b as u64 * bin_ns, i);
+                    let z = at((b as u64 + 1) * bin_ns, i);
+                    (z - a).max(0.0).round() as u64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What one VM's iperf3 client does; a change restarts it.
+#[derive(Debug, Clone, PartialEq)]
+struct Load {
+    traffic: Traffic,
+    flows: u32,
+    packet_size: u32,
+    rate_bps: Option<u64>,
+}
+
+impl Load {
+    fn of(s: &VmSettings) -> Load {
+        Load {
+            traffic: s.traffic,
+            flows: s.flows.max(1),
+            packet_size: s.packet_size,
+            rate_bps: s.rate_bps,
+        }
+    }
+}
+
+/// One VM's running client.
+struct Client {
+    load: Load,
+    proc: Proc,
+}
+
+/// The iperf3 client arguments for `load` for `secs` seconds.
+fn iperf_args(
+    title: &str,
+    dst: &str,
+    port: u16,
+    secs: f64,
+    load: &Load,
+    download: bool,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "iperf3".into(),
+        "-c".into(),
+        dst.into(),
+        "-p".into(),
+        port.to_string(),
+        "-t".into(),
+        format!("{:.1}", secs.max(1.0)),
+        "-P".into(),
+        load.flows.to_string(),
+        "-J".into(),
+        "-T".into(),
+        title.into(),
+    ];
+    if download {
+        a.push("-R".into());
+    }
+    match load.traffic {
+        Traffic::Udp => {
+            // Wire bytes minus Ethernet (14), IPv4 (20) and UDP (8) headers.
+            let payload = load.packet_size.saturating_sub(42).max(16);
+            a.extend([
+                "-u".into(),
+                "-l".into(),
+                payload.to_string(),
+                "-b".into(),
+                load.rate_bps.unwrap_or(0).to_string(),
+            ]);
+        }
+        Traffic::Tcp => {
+            if load.packet_size != 1500 {
+                // MSS = wire bytes minus Ethernet, IPv4 and TCP headers.
+                a.extend([
+                    "-M".into(),
+                    load.packet_size.saturating_sub(54).max(88).to_string(),
+                ]);
+            }
+            if let Some(r) = load.rate_bps {
+                a.extend(["-b".into(), r.to_string()]);
+            }
+        }
+    }
+    a
+}
+
+fn timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // UTC date-time from the Unix time (civil-from-days).
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn io_err(what: &Path) -> impl FnOnce(std::io::Error) -> LabError + '_ {
+    move |source| LabError::Io {
+        what: what.display().to_string(),
+        source,
+    }
+}
+
+/// Runs a scenario on real traffic and writes `results.json`, `timeseries.csv`, `report.md`
+/// and `rates.svg` into the output directory. Everything it created is gone when it returns,
+/// whether it succeeded, failed or was interrupted ([`crate::install_interrupt_handler`]).
+pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
+    sys::clear_interrupt();
+    let text = std::fs::read_to_string(&opts.scenario).map_err(io_err(&opts.scenario))?;
+    let mut sc = Scenario::parse(&text).map_err(|e| LabError::Scenario {
+        file: opts.scenario.display().to_string(),
+        source: e,
+    })?;
+    if !(opts.duration_scale > 0.0 && opts.duration_scale.is_finite()) {
+        return Err(LabError::Invalid(format!(
+            "Invalid duration scale {}: expected a positive number",
+            opts.duration_scale
+        )));
+    }
+    scale_scenario(&mut sc, opts.duration_scale);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::NotRoot);
+    }
+    if sys::run(&["iperf3", "--version"]).is_err() {
+        return Err(LabError::MissingTool(
+            "iperf3 (apt-get install -y iperf3)".into(),
+        ));
+    }
+    let out_dir = opts
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("lab-out/{}-{}", sc.name, timestamp())));
+    let logs = out_dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(io_err(&logs))?;
+
+    // The prediction first: it needs no root and no traffic.
+    let sim_out = simulate(&sc, 1).map_err(|e| LabError::Invalid(format!("Simulator: {e}")))?;
+    let simulated = build_report(&sc, "sim", &sim_out.bins, BIN_NS, sim_out.cpu_busy);
+
+    let mut cleanup = Cleanup::default();
+    let measured = drive(&sc, opts, &logs, &mut cleanup);
+    cleanup.teardown();
+    let (samples, vqosd_cpu_s, softirq_s, wall_s) = measured?;
+    if opts.progress {
+        eprintln!();
+    }
+
+    let nbins = sc.duration_ns.div_ceil(LAB_BIN_NS) as usize;
+    let bins = resample(&samples, sc.vms.len(), LAB_BIN_NS, nbins);
+    let vqosd_percent = vqosd_cpu_s / wall_s * 100.0;
+    let softirq_percent = softirq_s / wall_s * 100.0;
+    let busy = if opts.baseline == Baseline::Vqos {
+        vqosd_percent / 100.0
+    } else {
+        softirq_percent / 100.0
+    };
+    let report = build_report(&sc, "lab", &bins, LAB_BIN_NS, busy);
+    let results = output::results_json(&report, &simulated, opts, vqosd_percent, softirq_percent);
+    let outcome = LabOutcome {
+        out_dir: out_dir.clone(),
+        results,
+        report,
+        simulated,
+        vqosd_percent,
+        softirq_percent,
+    };
+    output::write_all(&sc, opts, &outcome, &bins, &sim_out.bins)?;
+    Ok(outcome)
+}
+
+type Samples = Vec<(u64, Vec<u64>)>;
+
+/// Builds, runs and samples; returns (samples, vqosd CPU s, softirq s, wall s).
+fn drive(
+    sc: &Scenario,
+    opts: &LabOptions,
+    logs: &Path,
+    cleanup: &mut Cleanup,
+) -> Result<(Samples, f64, f64, f64), LabError> {
+    let topo = Topology::build(sc, opts.baseline, opts.vqosd_bin.as_deref(), logs, cleanup)?;
+    let nvm = sc.vms.len();
+    let download = sc.direction == Direction::Download;
+
+    // Two servers per VM in the sink.
+    for i in 0..nvm {
+        for k in 0..2u16 {
+            let port = (IPERF_BASE_PORT + 2 * i as u16 + k).to_string();
+            let pidfile = logs.join(format!("{}-srv{i}{k}.pid", topo.prefix));
+            let pidfile = pidfile.display().to_string();
+            let p = spawn(
+                &format!("iperf3 server {port}"),
+                Some(&topo.sink_ns),
+                &[
+                    "iperf3",
+                    "-s",
+                    "-p",
+                    &port,
+                    "-B",
+                    &topo.sink_ip,
+                    "-I",
+                    &pidfile,
+                ],
+                None,
+            )?;
+            cleanup.services.push(p);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Every time something changes: reconcile traffic, apply policies and the bottleneck.
+    let mut cuts: Vec<u64> = sc.phases().iter().map(|p| p.0).collect();
+    cuts.extend(sc.events.iter().map(|e| e.at_ns));
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut next_cut = 0;
+    let mut clients: Vec<Option<Client>> = (0..nvm).map(|_| None).collect();
+    let mut restarts = vec![0u32; nvm];
+    let mut policies: Vec<VifPolicy> = sc.state_at(0).into_iter().map(|s| s.0.policy).collect();
+    let mut bottleneck = sc.bottleneck_at(0);
+
+    let vqosd_cpu0 = topo.vqosd_pid.and_then(sys::process_cpu_s).unwrap_or(0.0);
+    let soft0 = sys::softirq_s().unwrap_or(0.0);
+    let t0 = Instant::now();
+    let mut samples: Samples = vec![(0, topo.vm_bytes()?)];
+    let base = samples[0].1.clone();
+    samples[0].1 = vec![0; nvm];
+    let mut tick: u64 = 0;
+    let mut last_progress = Instant::now();
+    loop {
+        let now_ns = t0.elapsed().as_nanos() as u64;
+        // Changes due by now.
+        while next_cut < cuts.len() && cuts[next_cut] <= now_ns {
+            let t = cuts[next_cut];
+            next_cut += 1;
+            if t >= sc.duration_ns {
+                continue;
+            }
+            let state = sc.state_at(t);
+            for (i, (s, _, stop)) in state.iter().enumerate() {
+                if s.policy != policies[i] {
+                    topo.set_policy(i, &sc.vms[i].name, &s.policy)?;
+                    policies[i] = s.policy.clone();
+                }
+                let want = sc.active_at(i, t).then(|| Load::of(s));
+                let same = match (&clients[i], &want) {
+                    (Some(c), Some(w)) => c.load == *w,
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    if let Some(mut c) = clients[i].take() {
+                        c.proc.stop(Duration::from_secs(2));
+                    }
+                    if let Some(load) = want {
+                        let k = restarts[i] % 2;
+                        restarts[i] += 1;
+                        let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
+                        let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
+                        let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
+                        let args = iperf_args(&title, &topo.sink_ip, port, secs, &load, download);
+                        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                        let log =
+                            logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
+                        let proc = spawn(
+                            &format!("iperf3 client {}", sc.vms[i].name),
+                            Some(&topo.vm_ns[i]),
+                            &args,
+                            Some(&log),
+                        )?;
+                        clients[i] = Some(Client { load, proc });
+                    }
+                }
+            }
+            let b = sc.bottleneck_at(t);
+            if b != bottleneck {
+                topo.set_bottleneck(b, sc.bottleneck_queue)?;
+                bottleneck = b;
+            }
+        }
+        if now_ns >= sc.duration_ns + LAB_BIN_NS / 2 {
+            break;
+        }
+        if sys::interrupted() {
+            return Err(LabError::Interrupted);
+        }
+        if let Some(p) = cleanup.services.iter_mut().find(|p| p.label == "vqosd") {
+            if p.exited() {
+                return Err(LabError::Vqosd("vqosd exited during the run".into()));
+            }
+        }
+        tick += 1;
+        let due = t0 + Duration::from_nanos(tick * LAB_BIN_NS);
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        let t = t0.elapsed().as_nanos() as u64;
+        let cum: Vec<u64> = topo
+            .vm_bytes()?
+            .iter()
+            .zip(&base)
+            .map(|(c, b)| c.saturating_sub(*b))
+            .collect();
+        if opts.progress && last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = Instant::now();
+            let prev = samples.last().cloned().unwrap_or_default();
+            let dt = (t - prev.0).max(1) as f64 / 1e9;
+            let rates: Vec<String> = sc
+                .vms
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let r = (cum[i].saturating_sub(prev.1[i])) as f64 * 8.0 / dt / 1e6;
+                    format!("{} {:.0}", v.name, r)
+                })
+                .collect();
+            let phase = sc.phases().iter().take_while(|p| p.0 <= t).count();
+            eprint!(
+                "\r[{} {}] {:5.1}/{:.0} s phase {} | {} Mbit/s   ",
+                sc.name,
+                opts.baseline,
+                t as f64 / 1e9,
+                sc.duration_ns as f64 / 1e9,
+                phase,
+                rates.join(", ")
+            );
+            let _ = std::io::stderr().flush();
+        }
+        samples.push((t, cum));
+    }
+    let wall_s = t0.elapsed().as_secs_f64();
+    let vqosd_cpu_s = topo
+        .vqosd_pid
+        .and_then(sys::process_cpu_s)
+        .map_or(0.0, |c| c - vqosd_cpu0);
+    let softirq_s = sys::softirq_s().unwrap_or(soft0) - soft0;
+    for c in clients.iter_mut().flatten() {
+        c.proc.stop(Duration::from_secs(2));
+    }
+    Ok((samples, vqosd_cpu_s, softirq_s, wall_s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resample_interpolates_cumulative_counters() {
+        // 1000 bytes per 100 ms, sampled at irregular times.
+        let s = vec![
+            (0, vec![0]),
+            (150_000_000, vec![1500]),
+            (200_000_000, vec![2000]),
+            (400_000_000, vec![4000]),
+        ];
+        let b = resample(&s, 1, 100_000_000, 4);
+        assert_eq!(b, vec![vec![1000, 1000, 1000, 1000]]);
+    }
+
+    #[test]
+    fn iperf_arguments_follow_the_load() {
+        let udp = Load {
+            traffic: Traffic::Udp,
+            flows: 1,
+            packet_size: 64,
+            rate_bps: Some(100_000_000),
+        };
+        let a = iperf_args("t", "10.0.0.1", 5201, 5.0, &udp, false).join(" ");
+        assert!(a.contains("-u -l 22 -b 100000000"), "{a}");
+        let tcp = Load {
+            traffic: Traffic::Tcp,
+            flows: 10,
+            packet_size: 1500,
+            rate_bps: None,
+        };
+        let a = iperf_args("t", "10.0.0.1", 5201, 5.0, &tcp, true).join(" ");
+        assert!(
+            a.contains("-P 10") && a.contains("-R") && !a.contains("-M"),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn scaling_scales_every_time() {
+        let mut sc = Scenario::parse(
+            "name = \"t\"\nduration = \"20s\"\ncapacity = \"200Mbit\"\n\
+             [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nstart = \"4s\"\n\
+             [[event]]\nat = \"10s\"\nvm = \"vm1\"\nweight = 3\n",
+        )
+        .unwrap();
+        scale_scenario(&mut sc, 0.5);
+        assert_eq!(sc.duration_ns, 10_000_000_000);
+        assert_eq!(sc.vms[1].start_ns, 2_000_000_000);
+        assert_eq!(sc.events[0].at_ns, 5_000_000_000);
+        assert_eq!(sc.phases().len(), 3);
+    }
+
+    #[test]
+    fn timestamps_are_sortable() {
+        let t = timestamp();
+        assert_eq!(t.len(), 15, "{t}");
+        assert!(t.starts_with("20"), "{t}");
+    }
+}

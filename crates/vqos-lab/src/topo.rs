@@ -1,0 +1,751 @@
+//! The lab's topology in network namespaces, for vqosd and for the kernel baselines.
+//!
+//! ## Behavior
+//! Names are `vl<pid><n>` plus a suffix (at most 12 characters, so interface names stay within
+//! IFNAMSIZ); every address is private to its namespace, in `10.<x>.1.0/24` on the switch side
+//! and `10.<x>.2.0/24` between the router and the sink.
+//!
+//! ```text
+//!  vm0 ns ─┐                                   (optional)
+//!  vm1 ns ─┼─ vqosd TAP ports │ Linux bridge ── uplink ── router ns (tbf at the bottleneck) ── sink ns
+//!  ...    ─┘  (vqos)          │ (bridge/htb/tbf)
+//! ```
+//!
+//! - `vqos`: vqosd creates one TAP per VM and the uplink TAP; the lab moves each into its
+//!   namespace (the switch keeps its file descriptors), so traffic crosses vqosd.
+//! - `bridge`: a switch namespace with a Linux bridge, a veth pair per VM and one toward the
+//!   sink; the uplink's egress has a tbf at the scenario's capacity (the host's NIC).
+//! - `htb`: the bridge plus an HTB tree on the uplink's egress: parent at the capacity, one class
+//!   per VM (u32 filter on the source address) with rate = max(min, 1 Mbit), ceil = max or the
+//!   capacity, quantum = 64 KiB × weight.
+//! - `tbf`: the bridge with the capacity tbf on the uplink plus one tbf per VM at its max, on the
+//!   VM's own interface (as the Kubernetes bandwidth plugin does).
+//!
+//! ## Limitations
+//! Per-VM counters are what each VM sent into the switch (received bytes of its port); behind an
+//! external bottleneck that can exceed what reached the sink.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use vqos_sched::{CostModel, VifPolicy};
+use vqos_sim::scenario::{Direction, Scenario};
+use vqosd::client::{Client, Endpoint};
+
+use crate::sys::{run, run_quiet, spawn, Cleanup, NetnsCounters};
+use crate::LabError;
+
+/// Which switch carries the traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Baseline {
+    /// vqosd with the scenario's engine and policies.
+    #[default]
+    Vqos,
+    /// A Linux bridge, no QoS.
+    Bridge,
+    /// A Linux bridge with an HTB class per VM.
+    Htb,
+    /// A Linux bridge with a tbf per VM at its max.
+    Tbf,
+}
+
+impl Baseline {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Baseline::Vqos => "vqos",
+            Baseline::Bridge => "bridge",
+            Baseline::Htb => "htb",
+            Baseline::Tbf => "tbf",
+        }
+    }
+
+    /// What this baseline can and cannot express of the scenario's policies.
+    pub fn capabilities(self) -> &'static str {
+        match self {
+            Baseline::Vqos => {
+                "vqosd with the scenario's engine: weights, minimums, maximums and priorities as \
+                 the engine implements them, changed live through the control API."
+            }
+            Baseline::Bridge => {
+                "Linux bridge, no QoS (native Xen's behaviour): no weights, no minimums, no \
+                 maximums; the uplink is a tbf at the scenario's capacity, so TCP splits it by \
+                 connection count and RTT."
+            }
+            Baseline::Htb => {
+                "Linux HTB on the uplink's egress (the papers' \"traffic controller\"): weights \
+                 only as the quantum (64 KiB × weight) that divides the excess; minimums as the \
+                 class rate (a 1 Mbit floor otherwise); maximums as the ceil; no priority used. \
+                 With TSO/GSO a 64 KiB super-packet is one dequeue, so a quantum under 64 KiB \
+                 silently splits equally — hence quanta of at least 64 KiB. The shaping costs \
+                 softirq CPU in the kernel."
+            }
+            Baseline::Tbf => {
+                "One tbf per VM at its maximum (the Kubernetes bandwidth plugin): caps only; no \
+                 weights, no minimums; VMs without a maximum share the capacity tbf like the \
+                 bridge."
+            }
+        }
+    }
+}
+
+impl fmt::Display for Baseline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Baseline {
+    type Err = LabError;
+    fn from_str(s: &str) -> Result<Self, LabError> {
+        Ok(match s {
+            "vqos" => Baseline::Vqos,
+            "bridge" => Baseline::Bridge,
+            "htb" => Baseline::Htb,
+            "tbf" => Baseline::Tbf,
+            other => {
+                return Err(LabError::Invalid(format!(
+                    "Unknown baseline '{other}': expected vqos, bridge, htb or tbf"
+                )))
+            }
+        })
+    }
+}
+
+/// Runs of this process so far (unique names for consecutive runs).
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Smallest HTB class rate (HTB needs a rate; a VM without a minimum gets this floor).
+pub const HTB_FLOOR_BPS: u64 = 1_000_000;
+
+/// HTB quantum per unit of weight: one TSO super-packet, so weights are not flattened.
+pub const HTB_QUANTUM_PER_WEIGHT: u64 = 65_536;
+
+/// The built topology.
+pub struct Topology {
+    /// Name prefix of everything this run created.
+    pub prefix: String,
+    /// Which switch.
+    pub baseline: Baseline,
+    /// Namespace of each VM.
+    pub vm_ns: Vec<String>,
+    /// Address of each VM.
+    pub vm_ip: Vec<String>,
+    /// Interface each VM sends on, inside its namespace.
+    pub vm_if: Vec<String>,
+    /// The sink's namespace.
+    pub sink_ns: String,
+    /// The sink's address.
+    pub sink_ip: String,
+    /// The router's namespace and its interface toward the sink, when there is a bottleneck.
+    pub router: Option<(String, String)>,
+    /// The bridge's namespace (baselines).
+    pub switch_ns: Option<String>,
+    /// Per-VM port names on the switch (TAP names for vqos, bridge ports otherwise).
+    pub ports: Vec<String>,
+    /// The control API client (vqos).
+    pub client: Option<Client>,
+    /// vqosd's PID (vqos).
+    pub vqosd_pid: Option<u32>,
+    /// Counter reader inside the switch namespace (baselines).
+    counters: Option<NetnsCounters>,
+    /// Capacity of the host link, bits/s.
+    capacity_bps: u64,
+    /// Upload or download.
+    direction: Direction,
+}
+
+/// Formats bits/s for tc.
+fn tc_rate(bps: u64) -> String {
+    format!("{bps}bit")
+}
+
+/// tbf arguments for `bps`: a burst of 4 ms (at least 16 KiB) and a queue of `queue_pkts`.
+fn tbf_args(bps: u64, queue_pkts: u32) -> Vec<String> {
+    let burst = (bps / 8 / 250).max(16 * 1024);
+    let limit = (u64::from(queue_pkts) * 1514).max(2 * burst);
+    vec![
+        "tbf".into(),
+        "rate".into(),
+        tc_rate(bps),
+        "burst".into(),
+        burst.to_string(),
+        "limit".into(),
+        limit.to_string(),
+    ]
+}
+
+/// Runs `tc` with the static prefix `pre` and the dynamic tail.
+fn tc(pre: &[&str], tail: &[String]) -> Result<String, LabError> {
+    let mut v: Vec<&str> = pre.to_vec();
+    v.extend(tail.iter().map(String::as_str));
+    run(&v)
+}
+
+/// Where to find vqosd: `explicit`, else `$VQOSD_BIN`, else next to the running binary, else
+/// `target/release/vqosd` of the workspace, built with cargo when missing.
+pub fn find_vqosd(explicit: Option<&Path>) -> Result<PathBuf, LabError> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("VQOSD_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let p = dir.join("vqosd");
+            if p.is_file() && dir.ends_with("release") {
+                return Ok(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = root.join("target/release/vqosd");
+    if !p.is_file() {
+        let root_s = root.display().to_string();
+        run(&[
+            "cargo",
+            "build",
+            "--release",
+            "-p",
+            "vqosd",
+            "--manifest-path",
+            &format!("{root_s}/Cargo.toml"),
+        ])?;
+    }
+    Ok(p)
+}
+
+/// The vqosd config for the scenario's capacity, engine, cost and initial policies.
+pub fn vqosd_config(
+    sc: &Scenario,
+    work: &Path,
+    uplink: &str,
+    ports: &[String],
+    policies: &[VifPolicy],
+) -> String {
+    let cost = match sc.cost {
+        CostModel::Bytes => "bytes",
+        CostModel::Cycles => "cycles",
+    };
+    let mut s = format!(
+        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\n\
+         state_file = \"{}\"\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
+        sc.capacity_bps,
+        sc.engine,
+        sc.cpu_hz,
+        work.join("state.json").display(),
+        work.join("vqosd.sock").display(),
+    );
+    for (name, p) in ports.iter().zip(policies) {
+        let max = p
+            .max_bps
+            .map_or_else(|| "\"unlimited\"".to_string(), |m| m.to_string());
+        s.push_str(&format!(
+            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {} }}\n",
+            p.weight, p.min_bps, p.priority
+        ));
+    }
+    s
+}
+
+impl Topology {
+    /// Builds the topology for `sc` under `baseline`, registering everything in `cleanup`.
+    /// `logs` receives vqosd's output.
+    pub fn build(
+        sc: &Scenario,
+        baseline: Baseline,
+        vqosd_bin: Option<&Path>,
+        logs: &Path,
+        cleanup: &mut Cleanup,
+    ) -> Result<Topology, LabError> {
+        let pid = std::process::id() % 100_000;
+        let n = RUNS.fetch_add(1, Ordering::SeqCst);
+        let prefix = format!("vl{pid}{}", (b'a' + (n % 26) as u8) as char);
+        let net = format!("10.{}", 50 + pid % 150);
+        let nvm = sc.vms.len();
+        let policies: Vec<VifPolicy> = sc.state_at(0).into_iter().map(|s| s.0.policy).collect();
+
+        let sink_ns = format!("{prefix}-sink");
+        cleanup.netns(&sink_ns)?;
+        let needs_router =
+            sc.bottleneck_bps.is_some() || sc.events.iter().any(|e| e.bottleneck_bps.is_some());
+        let router_ns = format!("{prefix}-rtr");
+        let edge_ns = if needs_router {
+            cleanup.netns(&router_ns)?;
+            router_ns.clone()
+        } else {
+            sink_ns.clone()
+        };
+        let vm_ns: Vec<String> = (0..nvm).map(|i| format!("{prefix}-vm{i}")).collect();
+        for ns in &vm_ns {
+            cleanup.netns(ns)?;
+        }
+        let vm_ip: Vec<String> = (0..nvm).map(|i| format!("{net}.1.{}", i + 1)).collect();
+        let edge_ip = format!("{net}.1.254");
+
+        let mut topo = Topology {
+            prefix: prefix.clone(),
+            baseline,
+            vm_ns: vm_ns.clone(),
+            vm_ip: vm_ip.clone(),
+            vm_if: Vec::new(),
+            sink_ns: sink_ns.clone(),
+            sink_ip: edge_ip.clone(),
+            router: None,
+            switch_ns: None,
+            ports: Vec::new(),
+            client: None,
+            vqosd_pid: None,
+            counters: None,
+            capacity_bps: sc.capacity_bps,
+            direction: sc.direction,
+        };
+
+        // The switch and the links from the VMs to the edge (router or sink).
+        match baseline {
+            Baseline::Vqos => {
+                let work = std::env::temp_dir().join(format!("vqos-lab-{prefix}"));
+                let _ = std::fs::remove_dir_all(&work);
+                std::fs::create_dir_all(&work).map_err(|source| LabError::Io {
+                    what: work.display().to_string(),
+                    source,
+                })?;
+                cleanup.dirs.push(work.clone());
+                let uplink = format!("{prefix}u");
+                let ports: Vec<String> = (0..nvm).map(|i| format!("{prefix}v{i}")).collect();
+                let cfg_path = work.join("vqosd.toml");
+                let cfg = vqosd_config(sc, &work, &uplink, &ports, &policies);
+                std::fs::write(&cfg_path, cfg).map_err(|source| LabError::Io {
+                    what: cfg_path.display().to_string(),
+                    source,
+                })?;
+                let bin = find_vqosd(vqosd_bin)?;
+                let log = logs.join("vqosd.log");
+                let cfg_s = cfg_path.display().to_string();
+                let bin_s = bin.display().to_string();
+                let mut proc = spawn("vqosd", None, &[&bin_s, "--config", &cfg_s], Some(&log))?;
+                let client = Client::new(Endpoint::Unix(work.join("vqosd.sock")));
+                let deadline = Instant::now() + Duration::from_secs(15);
+                loop {
+                    if client
+                        .call::<serde_json::Value>("GET", "/v1/health", None)
+                        .is_ok()
+                    {
+                        break;
+                    }
+                    if proc.exited() || Instant::now() > deadline {
+                        let text = std::fs::read_to_string(&log).unwrap_or_default();
+                        proc.stop(Duration::from_secs(1));
+                        return Err(LabError::Vqosd(format!(
+                            "vqosd did not start: {}",
+                            text.trim()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                topo.vqosd_pid = proc.pid();
+                cleanup.services.push(proc);
+                topo.client = Some(client);
+                move_link(&uplink, &edge_ns, &format!("{edge_ip}/24"))?;
+                for (i, port) in ports.iter().enumerate() {
+                    move_link(port, &vm_ns[i], &format!("{}/24", vm_ip[i]))?;
+                }
+                topo.vm_if = ports.clone();
+                topo.ports = ports;
+            }
+            _ => {
+                let sw = format!("{prefix}-sw");
+                cleanup.netns(&sw)?;
+                run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+                run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+                for (i, ns) in vm_ns.iter().enumerate() {
+                    let port = format!("v{i}");
+                    run(&[
+                        "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name",
+                        &port, "netns", &sw,
+                    ])?;
+                    run(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+                    run(&[
+                        "ip",
+                        "-n",
+                        ns,
+                        "addr",
+                        "add",
+                        &format!("{}/24", vm_ip[i]),
+                        "dev",
+                        "eth0",
+                    ])?;
+                    run(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+                    topo.ports.push(port);
+                    topo.vm_if.push("eth0".into());
+                }
+                run(&[
+                    "ip", "-n", &sw, "link", "add", "up", "type", "veth", "peer", "name", "eth0",
+                    "netns", &edge_ns,
+                ])?;
+                run(&["ip", "-n", &sw, "link", "set", "up", "master", "br0", "up"])?;
+                run(&[
+                    "ip",
+                    "-n",
+                    &edge_ns,
+                    "addr",
+                    "add",
+                    &format!("{edge_ip}/24"),
+                    "dev",
+                    "eth0",
+                ])?;
+                run(&["ip", "-n", &edge_ns, "link", "set", "eth0", "up"])?;
+                topo.counters = Some(NetnsCounters::start(&sw)?);
+                topo.switch_ns = Some(sw);
+                topo.install_qos(&policies)?;
+            }
+        }
+
+        // The router between the uplink and the sink.
+        if needs_router {
+            run(&[
+                "ip", "-n", &router_ns, "link", "add", "r0", "type", "veth", "peer", "name", "s0",
+                "netns", &sink_ns,
+            ])?;
+            run(&[
+                "ip",
+                "-n",
+                &router_ns,
+                "addr",
+                "add",
+                &format!("{net}.2.1/24"),
+                "dev",
+                "r0",
+            ])?;
+            run(&["ip", "-n", &router_ns, "link", "set", "r0", "up"])?;
+            run(&[
+                "ip",
+                "-n",
+                &sink_ns,
+                "addr",
+                "add",
+                &format!("{net}.2.2/24"),
+                "dev",
+                "s0",
+            ])?;
+            run(&["ip", "-n", &sink_ns, "link", "set", "s0", "up"])?;
+            run(&[
+                "ip",
+                "-n",
+                &sink_ns,
+                "route",
+                "add",
+                &format!("{net}.1.0/24"),
+                "via",
+                &format!("{net}.2.1"),
+            ])?;
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &router_ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ])?;
+            for (ns, dev) in vm_ns.iter().zip(&topo.vm_if) {
+                run(&[
+                    "ip", "-n", ns, "route", "add", "default", "via", &edge_ip, "dev", dev,
+                ])?;
+            }
+            topo.sink_ip = format!("{net}.2.2");
+            topo.router = Some((router_ns, "r0".into()));
+            topo.set_bottleneck(sc.bottleneck_at(0), sc.bottleneck_queue)?;
+        }
+        Ok(topo)
+    }
+
+    /// The uplink's egress qdiscs and, per baseline, the per-VM shaping.
+    fn install_qos(&self, policies: &[VifPolicy]) -> Result<(), LabError> {
+        let Some(sw) = &self.switch_ns else {
+            return Ok(());
+        };
+        let cap = self.capacity_bps;
+        match self.baseline {
+            Baseline::Vqos => {}
+            Baseline::Bridge | Baseline::Tbf => {
+                // Toward the sink for upload, toward the VMs' ports for download.
+                for dev in self.egress_devs() {
+                    tc(
+                        &["tc", "-n", sw, "qdisc", "replace", "dev", &dev, "root"],
+                        &tbf_args(cap, 1000),
+                    )?;
+                }
+                if self.baseline == Baseline::Tbf {
+                    for (i, p) in policies.iter().enumerate() {
+                        self.set_vm_tbf(i, p.max_bps)?;
+                    }
+                }
+            }
+            Baseline::Htb => {
+                let dev = "up";
+                run(&[
+                    "tc", "-n", sw, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+                    "default", "999",
+                ])?;
+                run(&[
+                    "tc",
+                    "-n",
+                    sw,
+                    "class",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:",
+                    "classid",
+                    "1:1",
+                    "htb",
+                    "rate",
+                    &tc_rate(cap),
+                    "ceil",
+                    &tc_rate(cap),
+                    "burst",
+                    "128k",
+                    "cburst",
+                    "128k",
+                ])?;
+                run(&[
+                    "tc",
+                    "-n",
+                    sw,
+                    "class",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:1",
+                    "classid",
+                    "1:999",
+                    "htb",
+                    "rate",
+                    &tc_rate(HTB_FLOOR_BPS),
+                    "ceil",
+                    &tc_rate(cap),
+                ])?;
+                for (i, p) in policies.iter().enumerate() {
+                    self.htb_class(i, p, "add")?;
+                    run(&[
+                        "tc",
+                        "-n",
+                        sw,
+                        "filter",
+                        "add",
+                        "dev",
+                        dev,
+                        "parent",
+                        "1:",
+                        "protocol",
+                        "ip",
+                        "prio",
+                        "1",
+                        "u32",
+                        "match",
+                        "ip",
+                        "src",
+                        &format!("{}/32", self.vm_ip[i]),
+                        "flowid",
+                        &format!("1:{}", 10 + i),
+                    ])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn egress_devs(&self) -> Vec<String> {
+        match self.direction {
+            Direction::Upload => vec!["up".into()],
+            Direction::Download => self.ports.clone(),
+        }
+    }
+
+    fn htb_class(&self, i: usize, p: &VifPolicy, verb: &str) -> Result<(), LabError> {
+        let sw = self.switch_ns.as_deref().unwrap_or_default();
+        let cap = self.capacity_bps;
+        let rate = p.min_bps.max(HTB_FLOOR_BPS);
+        let ceil = p.max_bps.unwrap_or(cap).min(cap).max(rate);
+        let quantum = HTB_QUANTUM_PER_WEIGHT * u64::from(p.weight);
+        run(&[
+            "tc",
+            "-n",
+            sw,
+            "class",
+            verb,
+            "dev",
+            "up",
+            "parent",
+            "1:1",
+            "classid",
+            &format!("1:{}", 10 + i),
+            "htb",
+            "rate",
+            &tc_rate(rate),
+            "ceil",
+            &tc_rate(ceil),
+            "quantum",
+            &quantum.to_string(),
+            "burst",
+            "64k",
+            "cburst",
+            "64k",
+        ])?;
+        Ok(())
+    }
+
+    fn set_vm_tbf(&self, i: usize, max_bps: Option<u64>) -> Result<(), LabError> {
+        let ns = &self.vm_ns[i];
+        let dev = &self.vm_if[i];
+        match max_bps {
+            Some(m) => {
+                tc(
+                    &["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root"],
+                    &tbf_args(m, 1000),
+                )?;
+            }
+            None => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
+        }
+        Ok(())
+    }
+
+    /// Applies VM `i`'s new policy (the baselines apply what they can express).
+    pub fn set_policy(&self, i: usize, name: &str, p: &VifPolicy) -> Result<(), LabError> {
+        match self.baseline {
+            Baseline::Vqos => {
+                let client = self
+                    .client
+                    .as_ref()
+                    .ok_or_else(|| LabError::Vqosd("no client".into()))?;
+                let body = serde_json::json!({
+                    "weight": p.weight,
+                    "min": p.min_bps,
+                    "max": p.max_bps.map_or(serde_json::Value::from("unlimited"), serde_json::Value::from),
+                    "priority": p.priority,
+                });
+                client
+                    .call::<serde_json::Value>(
+                        "PUT",
+                        &format!("/v1/policies/{}", self.ports[i]),
+                        Some(&body),
+                    )
+                    .map_err(|e| {
+                        LabError::Vqosd(format!("Cannot set the policy of {name}: {e}"))
+                    })?;
+            }
+            Baseline::Bridge => {}
+            Baseline::Htb => self.htb_class(i, p, "change")?,
+            Baseline::Tbf => self.set_vm_tbf(i, p.max_bps)?,
+        }
+        Ok(())
+    }
+
+    /// Sets (or removes, `None`) the router's bottleneck.
+    pub fn set_bottleneck(&self, bps: Option<u64>, queue_pkts: u32) -> Result<(), LabError> {
+        let Some((ns, dev)) = &self.router else {
+            return Ok(());
+        };
+        match bps {
+            Some(b) => {
+                tc(
+                    &["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root"],
+                    &tbf_args(b, queue_pkts),
+                )?;
+            }
+            None => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
+        }
+        Ok(())
+    }
+
+    /// Cumulative bytes each VM has sent (upload) or received (download) through the switch.
+    pub fn vm_bytes(&self) -> Result<Vec<u64>, LabError> {
+        let upload = self.direction == Direction::Upload;
+        if let Some(client) = &self.client {
+            let v: serde_json::Value = client
+                .call("GET", "/v1/stats", None)
+                .map_err(|e| LabError::Vqosd(format!("Cannot read stats: {e}")))?;
+            let ports = v["ports"].as_array().cloned().unwrap_or_default();
+            let key = if upload { "rx_bytes" } else { "tx_bytes" };
+            return Ok(self
+                .ports
+                .iter()
+                .map(|name| {
+                    ports
+                        .iter()
+                        .find(|p| p["name"] == name.as_str())
+                        .and_then(|p| p[key].as_u64())
+                        .unwrap_or(0)
+                })
+                .collect());
+        }
+        let all = self.counters.as_ref().map(|c| c.read()).unwrap_or_default();
+        Ok(self
+            .ports
+            .iter()
+            .map(|name| {
+                all.iter()
+                    .find(|(n, _, _)| n == name)
+                    .map_or(0, |&(_, rx, tx)| if upload { rx } else { tx })
+            })
+            .collect())
+    }
+}
+
+/// Moves `link` into `ns`, gives it `addr` and brings it up.
+fn move_link(link: &str, ns: &str, addr: &str) -> Result<(), LabError> {
+    run(&["ip", "link", "set", link, "netns", ns])?;
+    run(&["ip", "-n", ns, "addr", "add", addr, "dev", link])?;
+    run(&["ip", "-n", ns, "link", "set", link, "up"])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_names_round_trip() {
+        for b in [
+            Baseline::Vqos,
+            Baseline::Bridge,
+            Baseline::Htb,
+            Baseline::Tbf,
+        ] {
+            assert_eq!(b.name().parse::<Baseline>().unwrap(), b);
+        }
+        assert!("ovs".parse::<Baseline>().is_err());
+    }
+
+    #[test]
+    fn vqosd_config_carries_capacity_engine_and_policies() {
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\nengine = \"ancs\"\n\
+             [[vm]]\nname = \"vm1\"\nweight = 3\nmax = \"50Mbit\"\n",
+        )
+        .unwrap();
+        let p = vec![sc.vms[0].initial.policy.clone()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        assert_eq!(parsed.capacity_bps, Some(200_000_000));
+        assert_eq!(parsed.engine.to_string(), "ancs");
+        assert_eq!(parsed.ports.len(), 1);
+        assert!(cfg.contains("weight = 3"), "{cfg}");
+        assert!(cfg.contains("max = 50000000"), "{cfg}");
+    }
+
+    #[test]
+    fn tbf_burst_covers_a_tso_frame() {
+        let a = tbf_args(940_000_000, 100);
+        assert_eq!(a[2], "940000000bit");
+        let burst: u64 = a[4].parse().unwrap();
+        assert!(burst >= 16 * 1024);
+    }
+}
