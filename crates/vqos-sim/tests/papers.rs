@@ -153,3 +153,75 @@ name = "greedy"
     assert!((greedy - 80.0).abs() < 2.0, "greedy {greedy}");
     assert!((r.phases[0].vifs["bursty"].expected_bps / 1e6 - 20.0).abs() < 0.1);
 }
+
+/// The PID-ECN default gains, justified by the step response in the simulator (per-frame
+/// marking of TCP-like senders): when the second VM joins, the two rates are within 1.3 of
+/// each other (1 s means) within 3 s and stay so; the steady state is within 1.1; 4× the
+/// gains settle no faster than 1 s but jitter clearly more, ¼ of them settle more slowly.
+#[test]
+fn pid_ecn_step_response_justifies_the_default_gains() {
+    let text = std::fs::read_to_string(scenarios_dir().join("pid-ecn-start-stop.toml")).unwrap();
+    let with_gains = |scale: f64| {
+        let (kp, ki, kd) = (0.0005 * scale, 0.0005 * scale, 0.000_05 * scale);
+        let t = text.replace(
+            "[topology]",
+            &format!("[controller]\nkp = {kp}\nki = {ki}\nkd = {kd}\n\n[topology]"),
+        );
+        let sc = Scenario::parse(&t).unwrap();
+        simulate(&sc, 1).unwrap()
+    };
+    // Mean rate of vm over [from, from + len) seconds, from 10 ms bins.
+    let mean = |bins: &[u64], from: f64, len: f64| {
+        let a = (from * 100.0) as usize;
+        let b = ((from + len) * 100.0) as usize;
+        bins[a..b].iter().sum::<u64>() as f64 * 8.0 / len
+    };
+    let settle = |out: &vqos_sim::SimOutput| {
+        (0..30).find(|&s| {
+            (s..s + 5).all(|t| {
+                let (a, b) = (
+                    mean(&out.bins[0], 60.0 + t as f64, 1.0),
+                    mean(&out.bins[1], 60.0 + t as f64, 1.0),
+                );
+                a.max(b) / a.min(b).max(1.0) <= 1.3
+            })
+        })
+    };
+    let jitter = |out: &vqos_sim::SimOutput| {
+        let xs: Vec<f64> = (0..250)
+            .map(|i| mean(&out.bins[0], 70.0 + i as f64 * 0.2, 0.2))
+            .collect();
+        let m = xs.iter().sum::<f64>() / xs.len() as f64;
+        (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / xs.len() as f64).sqrt()
+    };
+    let default = with_gains(1.0);
+    // Defaults are what the scenario uses without [controller].
+    let plain = simulate(&Scenario::parse(&text).unwrap(), 1).unwrap();
+    assert_eq!(
+        default.bins, plain.bins,
+        "the defaults are 0.0005/0.0005/0.00005"
+    );
+    let s = settle(&default).expect("settles");
+    assert!(s <= 3, "settled after {s} s");
+    let (a, b) = (
+        mean(&default.bins[0], 70.0, 50.0),
+        mean(&default.bins[1], 70.0, 50.0),
+    );
+    assert!(a.max(b) / a.min(b) <= 1.1, "{a} vs {b}");
+    // Alone before and after: never marked, full rate.
+    assert!(mean(&default.bins[0], 50.0, 10.0) > 0.99 * 940e6);
+    assert!(mean(&default.bins[0], 125.0, 50.0) > 0.99 * 940e6);
+    let fast = with_gains(4.0);
+    assert!(
+        jitter(&fast) > 1.3 * jitter(&default),
+        "{} vs {}",
+        jitter(&fast),
+        jitter(&default)
+    );
+    let slow = with_gains(0.25);
+    assert!(
+        settle(&slow).is_none_or(|k| k > s),
+        "{:?} vs {s}",
+        settle(&slow)
+    );
+}
