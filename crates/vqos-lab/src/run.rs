@@ -285,7 +285,10 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     } else {
         softirq_percent / 100.0
     };
-    let report = build_report(&sc, "lab", &bins, LAB_BIN_NS, busy);
+    let mut report = build_report(&sc, "lab", &bins, LAB_BIN_NS, busy);
+    if opts.baseline != Baseline::Vqos {
+        report.engine = format!("none: baseline {}", opts.baseline);
+    }
     let results = output::results_json(&report, &simulated, opts, vqosd_percent, softirq_percent);
     let outcome = LabOutcome {
         out_dir: out_dir.clone(),

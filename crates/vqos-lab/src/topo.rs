@@ -384,10 +384,10 @@ impl Topology {
                     topo.vm_if.push("eth0".into());
                 }
                 run(&[
-                    "ip", "-n", &sw, "link", "add", "up", "type", "veth", "peer", "name", "eth0",
+                    "ip", "-n", &sw, "link", "add", "upl", "type", "veth", "peer", "name", "eth0",
                     "netns", &edge_ns,
                 ])?;
-                run(&["ip", "-n", &sw, "link", "set", "up", "master", "br0", "up"])?;
+                run(&["ip", "-n", &sw, "link", "set", "upl", "master", "br0", "up"])?;
                 run(&[
                     "ip",
                     "-n",
@@ -487,7 +487,7 @@ impl Topology {
                 }
             }
             Baseline::Htb => {
-                let dev = "up";
+                let dev = "upl";
                 run(&[
                     "tc", "-n", sw, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
                     "default", "999",
@@ -564,7 +564,7 @@ impl Topology {
 
     fn egress_devs(&self) -> Vec<String> {
         match self.direction {
-            Direction::Upload => vec!["up".into()],
+            Direction::Upload => vec!["upl".into()],
             Direction::Download => self.ports.clone(),
         }
     }
@@ -582,7 +582,7 @@ impl Topology {
             "class",
             verb,
             "dev",
-            "up",
+            "upl",
             "parent",
             "1:1",
             "classid",

@@ -1,0 +1,192 @@
+//! End to end through the lab's library entry point: a 16 s scenario (2 VMs, weights 1:3 at
+//! 200 Mbit/s, vm1 given a 100 Mbit/s minimum at 8 s) under vqosd, a run whose vqosd cannot
+//! start, and an interrupted run. Each checks that no namespace, link or process of the run is
+//! left. Needs root and iperf3; skips with a message otherwise.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use vqos_lab::{request_interrupt, run_lab, LabError, LabOptions};
+
+/// The runs share the interrupt flag and the machine's two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn can_run(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP {test}: needs root");
+        return false;
+    }
+    let ok = std::process::Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
+        return false;
+    }
+    true
+}
+
+fn scenario() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/two-vms.toml")
+}
+
+/// Everything of this process's runs is named `vl<pid>...`.
+fn prefix() -> String {
+    format!("vl{}", std::process::id() % 100_000)
+}
+
+/// Namespaces, links and processes left by this process's lab runs.
+fn leftovers() -> Vec<String> {
+    let p = prefix();
+    let mut left = Vec::new();
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&ns.stdout).lines() {
+        if l.starts_with(&p) {
+            left.push(format!("namespace {l}"));
+        }
+    }
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&links.stdout).lines() {
+        if l.contains(&p) {
+            left.push(format!("link {l}"));
+        }
+    }
+    let me = std::process::id().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1))
+            .unwrap_or("");
+        if cmd.contains(&p) || (ppid == me && !stat.contains(") Z")) {
+            left.push(format!("process {pid}: {cmd}"));
+        }
+    }
+    left
+}
+
+#[test]
+fn short_scenario_end_to_end_under_vqosd() {
+    if !can_run("short_scenario_end_to_end_under_vqosd") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut opts = LabOptions::new(scenario());
+    opts.out_dir = Some(out.path().to_path_buf());
+    let outcome = run_lab(&opts).expect("lab run");
+    assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+
+    let text = std::fs::read_to_string(out.path().join("results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for key in [
+        "scenario",
+        "mode",
+        "engine",
+        "phases",
+        "checks",
+        "cpu",
+        "baseline",
+        "simulated",
+    ] {
+        assert!(v.get(key).is_some(), "results.json lacks '{key}': {text}");
+    }
+    assert_eq!(v["scenario"], "lab-two-vms");
+    assert_eq!(v["mode"], "lab");
+    assert_eq!(v["baseline"], "vqos");
+    assert!(
+        v["cpu"]["vqosd_percent"].as_f64().unwrap() > 0.0,
+        "vqosd's CPU is measured"
+    );
+    assert!(v["cpu"]["softirq_percent"].as_f64().is_some());
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2);
+    for (k, ph) in phases.iter().enumerate() {
+        for vm in ["vm1", "vm2"] {
+            let got = ph["vifs"][vm]["mean_bps"].as_f64().unwrap();
+            let want = ph["vifs"][vm]["expected_bps"].as_f64().unwrap();
+            assert!(
+                (got - want).abs() <= 0.10 * want,
+                "phase {}: {vm} {:.1} Mbit/s vs reference {:.1}",
+                k + 1,
+                got / 1e6,
+                want / 1e6
+            );
+        }
+    }
+    // The live change took effect: vm1 doubles (50 -> 100 Mbit/s).
+    let p1 = phases[0]["vifs"]["vm1"]["mean_bps"].as_f64().unwrap();
+    let p2 = phases[1]["vifs"]["vm1"]["mean_bps"].as_f64().unwrap();
+    assert!(p2 > 1.6 * p1, "vm1 {p1} -> {p2}");
+    assert!(outcome.report.passed());
+    for f in ["timeseries.csv", "report.md", "rates.svg"] {
+        let meta = std::fs::metadata(out.path().join(f)).unwrap();
+        assert!(meta.len() > 100, "{f} is written");
+    }
+    let csv = std::fs::read_to_string(out.path().join("timeseries.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 2 * 160,
+        "16 s of 100 ms bins for 2 VMs"
+    );
+}
+
+#[test]
+fn a_run_whose_switch_cannot_start_leaves_nothing() {
+    if !can_run("a_run_whose_switch_cannot_start_leaves_nothing") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut opts = LabOptions::new(scenario());
+    opts.out_dir = Some(out.path().to_path_buf());
+    // A "vqosd" that exits at once: the namespaces exist by then.
+    opts.vqosd_bin = Some(PathBuf::from("/bin/false"));
+    let err = run_lab(&opts).expect_err("the switch cannot start");
+    assert!(matches!(err, LabError::Vqosd(_)), "{err:?}");
+    assert_eq!(
+        leftovers(),
+        Vec::<String>::new(),
+        "nothing survives a failed run"
+    );
+}
+
+#[test]
+fn an_interrupted_run_leaves_nothing() {
+    if !can_run("an_interrupted_run_leaves_nothing") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut opts = LabOptions::new(scenario());
+    opts.out_dir = Some(out.path().to_path_buf());
+    let stopper = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(4));
+        request_interrupt();
+    });
+    let err = run_lab(&opts).expect_err("interrupted");
+    stopper.join().unwrap();
+    assert!(matches!(err, LabError::Interrupted), "{err:?}");
+    assert_eq!(
+        leftovers(),
+        Vec::<String>::new(),
+        "nothing survives an interrupt"
+    );
+    assert!(!out.path().join("results.json").exists());
+}
