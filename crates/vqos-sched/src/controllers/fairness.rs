@@ -17,31 +17,66 @@
 //!    weak: the others. Fewer than two active vifs: every limit is released (nobody to protect).
 //! 2. Relax (our addition, see below): a limited vif that is now weak is raised at once to
 //!    `fair_i + δ_min` if it presses against its limit, or released if it does not use it.
-//! 3. For each strong vif, largest `NBW_i` first:
+//! 3. For each strong vif, largest `NBW_i` first (`tol = max(ξ, step · xi_percent %)`):
 //!    - **relax probe** (our addition) if it presses against a limit of ours: raise the limit by a
-//!      step for one probe; if the weak vifs *lost* about the step (`|loss − step| < ξ`) the
-//!      limit still protects them and is put back; if they did not and the vif used the extra,
-//!      the raise is kept and the step doubles for the next probe; if the vif did not use it,
-//!      the limit is released;
+//!      step for one probe. If the weak vifs lost more than `step − tol` the limit still protects
+//!      them and is put back. Otherwise, if the vif no longer uses even its old limit (its rate
+//!      is more than `tol` under it) the limit is released; if the weak lost less than `tol` and
+//!      the vif used the extra, the raise is kept and the step doubles for the next probe; any
+//!      other outcome is within the noise and the limit is put back (never released on noise);
 //!    - **cut probe** (Algorithm 1): while its excess `RBW_i − fair_i` (measured over the last
 //!      probe) is above `δ_min`, lower its limit by `ΔBW = max(δ_min, excess · delta_percent %)`
-//!      from `min(limit, measured rate)`, wait `probe_ns`, and keep the cut only if the weak vifs
-//!      gained about as much (`|ΔBW_weak − ΔBW| < ξ`); otherwise give `ΔBW` back. Recomputing
-//!      `ΔBW` from the remaining excess plays the role of the paper's "goto line 7".
-//! 4. After every change that is not itself probed (an immediate relax, a revert) the adjuster
-//!    waits one probe before the next probe so that each probe's baseline reflects the limits in
-//!    force. Each probe compares two windows of the same length (`probe_ns`): the one just
-//!    before the change and the one just after.
+//!      (default: the whole excess) from `min(limit, measured rate)`, wait `probe_ns`, and judge
+//!      by the weak vifs' gain `g`: `g > ΔBW − tol` (about as much, *or more*) keeps the cut;
+//!      `δ_min < g ≤ ΔBW − tol` keeps the part `g` they took up and gives `ΔBW − g` back;
+//!      `g ≤ δ_min` gives `ΔBW` back and starts the back-off. After a kept (or partly kept)
+//!      cut the excess is measured again and the vif is cut again: the paper's "goto line 7".
+//! 4. After every change that is not itself probed (an immediate relax, a revert, a partial
+//!    give-back) the adjuster waits one probe before the next probe so that each probe's
+//!    baseline reflects the limits in force. Each probe compares two windows of the same length
+//!    (`probe_ns`): the one just before the change and the one just after.
 //! 5. A vif whose cut proved ineffective is not cut again for 1, 2, 4, then 8 periods (reset by
-//!    an effective cut), so that a strong vif whose neighbours simply do not want more is not
-//!    throttled for a probe in every period.
+//!    an effective or partly effective cut), so that a strong vif whose neighbours simply do not
+//!    want more is not throttled for a probe in every period.
+//!
+//! ## Departures from Algorithm 1 (why: measured with TCP in `vqos-sim`)
+//! - **One-sided test.** The paper keeps a cut when `|ΔBW_weak − ΔBW| < ξ`. Measured at the
+//!   host, a weak VM often gains *more* than the cut: its single TCP flow is still taking up
+//!   the previous cut when the next probe starts (a low baseline), and its host-side rate
+//!   includes packets the router drops later. The two-sided test reverted exactly those cuts
+//!   (10:1 scenario: a cut of 11.8 Mbit/s followed by a gain of 19.0 was given back, the split
+//!   stuck at 72/28). A gain above `ΔBW − tol` now counts as effective.
+//! - **Relative tolerance** `xi_percent` (25 %): over a 0.5 s probe a single TCP flow takes up
+//!   only ~75 % of a 20 Mbit/s cut (its AIMD ramp; 2 ms RTT + a full 100-packet queue), far
+//!   more than ξ = 0.5 Mbit/s short of it. With the partial keep below the exact value matters
+//!   little (0, 25 and 50 % all pass the simulator's fairness scenarios).
+//! - **Partial keep.** The paper gives all of `ΔBW` back when the gain is not "about ΔBW". We
+//!   give back only what the weak did not take up. Two measured reasons: with longer RTTs the
+//!   weak's TCP needs several probes to take up a large cut (20 ms RTT: ~7 of 40 Mbit/s in
+//!   0.5 s), and when the strong vif's limited traffic still overruns the router, part of a
+//!   cut only removes the strong vif's own downstream losses (its host rate exceeds what it
+//!   delivers), so the weak gains less than the cut although they share the bottleneck.
+//! - **ΔBW = the whole excess** (the paper gives no value). Halving the excess converged from
+//!   above but could stall in the band just above the fair point where the strong vif's
+//!   traffic overruns the drop-tail router: a cut of a few Mbit/s inside that band only lowers
+//!   its losses and is (rightly) judged ineffective, so the split stayed at 55/45 (static) and
+//!   46/34 (fluctuating, 80 Mbit/s phase). The whole excess jumps out of that band in one probe.
+//! - **Relax probes never release a limit on noise.** A +1 Mbit/s raise is inside the host
+//!   counters' noise (0.5 s windows move in 0.77 Mbit/s steps of 32-packet batches, plus the
+//!   weak flow's sawtooth). The previous rule released the limit outright whenever neither
+//!   "the weak lost ≈ the step" nor "the vif used the extra" was seen, which threw away every
+//!   gain of the period (the 10:1 scenario went back to 91/9 every other period).
 //!
 //! ## Limitations
 //! - Rates are measured, not demanded: a vif whose demand drops below its limit looks exactly
 //!   like one held back elsewhere. Limits are released when a limited vif is weak and not
 //!   using its limit, when it is alone, or by a relax probe that shows nobody loses.
+//! - Rates are what the host sends, not what arrives: a limited vif whose traffic is dropped
+//!   downstream looks larger than it is (with a small router queue, e.g. 50 packets, the host
+//!   sees 56/55 Mbit/s while the receivers get 45/55).
 //! - A probe that coincides with a change of the outside bottleneck can be judged wrongly; the
-//!   next period corrects it.
+//!   next period corrects it. A cut the weak takes up only because of such a change, or a
+//!   partial keep of noise above `δ_min`, is undone by later relax probes.
 //! - Probes are sequential; at most `period_ns / probe_ns − 1` of them run per period and a
 //!   period is stretched if they run past its end.
 
@@ -55,14 +90,22 @@ pub struct FairnessParams {
     pub period_ns: u64,
     /// How long a cut (or relax) is observed before it is judged (paper: 0.5 s).
     pub probe_ns: u64,
-    /// A cut is this percentage of the strong vif's current excess over its fair share.
+    /// A cut is this percentage of the strong vif's current excess over its fair share
+    /// (default 100: the whole excess; see the module docs).
     pub delta_percent: u32,
-    /// Smallest cut or raise, and the excess under which a vif is left alone (dead band).
-    /// Must exceed `xi_bps`, or a cut that helps nobody would pass the effectiveness test.
+    /// Smallest cut or raise, the excess under which a vif is left alone (dead band), and the
+    /// smallest weak gain that counts as a partial take-up of a cut. Must exceed `xi_bps`, or a
+    /// cut that helps nobody would pass the effectiveness test.
     pub delta_min_bps: u64,
-    /// Tolerance ξ of the effectiveness test `|ΔBW_weak − ΔBW| < ξ` (paper: 0.5 Mbit/s); also
-    /// the rate under which a vif counts as inactive.
+    /// Tolerance ξ of the effectiveness test (paper: 0.5 Mbit/s); also the rate under which a
+    /// vif counts as inactive.
     pub xi_bps: u64,
+    /// Tolerance of the effectiveness test as a percentage of the step: a cut is kept whole
+    /// when the weak gained more than `ΔBW − max(ξ, ΔBW · xi_percent / 100)` (one-sided, see the
+    /// module docs). The paper's absolute ξ = 0.5 Mbit/s assumes the weak VMs' TCP takes up a
+    /// cut fully within the 0.5 s probe; a single TCP flow's ramp-up takes ~75 % of a 20 Mbit/s
+    /// step in that time. 0 = the paper's ξ alone.
+    pub xi_percent: u32,
     /// No limit is ever set below this.
     pub min_limit_bps: u64,
 }
@@ -72,9 +115,10 @@ impl Default for FairnessParams {
         FairnessParams {
             period_ns: 5 * NS_PER_SEC,
             probe_ns: NS_PER_SEC / 2,
-            delta_percent: 50,
+            delta_percent: 100,
             delta_min_bps: 1_000_000,
             xi_bps: 500_000,
+            xi_percent: 25,
             min_limit_bps: 1_000_000,
         }
     }
@@ -443,15 +487,27 @@ impl FairnessAdjuster {
     /// Judges the probe that just ended.
     fn judge(&mut self, now_ns: u64, p: Probe, recent: &[u64], changes: &mut Vec<LimitChange>) {
         let weak_now = self.weak_sum(recent);
-        let xi = i128::from(self.params.xi_bps);
         let amount = i128::from(p.amount_bps);
+        let xi =
+            i128::from(self.params.xi_bps).max(amount * i128::from(self.params.xi_percent) / 100);
         match p.kind {
             ProbeKind::Cut => {
                 let gain = i128::from(weak_now) - i128::from(p.weak_base_bps);
-                if (gain - amount).abs() < xi {
+                // One-sided: a weak side that gained more than the cut was helped too (it was
+                // still taking up the previous cut, or its host rate includes packets the
+                // router drops later).
+                if gain > amount - xi {
                     // Effective: keep it, and cut again while the excess is still large.
                     self.cut_backoff_periods[p.vif] = 1;
                     self.next_action(now_ns, recent, changes);
+                } else if gain > i128::from(self.params.delta_min_bps) {
+                    // Partly effective: keep what the weak took up, give back the rest, and
+                    // go on from there.
+                    let cut = self.limits[p.vif].unwrap_or(0);
+                    let back = u64::try_from(amount - gain).unwrap_or(0);
+                    self.set_limit(p.vif, Some(cut.saturating_add(back)), changes);
+                    self.cut_backoff_periods[p.vif] = 1;
+                    self.settle(now_ns);
                 } else {
                     self.set_limit(p.vif, p.prev_limit, changes);
                     let b = self.cut_backoff_periods[p.vif];
@@ -464,24 +520,31 @@ impl FairnessAdjuster {
             }
             ProbeKind::Relax => {
                 let loss = i128::from(p.weak_base_bps) - i128::from(weak_now);
-                if (loss - amount).abs() < xi {
+                let prev = p.prev_limit.unwrap_or(u64::MAX);
+                let tol = u64::try_from(xi).unwrap_or(u64::MAX);
+                let used = recent[p.vif].saturating_mul(2)
+                    >= p.vif_base_bps
+                        .saturating_mul(2)
+                        .saturating_add(p.amount_bps);
+                if loss > amount - xi {
                     // The limit still protects the weak: put it back, then consider a cut.
                     self.set_limit(p.vif, p.prev_limit, changes);
                     self.relax_done = true;
                     self.settle(now_ns);
-                } else if recent[p.vif].saturating_mul(2)
-                    >= p.vif_base_bps
-                        .saturating_mul(2)
-                        .saturating_add(p.amount_bps)
-                {
+                } else if recent[p.vif].saturating_add(tol) < prev {
+                    // The vif does not even use its old limit any more: release it.
+                    self.set_limit(p.vif, None, changes);
+                    self.next_plan_vif();
+                    self.next_action(now_ns, recent, changes);
+                } else if loss < xi && used {
                     // Nobody lost and the vif used the extra: keep it, raise faster.
                     self.relax_step_bps = self.relax_step_bps.saturating_mul(2);
                     self.next_action(now_ns, recent, changes);
                 } else {
-                    // The vif does not even use its limit any more: release it.
-                    self.set_limit(p.vif, None, changes);
-                    self.next_plan_vif();
-                    self.next_action(now_ns, recent, changes);
+                    // Within the noise: keep what is known to work.
+                    self.set_limit(p.vif, p.prev_limit, changes);
+                    self.relax_done = true;
+                    self.settle(now_ns);
                 }
             }
         }
@@ -697,11 +760,12 @@ mod tests {
             bytes[1] += 10 * MBIT / 8 * step / NS_PER_SEC;
             now += step;
         }
-        // At 5 s: cut by half its 35 Mbit/s excess over the 45 Mbit/s average; at 5.5 s the weak
-        // vif has gained nothing, so the cut is given back.
+        // At 5 s: cut by its whole 35 Mbit/s excess over the 45 Mbit/s average (delta_percent
+        // 100; it was half the excess before the whole excess became the default); at 5.5 s
+        // the weak vif has gained nothing, so the cut is given back.
         let cut = LimitChange {
             vif: 0,
-            max_bps: Some(80 * MBIT - 17_500_000),
+            max_bps: Some(80 * MBIT - 35 * MBIT),
         };
         let back = LimitChange {
             vif: 0,
@@ -763,5 +827,108 @@ mod tests {
             let u = unfairness(wdw, &w);
             assert!(u <= 0.10, "{wdw:?} {u:.3}");
         }
+    }
+
+    /// Drives the adjuster with explicit per-window rates: each call advances the counters from
+    /// the last wake to the next one at `rates_mbit` and returns the changes of that wake.
+    struct Script {
+        ctl: FairnessAdjuster,
+        bytes: Vec<u64>,
+        now_ns: u64,
+    }
+
+    impl Script {
+        fn new(weights: &[u32]) -> Self {
+            Script {
+                ctl: FairnessAdjuster::new(FairnessParams::default(), weights),
+                bytes: vec![0; weights.len()],
+                now_ns: 0,
+            }
+        }
+
+        /// Rates in kbit/s until the next wake; returns (wake time in ms, changes).
+        fn step(&mut self, rates_kbit: &[u64]) -> (u64, Vec<LimitChange>) {
+            let wake = self.ctl.next_wake();
+            let dt = wake - self.now_ns;
+            for (b, &r) in self.bytes.iter_mut().zip(rates_kbit) {
+                *b += r * 1000 / 8 * dt / NS_PER_SEC;
+            }
+            self.now_ns = wake;
+            (wake / MS, self.ctl.on_sample(wake, &self.bytes))
+        }
+    }
+
+    fn lim(vif: VifId, max_kbit: Option<u64>) -> LimitChange {
+        LimitChange {
+            vif,
+            max_bps: max_kbit.map(|k| k * 1000),
+        }
+    }
+
+    #[test]
+    fn relax_probe_within_the_noise_does_not_release_the_limit() {
+        // The failure seen in the simulator: at the fair point the relax probe raises the
+        // strong vif's limit by 1 Mbit/s; the weak vif's TCP loses 2 Mbit/s (more than the
+        // step) while the strong vif's counter does not show the extra (batch quantum). The
+        // old rule released the limit altogether, and the split went back to 91/9.
+        let mut s = Script::new(&[1, 1]);
+        assert_eq!(s.step(&[90_000, 10_000]), (4_500, vec![]));
+        // Period end: cut by the whole 40 Mbit/s excess.
+        assert_eq!(
+            s.step(&[90_000, 10_000]),
+            (5_000, vec![lim(0, Some(50_000))])
+        );
+        // The weak vif took it all up: kept; no excess left.
+        assert_eq!(s.step(&[50_000, 50_000]), (5_500, vec![]));
+        assert_eq!(s.step(&[50_000, 50_000]), (9_500, vec![]));
+        // Next period: the vif at its limit is (barely) strong: relax probe +1 Mbit/s.
+        assert_eq!(
+            s.step(&[50_200, 49_800]),
+            (10_000, vec![lim(0, Some(51_000))])
+        );
+        // The weak lost 2 Mbit/s, the strong vif's rate did not visibly move: put back.
+        assert_eq!(
+            s.step(&[50_200, 47_800]),
+            (10_500, vec![lim(0, Some(50_000))])
+        );
+        assert_eq!(s.ctl.limits(), &[Some(50_000_000), None]);
+    }
+
+    #[test]
+    fn cut_the_weak_more_than_takes_up_is_kept() {
+        // The weak vif gains more than the cut (still ramping up into the previous cut, or
+        // its host rate includes packets the router drops): the two-sided test gave it back.
+        let mut s = Script::new(&[1, 1]);
+        s.step(&[90_000, 10_000]);
+        assert_eq!(
+            s.step(&[90_000, 10_000]),
+            (5_000, vec![lim(0, Some(50_000))])
+        );
+        // Gain 55 Mbit/s for a 40 Mbit/s cut: kept.
+        assert_eq!(s.step(&[50_000, 65_000]), (5_500, vec![]));
+        assert_eq!(s.ctl.limits(), &[Some(50_000_000), None]);
+    }
+
+    #[test]
+    fn partly_taken_up_cut_keeps_what_the_weak_took() {
+        // A long-RTT weak flow takes up only 16 of a 40 Mbit/s cut within the probe: the
+        // 16 Mbit/s stay cut, 24 are given back, and the next probe cuts again from there.
+        let mut s = Script::new(&[1, 1]);
+        s.step(&[90_000, 10_000]);
+        assert_eq!(
+            s.step(&[90_000, 10_000]),
+            (5_000, vec![lim(0, Some(50_000))])
+        );
+        assert_eq!(
+            s.step(&[50_000, 26_000]),
+            (5_500, vec![lim(0, Some(74_000))])
+        );
+        // One probe to settle, then the remaining 24 Mbit/s of excess are cut.
+        assert_eq!(
+            s.step(&[74_000, 26_000]),
+            (6_000, vec![lim(0, Some(50_000))])
+        );
+        assert_eq!(s.step(&[50_000, 50_000]), (6_500, vec![]));
+        assert_eq!(s.ctl.limits(), &[Some(50_000_000), None]);
     }
 }
