@@ -127,7 +127,7 @@ fn converges(kind: EngineKind, capacity: u64, vifs: &[Claim]) -> Result<(), Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(cases_or(48)))]
 
     #[test]
     fn vqos_engine_converges_to_the_reference(vifs in claims(1_000 * MBIT, 64)) {

@@ -16,8 +16,9 @@
 //! - **Caps.** A token bucket at the vif's maximum; a vif with no tokens is not eligible (it is
 //!   not read, its frames wait in its own queue: back-pressure).
 //! - **Floors.** A token bucket at the vif's minimum; a ready vif with floor tokens is served
-//!   first, and that service advances its tag like any other. So a floor binds only when the
-//!   weighted share is below it: the floored vif's tag runs ahead of the others, the fair tier
+//!   first (the one owed the most time first, not by priority: a guarantee must not wait
+//!   behind another vif's burst of owed service), and that service advances its tag like any
+//!   other. So a floor binds only when the weighted share is below it: the floored vif's tag runs ahead of the others, the fair tier
 //!   stops choosing it, and it gets exactly its floor (ANCS Fig. 5: 200 Mbit/s, not 200 plus a
 //!   share). The lead a floored vif builds is capped a couple of batches ahead of the system's
 //!   virtual time, so the moment its weighted share rises above the floor it is back in the fair
@@ -249,10 +250,12 @@ impl Engine for Vqos {
         let vmin = vmin?;
         self.vtime = self.vtime.max(vmin);
 
-        // Pass 2: floor tier first, then the fair tier within the slack, by priority.
+        // Pass 2: the floor tier first, most owed first (earliest deadline: a guarantee must
+        // not wait behind another vif's burst of owed service because of a priority); then the
+        // fair tier within the slack, most urgent priority first, then the smallest tag.
+        // Smallest key wins: (tier, floor: time not owed / fair: priority, tag, id).
         let window = self.vtime + self.slack;
-        // Smallest key wins: floor tier first, then the most urgent priority, then the smallest tag.
-        let mut best: Option<(bool, u8, u128, VifId)> = None;
+        let mut best: Option<(u8, u64, u128, VifId)> = None;
         for id in ready.iter() {
             let Some(v) = self.vifs.get_mut(id) else {
                 continue;
@@ -260,17 +263,22 @@ impl Engine for Vqos {
             if v.cap.as_ref().is_some_and(|c| !c.positive()) {
                 continue;
             }
-            let floor_tier = match v.floor.as_mut() {
+            let owed_ns = match v.floor.as_mut() {
                 Some(f) => {
                     f.refill(now_ns);
-                    f.positive()
+                    // tokens < 2^63 and NS_PER_SEC < 2^30: the product fits in u128.
+                    (f.positive() && f.rate_per_sec() > 0).then(|| {
+                        (f.tokens() as u128 * u128::from(NS_PER_SEC) / u128::from(f.rate_per_sec()))
+                            as u64
+                    })
                 }
-                None => false,
+                None => None,
             };
-            if !floor_tier && v.tag > window {
-                continue;
-            }
-            let key = (!floor_tier, v.priority, v.tag, id);
+            let key = match owed_ns {
+                Some(owed) => (0, u64::MAX - owed, v.tag, id),
+                None if v.tag <= window => (1, u64::from(v.priority), v.tag, id),
+                None => continue,
+            };
             if best.is_none_or(|b| key < b) {
                 best = Some(key);
             }
