@@ -106,6 +106,33 @@ impl ReadySet {
         None
     }
 
+    /// The first vif at or after `from` (wrapping) that is in both `self` and `other`: a
+    /// round-robin choice among ready vifs that also hold credit. Leapfrogs between the two
+    /// sets, so long runs of vifs in only one of them are skipped a word at a time.
+    #[inline]
+    pub fn next_common_from(&self, other: &ReadySet, from: VifId) -> Option<VifId> {
+        let n = self.len.min(other.len);
+        if n == 0 {
+            return None;
+        }
+        let from = from % n;
+        self.leapfrog(other, from, n)
+            .or_else(|| self.leapfrog(other, 0, from))
+    }
+
+    fn leapfrog(&self, other: &ReadySet, start: usize, end: usize) -> Option<VifId> {
+        let mut i = start;
+        while i < end {
+            let e = self.scan(i, end)?;
+            let r = other.scan(e, end)?;
+            if r == e {
+                return Some(e);
+            }
+            i = r;
+        }
+        None
+    }
+
     /// Iterates over the ready vifs in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = VifId> + '_ {
         self.words.iter().enumerate().flat_map(|(wi, &w)| {
@@ -320,6 +347,25 @@ mod tests {
         r.resize(100);
         assert!(!r.contains(129));
         assert_eq!(r.next_from(4), Some(3));
+    }
+
+    #[test]
+    fn common_members_round_robin() {
+        let mut a = ReadySet::new(200);
+        let mut b = ReadySet::new(200);
+        for v in [3, 70, 130, 199] {
+            a.set(v, true);
+        }
+        for v in [5, 70, 131, 199] {
+            b.set(v, true);
+        }
+        assert_eq!(a.next_common_from(&b, 0), Some(70));
+        assert_eq!(a.next_common_from(&b, 71), Some(199));
+        assert_eq!(a.next_common_from(&b, 200), Some(70));
+        b.set(70, false);
+        b.set(199, false);
+        assert_eq!(a.next_common_from(&b, 0), None);
+        assert_eq!(a.next_common_from(&ReadySet::new(0), 0), None);
     }
 
     #[test]

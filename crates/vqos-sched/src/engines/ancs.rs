@@ -138,115 +138,15 @@
 //! - `select` intersects the ready set with the set of vifs holding credit word by word, but a
 //!   pass is `O(vifs)`.
 
-use std::collections::HashMap;
-
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
+use crate::engines::{by_name, rate_bytes, CREDIT_LIMIT};
 use crate::policy::{PolicyError, PolicySet, VifId};
-use crate::units::NS_PER_SEC;
 
 /// ANCS's accounting period: 30 ms.
 pub const DEFAULT_PERIOD_NS: u64 = 30_000_000;
 
 /// CreditNext is bounded by this many periods' capacity (module docs, deviations).
 const CREDIT_NEXT_PERIODS: i64 = 64;
-
-/// Largest credit a single quantity may hold; sums of a few such values stay far inside `i64`.
-const CREDIT_LIMIT: i64 = i64::MAX / 8;
-
-/// Denominator of a rate × duration product in bytes: bits/s × ns / (8 × 10⁹) = bytes.
-const BYTE_NS_DENOM: u128 = 8 * NS_PER_SEC as u128;
-
-/// Bytes a rate is worth over `period_ns`, with the fraction of a byte carried in `frac`
-/// (numerator over [`BYTE_NS_DENOM`]).
-pub(crate) fn rate_bytes(rate_bps: u64, period_ns: u64, frac: &mut u64) -> i64 {
-    // rate_bps, period_ns < 2^64, so the product is < 2^128; frac < BYTE_NS_DENOM < 2^36 and the
-    // product of two u64 is at most 2^128 − 2^65 + 1, so adding frac cannot overflow either.
-    let num = u128::from(rate_bps) * u128::from(period_ns) + u128::from(*frac);
-    *frac = (num % BYTE_NS_DENOM) as u64;
-    i64::try_from(num / BYTE_NS_DENOM).map_or(CREDIT_LIMIT, |b| b.min(CREDIT_LIMIT))
-}
-
-/// The previous per-vif states keyed by vif name, with their old index, so that a new policy
-/// snapshot can take over the states of the vifs that persist (`O(vifs)`).
-pub(crate) fn by_name<T>(old: Vec<T>, name: impl Fn(&T) -> &str) -> HashMap<String, (usize, T)> {
-    old.into_iter()
-        .enumerate()
-        .map(|(i, v)| (name(&v).to_string(), (i, v)))
-        .collect()
-}
-
-/// A set of vifs as a bitset, scanned word by word (who holds credit / tokens).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct VifBits {
-    /// One bit per vif, 64 vifs per word.
-    words: Vec<u64>,
-    /// Number of vifs the set can hold.
-    len: usize,
-}
-
-impl VifBits {
-    /// An empty set for vifs `0..len`.
-    pub(crate) fn new(len: usize) -> Self {
-        VifBits {
-            words: vec![0; len.div_ceil(64)],
-            len,
-        }
-    }
-
-    /// Adds or removes `vif`.
-    #[inline]
-    pub(crate) fn set(&mut self, vif: VifId, on: bool) {
-        let (w, b) = (vif / 64, vif % 64);
-        if on {
-            self.words[w] |= 1 << b;
-        } else {
-            self.words[w] &= !(1 << b);
-        }
-    }
-
-    /// The first member in `from..end`, without wrapping.
-    #[inline]
-    fn next_in(&self, from: usize, end: usize) -> Option<VifId> {
-        let mut i = from;
-        while i < end {
-            let w = self.words[i / 64] >> (i % 64);
-            if w != 0 {
-                let hit = i + w.trailing_zeros() as usize;
-                return (hit < end).then_some(hit);
-            }
-            i = (i / 64 + 1) * 64;
-        }
-        None
-    }
-
-    /// The first vif at or after `from` (wrapping) that is both in `ready` and in this set: the
-    /// round-robin choice. Leapfrogs between the two sets, so long runs of vifs that are in only
-    /// one of them are skipped a word at a time.
-    #[inline]
-    pub(crate) fn next_ready_from(&self, ready: &ReadySet, from: VifId) -> Option<VifId> {
-        let n = self.len.min(ready.len());
-        if n == 0 {
-            return None;
-        }
-        let from = from % n;
-        self.leapfrog(ready, from, n)
-            .or_else(|| self.leapfrog(ready, 0, from))
-    }
-
-    fn leapfrog(&self, ready: &ReadySet, start: usize, end: usize) -> Option<VifId> {
-        let mut i = start;
-        while i < end {
-            let e = self.next_in(i, end)?;
-            // `next_from` wraps around; a hit before `e` means none in `e..len`.
-            let r = ready.next_from(e).filter(|&r| r >= e && r < end)?;
-            if r == e {
-                return Some(e);
-            }
-            i = r;
-        }
-        None
-    }
-}
 
 /// How the last accounting pass clamped a vif's share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -361,7 +261,7 @@ pub struct Ancs {
     /// The accounting list: every vif once, clamped ones at the head.
     order: Vec<VifId>,
     /// Vifs that may be polled (mirror of [`VifCredit::eligible`]).
-    eligible: VifBits,
+    eligible: ReadySet,
     /// CreditNext: credit left unused in the previous period, redistributed by the last pass.
     credit_next: i64,
     /// Round-robin cursor: one past the vif served last.
@@ -392,7 +292,7 @@ impl Ancs {
             capacity_frac: 0,
             vifs: Vec::new(),
             order: Vec::new(),
-            eligible: VifBits::new(0),
+            eligible: ReadySet::new(0),
             credit_next: 0,
             cursor: 0,
             next_tick_ns: u64::MAX,
@@ -610,7 +510,7 @@ impl Engine for Ancs {
         self.vifs = vifs;
         self.order = order;
         self.capacity_bps = capacity_bps;
-        self.eligible = VifBits::new(self.vifs.len());
+        self.eligible = ReadySet::new(self.vifs.len());
         if self.cursor >= self.vifs.len() {
             self.cursor = 0;
         }
@@ -626,7 +526,7 @@ impl Engine for Ancs {
     }
 
     fn select(&mut self, ready: &ReadySet, _now_ns: u64) -> Option<Grant> {
-        let vif = self.eligible.next_ready_from(ready, self.cursor)?;
+        let vif = self.eligible.next_common_from(ready, self.cursor)?;
         self.cursor = (vif + 1) % self.vifs.len().max(1);
         let v = &mut self.vifs[vif];
         // As many frames as the credit covers at the last batch's frame size (the paper serves
@@ -884,6 +784,7 @@ mod tests {
     use super::*;
     use crate::alloc::{allocate, Claim};
     use crate::policy::VifPolicy;
+    use crate::units::NS_PER_SEC;
     use proptest::prelude::*;
 
     const SEC: u64 = NS_PER_SEC;

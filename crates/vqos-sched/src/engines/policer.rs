@@ -27,7 +27,7 @@
 //!   at once, still capped to one window's worth.
 
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
-use crate::engines::ancs::{by_name, rate_bytes, VifBits};
+use crate::engines::{by_name, rate_bytes};
 use crate::policy::{PolicyError, PolicySet, VifId};
 
 /// Xen's default credit window: 50 ms.
@@ -63,7 +63,7 @@ pub struct Policer {
     /// Per-vif buckets, indexed by [`VifId`].
     vifs: Vec<VifBucket>,
     /// Vifs that may be served (unlimited, or credit left).
-    eligible: VifBits,
+    eligible: ReadySet,
     /// Round-robin cursor: one past the vif served last.
     cursor: VifId,
     /// Next window boundary, ns; `u64::MAX` before `configure`.
@@ -89,7 +89,7 @@ impl Policer {
         Policer {
             window_ns: window_ns.max(1_000),
             vifs: Vec::new(),
-            eligible: VifBits::new(0),
+            eligible: ReadySet::new(0),
             cursor: 0,
             next_replenish_ns: u64::MAX,
             any_limited: false,
@@ -174,7 +174,7 @@ impl Engine for Policer {
         }
         self.vifs = vifs;
         self.any_limited = self.vifs.iter().any(|v| v.rate_bps.is_some());
-        self.eligible = VifBits::new(self.vifs.len());
+        self.eligible = ReadySet::new(self.vifs.len());
         for (id, v) in self.vifs.iter().enumerate() {
             self.eligible.set(id, v.eligible());
         }
@@ -186,7 +186,7 @@ impl Engine for Policer {
 
     fn select(&mut self, ready: &ReadySet, now_ns: u64) -> Option<Grant> {
         self.replenish(now_ns);
-        let vif = self.eligible.next_ready_from(ready, self.cursor)?;
+        let vif = self.eligible.next_common_from(ready, self.cursor)?;
         self.cursor = (vif + 1) % self.vifs.len().max(1);
         Some(Grant {
             vif,

@@ -33,7 +33,7 @@
 use crate::engine::{
     Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
 };
-use crate::engines::ancs::by_name;
+use crate::engines::by_name;
 use crate::policy::{PolicyError, PolicySet, VifId, VifPolicy};
 use crate::units::NS_PER_SEC;
 
