@@ -28,7 +28,7 @@
 //! - `direction = "download"` runs iperf3 in reverse (`-R`); the baselines then shape the
 //!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
 //! - The scenario's `controllers` (fairness adjuster, PID-ECN) are not driven yet: the lab
-//!   runs the engine alone; the router/bottleneck path has unit coverage only.
+//!   runs the engine alone; the router/bottleneck path has not been exercised by a test yet.
 //! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.
 #![deny(missing_docs)]
 
