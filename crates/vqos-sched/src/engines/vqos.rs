@@ -220,11 +220,24 @@ impl Engine for Vqos {
     }
 
     fn select(&mut self, ready: &ReadySet, now_ns: u64) -> Option<Grant> {
-        // Pass 1: refill buckets of ready vifs, find the system virtual time among eligible ones.
+        // One pass over the ready vifs: refill their buckets, restart the tags of vifs that were
+        // idle, and pick the winner. Smallest key wins: the floor tier first, most owed first
+        // (earliest deadline: a guarantee must not wait behind another vif's burst of owed
+        // service because of a priority); then the fair tier — tags within the slack of the
+        // system virtual time — most urgent priority first, then the smallest tag.
+        //
+        // The window is taken from the virtual time of the previous decision. Tags of vifs that
+        // stayed backlogged never fall below it and idle vifs are raised to it, so the smallest
+        // tag is at or above it; if every tag has moved past the window, the vif with the
+        // smallest tag is served (the fair choice), and the window catches up for the next
+        // decision.
         self.gen += 1;
         let gen = self.gen;
         let max_batch = self.max_batch_cost;
+        let window = self.vtime + self.slack;
         let mut vmin: Option<u128> = None;
+        let mut lowest: Option<(u128, VifId)> = None;
+        let mut best: Option<(u8, u64, u128, VifId)> = None;
         for id in ready.iter() {
             let Some(v) = self.vifs.get_mut(id) else {
                 continue;
@@ -235,45 +248,28 @@ impl Engine for Vqos {
                     continue;
                 }
             }
+            if let Some(f) = v.floor.as_mut() {
+                f.refill(now_ns);
+            }
             if v.seen_gen + 1 != gen {
                 // Idle → busy: idleness earns no credit, in shares or in floor service.
                 v.tag = v.tag.max(self.vtime);
                 if let Some(f) = v.floor.as_mut() {
-                    f.refill(now_ns);
-                    let burst = burst(f.rate_per_sec(), FLOOR_BURST_NS) + 2 * max_batch;
-                    f.limit(burst);
+                    f.limit(burst(f.rate_per_sec(), FLOOR_BURST_NS) + 2 * max_batch);
                 }
             }
             v.seen_gen = gen;
-            vmin = Some(vmin.map_or(v.tag, |m: u128| m.min(v.tag)));
-        }
-        let vmin = vmin?;
-        self.vtime = self.vtime.max(vmin);
-
-        // Pass 2: the floor tier first, most owed first (earliest deadline: a guarantee must
-        // not wait behind another vif's burst of owed service because of a priority); then the
-        // fair tier within the slack, most urgent priority first, then the smallest tag.
-        // Smallest key wins: (tier, floor: time not owed / fair: priority, tag, id).
-        let window = self.vtime + self.slack;
-        let mut best: Option<(u8, u64, u128, VifId)> = None;
-        for id in ready.iter() {
-            let Some(v) = self.vifs.get_mut(id) else {
-                continue;
-            };
-            if v.cap.as_ref().is_some_and(|c| !c.positive()) {
-                continue;
+            if vmin.is_none_or(|m| v.tag < m) {
+                vmin = Some(v.tag);
+                lowest = Some((v.tag, id));
             }
-            let owed_ns = match v.floor.as_mut() {
-                Some(f) => {
-                    f.refill(now_ns);
-                    // tokens < 2^63 and NS_PER_SEC < 2^30: the product fits in u128.
-                    (f.positive() && f.rate_per_sec() > 0).then(|| {
-                        (f.tokens() as u128 * u128::from(NS_PER_SEC) / u128::from(f.rate_per_sec()))
-                            as u64
-                    })
-                }
-                None => None,
-            };
+            let owed_ns = v.floor.as_ref().and_then(|f| {
+                // tokens < 2^63 and NS_PER_SEC < 2^30: the product fits in u128.
+                (f.positive() && f.rate_per_sec() > 0).then(|| {
+                    (f.tokens() as u128 * u128::from(NS_PER_SEC) / u128::from(f.rate_per_sec()))
+                        as u64
+                })
+            });
             let key = match owed_ns {
                 Some(owed) => (0, u64::MAX - owed, v.tag, id),
                 None if v.tag <= window => (1, u64::from(v.priority), v.tag, id),
@@ -283,8 +279,8 @@ impl Engine for Vqos {
                 best = Some(key);
             }
         }
-        // vmin is within the window, so some eligible vif always qualifies.
-        let (_, _, _, vif) = best?;
+        self.vtime = self.vtime.max(vmin?);
+        let vif = best.map(|b| b.3).or(lowest.map(|l| l.1))?;
         Some(Grant {
             vif,
             max_packets: MAX_BURST,
