@@ -94,6 +94,9 @@ impl PolicyOpts {
 /// Arguments of `vqos port`.
 #[derive(Args, Debug)]
 pub struct PortArgs {
+    /// How to reach vqosd.
+    #[command(flatten)]
+    pub conn: ConnArgs,
     #[command(subcommand)]
     command: PortCommand,
 }
@@ -129,6 +132,9 @@ enum PortCommand {
 /// Arguments of `vqos policy`.
 #[derive(Args, Debug)]
 pub struct PolicyArgs {
+    /// How to reach vqosd.
+    #[command(flatten)]
+    pub conn: ConnArgs,
     #[command(subcommand)]
     command: PolicyCommand,
 }
@@ -158,6 +164,9 @@ enum PolicyCommand {
 /// Arguments of `vqos stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
+    /// How to reach vqosd.
+    #[command(flatten)]
+    pub conn: ConnArgs,
     /// Refresh the table until interrupted.
     #[arg(long)]
     watch: bool,

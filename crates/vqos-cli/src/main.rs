@@ -16,8 +16,6 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    #[command(flatten)]
-    conn: ctl::ConnArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -41,9 +39,9 @@ fn main() {
     let result = match cli.command {
         Command::Alloc(args) => alloc::run(args),
         Command::Sim(args) => sim::run(args),
-        Command::Port(args) => ctl::port(&cli.conn, args),
-        Command::Policy(args) => ctl::policy(&cli.conn, args),
-        Command::Stats(args) => ctl::stats(&cli.conn, args),
+        Command::Port(args) => ctl::port(&args.conn.clone(), args),
+        Command::Policy(args) => ctl::policy(&args.conn.clone(), args),
+        Command::Stats(args) => ctl::stats(&args.conn.clone(), args),
         Command::Lab(args) => lab::run(args),
     };
     if let Err(e) = result {
