@@ -1,0 +1,139 @@
+//! The offline commands as a user runs them: `vqos alloc` and `vqos sim`.
+
+use std::process::{Command, Output};
+
+fn vqos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vqos"))
+        .args(args)
+        .output()
+        .expect("run vqos")
+}
+
+fn scenario(name: &str) -> String {
+    format!("{}/../../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn alloc_json_is_the_reference_allocation() {
+    let out = vqos(&[
+        "alloc",
+        "--capacity",
+        "940Mbit",
+        "--vif",
+        "vm1:weight=1",
+        "--vif",
+        "vm2:weight=2",
+        "--vif",
+        "vm3:weight=3",
+        "--vif",
+        "vm4:weight=4",
+        "--vif",
+        "vm5:weight=5,max=150Mbit,min=0,demand=unlimited",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["capacity_bps"], 940_000_000u64);
+    let rates: Vec<(String, u64)> = v["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap().to_string(),
+                x["rate_bps"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [79.0, 158.0, 237.0, 316.0, 150.0];
+    for ((name, r), (i, w)) in rates.iter().zip(want.iter().enumerate()) {
+        assert_eq!(name, &format!("vm{}", i + 1));
+        assert!((*r as f64 / 1e6 - w).abs() < 0.1, "{name}: {r}");
+    }
+}
+
+#[test]
+fn alloc_refuses_impossible_policies_naming_the_problem() {
+    for (args, needle) in [
+        (
+            vec!["--vif", "vm1:weight=0"],
+            "weight must be greater than 0",
+        ),
+        (
+            vec!["--vif", "vm1:min=300Mbit,max=200Mbit"],
+            "min 300Mbit is above max 200Mbit",
+        ),
+        (
+            vec!["--vif", "a:min=600Mbit", "--vif", "b:min=600Mbit"],
+            "Sum of minimums",
+        ),
+        (vec!["--vif", "a:speed=1"], "unknown key 'speed'"),
+        (vec!["--vif", "a:max=fast"], "Invalid rate 'fast'"),
+        (vec!["--vif", "a", "--vif", "a"], "Duplicate vif 'a'"),
+    ] {
+        let mut all = vec!["alloc", "--capacity", "1Gbit"];
+        all.extend(args.iter().copied());
+        let out = vqos(&all);
+        assert!(!out.status.success(), "{all:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{all:?}: {err}");
+    }
+}
+
+#[test]
+fn sim_json_has_the_documented_keys_and_check_sets_the_status() {
+    let out = vqos(&["sim", &scenario("ancs-fig5"), "--json", "--check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scenario"], "ancs-fig5");
+    assert_eq!(v["mode"], "sim");
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3);
+    for p in phases {
+        for key in ["start_s", "end_s", "aggregate_bps", "unfairness"] {
+            assert!(p[key].is_number(), "{key} in {p}");
+        }
+        let vm1 = &p["vifs"]["vm1"];
+        assert!(vm1["mean_bps"].is_number() && vm1["expected_bps"].is_number());
+    }
+    // A scenario whose expectation fails: --check exits 2.
+    let dir = std::env::temp_dir().join(format!("vqos-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("strict.toml");
+    let text = std::fs::read_to_string(scenario("ancs-fig4"))
+        .unwrap()
+        .replace("unfairness_at_most = 0.03", "unfairness_at_least = 0.5");
+    std::fs::write(&path, text).unwrap();
+    let out = vqos(&["sim", path.to_str().unwrap(), "--check"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[FAIL]"));
+}
+
+#[test]
+fn sim_reports_a_bad_scenario_with_file_and_line() {
+    let dir = std::env::temp_dir().join(format!("vqos-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "name = \"x\"\nduration = \"1s\"\ncapacity = \"1Gbit\"\n[[vm]]\nname = \"a\"\nwieght = 2\n",
+    )
+    .unwrap();
+    let out = vqos(&["sim", path.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("line 6") && err.contains("wieght"),
+        "{err}"
+    );
+}
