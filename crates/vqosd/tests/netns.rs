@@ -1,0 +1,1084 @@
+//! Real traffic through the `vqosd` binary: vqosd creates the TAP ports, the test moves them into
+//! network namespaces ("VMs", and a sink on the uplink), runs iperf3 and talks to the daemon only
+//! through its API, as an operator would. Needs root and iperf3; skips with a message otherwise.
+//!
+//! What each test shows (issue 3):
+//! - `weights_then_live_policies`: five VMs, 940 Mbit/s, weights 1:2:3:4:5, one greedy TCP stream
+//!   each: every VM within 5 % of the reference allocation and ≥ 97 % aggregate; then VM5 max
+//!   150 Mbit/s and VM1 min 200 Mbit/s through the API: the new allocation holds, and the stats
+//!   show each change within 100 ms of the call.
+//! - `idle_share_goes_to_the_others_and_comes_back`: work conservation.
+//! - `removing_a_port_under_load_affects_only_that_port`.
+//! - `malformed_frames_are_dropped_and_counted_per_reason`.
+//! - `sigkill_and_restart_restore_every_policy`: through the API, and in the data plane.
+//! - `a_max_set_before_traffic_holds` (ignored: fails today, see its comment).
+//!
+//! Rates are what iperf3's *server* received, per 1 s interval, summed over a window of the run
+//! (one long stream per VM, so a policy change is measured without restarting the traffic).
+//!
+//! The tests share two cores with iperf3, so they run one at a time (`SERIAL`). Names are
+//! `q<pid><test>…` (IFNAMSIZ-safe); every process (by PID), namespace and temporary file is
+//! removed by Drop guards, also when a test fails.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use vqos_dataplane::frame::{FRAME_BUF_BYTES, VNET_HDR_LEN};
+use vqos_sched::{allocate, Claim, VifPolicy};
+use vqosd::client::{Client, Endpoint};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vqosd");
+const CAPACITY_BPS: u64 = 940_000_000;
+
+/// Tolerance and least aggregate for the checks beyond issue 3's numbers (5 %, 97 %, held by
+/// `weights_then_live_policies`): wide enough for a busy machine, far narrower than the failures
+/// they catch (an idle share not handed on, or policies not restored, are off by ≥ 30 %).
+const LOOSE_TOL: f64 = 0.10;
+const LOOSE_AGGREGATE: f64 = 0.93;
+
+/// One real-traffic test at a time: they would compete for the two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The serial lock when the test can run (root, iperf3), `None` after printing why not.
+fn can_run(test: &str) -> Option<MutexGuard<'static, ()>> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP {test}: needs root");
+        return None;
+    }
+    let iperf = Command::new("iperf3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status();
+    if !iperf.is_ok_and(|s| s.success()) {
+        println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
+        return None;
+    }
+    // A failed test poisons the lock; the next one still runs.
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Polls `f` every millisecond until it returns `Some`, for at most `limit`.
+fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sleeps until `t0 + secs`.
+fn sleep_until(t0: Instant, secs: f64) {
+    let at = t0 + Duration::from_secs_f64(secs);
+    if let Some(d) = at.checked_duration_since(Instant::now()) {
+        std::thread::sleep(d);
+    }
+}
+
+/// A process we started; killed by its PID and reaped on drop.
+struct Proc(Option<Child>);
+
+impl Proc {
+    /// Its stdout once it exits; killed if it runs past `limit` (a broken switch fails the
+    /// test instead of hanging it).
+    fn output_within(mut self, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        let child = self.0.as_mut().unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = self.0.take().unwrap().wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A network namespace, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(name: String) -> Netns {
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns(name);
+        sh(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]);
+        // No IPv6: no router or neighbour solicitations, so a VM sends only what the test makes
+        // it send (the malformed-frame test counts frames).
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns.0,
+            "sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+        ]);
+        ns
+    }
+
+    /// Moves `link` in, gives it `addr` and brings it up.
+    fn take_link(&self, link: &str, addr: &str) {
+        sh(&["ip", "link", "set", link, "netns", &self.0]);
+        sh(&["ip", "-n", &self.0, "addr", "add", addr, "dev", link]);
+        sh(&["ip", "-n", &self.0, "link", "set", link, "up"]);
+    }
+
+    fn has_link(&self, link: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.0, "link", "show", link])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Proc {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Proc(Some(child))
+    }
+
+    /// Runs `f` on a thread that has entered this namespace (sockets it opens live there).
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ns = fs::File::open(&path).unwrap();
+                // SAFETY: setns on a namespace file we hold open; it affects this thread only.
+                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A running vqosd; stopped with SIGTERM (SIGKILL past 5 s) on drop.
+struct Daemon {
+    child: Option<Child>,
+    socket: PathBuf,
+    /// Everything it printed after "listening on" (drained so it never blocks on a pipe).
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    fn start(config: &Path, socket: &Path) -> Daemon {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        if !line.contains("listening on") {
+            let mut err = String::new();
+            let _ = stderr.read_to_string(&mut err);
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vqosd did not start: stdout {line:?}, stderr {err:?}");
+        }
+        let log = Arc::new(Mutex::new(String::new()));
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Daemon {
+            child: Some(child),
+            socket: socket.to_path_buf(),
+            log,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn client(&self) -> Client {
+        Client::new(Endpoint::Unix(self.socket.clone()))
+    }
+
+    fn get(&self, path: &str) -> Value {
+        self.client()
+            .call("GET", path, None)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}; vqosd: {}", self.log()))
+    }
+
+    fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        self.client()
+            .call(method, path, Some(&body))
+            .unwrap_or_else(|e| panic!("{method} {path} {body}: {e}"))
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    fn kill9(&mut self) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: kill on the PID of our own, not yet reaped, child.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGKILL) }, 0);
+        let status = c.wait().unwrap();
+        assert!(status.code().is_none(), "vqosd exited with {status}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        // SAFETY: kill on the PID of our own, not yet reaped, child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Ok(None) = c.try_wait() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.wait();
+    }
+}
+
+/// The port called `name` in a `/v1/stats` answer.
+fn port<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name} in {stats}"))
+}
+
+fn counter(stats: &Value, name: &str, key: &str) -> u64 {
+    port(stats, name)[key].as_u64().unwrap()
+}
+
+fn drop_count(stats: &Value, name: &str, reason: &str) -> u64 {
+    port(stats, name)["drops"][reason].as_u64().unwrap()
+}
+
+/// vqosd (capacity 940 Mbit/s, engine vqos) with `weights.len()` vifs in namespace VMs and a sink
+/// namespace on the uplink. Fields drop in order: the daemon, then the namespaces, then files.
+struct Lab {
+    daemon: Daemon,
+    sink: Netns,
+    uplink: String,
+    /// (TAP name, its VM).
+    vms: Vec<(String, Netns)>,
+    net: String,
+    config: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+fn lab(test_id: u8, weights: &[u32]) -> Lab {
+    let pid = std::process::id() % 100_000;
+    let prefix = format!("q{pid}{}", char::from(b'a' + test_id));
+    let net = format!("10.{}.{test_id}", 200 + pid % 50);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("vqosd.sock");
+    let uplink = format!("{prefix}u");
+    let mut text = format!(
+        "capacity = \"940Mbit\"\nengine = \"vqos\"\nstate_file = \"{}\"\n\
+         [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n",
+        dir.path().join("state.json").display(),
+        socket.display()
+    );
+    let taps: Vec<String> = (1..=weights.len())
+        .map(|i| format!("{prefix}v{i}"))
+        .collect();
+    for (tap, w) in taps.iter().zip(weights) {
+        text.push_str(&format!(
+            "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n"
+        ));
+    }
+    let config = dir.path().join("vqosd.toml");
+    fs::write(&config, text).unwrap();
+    let daemon = Daemon::start(&config, &socket);
+    let sink = Netns::new(format!("{prefix}-sink"));
+    sink.take_link(&uplink, &format!("{net}.254/24"));
+    let vms = taps
+        .into_iter()
+        .enumerate()
+        .map(|(i, tap)| {
+            let ns = Netns::new(format!("{prefix}-vm{}", i + 1));
+            ns.take_link(&tap, &format!("{net}.{}/24", i + 1));
+            (tap, ns)
+        })
+        .collect();
+    Lab {
+        daemon,
+        sink,
+        uplink,
+        vms,
+        net,
+        config,
+        dir,
+    }
+}
+
+impl Lab {
+    fn tap(&self, vm: usize) -> &str {
+        &self.vms[vm].0
+    }
+
+    fn sink_addr(&self) -> String {
+        format!("{}.254", self.net)
+    }
+
+    /// An iperf3 server for one test on `port` in the sink (JSON report on exit).
+    fn server(&self, port: u16) -> Proc {
+        let port = port.to_string();
+        let bind = self.sink_addr();
+        self.sink
+            .spawn(&["iperf3", "-s", "-1", "-J", "-p", &port, "-B", &bind])
+    }
+
+    /// One greedy TCP stream from VM `vm` to the sink's `port` for `secs`.
+    fn client(&self, vm: usize, port: u16, secs: u32) -> Proc {
+        let (port, secs) = (port.to_string(), secs.to_string());
+        let dst = self.sink_addr();
+        self.vms[vm]
+            .1
+            .spawn(&["iperf3", "-c", &dst, "-p", &port, "-t", &secs, "-J"])
+    }
+
+    fn stats(&self) -> Value {
+        self.daemon.get("/v1/stats")
+    }
+}
+
+/// An iperf3 server's report.
+struct Report(Value);
+
+impl Report {
+    fn of(server: Proc, limit: Duration) -> Report {
+        let out = server.output_within(limit);
+        let v: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 output ({e}): {out}"));
+        assert!(
+            v["intervals"].as_array().is_some_and(|a| !a.is_empty()),
+            "iperf3 failed: {out}"
+        );
+        Report(v)
+    }
+
+    /// Mbit/s received over the 1 s intervals inside [`from_s`, `to_s`] of the run.
+    fn mbit(&self, from_s: f64, to_s: f64) -> f64 {
+        let (mut bytes, mut secs) = (0.0, 0.0);
+        for i in self.0["intervals"].as_array().unwrap() {
+            let s = &i["sum"];
+            let (start, end) = (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap());
+            if start >= from_s - 0.05 && end <= to_s + 0.05 {
+                bytes += s["bytes"].as_f64().unwrap();
+                secs += s["seconds"].as_f64().unwrap();
+            }
+        }
+        assert!(
+            secs >= 0.8 * (to_s - from_s),
+            "the run does not cover {from_s}..{to_s} s: {}",
+            self.0["intervals"]
+        );
+        bytes * 8.0 / secs / 1e6
+    }
+
+    /// The received bytes of every (whole) 1 s interval from `from_s` on.
+    fn interval_bytes_from(&self, from_s: f64) -> Vec<u64> {
+        self.0["intervals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            // The last interval may be a sliver of a second.
+            .filter(|i| {
+                i["sum"]["start"].as_f64().unwrap() >= from_s - 0.05
+                    && i["sum"]["seconds"].as_f64().unwrap() >= 0.5
+            })
+            .map(|i| i["sum"]["bytes"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// The reference allocation (Mbit/s) of 940 Mbit/s among greedy vifs with `policies`.
+fn reference(policies: &[VifPolicy]) -> Vec<f64> {
+    let claims: Vec<Claim> = policies.iter().map(|p| Claim::new(p, None)).collect();
+    allocate(CAPACITY_BPS, &claims)
+        .unwrap()
+        .into_iter()
+        .map(|r| r as f64 / 1e6)
+        .collect()
+}
+
+fn weights(ws: &[u32]) -> Vec<VifPolicy> {
+    ws.iter()
+        .map(|&weight| VifPolicy {
+            weight,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Every rate within `tol` of the reference, and the sum at least `min_aggregate` of capacity.
+fn check(what: &str, rates: &[f64], want: &[f64], tol: f64, min_aggregate: f64) {
+    let total: f64 = rates.iter().sum();
+    println!("{what}: measured {rates:.1?} (Σ {total:.1}) Mbit/s, reference {want:.1?}");
+    for (got, want) in rates.iter().zip(want) {
+        assert!(
+            (got - want).abs() <= tol * want,
+            "{what}: measured {rates:.1?} vs reference {want:.1?} (±{:.0} %)",
+            tol * 100.0
+        );
+    }
+    let cap = CAPACITY_BPS as f64 / 1e6;
+    assert!(
+        total >= min_aggregate * cap,
+        "{what}: aggregate {total:.1} < {:.0} % of {cap}",
+        min_aggregate * 100.0
+    );
+}
+
+/// PUTs `patch` on `vif`'s policy and polls /v1/stats until its policy shows `field` = `want`;
+/// returns the time from the call to the first stats answer showing it.
+fn set_and_watch(lab: &Lab, vif: &str, patch: Value, field: &str, want: Value) -> Duration {
+    let before = port(&lab.stats(), vif)["policy"][field].clone();
+    assert_ne!(before, want, "{vif}: {field} is already {want}");
+    let t = Instant::now();
+    let answer = lab
+        .daemon
+        .call("PUT", &format!("/v1/policies/{vif}"), patch);
+    let answered = t.elapsed();
+    assert_eq!(answer[field], want, "{answer}");
+    let visible = poll(Duration::from_secs(5), || {
+        (port(&lab.stats(), vif)["policy"][field] == want).then(|| t.elapsed())
+    })
+    .unwrap_or_else(|| panic!("{vif}: the stats never showed {field} = {want}"));
+    println!(
+        "{vif} {field} = {want}: PUT answered in {answered:?}, in /v1/stats after {visible:?}"
+    );
+    visible
+}
+
+#[test]
+fn weights_then_live_policies() {
+    let Some(_serial) = can_run("weights_then_live_policies") else {
+        return;
+    };
+    let ws = [1, 2, 3, 4, 5];
+    let lab = lab(0, &ws);
+    // One 25 s stream per VM: phase 1 is measured over 2..12 s, the policies change at 12.2 s,
+    // phase 2 is measured over 15..25 s (a few seconds for TCP to settle on the new rates).
+    let servers: Vec<Proc> = (0..5).map(|i| lab.server(5201 + i as u16)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: Vec<Proc> = (0..5).map(|i| lab.client(i, 5201 + i as u16, 25)).collect();
+    let t0 = Instant::now();
+
+    sleep_until(t0, 12.2);
+    let vm5 = set_and_watch(
+        &lab,
+        lab.tap(4),
+        json!({"max": "150Mbit"}),
+        "max_bps",
+        json!(150_000_000),
+    );
+    let vm1 = set_and_watch(
+        &lab,
+        lab.tap(0),
+        json!({"min": "200Mbit"}),
+        "min_bps",
+        json!(200_000_000),
+    );
+
+    let reports: Vec<Report> = servers
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(40)))
+        .collect();
+    drop(clients);
+    let phase1: Vec<f64> = reports.iter().map(|r| r.mbit(2.0, 12.0)).collect();
+    check(
+        "phase 1, weights 1:2:3:4:5",
+        &phase1,
+        &reference(&weights(&ws)),
+        0.05,
+        0.97,
+    );
+    let mut policies = weights(&ws);
+    policies[4].max_bps = Some(150_000_000);
+    policies[0].min_bps = 200_000_000;
+    let phase2: Vec<f64> = reports.iter().map(|r| r.mbit(15.0, 25.0)).collect();
+    check(
+        "phase 2, + VM5 max 150Mbit, VM1 min 200Mbit",
+        &phase2,
+        &reference(&policies),
+        0.05,
+        0.97,
+    );
+    for (what, d) in [("VM5 max", vm5), ("VM1 min", vm1)] {
+        assert!(
+            d <= Duration::from_millis(100),
+            "{what}: the stats showed the new policy only after {d:?}"
+        );
+    }
+    let s = lab.stats();
+    for (tap, _) in &lab.vms {
+        let drops = &port(&s, tap)["drops"];
+        for r in [
+            "truncated",
+            "oversized",
+            "bad_vnet_hdr",
+            "spoofed",
+            "policed",
+        ] {
+            assert_eq!(drops[r], 0, "{tap}: {drops}");
+        }
+    }
+}
+
+#[test]
+fn idle_share_goes_to_the_others_and_comes_back() {
+    let Some(_serial) = can_run("idle_share_goes_to_the_others_and_comes_back") else {
+        return;
+    };
+    let ws = [1, 2, 3];
+    let lab = lab(1, &ws);
+    // VM1 and VM2 send for 24 s; VM3 for 0..8 s, is idle for 8..16 s, and sends again 16..24 s.
+    let long: Vec<Proc> = (0..2).map(|i| lab.server(5201 + i as u16)).collect();
+    let vm3_first = lab.server(5203);
+    let vm3_again = lab.server(5213);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut clients: Vec<Proc> = (0..2).map(|i| lab.client(i, 5201 + i as u16, 24)).collect();
+    clients.push(lab.client(2, 5203, 8));
+    let t0 = Instant::now();
+    sleep_until(t0, 16.0);
+    clients.push(lab.client(2, 5213, 8));
+
+    let long: Vec<Report> = long
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(40)))
+        .collect();
+    let vm3_first = Report::of(vm3_first, Duration::from_secs(10));
+    let vm3_again = Report::of(vm3_again, Duration::from_secs(20));
+    drop(clients);
+
+    for r in &long {
+        let per_s: Vec<u64> = r
+            .interval_bytes_from(0.0)
+            .iter()
+            .map(|b| b * 8 / 1_000_000)
+            .collect();
+        println!("Mbit/s per second: {per_s:?}");
+    }
+    let all = reference(&weights(&ws));
+    let busy = [
+        long[0].mbit(2.0, 8.0),
+        long[1].mbit(2.0, 8.0),
+        vm3_first.mbit(2.0, 8.0),
+    ];
+    check("all three busy", &busy, &all, LOOSE_TOL, LOOSE_AGGREGATE);
+    let idle = [long[0].mbit(10.0, 16.0), long[1].mbit(10.0, 16.0)];
+    check(
+        "VM3 idle: VM1 and VM2 share by weight",
+        &idle,
+        &reference(&weights(&ws[..2])),
+        LOOSE_TOL,
+        LOOSE_AGGREGATE,
+    );
+    let back = [
+        long[0].mbit(19.0, 24.0),
+        long[1].mbit(19.0, 24.0),
+        vm3_again.mbit(3.0, 8.0),
+    ];
+    check(
+        "VM3 back: it gets its share again",
+        &back,
+        &all,
+        LOOSE_TOL,
+        LOOSE_AGGREGATE,
+    );
+}
+
+#[test]
+fn removing_a_port_under_load_affects_only_that_port() {
+    let Some(_serial) = can_run("removing_a_port_under_load_affects_only_that_port") else {
+        return;
+    };
+    let lab = lab(2, &[1, 1, 1]);
+    let servers: Vec<Proc> = (0..3).map(|i| lab.server(5201 + i as u16)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: Vec<Proc> = (0..3).map(|i| lab.client(i, 5201 + i as u16, 10)).collect();
+    let t0 = Instant::now();
+    sleep_until(t0, 4.0);
+    let (gone, kept) = (lab.tap(2).to_string(), [lab.tap(0), lab.tap(1)]);
+    let before = lab.stats();
+    assert!(
+        counter(&before, &gone, "rx_bytes") > 10_000_000,
+        "VM3 was sending"
+    );
+    let removed = lab
+        .daemon
+        .call("DELETE", &format!("/v1/ports/{gone}"), json!(null));
+    assert_eq!(removed["removed"], gone.as_str());
+    assert!(!lab.vms[2].1.has_link(&gone), "the created TAP must vanish");
+    let ports = lab.daemon.get("/v1/ports");
+    assert!(
+        ports
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["name"] != gone.as_str()),
+        "{ports}"
+    );
+
+    // The others keep forwarding: their counters (and the uplink's) keep increasing.
+    let uplink = lab.uplink.clone();
+    let mut last = lab.stats();
+    assert!(last["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != gone.as_str()));
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = lab.stats();
+        for name in kept.iter().copied().chain([uplink.as_str()]) {
+            for key in ["rx_bytes", "tx_bytes"] {
+                assert!(
+                    counter(&now, name, key) > counter(&last, name, key),
+                    "{name} {key} stopped after removing {gone}"
+                );
+            }
+        }
+        last = now;
+    }
+    let mut servers = servers;
+    drop(servers.pop()); // VM3's stream died with its port
+    let reports: Vec<Report> = servers
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(20)))
+        .collect();
+    drop(clients);
+    for (r, name) in reports.iter().zip(kept) {
+        let per_s = r.interval_bytes_from(0.0);
+        assert!(per_s.len() >= 9, "{name}: {per_s:?}");
+        assert!(
+            per_s.iter().all(|&b| b > 5_000_000),
+            "{name} stalled: bytes per second {per_s:?}"
+        );
+    }
+    let after: Vec<f64> = reports.iter().map(|r| r.mbit(6.0, 10.0)).collect();
+    check(
+        "after removing VM3, VM1 and VM2 share the link",
+        &after,
+        &reference(&weights(&[1, 1])),
+        LOOSE_TOL,
+        LOOSE_AGGREGATE,
+    );
+    // Nothing of theirs was lost with the port. (A frame written while a TAP was being moved
+    // into its namespace may have failed before: compare with the counts before the removal.)
+    for name in kept {
+        assert_eq!(
+            port(&last, name)["drops"],
+            port(&before, name)["drops"],
+            "{name}: drops"
+        );
+    }
+}
+
+// ---- malformed frames ----------------------------------------------------------------------
+
+const TUN_F_USO4: libc::c_uint = 0x20;
+const TUN_F_USO6: libc::c_uint = 0x40;
+/// The offloads vqosd's TAP ports enable (crates/vqos-dataplane/src/tap.rs).
+const VQOSD_OFFLOADS: libc::c_uint =
+    libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
+
+/// A duplicate of vqosd's file descriptor of TAP `tap` (pidfd_getfd), to change the device's
+/// settings under it: the header size and the offloads are per device, not per descriptor.
+fn tap_fd_of(pid: i32, tap: &str) -> OwnedFd {
+    let want = format!("iff:\t{tap}\n");
+    let fd: i32 = fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let info = fs::read_to_string(e.path()).ok()?;
+            if !info.contains(&want) {
+                return None;
+            }
+            e.file_name().to_str()?.parse().ok()
+        })
+        .next()
+        .unwrap_or_else(|| panic!("vqosd has no descriptor of TAP {tap}"));
+    // SAFETY: plain system calls with integer arguments; results checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
+        assert!(dup >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+        OwnedFd::from_raw_fd(dup)
+    }
+}
+
+fn set_vnet_hdr_len(tap: &OwnedFd, len: usize) {
+    let len = len as libc::c_int;
+    // SAFETY: TUNSETVNETHDRSZ reads an int through the pointer, which is live.
+    let r = unsafe { libc::ioctl(tap.as_raw_fd(), libc::TUNSETVNETHDRSZ, &len) };
+    assert_eq!(r, 0, "TUNSETVNETHDRSZ: {}", std::io::Error::last_os_error());
+}
+
+fn set_offloads(tap: &OwnedFd, offloads: libc::c_uint) {
+    // SAFETY: TUNSETOFFLOAD takes the feature bits as the integer argument itself.
+    let r = unsafe {
+        libc::ioctl(
+            tap.as_raw_fd(),
+            libc::TUNSETOFFLOAD,
+            libc::c_ulong::from(offloads),
+        )
+    };
+    assert_eq!(r, 0, "TUNSETOFFLOAD: {}", std::io::Error::last_os_error());
+}
+
+/// Sends `count` raw Ethernet frames of `len` bytes out of `link` (call inside its namespace):
+/// broadcast, from a locally administered address, EtherType 0x88b5 (local experimental).
+fn send_raw(link: &str, len: usize, count: usize) {
+    // SAFETY: socket() has no memory arguments; checked below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    assert!(
+        fd >= 0,
+        "AF_PACKET socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let name = std::ffi::CString::new(link).unwrap();
+    // SAFETY: name is NUL-terminated.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert!(ifindex > 0, "no link {link} here");
+    // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = ifindex as i32;
+    addr.sll_halen = 6;
+    addr.sll_addr[..6].copy_from_slice(&[0xff; 6]);
+    let mut frame = vec![0u8; len];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x33, 0x33]);
+    frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+    for _ in 0..count {
+        // SAFETY: frame and addr are live for the call; sizes are theirs.
+        let r = unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(
+            r,
+            len as isize,
+            "sendto: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Sends `count` UDP datagrams of 3 × 1000 bytes with UDP segmentation offload (UDP_SEGMENT), so
+/// each leaves as one GSO frame when the device offers USO (call inside the namespace).
+fn send_udp_gso(dst: &str, count: usize) {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let gso_size: libc::c_int = 1000;
+    // SAFETY: setsockopt reads an int through the live pointer. SOL_UDP = 17, UDP_SEGMENT = 103.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            103,
+            (&gso_size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    for _ in 0..count {
+        sock.send_to(&[0x5a; 3000], (dst, 9)).unwrap();
+    }
+}
+
+/// Polls the stats until `vif`'s drop counter `reason` reaches `want`.
+fn wait_drops(lab: &Lab, vif: &str, reason: &str, want: u64) -> u64 {
+    poll(Duration::from_secs(5), || {
+        let n = drop_count(&lab.stats(), vif, reason);
+        (n >= want).then_some(n)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{vif}: {reason} stayed below {want}: {}",
+            port(&lab.stats(), vif)
+        )
+    })
+}
+
+#[test]
+fn malformed_frames_are_dropped_and_counted_per_reason() {
+    let Some(_serial) = can_run("malformed_frames_are_dropped_and_counted_per_reason") else {
+        return;
+    };
+    // VM1 and VM2 carry TCP to the sink while VM3's frames reach the switch malformed. The
+    // kernel only ever hands a TAP reader well-formed frames, so the test changes VM3's TAP
+    // device under vqosd (through a duplicate of vqosd's own descriptor) to make them so:
+    // - truncated: header size 10 instead of 12, and a 14-byte frame → 24 bytes read;
+    // - oversized: header size FRAME_BUF_BYTES − 64 and a 64-byte frame → the read fills the
+    //   whole buffer;
+    // - bad virtio-net header: UDP segmentation offload on (vqosd never enables it) and UDP
+    //   sent with UDP_SEGMENT → frames with gso_type UDP_L4, which the switch does not accept.
+    // Each setting is put back at once; VM3's port must still forward afterwards.
+    let lab = lab(3, &[1, 1, 1]);
+    let (bad, bad_ns) = (lab.tap(2).to_string(), &lab.vms[2].1);
+    let servers: Vec<Proc> = (0..2).map(|i| lab.server(5201 + i as u16)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: Vec<Proc> = (0..2).map(|i| lab.client(i, 5201 + i as u16, 8)).collect();
+    let t0 = Instant::now();
+    sleep_until(t0, 2.0);
+    let before = lab.stats();
+    let tap = tap_fd_of(lab.daemon.pid(), &bad);
+    const N: u64 = 5;
+
+    set_vnet_hdr_len(&tap, 10);
+    bad_ns.run(|| send_raw(&bad, 14, N as usize));
+    let truncated = wait_drops(&lab, &bad, "truncated", N);
+    set_vnet_hdr_len(&tap, VNET_HDR_LEN);
+
+    set_vnet_hdr_len(&tap, FRAME_BUF_BYTES - 64);
+    bad_ns.run(|| send_raw(&bad, 64, N as usize));
+    let oversized = wait_drops(&lab, &bad, "oversized", N);
+    set_vnet_hdr_len(&tap, VNET_HDR_LEN);
+
+    set_offloads(&tap, VQOSD_OFFLOADS | TUN_F_USO4 | TUN_F_USO6);
+    let sink = lab.sink_addr();
+    bad_ns.run(|| send_udp_gso(&sink, N as usize));
+    let bad_hdr = wait_drops(&lab, &bad, "bad_vnet_hdr", N);
+    set_offloads(&tap, VQOSD_OFFLOADS);
+    drop(tap);
+    println!("{bad}: truncated {truncated}, oversized {oversized}, bad_vnet_hdr {bad_hdr}");
+
+    // VM3's port still forwards: well-formed frames are counted and not dropped.
+    let s = lab.stats();
+    let rx = counter(&s, &bad, "rx_frames");
+    bad_ns.run(|| send_raw(&bad, 60, 3));
+    let after = poll(Duration::from_secs(5), || {
+        let s = lab.stats();
+        (counter(&s, &bad, "rx_frames") >= rx + 3).then_some(s)
+    })
+    .expect("VM3's port stopped reading after the malformed frames");
+    for reason in ["truncated", "oversized", "bad_vnet_hdr"] {
+        assert_eq!(
+            drop_count(&after, &bad, reason),
+            drop_count(&s, &bad, reason),
+            "a well-formed frame was dropped as {reason}"
+        );
+    }
+
+    // The others kept forwarding, dropped nothing, and their streams never stalled.
+    sleep_until(t0, 6.0);
+    let late = lab.stats();
+    for name in [lab.tap(0), lab.tap(1)] {
+        let (b, l) = (
+            counter(&before, name, "rx_bytes"),
+            counter(&late, name, "rx_bytes"),
+        );
+        assert!(
+            l > b + 100_000_000,
+            "{name}: rx_bytes {b} → {l} from 2 s to 6 s"
+        );
+        let drops = &port(&late, name)["drops"];
+        for r in ["truncated", "oversized", "bad_vnet_hdr"] {
+            assert_eq!(drops[r], 0, "{name}: {drops}");
+        }
+        assert_eq!(drops["tx_error"], port(&before, name)["drops"]["tx_error"]);
+    }
+    let reports: Vec<Report> = servers
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(20)))
+        .collect();
+    drop(clients);
+    for r in &reports {
+        let per_s = r.interval_bytes_from(0.0);
+        assert!(
+            per_s.iter().all(|&b| b > 5_000_000),
+            "a stream stalled: bytes per second {per_s:?}"
+        );
+    }
+    let rates: Vec<f64> = reports.iter().map(|r| r.mbit(1.0, 8.0)).collect();
+    check(
+        "VM1 and VM2 while VM3 sends malformed frames",
+        &rates,
+        &reference(&weights(&[1, 1])),
+        LOOSE_TOL,
+        LOOSE_AGGREGATE,
+    );
+}
+
+#[test]
+fn sigkill_and_restart_restore_every_policy() {
+    let Some(_serial) = can_run("sigkill_and_restart_restore_every_policy") else {
+        return;
+    };
+    let mut lab = lab(4, &[1, 1, 1]);
+    let (vm1, vm2, vm3) = (
+        lab.tap(0).to_string(),
+        lab.tap(1).to_string(),
+        lab.tap(2).to_string(),
+    );
+    let added = format!("{}v9", vm1.trim_end_matches("v1"));
+    let d = &lab.daemon;
+    d.call(
+        "PUT",
+        &format!("/v1/policies/{vm1}"),
+        json!({"weight": 4, "min": "100Mbit"}),
+    );
+    d.call(
+        "PUT",
+        &format!("/v1/policies/{vm2}"),
+        json!({"max": "300Mbit", "priority": 2}),
+    );
+    d.call("PUT", &format!("/v1/policies/{vm3}"), json!({"weight": 7}));
+    d.call(
+        "POST",
+        "/v1/ports",
+        json!({"name": added, "policy": {"weight": 3, "min": "50Mbit", "max": "200Mbit"}}),
+    );
+    let policies = d.get("/v1/policies");
+    let ports = d.get("/v1/ports");
+
+    lab.daemon.kill9();
+    // Its TAPs go with its descriptors; the config's come back at the restart.
+    let taps_gone = poll(Duration::from_secs(5), || {
+        (lab.vms.iter().all(|(t, ns)| !ns.has_link(t))
+            && !Path::new("/sys/class/net").join(&added).exists())
+        .then_some(())
+    });
+    assert!(taps_gone.is_some(), "vqosd's TAPs outlived it");
+    let socket = lab.dir.path().join("vqosd.sock");
+    lab.daemon = Daemon::start(&lab.config, &socket);
+    assert_eq!(lab.daemon.get("/v1/policies"), policies);
+    assert_eq!(lab.daemon.get("/v1/ports"), ports);
+    let s = lab.stats();
+    for (name, p) in policies.as_object().unwrap() {
+        assert_eq!(&port(&s, name)["policy"], p, "{name}");
+    }
+
+    // The data plane runs on the restored policies too: VM1 and VM3 split the link 4:7 (the
+    // config says 1:1).
+    for (i, (tap, ns)) in lab.vms.iter().enumerate() {
+        ns.take_link(tap, &format!("{}.{}/24", lab.net, i + 1));
+    }
+    lab.sink
+        .take_link(&lab.uplink, &format!("{}.254/24", lab.net));
+    let servers = [lab.server(5201), lab.server(5203)];
+    std::thread::sleep(Duration::from_millis(500));
+    let clients = [lab.client(0, 5201, 5), lab.client(2, 5203, 5)];
+    let rates: Vec<f64> = servers
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(20)).mbit(1.0, 5.0))
+        .collect();
+    drop(clients);
+    let mut restored = weights(&[4, 7]);
+    restored[0].min_bps = 100_000_000;
+    check(
+        "VM1 and VM3 after the restart",
+        &rates,
+        &reference(&restored),
+        LOOSE_TOL,
+        LOOSE_AGGREGATE,
+    );
+}
+
+/// A maximum set before the vif sends must hold once it does (as after a restart, when every
+/// policy is configured before traffic). Fails today: the `vqos` engine bounds a cap bucket's
+/// debt by the largest batch cost seen *when the policy is configured* (2 × 64 KiB before any
+/// traffic), so the cost of later batches of TSO super-frames (up to 32 × 64 KiB) is mostly
+/// forgiven and the vif runs at line rate. A cap set while traffic flows holds (see
+/// `weights_then_live_policies`).
+#[test]
+#[ignore = "vqos engine: cap debt limit fixed at configure time; run with --ignored"]
+fn a_max_set_before_traffic_holds() {
+    let Some(_serial) = can_run("a_max_set_before_traffic_holds") else {
+        return;
+    };
+    let lab = lab(5, &[1]);
+    lab.daemon.call(
+        "PUT",
+        &format!("/v1/policies/{}", lab.tap(0)),
+        json!({"max": "300Mbit"}),
+    );
+    let server = lab.server(5201);
+    std::thread::sleep(Duration::from_millis(500));
+    let client = lab.client(0, 5201, 5);
+    let got = Report::of(server, Duration::from_secs(20)).mbit(1.0, 5.0);
+    drop(client);
+    println!("a lone VM with max 300Mbit: {got:.1} Mbit/s");
+    assert!((got - 300.0).abs() <= 0.05 * 300.0, "{got:.1} Mbit/s");
+}
