@@ -70,4 +70,34 @@ mod tests {
         let order: Vec<VifId> = (0..6).map(|t| rr.select(&ready, t).unwrap().vif).collect();
         assert_eq!(order, vec![0, 2, 3, 0, 2, 3]);
     }
+
+    #[test]
+    fn live_change_adds_and_removes_vifs_between_batches() {
+        let two = (0..2).fold(PolicySet::new(None), |s, i| {
+            s.with_vif(&format!("v{i}"), VifPolicy::default())
+        });
+        let mut rr = RoundRobin::new();
+        rr.configure(&two, 0).unwrap();
+        let mut ready = ReadySet::new(2);
+        ready.set(0, true);
+        ready.set(1, true);
+        assert_eq!(rr.select(&ready, 0).unwrap().vif, 0);
+        assert_eq!(rr.select(&ready, 1).unwrap().vif, 1);
+        // A third vif joins mid-run: it is served in its turn.
+        let three = two.clone().with_vif("v2", VifPolicy::default());
+        rr.configure(&three, 2).unwrap();
+        ready.resize(3);
+        ready.set(2, true);
+        let order: Vec<VifId> = (0..3).map(|t| rr.select(&ready, t).unwrap().vif).collect();
+        assert_eq!(order, vec![0, 1, 2]);
+        // Back to one vif: the cursor wraps instead of pointing past the end.
+        let one = PolicySet::new(None).with_vif("v0", VifPolicy::default());
+        rr.configure(&one, 3).unwrap();
+        ready.resize(1);
+        assert_eq!(rr.select(&ready, 4).unwrap().vif, 0);
+        // An invalid set is refused and the engine keeps serving the old one.
+        let bad = one.clone().with_vif("v0", VifPolicy::default());
+        assert!(rr.configure(&bad, 5).is_err());
+        assert_eq!(rr.select(&ready, 6).unwrap().vif, 0);
+    }
 }
