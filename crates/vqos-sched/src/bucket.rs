@@ -75,6 +75,13 @@ impl TokenBucket {
         }
     }
 
+    /// Raises the debt the bucket tolerates to at least `debt` (a batch bigger than any seen
+    /// before must be charged in full, or the rate it stands for would not hold).
+    #[inline]
+    pub fn allow_debt(&mut self, debt: u64) {
+        self.debt_limit = self.debt_limit.max(i64::try_from(debt).unwrap_or(i64::MAX));
+    }
+
     /// Takes `cost` tokens (may leave the bucket in debt, down to the debt limit).
     #[inline]
     pub fn consume(&mut self, cost: u64) {

@@ -11,7 +11,7 @@
 //! - `removing_a_port_under_load_affects_only_that_port`.
 //! - `malformed_frames_are_dropped_and_counted_per_reason`.
 //! - `sigkill_and_restart_restore_every_policy`: through the API, and in the data plane.
-//! - `a_max_set_before_traffic_holds` (ignored: fails today, see its comment).
+//! - `a_max_set_before_traffic_holds`: a cap configured before traffic holds with TSO batches.
 //!
 //! Rates are what iperf3's *server* received, per 1 s interval, summed over a window of the run
 //! (one long stream per VM, so a policy change is measured without restarting the traffic).
@@ -1057,13 +1057,11 @@ fn sigkill_and_restart_restore_every_policy() {
 }
 
 /// A maximum set before the vif sends must hold once it does (as after a restart, when every
-/// policy is configured before traffic). Fails today: the `vqos` engine bounds a cap bucket's
-/// debt by the largest batch cost seen *when the policy is configured* (2 × 64 KiB before any
-/// traffic), so the cost of later batches of TSO super-frames (up to 32 × 64 KiB) is mostly
-/// forgiven and the vif runs at line rate. A cap set while traffic flows holds (see
-/// `weights_then_live_policies`).
+/// policy is configured before traffic). This failed once: the `vqos` engine bounded a cap
+/// bucket's debt by the largest batch cost seen when the policy was configured (2 × 64 KiB
+/// before any traffic), so later batches of TSO super-frames (up to 32 × 64 KiB) were mostly
+/// forgiven and the vif ran at line rate.
 #[test]
-#[ignore = "vqos engine: cap debt limit fixed at configure time; run with --ignored"]
 fn a_max_set_before_traffic_holds() {
     let Some(_serial) = can_run("a_max_set_before_traffic_holds") else {
         return;

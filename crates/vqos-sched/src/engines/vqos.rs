@@ -291,6 +291,9 @@ impl Engine for Vqos {
         let cost = usage.cost(self.cost);
         self.max_batch_cost = self.max_batch_cost.max(cost);
         let lead = self.lead_limit(self.vifs.get(vif).map_or(1, |v| v.weight));
+        // Buckets configured before the biggest batches were seen (a max from the config file,
+        // set before traffic) must still charge those batches in full.
+        let debt = 2 * self.max_batch_cost;
         let Some(v) = self.vifs.get_mut(vif) else {
             return;
         };
@@ -300,10 +303,12 @@ impl Engine for Vqos {
         v.tag = v.tag.min(self.vtime + lead);
         if let Some(cap) = v.cap.as_mut() {
             cap.refill(now_ns);
+            cap.allow_debt(debt);
             cap.consume(cost);
         }
         if let Some(floor) = v.floor.as_mut() {
             floor.refill(now_ns);
+            floor.allow_debt(debt);
             floor.consume(cost);
         }
     }
@@ -535,6 +540,28 @@ mod tests {
         assert!(e.select(&ready, at - 1).is_none());
         now = at;
         assert!(e.select(&ready, now).is_some());
+    }
+
+    /// A cap configured before any traffic (from a config file, restored after a restart)
+    /// holds when the batches turn out to be 32 TSO super-frames of 64 KB: the debt a bucket
+    /// tolerates grows with the biggest batch seen.
+    #[test]
+    fn cap_set_before_traffic_holds_with_super_frames() {
+        let cap = 10_000_000_000;
+        let set = PolicySet::new(Some(cap))
+            .with_vif(
+                "capped",
+                VifPolicy {
+                    max_bps: Some(300_000_000),
+                    ..Default::default()
+                },
+            )
+            .with_vif("other", VifPolicy::default());
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        let d = vec![Demand::Greedy, Demand::Idle];
+        let rates = run_link(&mut e, cap, &d, 65_536, 0, 2_000_000_000);
+        assert_close(&rates[..1], &[300_000_000], 0.02);
     }
 
     #[test]
