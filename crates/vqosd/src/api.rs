@@ -15,6 +15,7 @@
 //! | `/v1/stats` | GET |
 //! | `/metrics` | GET |
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -62,13 +63,37 @@ pub enum ApiError {
 /// The daemon's view of its ports; `ports[i]` is the port of `set.vifs[i]`.
 #[derive(Debug, Clone)]
 struct View {
-    /// Capacity, cost model and every vif's policy.
+    /// Capacity, cost model and every vif's policy, as the user set them (persisted, answered).
     set: PolicySet,
     /// How each vif's port was made.
     ports: Vec<PortConfig>,
+    /// The controllers' limits by vif name, bit/s (never persisted).
+    limits: BTreeMap<String, u64>,
+    /// The ECN probabilities last pushed to the switch, by vif name.
+    ecn: BTreeMap<String, f64>,
+}
+
+/// The policy the switch enforces for `policy` under a controller limit: max = min(user max,
+/// limit), never below the user's min. Everything else is the user's.
+pub fn effective_policy(policy: &VifPolicy, limit: Option<u64>) -> VifPolicy {
+    let mut p = policy.clone();
+    if let Some(l) = limit {
+        let l = l.max(p.min_bps);
+        p.max_bps = Some(p.max_bps.map_or(l, |m| m.min(l)));
+    }
+    p
 }
 
 impl View {
+    /// The set the switch enforces: the user's policies under the controllers' limits.
+    fn effective(&self) -> PolicySet {
+        let mut set = self.set.clone();
+        for v in &mut set.vifs {
+            v.policy = effective_policy(&v.policy, self.limits.get(&v.name).copied());
+        }
+        set
+    }
+
     fn saved(&self) -> SavedState {
         SavedState {
             version: STATE_VERSION,
@@ -190,7 +215,12 @@ impl Api {
                 });
             }
         }
-        let view = View { set, ports };
+        let view = View {
+            set,
+            ports,
+            limits: BTreeMap::new(),
+            ecn: BTreeMap::new(),
+        };
         state::save(&config.state_file, &view.saved())?;
         Ok(Api {
             backend,
@@ -344,11 +374,13 @@ impl Api {
         let mut next = v.clone();
         let port = next.ports.remove(id);
         let spec = next.set.vifs.remove(id);
+        next.limits.remove(name);
+        next.ecn.remove(name);
         self.backend.remove_port(name).map_err(backend_fail)?;
         if let Err(e) = state::save(&self.state_file, &next.saved()) {
             // Best effort: put the port back where it was.
             let _ = self.backend.add_port(&port, &spec.policy);
-            let _ = self.backend.set_policies(&v.set);
+            let _ = self.backend.set_policies(&v.effective());
             return Err(save_fail(e));
         }
         *v = next;
@@ -375,20 +407,74 @@ impl Api {
             .map_err(|e| (policy_status(&e), e.to_string()))?;
         let next = View {
             set: next_set,
-            ports: v.ports.clone(),
+            ..v.clone()
         };
-        self.backend.set_policies(&next.set).map_err(backend_fail)?;
+        self.backend
+            .set_policies(&next.effective())
+            .map_err(backend_fail)?;
         if let Err(e) = state::save(&self.state_file, &next.saved()) {
-            let _ = self.backend.set_policies(&v.set);
+            let _ = self.backend.set_policies(&v.effective());
             return Err(save_fail(e));
         }
         *v = next;
         Ok(Response::json(200, &PolicyView::from(&policy)))
     }
 
+    /// The policy set the switch enforces: the user's policies under the controllers' limits
+    /// (equal to [`Api::policies`] without controllers).
+    pub fn effective_policies(&self) -> PolicySet {
+        self.lock().effective()
+    }
+
+    /// The controllers' limits in force, by vif name (bit/s).
+    pub fn controller_limits(&self) -> BTreeMap<String, u64> {
+        self.lock().limits.clone()
+    }
+
+    /// Replaces the controllers' limits (by vif name, bit/s; names that are not vifs are
+    /// ignored) and, if that changes what the switch enforces, installs the effective policy set
+    /// through the same snapshot path as a policy change. The user's policies (stored,
+    /// persisted, answered by `GET /v1/policies`) are not touched. On error nothing changes.
+    pub fn set_controller_limits(
+        &self,
+        limits: &BTreeMap<String, u64>,
+    ) -> Result<(), BackendError> {
+        let mut v = self.lock();
+        let mut next = v.clone();
+        next.limits = limits
+            .iter()
+            .filter(|(name, _)| next.set.id(name).is_ok())
+            .map(|(n, l)| (n.clone(), *l))
+            .collect();
+        let eff = next.effective();
+        if eff != v.effective() {
+            self.backend.set_policies(&eff)?;
+        }
+        *v = next;
+        Ok(())
+    }
+
+    /// Pushes the PID-ECN controller's marking probabilities (by vif name, each in [0, 1];
+    /// vifs not named get 0) to the switch. On error nothing changes.
+    pub fn set_ecn_probabilities(&self, probs: &BTreeMap<String, f64>) -> Result<(), BackendError> {
+        let mut v = self.lock();
+        let list: Vec<(String, f64)> = v
+            .set
+            .vifs
+            .iter()
+            .map(|s| (s.name.clone(), probs.get(&s.name).copied().unwrap_or(0.0)))
+            .collect();
+        self.backend.set_ecn_probabilities(&list)?;
+        v.ecn = list.into_iter().collect();
+        Ok(())
+    }
+
     /// The body of `GET /v1/stats`.
     pub fn stats(&self) -> StatsView {
-        let set = self.lock().set.clone();
+        let (set, limits, ecn) = {
+            let v = self.lock();
+            (v.set.clone(), v.limits.clone(), v.ecn.clone())
+        };
         let mut raw = self.backend.stats();
         // The switch publishes its counters asynchronously: a vif added a moment ago is shown
         // with zero counters until its first snapshot, so the stats always list every vif.
@@ -410,9 +496,12 @@ impl Api {
                     .id(&s.name)
                     .ok()
                     .map(|i| PolicyView::from(set.policy(i)));
+                let vif = policy.is_some();
                 PortStatsView {
                     role: if uplink { "uplink" } else { "vif" }.to_string(),
                     policy,
+                    controller_limit_bps: limits.get(&s.name).copied(),
+                    ecn_probability: vif.then(|| ecn.get(&s.name).copied().unwrap_or(0.0)),
                     stats: s,
                 }
             })

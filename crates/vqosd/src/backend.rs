@@ -93,6 +93,11 @@ pub struct LoopStats {
 /// Everything the switch reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwitchStats {
+    /// When the switch took this snapshot, ns on the switch's own monotonic clock (`None`: the
+    /// backend has no clock of its own, as the mock). The controllers measure the counters at
+    /// this time, so the publication delay does not distort their windows.
+    #[serde(default)]
+    pub time_ns: Option<u64>,
     /// Per port (vifs and the uplink).
     pub ports: Vec<PortStats>,
     /// Per poll loop.
@@ -107,6 +112,9 @@ pub trait Backend: Send + Sync {
     fn remove_port(&self, name: &str) -> Result<(), BackendError>;
     /// Installs a new policy snapshot (all vifs).
     fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError>;
+    /// Sets the probability of marking CE on frames from the uplink to each named vif (the
+    /// PID-ECN controller's output); vifs not named get 0.
+    fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError>;
     /// Current counters.
     fn stats(&self) -> SwitchStats;
     /// Stops forwarding; called once when the daemon leaves.
@@ -122,6 +130,8 @@ pub enum MockCall {
     RemovePort(String),
     /// `set_policies` with that many vifs.
     SetPolicies(usize),
+    /// `set_ecn_probabilities` with that many vifs.
+    SetEcn(usize),
     /// `stop()`.
     Stop,
 }
@@ -134,6 +144,8 @@ struct MockState {
     counters: BTreeMap<String, PortStats>,
     /// Every call received.
     calls: Vec<MockCall>,
+    /// The last ECN probabilities received, by vif name.
+    ecn: BTreeMap<String, f64>,
     /// When set, the next `add_port` fails with this message.
     fail_next_add: Option<String>,
     /// True once `stop` was called.
@@ -183,6 +195,11 @@ impl MockBackend {
     /// Sets the counters `stats` reports for a port (`stats.name` selects it).
     pub fn set_port_stats(&self, stats: PortStats) {
         self.lock().counters.insert(stats.name.clone(), stats);
+    }
+
+    /// The ECN probabilities last set, by vif name (a vif not named in the last call is absent).
+    pub fn ecn_probabilities(&self) -> BTreeMap<String, f64> {
+        self.lock().ecn.clone()
     }
 
     /// Makes the next `add_port` fail as a TAP that cannot be opened would.
@@ -243,6 +260,26 @@ impl Backend for MockBackend {
         Ok(())
     }
 
+    fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
+        let mut s = self.lock();
+        s.calls.push(MockCall::SetEcn(probabilities.len()));
+        if s.stopped {
+            return Err(BackendError::Switch("stopped".into()));
+        }
+        for (name, p) in probabilities {
+            if !s.ports.iter().any(|(q, _)| &q.name == name) {
+                return Err(BackendError::UnknownPort(name.clone()));
+            }
+            if !(0.0..=1.0).contains(p) {
+                return Err(BackendError::Switch(format!(
+                    "ECN probability {p} of '{name}' is outside [0, 1]"
+                )));
+            }
+        }
+        s.ecn = probabilities.iter().cloned().collect();
+        Ok(())
+    }
+
     fn stats(&self) -> SwitchStats {
         let s = self.lock();
         let ports = s
@@ -258,6 +295,7 @@ impl Backend for MockBackend {
             })
             .collect();
         SwitchStats {
+            time_ns: None,
             ports,
             loops: vec![LoopStats {
                 name: "mock0".to_string(),

@@ -22,6 +22,17 @@
 //! create = true               # false: attach to an existing TAP
 //! macs = ["02:00:00:00:00:01"]
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
+//!
+//! controllers = ["fairness", "pid-ecn"]   # optional, at the top level
+//! [fairness]                  # optional, only with "fairness"
+//! period = "5s"
+//! probe = "500ms"
+//! [pid_ecn]                   # optional, only with "pid-ecn"
+//! slot = "200ms"
+//! kp = 0.0005
+//! ki = 0.0005
+//! kd = 0.00005
+//! capacity = "940Mbit"        # NC; default: the uplink capacity (1Gbit when unlimited)
 //! ```
 //!
 //! Unknown keys are errors that name the key. The ports and policies are validated as one
@@ -34,6 +45,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
+use vqos_sched::controllers::fairness::FairnessParams;
+use vqos_sched::controllers::pid_ecn::PidParams;
+use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::PortConfig;
@@ -74,6 +88,9 @@ pub enum ConfigError {
     /// A TCP listener without a token, or a token given twice.
     #[error("Invalid config: {0}")]
     Token(String),
+    /// A controller name or parameter that is not valid.
+    #[error("Invalid config: {0}")]
+    Controllers(String),
     /// The token file could not be read.
     #[error("Cannot read token file {path}")]
     TokenFile {
@@ -99,6 +116,140 @@ struct RawConfig {
     uplink: Option<RawUplink>,
     #[serde(default)]
     port: Vec<PortRequest>,
+    #[serde(default)]
+    controllers: Vec<String>,
+    fairness: Option<RawFairness>,
+    pid_ecn: Option<RawPid>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFairness {
+    period: Option<String>,
+    probe: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPid {
+    slot: Option<String>,
+    kp: Option<f64>,
+    ki: Option<f64>,
+    kd: Option<f64>,
+    capacity: Option<Rate>,
+}
+
+/// The controllers the daemon runs beside the switch, with their parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ControllersConfig {
+    /// The fairness adjuster (`"fairness"`), if enabled.
+    pub fairness: Option<FairnessParams>,
+    /// PID-ECN (`"pid-ecn"`), if enabled.
+    pub pid_ecn: Option<PidParams>,
+}
+
+impl ControllersConfig {
+    /// True when no controller is enabled.
+    pub fn is_empty(&self) -> bool {
+        self.fairness.is_none() && self.pid_ecn.is_none()
+    }
+}
+
+fn duration(key: &str, text: &Option<String>, default: u64) -> Result<u64, ConfigError> {
+    match text {
+        None => Ok(default),
+        Some(t) => match parse_duration_ns(t) {
+            Ok(0) => Err(ConfigError::Controllers(format!("{key} must be positive"))),
+            Ok(ns) => Ok(ns),
+            Err(e) => Err(ConfigError::Controllers(format!("{key}: {e}"))),
+        },
+    }
+}
+
+fn gain(key: &str, v: Option<f64>, default: f64) -> Result<f64, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(k) if k.is_finite() && k >= 0.0 => Ok(k),
+        Some(k) => Err(ConfigError::Controllers(format!(
+            "{key} = {k}: a gain must be a finite number >= 0"
+        ))),
+    }
+}
+
+/// The `controllers` list and the `[fairness]` / `[pid_ecn]` tables, validated.
+fn controllers(
+    names: &[String],
+    fairness: Option<RawFairness>,
+    pid: Option<RawPid>,
+    capacity_bps: Option<u64>,
+) -> Result<ControllersConfig, ConfigError> {
+    let mut out = ControllersConfig::default();
+    let (mut want_fair, mut want_pid) = (false, false);
+    for n in names {
+        let slot = match n.as_str() {
+            "fairness" => &mut want_fair,
+            "pid-ecn" => &mut want_pid,
+            other => {
+                return Err(ConfigError::Controllers(format!(
+                    "unknown controller '{other}' (expected \"fairness\" or \"pid-ecn\")"
+                )))
+            }
+        };
+        if *slot {
+            return Err(ConfigError::Controllers(format!(
+                "controller '{n}' is listed twice"
+            )));
+        }
+        *slot = true;
+    }
+    if fairness.is_some() && !want_fair {
+        return Err(ConfigError::Controllers(
+            "[fairness] is given but controllers does not list \"fairness\"".into(),
+        ));
+    }
+    if pid.is_some() && !want_pid {
+        return Err(ConfigError::Controllers(
+            "[pid_ecn] is given but controllers does not list \"pid-ecn\"".into(),
+        ));
+    }
+    if want_fair {
+        let raw = fairness.unwrap_or_default();
+        let d = FairnessParams::default();
+        let period_ns = duration("fairness.period", &raw.period, d.period_ns)?;
+        let probe_ns = duration("fairness.probe", &raw.probe, d.probe_ns)?;
+        if probe_ns.saturating_mul(2) > period_ns {
+            return Err(ConfigError::Controllers(format!(
+                "fairness.period must be at least two probes (period {period_ns} ns, probe {probe_ns} ns)"
+            )));
+        }
+        out.fairness = Some(FairnessParams {
+            period_ns,
+            probe_ns,
+            ..d
+        });
+    }
+    if want_pid {
+        let raw = pid.unwrap_or_default();
+        let d = PidParams::default();
+        let capacity_bps = match raw.capacity {
+            Some(Rate(Some(0))) | Some(Rate(None)) => {
+                return Err(ConfigError::Controllers(
+                    "pid_ecn.capacity must be a positive rate".into(),
+                ))
+            }
+            Some(Rate(Some(c))) => c,
+            None => capacity_bps.filter(|&c| c > 0).unwrap_or(d.capacity_bps),
+        };
+        out.pid_ecn = Some(PidParams {
+            slot_ns: duration("pid_ecn.slot", &raw.slot, d.slot_ns)?,
+            kp: gain("pid_ecn.kp", raw.kp, d.kp)?,
+            ki: gain("pid_ecn.ki", raw.ki, d.ki)?,
+            kd: gain("pid_ecn.kd", raw.kd, d.kd)?,
+            capacity_bps,
+            ..d
+        });
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,7 +283,7 @@ pub struct TcpConfig {
 }
 
 /// A validated configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Uplink capacity in bit/s; `None` = unlimited.
     pub capacity_bps: Option<u64>,
@@ -154,6 +305,8 @@ pub struct Config {
     pub uplink: Option<PortConfig>,
     /// The initial vif ports and their policies, in order.
     pub ports: Vec<(PortConfig, VifPolicy)>,
+    /// The controllers run beside the switch (none by default).
+    pub controllers: ControllersConfig,
 }
 
 impl Config {
@@ -195,6 +348,12 @@ impl Config {
             ));
         }
         set.validate()?;
+        let controllers = controllers(
+            &raw.controllers,
+            raw.fairness,
+            raw.pid_ecn,
+            set.capacity_bps,
+        )?;
         let uplink = match raw.uplink {
             Some(u) => {
                 check_port_name(&u.name)?;
@@ -241,6 +400,7 @@ impl Config {
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
             uplink,
             ports,
+            controllers,
         })
     }
 
@@ -410,6 +570,56 @@ create = false
             .contains("Invalid MAC address '02:00'"));
         assert!(err("[[port]]\nname = \"a/b\"").contains("Invalid port name 'a/b'"));
         assert!(err("[uplink]\nname = \"a\"\n[[port]]\nname = \"a\"").contains("Duplicate vif 'a'"));
+    }
+
+    #[test]
+    fn controllers_and_their_parameters() {
+        let c = Config::parse("", env).unwrap();
+        assert!(c.controllers.is_empty());
+        let c = Config::parse(
+            "capacity = \"940Mbit\"\ncontrollers = [\"fairness\", \"pid-ecn\"]\n[fairness]\nperiod = \"2s\"\nprobe = \"250ms\"\n[pid_ecn]\nkp = 0.01\nslot = \"100ms\"",
+            env,
+        )
+        .unwrap();
+        let f = c.controllers.fairness.unwrap();
+        assert_eq!((f.period_ns, f.probe_ns), (2_000_000_000, 250_000_000));
+        let p = c.controllers.pid_ecn.unwrap();
+        assert_eq!(
+            (p.kp, p.slot_ns, p.capacity_bps),
+            (0.01, 100_000_000, 940_000_000)
+        );
+        assert_eq!(p.ki, PidParams::default().ki);
+        // NC defaults to 1 Gbit/s with an unlimited uplink; an explicit one wins.
+        let p = Config::parse("controllers = [\"pid-ecn\"]", env)
+            .unwrap()
+            .controllers
+            .pid_ecn
+            .unwrap();
+        assert_eq!(p.capacity_bps, 1_000_000_000);
+        let p = Config::parse(
+            "capacity = \"10Gbit\"\ncontrollers = [\"pid-ecn\"]\n[pid_ecn]\ncapacity = \"940Mbit\"",
+            env,
+        )
+        .unwrap()
+        .controllers
+        .pid_ecn
+        .unwrap();
+        assert_eq!(p.capacity_bps, 940_000_000);
+        assert!(err("controllers = [\"pid\"]").contains("unknown controller 'pid'"));
+        assert!(err("controllers = [\"fairness\", \"fairness\"]").contains("listed twice"));
+        assert!(err("[fairness]\nperiod = \"5s\"").contains("does not list \"fairness\""));
+        assert!(err("controllers = [\"pid-ecn\"]\n[pid_ecn]\nkp = -1.0").contains("kp"));
+        assert!(
+            err("controllers = [\"pid-ecn\"]\n[pid_ecn]\nkq = 1.0").contains("unknown field `kq`")
+        );
+        assert!(err(
+            "controllers = [\"fairness\"]\n[fairness]\nperiod = \"1s\"\nprobe = \"800ms\""
+        )
+        .contains("at least two probes"));
+        assert!(
+            err("controllers = [\"fairness\"]\n[fairness]\nperiod = \"5 parsecs\"")
+                .contains("fairness.period")
+        );
     }
 
     #[test]

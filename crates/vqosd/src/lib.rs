@@ -4,8 +4,9 @@
 //! HTTP/1.1 ([`http`], [`server`]) on a root-only unix socket and optionally on a
 //! token-protected loopback TCP port, Prometheus [`metrics`], the persisted policy [`state`],
 //! and the [`backend`] boundary to the switch (the real data plane through [`switch`], or an
-//! in-memory mock that ships with the crate for tests). A small [`client`] speaks the same protocol; the `vqos` CLI
-//! and the tests use it.
+//! in-memory mock that ships with the crate for tests), and the [`controllers`] (fairness
+//! adjuster, PID-ECN) that run beside the switch when the config enables them. A small
+//! [`client`] speaks the same protocol; the `vqos` CLI and the tests use it.
 //!
 //! ## Behavior
 //! - Every change (add or remove a port, set a policy) is validated as a whole policy set first;
@@ -32,6 +33,7 @@ pub mod api;
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod controllers;
 pub mod http;
 pub mod metrics;
 pub mod server;

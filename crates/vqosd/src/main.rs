@@ -92,18 +92,45 @@ fn run(args: Args) -> Result<()> {
             return Err(e.into());
         }
     };
+    let mut controllers = if config.controllers.is_empty() {
+        None
+    } else {
+        match vqosd::controllers::spawn(config.controllers.clone(), api.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                server.shutdown();
+                backend.stop();
+                return Err(anyhow::Error::from(e).context("Cannot start the controllers"));
+            }
+        }
+    };
     let mut listening = format!("unix:{}", config.socket_path.display());
     if let Some(addr) = server.tcp_addr() {
         listening.push_str(&format!(" tcp:{addr}"));
     }
+    let mut names = Vec::new();
+    if config.controllers.fairness.is_some() {
+        names.push("fairness");
+    }
+    if config.controllers.pid_ecn.is_some() {
+        names.push("pid-ecn");
+    }
     println!(
-        "vqosd: listening on {listening}; engine {}, capacity {}, {} port(s)",
+        "vqosd: listening on {listening}; engine {}, capacity {}, {} port(s), controllers: {}",
         config.engine,
         format_rate(config.capacity_bps),
-        api.policies().len()
+        api.policies().len(),
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
     );
     let sig = signals.wait()?;
     eprintln!("vqosd: signal {sig}, stopping");
+    if let Some(c) = controllers.as_mut() {
+        c.stop();
+    }
     server.shutdown();
     backend.stop();
     Ok(())

@@ -62,6 +62,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "gauge",
         "1 while the engine refuses to serve the port.",
     ),
+    (
+        "vqos_controller_limit_bps",
+        "gauge",
+        "The fairness adjuster's limit on the vif, bit/s (absent when it sets none).",
+    ),
+    (
+        "vqos_ecn_probability",
+        "gauge",
+        "The PID-ECN controller's CE-marking probability for frames to the vif.",
+    ),
     ("vqos_policy_weight", "gauge", "Weight of the vif's policy."),
     (
         "vqos_policy_min_bps",
@@ -170,6 +180,16 @@ pub fn render(stats: &StatsView) -> String {
                         }
                         "vqos_port_credit" => sample(&port, &s.credit),
                         "vqos_port_throttled" => sample(&port, &u8::from(s.throttled)),
+                        "vqos_controller_limit_bps" => {
+                            if let Some(l) = p.controller_limit_bps {
+                                sample(&port, &l);
+                            }
+                        }
+                        "vqos_ecn_probability" => {
+                            if let Some(e) = p.ecn_probability {
+                                sample(&port, &e);
+                            }
+                        }
                         _ => {
                             let Some(pol) = &p.policy else { continue };
                             match name {
@@ -346,6 +366,8 @@ mod tests {
                     },
                     role: "vif".into(),
                     policy: Some(PolicyView::from(&policy)),
+                    controller_limit_bps: Some(3_000),
+                    ecn_probability: Some(0.25),
                 },
                 PortStatsView {
                     stats: PortStats {
@@ -354,6 +376,8 @@ mod tests {
                     },
                     role: "uplink".into(),
                     policy: None,
+                    controller_limit_bps: None,
+                    ecn_probability: None,
                 },
             ],
             loops: vec![LoopStats {
@@ -395,7 +419,15 @@ mod tests {
             .find(|s| s.name == "vqos_port_credit")
             .unwrap();
         assert_eq!(credit.value, -5.0);
-        // The uplink has no policy samples.
+        let ecn = samples
+            .iter()
+            .find(|s| s.name == "vqos_ecn_probability")
+            .unwrap();
+        assert_eq!((ecn.labels[0].1.as_str(), ecn.value), ("vm\"1", 0.25));
+        // The uplink has no policy or controller samples.
+        assert!(!samples.iter().any(|s| (s.name.starts_with("vqos_ecn")
+            || s.name.starts_with("vqos_controller"))
+            && s.labels[0].1 == "up0"));
         assert!(!samples
             .iter()
             .any(|s| s.name.starts_with("vqos_policy_") && s.labels[0].1 == "up0"));

@@ -92,6 +92,22 @@ impl Backend for SwitchBackend {
         self.handle.set_policies(policies.clone()).map_err(convert)
     }
 
+    fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
+        // The switch takes one probability per vif in the order of its policy set.
+        let order = self.handle.policies();
+        let list = order
+            .vifs
+            .iter()
+            .map(|v| {
+                probabilities
+                    .iter()
+                    .find(|(n, _)| *n == v.name)
+                    .map_or(0.0, |(_, p)| *p)
+            })
+            .collect();
+        self.handle.set_ecn_probabilities(list).map_err(convert)
+    }
+
     fn stats(&self) -> SwitchStats {
         let raw = self.handle.stats();
         let ports = raw
@@ -130,6 +146,7 @@ impl Backend for SwitchBackend {
             .collect();
         let l = &raw.loop_stats;
         SwitchStats {
+            time_ns: Some(raw.time_ns),
             ports,
             loops: vec![LoopStats {
                 name: "loop0".to_string(),

@@ -262,19 +262,27 @@ pub struct ErrorBody {
 }
 
 /// One port in `GET /v1/stats`: its counters, its role and (for vifs) its policy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PortStatsView {
     /// Counters and gauges from the switch.
     #[serde(flatten)]
     pub stats: PortStats,
     /// `"vif"` or `"uplink"`.
     pub role: String,
-    /// The vif's policy (`null` for the uplink).
+    /// The vif's policy as the user set it (`null` for the uplink).
     pub policy: Option<PolicyView>,
+    /// The fairness adjuster's current limit on the vif, bit/s (`null`: none). The switch
+    /// enforces `min(policy max, this)`, never below the policy's minimum.
+    #[serde(default)]
+    pub controller_limit_bps: Option<u64>,
+    /// The PID-ECN controller's CE-marking probability for frames to the vif (`null` for the
+    /// uplink; 0 without the controller).
+    #[serde(default)]
+    pub ecn_probability: Option<f64>,
 }
 
 /// The body of `GET /v1/stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatsView {
     /// The scheduling engine.
     pub engine: String,
