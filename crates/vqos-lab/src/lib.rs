@@ -9,10 +9,10 @@
 //! ## Behavior
 //! - [`run_lab`] parses the scenario (optionally scaled in time), simulates it, builds the
 //!   topology ([`topo`]), starts vqosd with a generated config (capacity, engine, cost, the
-//!   initial policies; temporary state file and socket), starts two iperf3 servers per VM in the
+//!   initial policies, the controllers; temporary state file and socket), starts two iperf3 servers per VM in the
 //!   sink and the clients in the VMs at their start times (TCP with `-P flows`, UDP with `-u -b
 //!   rate -l size`), applies events at their times (policies through the control API or `tc`;
-//!   traffic changes restart the VM's client; bottleneck changes `tc qdisc replace`), samples
+//!   traffic changes restart the VM's client; bottleneck changes `tc qdisc change`), samples
 //!   the per-VM byte counters every 100 ms (vqosd's `/v1/stats`, or `/proc/net/dev` of the
 //!   bridge's namespace for the baselines), measures vqosd's CPU (`/proc/PID/stat`) and the
 //!   kernel's softirq time (`/proc/stat`), and writes `results.json`, `timeseries.csv`,
@@ -27,8 +27,12 @@
 //!   the OVS baseline and multi-run sweeps (CPU vs number of VMs) are not done yet.
 //! - `direction = "download"` runs iperf3 in reverse (`-R`); the baselines then shape the
 //!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
-//! - The scenario's `controllers` (fairness adjuster, PID-ECN) are not driven yet: the lab
-//!   runs the engine alone; the router/bottleneck path has not been exercised by a test yet.
+//! - The scenario's `controllers` (fairness adjuster, PID-ECN) and `[controller]` gains run in
+//!   vqosd (its `controllers` config key; PID-ECN's NC is the tightest link, as in the
+//!   simulator); the baselines run without them. `net.ipv4.tcp_ecn = 1` in the VMs and the sink
+//!   so TCP negotiates ECN and CE marks reach the senders.
+//! - The router's tbf sits on its interface toward the sink for upload and toward the switch's
+//!   uplink for download; bottleneck events change its rate in place (`tc qdisc change`).
 //! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.
 #![deny(missing_docs)]
 

@@ -407,7 +407,7 @@ fn drive(
             }
             let b = sc.bottleneck_at(t);
             if b != bottleneck {
-                topo.set_bottleneck(b, sc.bottleneck_queue)?;
+                topo.set_bottleneck(bottleneck, b, sc.bottleneck_queue)?;
                 bottleneck = b;
             }
         }

@@ -140,8 +140,9 @@ pub struct Topology {
     pub sink_ns: String,
     /// The sink's address.
     pub sink_ip: String,
-    /// The router's namespace and its interface toward the sink, when there is a bottleneck.
-    pub router: Option<(String, String)>,
+    /// The router's namespace, its interface toward the sink and its interface toward the
+    /// switch's uplink, when there is a bottleneck.
+    pub router: Option<(String, String, String)>,
     /// The bridge's namespace (baselines).
     pub switch_ns: Option<String>,
     /// Per-VM port names on the switch (TAP names for vqos, bridge ports otherwise).
@@ -231,15 +232,40 @@ pub fn vqosd_config(
         CostModel::Bytes => "bytes",
         CostModel::Cycles => "cycles",
     };
+    let mut names = Vec::new();
+    if sc.fairness {
+        names.push("\"fairness\"");
+    }
+    if sc.pid_ecn {
+        names.push("\"pid-ecn\"");
+    }
     let mut s = format!(
         "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\n\
-         state_file = \"{}\"\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
+         state_file = \"{}\"\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
         sc.capacity_bps,
         sc.engine,
         sc.cpu_hz,
         work.join("state.json").display(),
+        names.join(", "),
         work.join("vqosd.sock").display(),
     );
+    let c = &sc.controller;
+    if sc.fairness {
+        s.push_str("\n[fairness]\n");
+        if let Some(p) = c.fairness_period_s {
+            s.push_str(&format!("period = \"{}ns\"\n", (p * 1e9) as u64));
+        }
+    }
+    if sc.pid_ecn {
+        // NC = the tightest link, as the simulator takes it (the router's bottleneck when
+        // there is one, else the host's capacity).
+        s.push_str(&format!("\n[pid_ecn]\ncapacity = {}\n", sc.tightest_bps()));
+        for (k, v) in [("kp", c.kp), ("ki", c.ki), ("kd", c.kd)] {
+            if let Some(v) = v {
+                s.push_str(&format!("{k} = {v:?}\n"));
+            }
+        }
+    }
     for (name, p) in ports.iter().zip(policies) {
         let max = p
             .max_bps
@@ -458,8 +484,25 @@ impl Topology {
                 ])?;
             }
             topo.sink_ip = format!("{net}.2.2");
-            topo.router = Some((router_ns, "r0".into()));
-            topo.set_bottleneck(sc.bottleneck_at(0), sc.bottleneck_queue)?;
+            let toward_switch = match baseline {
+                Baseline::Vqos => format!("{prefix}u"),
+                _ => "eth0".to_string(),
+            };
+            topo.router = Some((router_ns, "r0".into(), toward_switch));
+            topo.set_bottleneck(None, sc.bottleneck_at(0), sc.bottleneck_queue)?;
+        }
+        // ECN negotiated by the TCP endpoints (the VMs and the sink), so CE marks (PID-ECN)
+        // reach the senders; the kernel's default (2) only accepts ECN, never asks for it.
+        for ns in vm_ns.iter().chain([&sink_ns]) {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.tcp_ecn=1",
+            ])?;
         }
         Ok(topo)
     }
@@ -648,19 +691,37 @@ impl Topology {
         Ok(())
     }
 
-    /// Sets (or removes, `None`) the router's bottleneck.
-    pub fn set_bottleneck(&self, bps: Option<u64>, queue_pkts: u32) -> Result<(), LabError> {
-        let Some((ns, dev)) = &self.router else {
+    /// The router's interface that carries the scenario's traffic out: toward the sink for
+    /// upload, toward the switch's uplink for download.
+    pub fn bottleneck_dev(&self) -> Option<(&str, &str)> {
+        self.router
+            .as_ref()
+            .map(|(ns, to_sink, to_switch)| match self.direction {
+                Direction::Upload => (ns.as_str(), to_sink.as_str()),
+                Direction::Download => (ns.as_str(), to_switch.as_str()),
+            })
+    }
+
+    /// Sets (or removes, `None`) the router's bottleneck; `prev` is the one in place. A rate
+    /// change on an existing tbf is a `tc qdisc change` (the queue is kept).
+    pub fn set_bottleneck(
+        &self,
+        prev: Option<u64>,
+        bps: Option<u64>,
+        queue_pkts: u32,
+    ) -> Result<(), LabError> {
+        let Some((ns, dev)) = self.bottleneck_dev() else {
             return Ok(());
         };
-        match bps {
-            Some(b) => {
+        match (prev, bps) {
+            (_, Some(b)) => {
+                let verb = if prev.is_some() { "change" } else { "replace" };
                 tc(
-                    &["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root"],
+                    &["tc", "-n", ns, "qdisc", verb, "dev", dev, "root"],
                     &tbf_args(b, queue_pkts),
                 )?;
             }
-            None => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
+            (_, None) => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
         }
         Ok(())
     }
@@ -739,6 +800,31 @@ mod tests {
         assert_eq!(parsed.ports.len(), 1);
         assert!(cfg.contains("weight = 3"), "{cfg}");
         assert!(cfg.contains("max = 50000000"), "{cfg}");
+        assert!(parsed.controllers.is_empty());
+    }
+
+    #[test]
+    fn vqosd_config_carries_the_controllers_and_their_gains() {
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"10Gbit\"\n\
+             [topology]\nbottleneck = \"940Mbit\"\ncontrollers = [\"fairness\", \"pid-ecn\"]\n\
+             [controller]\nkp = 0.002\nkd = 1e-5\nfairness_period_s = 2.5\n\
+             [[vm]]\nname = \"vm1\"\n",
+        )
+        .unwrap();
+        let p = vec![sc.vms[0].initial.policy.clone()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        let f = parsed.controllers.fairness.expect("fairness");
+        assert_eq!(f.period_ns, 2_500_000_000);
+        let pid = parsed.controllers.pid_ecn.expect("pid-ecn");
+        assert_eq!((pid.kp, pid.kd), (0.002, 1e-5));
+        assert_eq!(
+            pid.ki,
+            vqos_sched::controllers::pid_ecn::PidParams::default().ki
+        );
+        // NC is the router's bottleneck, not the host's 10 Gbit/s.
+        assert_eq!(pid.capacity_bps, 940_000_000);
     }
 
     #[test]
