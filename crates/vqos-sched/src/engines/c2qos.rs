@@ -41,6 +41,7 @@
 //! - Live changes rebuild the queues in vif-id order (the FIFO order of the moment is lost).
 
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
+use crate::engines::by_name;
 use crate::policy::{CostModel, PolicyError, PolicySet, VifId, PRIORITY_LEVELS};
 use crate::units::NS_PER_SEC;
 
@@ -72,8 +73,10 @@ impl Default for Queue {
 }
 
 /// Per-vif state.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct VifSlot {
+    /// The vif's name: its tokens follow the name across live changes, not the index.
+    name: String,
     /// Tokens in cost units; may be negative after a batch that cost more than was left.
     tokens: i64,
     /// Refill rate in cost units per second; `None` = unlimited (never throttled).
@@ -97,6 +100,7 @@ struct VifSlot {
 impl VifSlot {
     fn new() -> Self {
         VifSlot {
+            name: String::new(),
             tokens: 0,
             rate_cost_per_sec: None,
             refill_rem: 0,
@@ -291,8 +295,16 @@ impl Engine for C2qos {
             self.refilled_ns = now_ns;
         }
         self.cost = policies.cost;
-        let old_len = self.vifs.len();
-        self.vifs.resize(policies.len(), VifSlot::new());
+        let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);
+        let mut is_new = Vec::with_capacity(policies.len());
+        for spec in &policies.vifs {
+            let prev = old.remove(&spec.name).map(|(_, s)| s);
+            is_new.push(prev.is_none());
+            self.vifs.push(prev.unwrap_or_else(|| VifSlot {
+                name: spec.name.clone(),
+                ..VifSlot::new()
+            }));
+        }
         for (v, spec) in policies.vifs.iter().enumerate() {
             let rate = spec.policy.max_bps.map(|bps| policies.cost_per_sec(bps));
             let depth = rate.map_or(0, |r| self.depth_of(r, self.vifs[v].max_batch_cost));
@@ -303,7 +315,7 @@ impl Engine for C2qos {
             if rate.is_none() {
                 s.tokens = 0;
                 s.refill_rem = 0;
-            } else if v >= old_len {
+            } else if is_new[v] {
                 // A new vif starts with a full bucket.
                 s.tokens = depth;
             } else {
@@ -889,5 +901,43 @@ mod tests {
             .sum();
         // The core is always busy: about 10 ms of cycles in 10 ms.
         assert!(t as f64 > 0.98 * (CORE_HZ / 100) as f64, "{t}");
+    }
+
+    /// Removing a vif keeps the others' tokens with their names, not their indices.
+    #[test]
+    fn tokens_follow_the_name_when_a_vif_is_removed() {
+        let set = PolicySet::new(Some(10_000_000_000))
+            .with_vif(
+                "gone",
+                VifPolicy {
+                    max_bps: Some(1_000_000_000),
+                    ..Default::default()
+                },
+            )
+            .with_vif(
+                "kept",
+                VifPolicy {
+                    max_bps: Some(1_000_000_000),
+                    ..Default::default()
+                },
+            );
+        let mut e = C2qos::new();
+        e.configure(&set, 0).unwrap();
+        e.charge(
+            0,
+            Usage {
+                packets: 32,
+                bytes: 48_000,
+                cycles: 10_000_000,
+            },
+            0,
+        );
+        assert!(e.vif_state(0).throttled);
+        let kept = e.vif_state(1);
+        assert!(!kept.throttled);
+        let mut smaller = set.clone();
+        smaller.vifs.remove(0);
+        e.configure(&smaller, 0).unwrap();
+        assert_eq!(e.vif_state(0), kept, "kept inherited gone's tokens");
     }
 }

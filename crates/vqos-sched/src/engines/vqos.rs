@@ -39,6 +39,7 @@
 
 use crate::bucket::TokenBucket;
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
+use crate::engines::by_name;
 use crate::policy::{CostModel, PolicyError, PolicySet, VifId};
 use crate::units::NS_PER_SEC;
 
@@ -64,6 +65,8 @@ const DEFAULT_RESOURCE_PER_SEC: u64 = 1_250_000_000;
 /// One vif's scheduling state.
 #[derive(Debug, Clone)]
 struct VifState {
+    /// The vif's name: its state follows the name across live changes, not the index.
+    name: String,
     /// Proportional share (> 0).
     weight: u32,
     /// 0 = most urgent .. 7.
@@ -163,15 +166,16 @@ impl Engine for Vqos {
             .sum::<u128>()
             .max(1);
         self.slack = u128::from(burst(self.resource_per_sec, SLACK_NS)) * TAG_SCALE / total_weight;
-        let old = std::mem::take(&mut self.vifs);
-        for (id, spec) in policies.vifs.iter().enumerate() {
+        let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);
+        for spec in &policies.vifs {
             let p = &spec.policy;
             let cap_rate = p.max_bps.map(|m| policies.cost_per_sec(m));
             let floor_rate = (p.min_bps > 0).then(|| policies.cost_per_sec(p.min_bps));
             let debt = 2 * self.max_batch_cost;
-            let mut state = match old.get(id) {
-                Some(prev) => prev.clone(),
+            let mut state = match old.remove(&spec.name) {
+                Some((_, prev)) => prev,
                 None => VifState {
+                    name: spec.name.clone(),
                     weight: p.weight,
                     priority: p.priority,
                     tag: self.vtime,
@@ -562,6 +566,52 @@ mod tests {
         let d = vec![Demand::Greedy, Demand::Idle];
         let rates = run_link(&mut e, cap, &d, 65_536, 0, 2_000_000_000);
         assert_close(&rates[..1], &[300_000_000], 0.02);
+    }
+
+    /// Removing a vif keeps every other vif's state with its name, not with its index: the
+    /// throttled vif's debt does not land on its neighbour.
+    #[test]
+    fn state_follows_the_name_when_a_vif_is_removed() {
+        let set = PolicySet::new(Some(1_000_000_000))
+            .with_vif(
+                "gone",
+                VifPolicy {
+                    max_bps: Some(8_000_000),
+                    ..Default::default()
+                },
+            )
+            .with_vif(
+                "kept",
+                VifPolicy {
+                    max_bps: Some(8_000_000),
+                    ..Default::default()
+                },
+            );
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        // Drive "gone" deep into debt; "kept" stays full.
+        let mut ready = ReadySet::new(2);
+        ready.set(0, true);
+        while let Some(g) = e.select(&ready, 0) {
+            e.charge(
+                g.vif,
+                Usage {
+                    packets: 32,
+                    bytes: 48_000,
+                    cycles: 0,
+                },
+                0,
+            );
+        }
+        assert!(e.vif_state(0).throttled);
+        assert!(!e.vif_state(1).throttled);
+        let kept_credit = e.vif_state(1).credit;
+        let mut smaller = set.clone();
+        smaller.vifs.remove(0);
+        e.configure(&smaller, 0).unwrap();
+        assert!(!e.vif_state(0).throttled, "kept inherited gone's debt");
+        assert_eq!(e.vif_state(0).credit, kept_credit);
+        assert_eq!(e.served_cost(0), 0);
     }
 
     #[test]
