@@ -29,8 +29,9 @@
 //!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
 //! - The scenario's `controllers` (fairness adjuster, PID-ECN) and `[controller]` gains run in
 //!   vqosd (its `controllers` config key; PID-ECN's NC is the tightest link, as in the
-//!   simulator); the baselines run without them. `net.ipv4.tcp_ecn = 1` in the VMs and the sink
-//!   so TCP negotiates ECN and CE marks reach the senders.
+//!   simulator); the baselines run without them. The VMs and the sink run Reno (AIMD, the
+//!   simulator's model) with `net.ipv4.tcp_ecn = 1`, so TCP negotiates ECN and CE marks reach
+//!   the senders (a host default of BBR would ignore them).
 //! - The router's tbf sits on its interface toward the sink for upload and toward the switch's
 //!   uplink for download; bottleneck events change its rate in place (`tc qdisc change`).
 //! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.

@@ -118,6 +118,9 @@ impl FromStr for Baseline {
 /// Runs of this process so far (unique names for consecutive runs).
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
+/// Congestion control of the lab's TCP endpoints (always allowed in a namespace).
+pub const TCP_CC: &str = "reno";
+
 /// Smallest HTB class rate (HTB needs a rate; a VM without a minimum gets this floor).
 pub const HTB_FLOOR_BPS: u64 = 1_000_000;
 
@@ -491,8 +494,11 @@ impl Topology {
             topo.router = Some((router_ns, "r0".into(), toward_switch));
             topo.set_bottleneck(None, sc.bottleneck_at(0), sc.bottleneck_queue)?;
         }
-        // ECN negotiated by the TCP endpoints (the VMs and the sink), so CE marks (PID-ECN)
-        // reach the senders; the kernel's default (2) only accepts ECN, never asks for it.
+        // The TCP endpoints (the VMs and the sink) run loss- and ECN-driven AIMD (Reno, the
+        // simulator's model), with ECN requested, so CE marks (PID-ECN) reach the senders and
+        // a shared bottleneck is split by connection count. The kernel's ECN default (2) only
+        // accepts ECN, never asks for it; a host default of BBR ignores CE marks; CUBIC can only
+        // be chosen in a namespace when the host allows it (tcp_allowed_congestion_control).
         for ns in vm_ns.iter().chain([&sink_ns]) {
             run(&[
                 "ip",
@@ -502,6 +508,7 @@ impl Topology {
                 "sysctl",
                 "-qw",
                 "net.ipv4.tcp_ecn=1",
+                &format!("net.ipv4.tcp_congestion_control={TCP_CC}"),
             ])?;
         }
         Ok(topo)

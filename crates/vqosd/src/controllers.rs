@@ -33,10 +33,20 @@ use std::time::{Duration, Instant};
 
 use vqos_sched::controllers::fairness::FairnessAdjuster;
 use vqos_sched::controllers::pid_ecn::PidEcn;
+use vqos_sched::units::format_rate;
 
 use crate::api::Api;
 use crate::backend::{BackendError, SwitchStats};
 use crate::config::ControllersConfig;
+
+/// A limit the fairness adjuster set (or released, `None`) in a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitLog {
+    /// The vif.
+    pub vif: String,
+    /// Its new controller limit, bit/s.
+    pub max_bps: Option<u64>,
+}
 
 /// The controllers' state between steps. See the module docs.
 pub struct Controllers {
@@ -112,22 +122,24 @@ impl Controllers {
     }
 
     /// One step at clock time `now_ns` with the switch's counters read from the API's backend.
-    pub fn step(&mut self, now_ns: u64, api: &Api) -> Result<(), BackendError> {
+    pub fn step(&mut self, now_ns: u64, api: &Api) -> Result<Vec<LimitLog>, BackendError> {
         let stats = api.backend().stats();
         self.step_with(now_ns, &stats, api)
     }
 
     /// One step at clock time `now_ns` with the counters of `stats` (taken at `now_ns`).
-    /// Controllers that are not due do nothing. Installing limits or probabilities may fail
-    /// (the switch stopped); the step then returns the error and pushes them again next time.
+    /// Controllers that are not due do nothing. Returns the fairness adjuster's limit changes
+    /// (for the daemon's log). Installing limits or probabilities may fail (the switch
+    /// stopped); the step then returns the error and pushes them again next time.
     pub fn step_with(
         &mut self,
         now_ns: u64,
         stats: &SwitchStats,
         api: &Api,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Vec<LimitLog>, BackendError> {
+        let mut log = Vec::new();
         if self.config.is_empty() {
-            return Ok(());
+            return Ok(log);
         }
         let set = api.policies();
         let names: Vec<String> = set.vifs.iter().map(|v| v.name.clone()).collect();
@@ -160,6 +172,10 @@ impl Controllers {
                     if let Some(l) = self.limits.get_mut(c.vif) {
                         *l = c.max_bps;
                         self.limits_dirty = true;
+                        log.push(LimitLog {
+                            vif: self.names[c.vif].clone(),
+                            max_bps: c.max_bps,
+                        });
                     }
                 }
             }
@@ -199,7 +215,7 @@ impl Controllers {
                 Err(e) => result = result.and(Err(e)),
             }
         }
-        result
+        result.map(|()| log)
     }
 
     /// Takes a new set of vifs (or weights): see the module docs.
@@ -289,7 +305,17 @@ fn run(mut ctl: Controllers, api: &Api, stop: &mpsc::Receiver<()>) {
         let wake = ctl.next_wake_ns();
         let wait = if now >= wake {
             match ctl.step_with(now, &stats, api) {
-                Ok(()) => last_error = None,
+                Ok(changes) => {
+                    last_error = None;
+                    for c in changes {
+                        eprintln!(
+                            "vqosd: fairness: t={:.3} s {} limit {}",
+                            now as f64 / 1e9,
+                            c.vif,
+                            format_rate(c.max_bps)
+                        );
+                    }
+                }
                 Err(e) => {
                     // Once per distinct error, not once per step.
                     let msg = e.to_string();
