@@ -38,6 +38,13 @@ pub const VNET_GSO_TCPV4: u8 = 1;
 pub const VNET_GSO_TCPV6: u8 = 4;
 /// `gso_type` bit: the TCP stream uses ECN (CWR must be kept on the first segment only).
 pub const VNET_GSO_ECN: u8 = 0x80;
+/// Smallest `gso_size` accepted (Linux's `TCP_MIN_MSS`). A smaller one would let a guest turn
+/// one charged super-frame into tens of thousands of segments on the wire.
+pub const MIN_GSO_SIZE: u16 = 88;
+/// Bytes of a TCP header without options.
+const TCP_MIN_HDR_LEN: usize = 20;
+/// Bytes of a TCP header with the most options (data offset 15).
+const TCP_MAX_HDR_LEN: usize = 60;
 
 /// Why a frame was refused by [`validate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -99,8 +106,9 @@ impl VnetHdr {
 /// Checks a frame (virtio-net header + Ethernet frame) read from an untrusted port.
 ///
 /// Accepted GSO types are the ones the TAP offloads we enable can produce: none, TCPv4, TCPv6
-/// (with or without the ECN bit). A GSO frame needs a non-zero `gso_size`; `hdr_len` and the
-/// checksum location must lie inside the frame.
+/// (with or without the ECN bit). A GSO frame needs a `gso_size` of at least [`MIN_GSO_SIZE`]
+/// and a partial checksum whose TCP header lies inside the frame; `hdr_len` and the checksum
+/// location must lie inside the frame.
 pub fn validate(frame: &[u8]) -> Result<VnetHdr, FrameError> {
     if frame.len() < VNET_HDR_LEN + ETH_HDR_LEN {
         return Err(FrameError::Truncated);
@@ -121,7 +129,7 @@ pub fn validate(frame: &[u8]) -> Result<VnetHdr, FrameError> {
             }
         }
         VNET_GSO_TCPV4 | VNET_GSO_TCPV6 => {
-            if hdr.gso_size == 0 {
+            if hdr.gso_size < MIN_GSO_SIZE {
                 return Err(FrameError::BadVnetHdr("gso_size"));
             }
             if hdr.flags & VNET_F_NEEDS_CSUM == 0 {
@@ -140,7 +148,50 @@ pub fn validate(frame: &[u8]) -> Result<VnetHdr, FrameError> {
             return Err(FrameError::BadVnetHdr("csum_offset"));
         }
     }
+    if hdr.gso_type & !VNET_GSO_ECN != VNET_GSO_NONE
+        && usize::from(hdr.csum_start) + TCP_MIN_HDR_LEN > eth_len
+    {
+        // The TCP header (where `csum_start` points for TCP GSO) must be inside the frame.
+        return Err(FrameError::BadVnetHdr("csum_start"));
+    }
     Ok(hdr)
+}
+
+/// Bytes frame (virtio-net header + Ethernet frame, checked by [`validate`] with result `hdr`)
+/// puts on the wire: the Ethernet frame itself, plus, for a GSO super-frame, the headers every
+/// further segment repeats. This is what the switch counts and charges everywhere.
+///
+/// Ethernet overhead: the Ethernet header (and VLAN tag) is counted, once per segment; the
+/// preamble, start delimiter and inter-frame gap (20 bytes) and the FCS (4 bytes) are not, as
+/// in Linux's qdiscs and interface counters.
+///
+/// The per-segment headers are `csum_start` (Ethernet + IP headers, for TCP GSO) plus the TCP
+/// header length read from the frame's data offset, not the guest's `hdr_len`; they are bounded
+/// below by the smallest Ethernet + IP + TCP headers of the GSO type and above by the frame.
+/// With `gso_size ≥ MIN_GSO_SIZE` and frames ≤ 64 KiB there are at most 745 segments, so the
+/// result stays below 2^26 (fits a `u32`).
+pub fn wire_bytes(frame: &[u8], hdr: &VnetHdr) -> u64 {
+    let eth = &frame[VNET_HDR_LEN.min(frame.len())..];
+    let ip_min = match hdr.gso_type & !VNET_GSO_ECN {
+        VNET_GSO_TCPV4 => 20,
+        VNET_GSO_TCPV6 => 40,
+        _ => return eth.len() as u64,
+    };
+    if hdr.gso_size == 0 {
+        return eth.len() as u64;
+    }
+    let tcp = usize::from(hdr.csum_start);
+    let doff = eth
+        .get(tcp + 12)
+        .map_or(TCP_MIN_HDR_LEN, |b| usize::from(b >> 4) * 4)
+        .clamp(TCP_MIN_HDR_LEN, TCP_MAX_HDR_LEN);
+    let headers = (tcp + doff)
+        .max(ETH_HDR_LEN + ip_min + TCP_MIN_HDR_LEN)
+        .min(eth.len());
+    let segs = (eth.len() - headers)
+        .div_ceil(usize::from(hdr.gso_size))
+        .max(1);
+    (eth.len() + (segs - 1) * headers) as u64
 }
 
 /// A MAC address packed in the low 48 bits of a `u64` (first octet most significant).
@@ -323,6 +374,21 @@ mod tests {
                 "gso_type",
             ),
             (VnetHdr { gso_size: 0, ..gso }, "gso_size"),
+            (
+                VnetHdr {
+                    gso_size: MIN_GSO_SIZE - 1,
+                    ..gso
+                },
+                "gso_size",
+            ),
+            (
+                VnetHdr {
+                    csum_start: 95,
+                    csum_offset: 0,
+                    ..gso
+                },
+                "csum_start",
+            ),
             (VnetHdr { flags: 0, ..gso }, "gso without csum"),
             (
                 VnetHdr {
@@ -341,6 +407,58 @@ mod tests {
         ] {
             assert_eq!(bad(h), Err(FrameError::BadVnetHdr(what)), "{what}");
         }
+    }
+
+    /// A TCPv4 super-frame: Ethernet, IPv4 (20), TCP with `doff` 32-bit words, `data` bytes.
+    fn tso_frame(gso_size: u16, doff: u8, data: usize) -> Vec<u8> {
+        let tcp_len = usize::from(doff) * 4;
+        let mut payload = ipv4_header(0x02, 0).to_vec();
+        let mut tcp = vec![0u8; tcp_len];
+        tcp[12] = doff << 4;
+        payload.extend_from_slice(&tcp);
+        payload.extend(std::iter::repeat(0u8).take(data));
+        let hdr = VnetHdr {
+            flags: VNET_F_NEEDS_CSUM,
+            gso_type: VNET_GSO_TCPV4,
+            hdr_len: 0, // ignored: the headers are measured from the frame
+            gso_size,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        build_frame(hdr, A, B, 0x0800, &payload)
+    }
+
+    #[test]
+    fn wire_bytes_counts_headers_of_every_segment() {
+        // 10 segments of 1448 bytes with 14 + 20 + 32 bytes of headers each.
+        let f = tso_frame(1448, 8, 14_480);
+        let h = validate(&f).unwrap();
+        assert_eq!(f.len() - VNET_HDR_LEN, 66 + 14_480);
+        assert_eq!(wire_bytes(&f, &h), 10 * (66 + 1448));
+        // A last, short segment.
+        let f = tso_frame(1448, 5, 1449);
+        assert_eq!(wire_bytes(&f, &validate(&f).unwrap()), 2 * 54 + 1449);
+        // Fits in one segment: the frame itself.
+        let f = tso_frame(1448, 5, 1000);
+        assert_eq!(wire_bytes(&f, &validate(&f).unwrap()), 54 + 1000);
+        // Not GSO: the Ethernet frame.
+        let f = build_frame(VnetHdr::default(), A, B, 0x0800, &[0; 46]);
+        assert_eq!(wire_bytes(&f, &validate(&f).unwrap()), 60);
+        // The smallest accepted gso_size over 64 KiB.
+        let f = tso_frame(MIN_GSO_SIZE, 5, 65_000);
+        let segs = 65_000usize.div_ceil(88);
+        assert_eq!(
+            wire_bytes(&f, &validate(&f).unwrap()),
+            (segs * 54 + 65_000) as u64
+        );
+        // A guest lying about its headers (csum_start 0, data offset 0) still pays the
+        // smallest Ethernet + IPv4 + TCP headers per segment.
+        let mut f = tso_frame(1448, 5, 14_480);
+        f[6] = 0;
+        f[VNET_HDR_LEN + 34 + 12] = 0;
+        let h = validate(&f).unwrap();
+        assert_eq!(h.csum_start, 0);
+        assert_eq!(wire_bytes(&f, &h), 10 * (54 + 1448));
     }
 
     #[test]

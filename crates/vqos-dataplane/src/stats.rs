@@ -64,11 +64,12 @@ pub struct PortStats {
     pub policy: Option<VifPolicy>,
     /// Frames read from the port (dropped ones included).
     pub rx_frames: u64,
-    /// Ethernet bytes read from the port (virtio-net header excluded).
+    /// Bytes read from the port as they are on the wire (`frame::wire_bytes`: Ethernet headers
+    /// counted per GSO segment, virtio-net header, preamble, IFG and FCS not counted).
     pub rx_bytes: u64,
     /// Frames written to the port.
     pub tx_frames: u64,
-    /// Ethernet bytes written to the port.
+    /// Bytes written to the port as they are on the wire (as `rx_bytes`).
     pub tx_bytes: u64,
     /// Drops by reason.
     pub drops: DropCounters,

@@ -365,6 +365,7 @@ impl SwitchHandle {
             ready: ReadySet::new(0),
             macs: MacTable::new(config.mac_capacity, config.mac_age_ns),
             batch: Batch::new(),
+            wire_bytes: [0; BATCH_FRAMES],
             uplink_bucket: None,
             epoll,
             stats_interval_ns: config.stats_interval_ns.max(1_000_000),
@@ -642,6 +643,8 @@ struct Loop {
     macs: MacTable,
     /// Receive buffers.
     batch: Batch,
+    /// Per frame of `batch`: the bytes it puts on the wire (set once validated).
+    wire_bytes: [u64; BATCH_FRAMES],
     /// Uplink capacity (vif→uplink bytes).
     uplink_bucket: Option<TokenBucket>,
     /// Epoll instance, in epoll mode.
@@ -1007,7 +1010,7 @@ impl Loop {
     }
 
     /// Validates, learns, admits and switches every frame of `batch` read from slot `src`, then
-    /// sends. Returns the frames and Ethernet bytes admitted.
+    /// sends. Returns the frames and on-wire bytes ([`frame::wire_bytes`]) admitted.
     fn forward_batch(&mut self, src: usize, src_vif: Option<VifId>, now: u64) -> (u32, u64) {
         let mut packets = 0u32;
         let mut bytes = 0u64;
@@ -1016,9 +1019,12 @@ impl Loop {
             let eth_len = len.saturating_sub(VNET_HDR_LEN) as u64;
             let s = self.slots[src].as_mut().expect("source slot present");
             s.c.rx_frames += 1;
-            s.c.rx_bytes += eth_len;
-            match frame::validate(self.batch.frame(i)) {
-                Ok(_) => {}
+            let checked = frame::validate(self.batch.frame(i))
+                .map(|h| frame::wire_bytes(self.batch.frame(i), &h));
+            // Valid frames count (and are charged) as the bytes they put on the wire.
+            s.c.rx_bytes += *checked.as_ref().unwrap_or(&eth_len);
+            let wire = match checked {
+                Ok(w) => w,
                 Err(FrameError::Truncated) => {
                     s.c.drops.truncated += 1;
                     continue;
@@ -1031,9 +1037,10 @@ impl Loop {
                     s.c.drops.bad_vnet_hdr += 1;
                     continue;
                 }
-            }
+            };
+            self.wire_bytes[i] = wire;
             // Smooth the frame size (1/8 weight), used only to size capacity-limited reads.
-            s.avg_frame_bytes = (s.avg_frame_bytes * 7 + eth_len) / 8;
+            s.avg_frame_bytes = (s.avg_frame_bytes * 7 + wire) / 8;
             let f = self.batch.frame(i);
             let dst_mac = mac_key(&f[VNET_HDR_LEN..]);
             let src_mac = mac_key(&f[VNET_HDR_LEN + 6..]);
@@ -1043,7 +1050,8 @@ impl Loop {
                 continue;
             }
             if let Some(vif) = src_vif {
-                match self.engine.admit(vif, eth_len as u32, now) {
+                // wire < 2^26 (see frame::wire_bytes): fits u32.
+                match self.engine.admit(vif, wire as u32, now) {
                     Verdict::Forward => {}
                     Verdict::Drop => {
                         s.c.drops.policed += 1;
@@ -1068,7 +1076,7 @@ impl Loop {
                     continue;
                 }
                 Some(d) => {
-                    if !self.unicast(i, usize::from(d), src, eth_len, now) {
+                    if !self.unicast(i, usize::from(d), src, wire, now) {
                         continue;
                     }
                 }
@@ -1081,7 +1089,7 @@ impl Loop {
                 }
             }
             packets += 1;
-            bytes += eth_len;
+            bytes += wire;
         }
         self.flush(now);
         (packets, bytes)
@@ -1097,7 +1105,7 @@ impl Loop {
 
     /// Queues frame `i` for slot `d`, applying the downlink maximum and ECN marking on
     /// uplink→vif frames; false if it was dropped.
-    fn unicast(&mut self, i: usize, d: usize, src: usize, eth_len: u64, now: u64) -> bool {
+    fn unicast(&mut self, i: usize, d: usize, src: usize, wire: u64, now: u64) -> bool {
         if src == 0 {
             let mark = {
                 let Some(slot) = self.slots[d].as_mut() else {
@@ -1109,7 +1117,7 @@ impl Loop {
                         slot.c.drops.rate_limited += 1;
                         return false;
                     }
-                    b.consume(eth_len);
+                    b.consume(wire);
                 }
                 slot.ecn_threshold
             };
@@ -1135,12 +1143,7 @@ impl Loop {
             let sent = slot.port.send_batch(&self.batch, idx).unwrap_or(0);
             let sent_bytes: u64 = idx[..sent]
                 .iter()
-                .map(|&i| {
-                    self.batch
-                        .frame(usize::from(i))
-                        .len()
-                        .saturating_sub(VNET_HDR_LEN) as u64
-                })
+                .map(|&i| self.wire_bytes[usize::from(i)])
                 .sum();
             slot.c.tx_frames += sent as u64;
             slot.c.tx_bytes += sent_bytes;

@@ -321,6 +321,47 @@ fn policy_change_reaches_engine_between_batches_and_bad_ones_change_nothing() {
     assert_eq!(tag_of(&collect(&r.u, 1)[0]), 5);
 }
 
+/// A TCPv4 super-frame from `src`: IPv4 + TCP (20 bytes each) + `data` bytes, cut by the
+/// receiver into segments of `gso_size`.
+fn tso_frame(dst: u64, src: u64, gso_size: u16, data: usize) -> Vec<u8> {
+    let mut p = ipv4_header(0x02, 0).to_vec();
+    let mut tcp = [0u8; 20];
+    tcp[12] = 5 << 4;
+    p.extend_from_slice(&tcp);
+    p.extend(std::iter::repeat(0u8).take(data));
+    let hdr = VnetHdr {
+        flags: VNET_F_NEEDS_CSUM,
+        gso_type: VNET_GSO_TCPV4,
+        hdr_len: 54,
+        gso_size,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    build_frame(hdr, dst, src, 0x0800, &p)
+}
+
+#[test]
+fn gso_frames_are_charged_as_their_segments_and_tiny_gso_size_is_refused() {
+    let (r, log) = refuser_rig(&[]);
+    // gso_size 1 would be 14 480 segments on the wire for one charged frame.
+    r.a.inject(tso_frame(MAC_U, MAC_A, 1, 14_480));
+    // 10 segments of 54 + 1448 bytes.
+    r.a.inject(tso_frame(MAC_U, MAC_A, 1448, 14_480));
+    let got = collect(&r.u, 1);
+    assert_eq!(got[0].len(), VNET_HDR_LEN + 54 + 14_480, "sent unchanged");
+    let wire = 10 * (54 + 1448);
+    let s = stats_where(&r.sw, |s| s.port("up").is_some_and(|p| p.tx_frames == 1));
+    let a = s.port("a").unwrap();
+    assert_eq!(a.drops.bad_vnet_hdr, 1);
+    assert_eq!(
+        a.rx_bytes,
+        (54 + 14_480) + wire,
+        "the refused frame as read"
+    );
+    assert_eq!(s.port("up").unwrap().tx_bytes, wire);
+    assert_eq!(log.lock().unwrap().charged_bytes, wire);
+}
+
 #[test]
 fn removing_a_port_affects_only_that_port() {
     let r = rig();
