@@ -744,20 +744,48 @@ impl Loop {
             .position(|s| s.as_ref().is_some_and(|s| s.name == name))
     }
 
-    /// Installs a snapshot whose vifs name exactly the vif slots (checked by the handle).
+    /// The vif slot of every vif of `policies`, by vif id; an error if a vif names no vif
+    /// slot or a vif slot is not named (the handle checks this too; the loop does not trust
+    /// it, since a wrong mapping would serve one tenant's port under another's policy).
+    /// Slot `removed`, if any, counts as gone already.
+    fn resolve_vifs(
+        &self,
+        policies: &PolicySet,
+        removed: Option<usize>,
+    ) -> Result<Vec<usize>, SwitchError> {
+        let mut slots = Vec::with_capacity(policies.len());
+        for spec in &policies.vifs {
+            match self.slot_by_name(&spec.name) {
+                Some(idx) if idx != 0 && Some(idx) != removed && !slots.contains(&idx) => {
+                    slots.push(idx)
+                }
+                Some(0) => return Err(SwitchError::Uplink(spec.name.clone())),
+                _ => return Err(SwitchError::UnknownPort(spec.name.clone())),
+            }
+        }
+        for (idx, s) in self.slots.iter().enumerate().skip(1) {
+            if let Some(s) = s {
+                if Some(idx) != removed && !slots.contains(&idx) {
+                    return Err(SwitchError::MissingVif(s.name.clone()));
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    /// Installs a snapshot whose vifs name exactly the vif slots; refused before any state
+    /// (engine included) is touched otherwise.
     fn apply_policies(&mut self, policies: Arc<PolicySet>, now_ns: u64) -> Result<(), SwitchError> {
+        let vif_slots = self.resolve_vifs(&policies, None)?;
         self.engine.configure(&policies, now_ns)?;
         for s in self.slots.iter_mut().flatten() {
             s.vif = None;
         }
-        self.vif_slots.clear();
+        self.vif_slots = vif_slots;
         self.ready = ReadySet::new(policies.len());
         for (id, spec) in policies.vifs.iter().enumerate() {
-            let Some(idx) = self.slot_by_name(&spec.name) else {
-                continue;
-            };
-            self.vif_slots.push(idx);
-            let slot = self.slots[idx].as_mut().expect("slot found by name");
+            let idx = self.vif_slots[id];
+            let slot = self.slots[idx].as_mut().expect("slot resolved by name");
             slot.vif = Some(id);
             slot.policy = Some(spec.policy.clone());
             self.ready.set(id, slot.ready);
@@ -774,7 +802,6 @@ impl Loop {
                 _ => None,
             };
         }
-        debug_assert_eq!(self.vif_slots.len(), policies.len());
         self.uplink_bucket = match policies.capacity_bps {
             Some(cap) => match self.uplink_bucket.take() {
                 Some(b) if b.rate_bps() == (cap / 8).max(1) * 8 => Some(b),
@@ -823,8 +850,10 @@ impl Loop {
                 } => {
                     let r = match self.slot_by_name(&name) {
                         Some(idx) if idx != 0 => {
-                            // Configure the engine first: if it refuses, the port stays.
-                            match self.engine.configure(&policies, now) {
+                            // Check the snapshot and configure the engine first: if either
+                            // refuses, the port stays.
+                            let checked = self.resolve_vifs(&policies, Some(idx));
+                            match checked.and_then(|_| Ok(self.engine.configure(&policies, now)?)) {
                                 Ok(()) => {
                                     self.remove_slot(idx);
                                     self.apply_policies(policies, now)
@@ -1205,5 +1234,97 @@ impl Loop {
             loop_stats: self.counters.clone(),
         };
         *lock(&self.stats_out) = Arc::new(stats);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::MemPort;
+
+    /// A loop (not running) with an uplink and vif ports `vifs`, configured with `vifs` in order.
+    fn test_loop(vifs: &[&str]) -> Loop {
+        let policies = PolicySet::new(None);
+        let (_tx, rx) = mpsc::channel();
+        let mut lp = Loop {
+            slots: Vec::new(),
+            vif_slots: Vec::new(),
+            out: Vec::new(),
+            touched: Vec::new(),
+            engine: vqos_sched::build(EngineKind::Rr, &policies, 0).unwrap(),
+            engine_kind: EngineKind::Rr,
+            policies: Arc::new(policies.clone()),
+            policy_epoch: 0,
+            ready: ReadySet::new(0),
+            macs: MacTable::new(64, 1_000_000_000),
+            batch: Batch::new(),
+            wire_bytes: [0; BATCH_FRAMES],
+            uplink_bucket: None,
+            epoll: None,
+            stats_interval_ns: 25_000_000,
+            downlink_max: true,
+            commands: rx,
+            pending: Arc::new(AtomicBool::new(false)),
+            wake: Arc::new(EventFd::new().unwrap()),
+            stats_out: Arc::new(Mutex::new(Arc::new(SwitchStats {
+                time_ns: 0,
+                policy_epoch: 0,
+                engine: EngineKind::Rr,
+                capacity_bps: None,
+                mac_entries: 0,
+                ports: Vec::new(),
+                loop_stats: LoopStats::default(),
+            }))),
+            origin: Instant::now(),
+            counters: LoopStats::default(),
+            rng: 1,
+            next_stats_ns: 0,
+            next_age_ns: 0,
+        };
+        lp.insert_slot(Box::new(MemPort::pair("up", 1).0), None, PortRole::Uplink)
+            .unwrap();
+        for name in vifs {
+            lp.insert_slot(Box::new(MemPort::pair(name, 1).0), None, PortRole::Vif)
+                .unwrap();
+        }
+        lp.apply_policies(Arc::new(set(vifs)), 0).unwrap();
+        lp
+    }
+
+    fn set(vifs: &[&str]) -> PolicySet {
+        let mut p = PolicySet::new(None);
+        for name in vifs {
+            p.vifs.push(VifSpec {
+                name: name.to_string(),
+                policy: VifPolicy::default(),
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn snapshot_naming_a_missing_port_is_refused_before_anything_changes() {
+        let mut lp = test_loop(&["a", "b", "c"]);
+        assert_eq!(lp.vif_slots, vec![1, 2, 3]);
+        let epoch = lp.policy_epoch;
+        // "zz" has no slot: by position, b and c would have been served as vifs 0 and 1.
+        for bad in [
+            &["zz", "b", "c"][..],
+            &["b", "c"],
+            &["a", "a", "c"],
+            &["up", "b", "c"],
+        ] {
+            assert!(lp.apply_policies(Arc::new(set(bad)), 1).is_err(), "{bad:?}");
+            assert_eq!(lp.vif_slots, vec![1, 2, 3], "{bad:?}");
+            assert_eq!(lp.policy_epoch, epoch);
+            assert_eq!(lp.policies.len(), 3);
+        }
+        // Reordered: mapped by name, not by position.
+        lp.apply_policies(Arc::new(set(&["c", "a", "b"])), 2)
+            .unwrap();
+        assert_eq!(lp.vif_slots, vec![3, 1, 2]);
+        for (idx, vif) in [(1, 1), (2, 2), (3, 0)] {
+            assert_eq!(lp.slots[idx].as_ref().unwrap().vif, Some(vif));
+        }
     }
 }
