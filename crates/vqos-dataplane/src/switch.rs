@@ -858,7 +858,7 @@ impl Loop {
                                     self.remove_slot(idx);
                                     self.apply_policies(policies, now)
                                 }
-                                Err(e) => Err(e.into()),
+                                Err(e) => Err(e),
                             }
                         }
                         _ => Err(SwitchError::UnknownPort(name)),
