@@ -112,6 +112,11 @@ pub struct LoopStats {
     pub capacity_waits: u64,
     /// Control commands applied.
     pub commands: u64,
+    /// Epoll waits that failed (each returned no event; the loop goes round again).
+    pub epoll_errors: u64,
+    /// The kernel refused `epoll_pwait2` (< 5.11, seccomp): `epoll_wait` with millisecond
+    /// timeouts (rounded up) is used instead.
+    pub epoll_wait_fallback: bool,
 }
 
 /// A snapshot of the whole switch.

@@ -1231,7 +1231,11 @@ impl Loop {
             capacity_bps: self.policies.capacity_bps,
             mac_entries: self.macs.len(),
             ports,
-            loop_stats: self.counters.clone(),
+            loop_stats: LoopStats {
+                epoll_errors: self.epoll.as_ref().map_or(0, Epoll::errors),
+                epoll_wait_fallback: self.epoll.as_ref().is_some_and(Epoll::uses_fallback),
+                ..self.counters.clone()
+            },
         };
         *lock(&self.stats_out) = Arc::new(stats);
     }

@@ -78,12 +78,40 @@ impl EventFd {
 }
 
 /// An epoll instance with a fixed event buffer.
+///
+/// Waits with `epoll_pwait2` (nanosecond timeout), called through `syscall(2)` so that the
+/// binary does not need glibc ≥ 2.35; where the kernel (< 5.11) or a seccomp filter refuses it
+/// (`ENOSYS`, `EPERM`), it falls back to `epoll_wait` for good, the timeout rounded up to the
+/// next millisecond (never early, so the loop does not spin before a deadline).
 #[derive(Debug)]
 pub struct Epoll {
     /// The epoll descriptor.
     fd: OwnedFd,
     /// Events returned by the last wait.
     events: Vec<libc::epoll_event>,
+    /// `epoll_pwait2` is usable (cleared for good on the first `ENOSYS`/`EPERM`).
+    pwait2: bool,
+    /// Waits that failed with an error other than `EINTR` (and a missing `epoll_pwait2`).
+    errors: u64,
+}
+
+/// `struct __kernel_timespec`: 64-bit seconds and nanoseconds on every architecture (what
+/// `epoll_pwait2` takes, unlike `libc::timespec` on 32-bit targets).
+#[repr(C)]
+struct KernelTimespec {
+    /// Seconds.
+    tv_sec: i64,
+    /// Nanoseconds, below 10^9.
+    tv_nsec: i64,
+}
+
+/// `epoll_wait`'s timeout for `timeout_ns`: milliseconds rounded up, capped at `i32::MAX`;
+/// -1 (forever) for `None`.
+pub fn timeout_ms(timeout_ns: Option<u64>) -> libc::c_int {
+    match timeout_ns {
+        None => -1,
+        Some(ns) => ns.div_ceil(1_000_000).min(i32::MAX as u64) as libc::c_int,
+    }
 }
 
 impl Epoll {
@@ -98,7 +126,19 @@ impl Epoll {
             // SAFETY: fresh descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             events: vec![libc::epoll_event { events: 0, u64: 0 }; max_events.max(1)],
+            pwait2: true,
+            errors: 0,
         })
+    }
+
+    /// Waits that failed (other than interrupted); each returned no event.
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// True once `epoll_pwait2` was found missing and `epoll_wait` is used instead.
+    pub fn uses_fallback(&self) -> bool {
+        !self.pwait2
     }
 
     /// Watches `fd` for input, edge-triggered if `edge`, tagging its events with `token`.
@@ -126,25 +166,111 @@ impl Epoll {
     }
 
     /// Waits up to `timeout_ns` (`None` = forever) and returns the tokens of ready descriptors.
+    /// An interrupted wait returns nothing; a failed one returns nothing and is counted
+    /// ([`Epoll::errors`]).
     pub fn wait(&mut self, timeout_ns: Option<u64>) -> impl Iterator<Item = u64> + '_ {
-        let ts = timeout_ns.map(|ns| libc::timespec {
-            tv_sec: (ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        let n = loop {
+            let r = if self.pwait2 {
+                self.pwait2_once(timeout_ns)
+            } else {
+                // SAFETY: the event buffer is live for the call; the length matches.
+                unsafe {
+                    libc::epoll_wait(
+                        self.fd.as_raw_fd(),
+                        self.events.as_mut_ptr(),
+                        self.events.len() as libc::c_int,
+                        timeout_ms(timeout_ns),
+                    )
+                }
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::ENOSYS | libc::EPERM) if self.pwait2 => self.pwait2 = false,
+                Some(libc::EINTR) => break 0,
+                _ => {
+                    self.errors += 1;
+                    break 0;
+                }
+            }
+        };
+        self.events[..n.min(self.events.len())]
+            .iter()
+            .map(|e| e.u64)
+    }
+
+    /// One `epoll_pwait2` system call; its raw result.
+    fn pwait2_once(&mut self, timeout_ns: Option<u64>) -> libc::c_int {
+        let ts = timeout_ns.map(|ns| KernelTimespec {
+            tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as i64,
+            tv_nsec: (ns % 1_000_000_000) as i64,
         });
         let ts_ptr = ts
             .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: the event buffer and timespec are live for the call; the length matches.
-        let n = unsafe {
-            libc::epoll_pwait2(
+            .map_or(std::ptr::null(), |t| t as *const KernelTimespec);
+        // SAFETY: the event buffer and timespec are live for the call; the length matches; a
+        // null signal mask leaves the mask alone (its size argument is then not read).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
                 self.fd.as_raw_fd(),
                 self.events.as_mut_ptr(),
                 self.events.len() as libc::c_int,
                 ts_ptr,
-                std::ptr::null(),
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
             )
         };
-        let n = usize::try_from(n).unwrap_or(0);
-        self.events[..n].iter().map(|e| e.u64)
+        r as libc::c_int
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_rounds_up_to_milliseconds() {
+        assert_eq!(timeout_ms(None), -1);
+        assert_eq!(timeout_ms(Some(0)), 0);
+        assert_eq!(timeout_ms(Some(1)), 1);
+        assert_eq!(timeout_ms(Some(1_000_000)), 1);
+        assert_eq!(timeout_ms(Some(1_000_001)), 2);
+        assert_eq!(timeout_ms(Some(u64::MAX)), i32::MAX);
+    }
+
+    fn wait_tokens(ep: &mut Epoll, timeout_ns: u64) -> Vec<u64> {
+        ep.wait(Some(timeout_ns)).collect()
+    }
+
+    #[test]
+    fn both_wait_calls_deliver_events() {
+        let ev = EventFd::new().unwrap();
+        let mut ep = Epoll::new(4).unwrap();
+        ep.add(ev.raw(), 7, false).unwrap();
+        assert!(wait_tokens(&mut ep, 0).is_empty());
+        ev.signal();
+        assert_eq!(wait_tokens(&mut ep, 1_000_000_000), vec![7]);
+        ev.clear();
+        // As after ENOSYS on a kernel < 5.11.
+        ep.pwait2 = false;
+        assert!(wait_tokens(&mut ep, 1).is_empty());
+        ev.signal();
+        assert_eq!(wait_tokens(&mut ep, 1_000_000_000), vec![7]);
+        assert_eq!(ep.errors(), 0);
+    }
+
+    #[test]
+    fn failed_waits_are_counted_not_swallowed() {
+        let mut ep = Epoll::new(4).unwrap();
+        // Not an epoll descriptor: EINVAL.
+        let ev = EventFd::new().unwrap();
+        // SAFETY: dup of a live descriptor; the result is owned by `ep` from here on.
+        ep.fd = unsafe { OwnedFd::from_raw_fd(libc::dup(ev.raw())) };
+        assert!(wait_tokens(&mut ep, 0).is_empty());
+        ep.pwait2 = false;
+        assert!(wait_tokens(&mut ep, 0).is_empty());
+        assert_eq!(ep.errors(), 2);
     }
 }
