@@ -11,12 +11,15 @@
 //!
 //! Control calls on the handle are synchronous: they validate, send an immutable snapshot to the
 //! loop and return once the loop applied it (or refused it, in which case nothing changed).
+//! They wait as long as the loop takes (no timeout: a queued command is always applied, so the
+//! handle never gives up on an answer). A port the loop lets go of (removed, refused on add) is
+//! handed back with the answer and closed on the calling thread, not on the loop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use thiserror::Error;
@@ -37,8 +40,6 @@ use crate::tap::{TapMode, TapPort};
 const WAKE_TOKEN: u64 = u64::MAX;
 /// Samples kept per port for the rate window (window = (samples − 1) × stats interval).
 const RATE_SAMPLES: usize = 5;
-/// How long a control call waits for the loop to answer.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Burst absorbed by the capacity and per-vif buckets, in time at their rate (4 ms).
 const BUCKET_WINDOW_NS: u64 = 4_000_000;
 /// Smallest bucket depth: two 64 KiB super-frames.
@@ -88,9 +89,6 @@ pub enum SwitchError {
     /// The loop is not running (stopped or crashed).
     #[error("The switch is stopped")]
     Stopped,
-    /// The loop did not answer a control call in time.
-    #[error("The loop did not answer within {0:?}")]
-    Unresponsive(Duration),
 }
 
 /// How the loop learns that ports have frames.
@@ -253,22 +251,27 @@ impl SwitchConfig {
     }
 }
 
+/// The loop's answer to a control command, with a port it let go of (removed, or refused on
+/// add): the control thread drops it, because closing a TAP can take tens to hundreds of
+/// milliseconds (RTNL) that the loop must not stall for.
+type Reply = (Result<(), SwitchError>, Option<Box<dyn Port>>);
+
 /// A command from the handle to the loop.
 enum Command {
     AddPort {
         port: Box<dyn Port>,
         allowed: Option<Vec<MacKey>>,
         policies: Arc<PolicySet>,
-        reply: SyncSender<Result<(), SwitchError>>,
+        reply: SyncSender<Reply>,
     },
     RemovePort {
         name: String,
         policies: Arc<PolicySet>,
-        reply: SyncSender<Result<(), SwitchError>>,
+        reply: SyncSender<Reply>,
     },
     SetPolicies {
         policies: Arc<PolicySet>,
-        reply: SyncSender<Result<(), SwitchError>>,
+        reply: SyncSender<Reply>,
     },
     SetEcn {
         probabilities: Vec<f64>,
@@ -383,7 +386,8 @@ impl SwitchHandle {
             next_stats_ns: 0,
             next_age_ns: 1_000_000_000,
         };
-        lp.insert_slot(uplink, None, PortRole::Uplink)?;
+        lp.insert_slot(uplink, None, PortRole::Uplink)
+            .map_err(|(e, _)| e)?;
         lp.apply_policies(Arc::new(policies.clone()), 0)?;
         let thread = std::thread::Builder::new()
             .name("vqos-loop".into())
@@ -405,7 +409,7 @@ impl SwitchHandle {
     fn call(
         &self,
         control: &Control,
-        make: impl FnOnce(SyncSender<Result<(), SwitchError>>) -> Command,
+        make: impl FnOnce(SyncSender<Reply>) -> Command,
     ) -> Result<(), SwitchError> {
         if control.thread.is_none() {
             return Err(SwitchError::Stopped);
@@ -417,10 +421,15 @@ impl SwitchHandle {
             .map_err(|_| SwitchError::Stopped)?;
         self.pending.store(true, Ordering::Release);
         self.wake.signal();
-        match reply_rx.recv_timeout(REPLY_TIMEOUT) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(SwitchError::Unresponsive(REPLY_TIMEOUT)),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(SwitchError::Stopped),
+        // Wait as long as it takes: the command is queued and will be applied, so giving up
+        // would leave the handle's view and the loop's disagreeing. A loop that exits (stop,
+        // panic) drops the command and its sender, which ends the wait.
+        match reply_rx.recv() {
+            Ok((r, port)) => {
+                drop(port);
+                r
+            }
+            Err(mpsc::RecvError) => Err(SwitchError::Stopped),
         }
     }
 
@@ -684,7 +693,7 @@ impl Loop {
         port: Box<dyn Port>,
         allowed: Option<Vec<MacKey>>,
         role: PortRole,
-    ) -> Result<usize, SwitchError> {
+    ) -> Result<usize, (SwitchError, Box<dyn Port>)> {
         let idx = match role {
             PortRole::Uplink => 0,
             PortRole::Vif => self
@@ -696,7 +705,9 @@ impl Loop {
         };
         let fd = port.readiness_fd();
         if let (Some(ep), Some(fd)) = (&self.epoll, fd) {
-            ep.add(fd, idx as u64, true)?;
+            if let Err(e) = ep.add(fd, idx as u64, true) {
+                return Err((e.into(), port));
+            }
         }
         let slot = Slot {
             name: port.name().to_string(),
@@ -729,13 +740,14 @@ impl Loop {
         Ok(idx)
     }
 
-    fn remove_slot(&mut self, idx: usize) {
-        if let Some(slot) = self.slots[idx].take() {
-            if let (Some(ep), Some(fd)) = (&self.epoll, slot.fd) {
-                ep.remove(fd);
-            }
-            self.macs.purge_slot(idx as u16);
+    /// Empties slot `idx` and returns its port, for the control thread to drop.
+    fn remove_slot(&mut self, idx: usize) -> Option<Box<dyn Port>> {
+        let slot = self.slots[idx].take()?;
+        if let (Some(ep), Some(fd)) = (&self.epoll, slot.fd) {
+            ep.remove(fd);
         }
+        self.macs.purge_slot(idx as u16);
+        Some(slot.port)
     }
 
     fn slot_by_name(&self, name: &str) -> Option<usize> {
@@ -834,13 +846,13 @@ impl Loop {
                     policies,
                     reply,
                 } => {
-                    let r = self
-                        .insert_slot(port, allowed, PortRole::Vif)
-                        .and_then(|idx| {
-                            self.apply_policies(policies, now).inspect_err(|_| {
-                                self.remove_slot(idx);
-                            })
-                        });
+                    let r = match self.insert_slot(port, allowed, PortRole::Vif) {
+                        Ok(idx) => match self.apply_policies(policies, now) {
+                            Ok(()) => (Ok(()), None),
+                            Err(e) => (Err(e), self.remove_slot(idx)),
+                        },
+                        Err((e, port)) => (Err(e), Some(port)),
+                    };
                     let _ = reply.send(r);
                 }
                 Command::RemovePort {
@@ -855,18 +867,18 @@ impl Loop {
                             let checked = self.resolve_vifs(&policies, Some(idx));
                             match checked.and_then(|_| Ok(self.engine.configure(&policies, now)?)) {
                                 Ok(()) => {
-                                    self.remove_slot(idx);
-                                    self.apply_policies(policies, now)
+                                    let port = self.remove_slot(idx);
+                                    (self.apply_policies(policies, now), port)
                                 }
-                                Err(e) => Err(e),
+                                Err(e) => (Err(e), None),
                             }
                         }
-                        _ => Err(SwitchError::UnknownPort(name)),
+                        _ => (Err(SwitchError::UnknownPort(name)), None),
                     };
                     let _ = reply.send(r);
                 }
                 Command::SetPolicies { policies, reply } => {
-                    let _ = reply.send(self.apply_policies(policies, now));
+                    let _ = reply.send((self.apply_policies(policies, now), None));
                 }
                 Command::SetEcn { probabilities } => {
                     for (vif, p) in probabilities.into_iter().enumerate() {
@@ -1285,11 +1297,13 @@ mod tests {
             next_stats_ns: 0,
             next_age_ns: 0,
         };
-        lp.insert_slot(Box::new(MemPort::pair("up", 1).0), None, PortRole::Uplink)
-            .unwrap();
+        assert!(lp
+            .insert_slot(Box::new(MemPort::pair("up", 1).0), None, PortRole::Uplink)
+            .is_ok());
         for name in vifs {
-            lp.insert_slot(Box::new(MemPort::pair(name, 1).0), None, PortRole::Vif)
-                .unwrap();
+            assert!(lp
+                .insert_slot(Box::new(MemPort::pair(name, 1).0), None, PortRole::Vif)
+                .is_ok());
         }
         lp.apply_policies(Arc::new(set(vifs)), 0).unwrap();
         lp

@@ -1,6 +1,8 @@
 //! The switch driven through in-memory ports: learning, flooding, drops by reason, engine
 //! refusal as back-pressure, live policy changes, port removal, ECN marking, faults.
 
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,8 +11,8 @@ use vqos_dataplane::frame::{
     VNET_GSO_TCPV4,
 };
 use vqos_dataplane::{
-    FaultPlan, FaultPort, MemPort, MemPortPeer, PortSpec, Readiness, SwitchConfig, SwitchError,
-    SwitchHandle, SwitchStats, VNET_HDR_LEN,
+    Batch, FaultPlan, FaultPort, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec,
+    Readiness, SwitchConfig, SwitchError, SwitchHandle, SwitchStats, VNET_HDR_LEN,
 };
 use vqos_sched::{
     Engine, EngineKind, Grant, PolicyError, PolicySet, ReadySet, Usage, VifId, VifPolicy, MAX_BURST,
@@ -518,4 +520,108 @@ fn faulty_port_does_not_stop_the_switch() {
         ),
         Err(SwitchError::Stopped)
     ));
+}
+
+/// What a [`Spy`] port saw.
+#[derive(Default)]
+struct SpyLog {
+    /// Name of the thread that dropped the port.
+    dropped_on: Mutex<Option<String>>,
+    /// The next `recv_batch` sleeps this long first, ms (then resets to 0).
+    stall_ms: AtomicU64,
+    /// A stalled `recv_batch` began.
+    stalled: AtomicBool,
+}
+
+/// A [`MemPort`] that records where it is dropped and can stall the loop in `recv_batch`.
+struct Spy {
+    inner: MemPort,
+    log: Arc<SpyLog>,
+}
+
+fn spy(name: &str) -> (Spy, MemPortPeer, Arc<SpyLog>) {
+    let (inner, peer) = MemPort::pair(name, 10_000);
+    let log = Arc::new(SpyLog::default());
+    (
+        Spy {
+            inner,
+            log: log.clone(),
+        },
+        peer,
+        log,
+    )
+}
+
+impl Port for Spy {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        let ms = self.log.stall_ms.swap(0, Ordering::SeqCst);
+        if ms > 0 {
+            self.log.stalled.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        self.inner.recv_batch(batch, max_frames)
+    }
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        self.inner.send_batch(batch, indices)
+    }
+    fn readiness_fd(&self) -> Option<RawFd> {
+        self.inner.readiness_fd()
+    }
+    fn counters(&self) -> PortIoCounters {
+        self.inner.counters()
+    }
+}
+
+impl Drop for Spy {
+    fn drop(&mut self) {
+        *self.log.dropped_on.lock().unwrap() = std::thread::current().name().map(String::from);
+    }
+}
+
+#[test]
+fn removed_and_refused_ports_are_closed_off_the_loop_thread() {
+    let (r, _log) = refuser_rig(&[]);
+    let (p, _peer, log) = spy("s");
+    r.sw.add_port(PortSpec::custom(Box::new(p)), VifPolicy::default())
+        .unwrap();
+    r.sw.remove_port("s").unwrap();
+    let on = log.dropped_on.lock().unwrap().clone();
+    assert_ne!(on.as_deref(), Some("vqos-loop"), "dropped on {on:?}");
+    // Refused by the engine (weight 99) once the loop holds it.
+    let (p, _peer, log) = spy("s2");
+    let w99 = VifPolicy {
+        weight: 99,
+        ..Default::default()
+    };
+    assert!(r.sw.add_port(PortSpec::custom(Box::new(p)), w99).is_err());
+    let on = log.dropped_on.lock().unwrap().clone();
+    assert!(on.is_some(), "dropped");
+    assert_ne!(on.as_deref(), Some("vqos-loop"), "dropped on {on:?}");
+    assert!(r.sw.stats().port("s2").is_none());
+}
+
+#[test]
+fn a_slow_loop_delays_a_control_call_but_never_loses_its_answer() {
+    let r = rig();
+    let (p, peer, log) = spy("slow");
+    r.sw.add_port(PortSpec::custom(Box::new(p)), VifPolicy::default())
+        .unwrap();
+    // The loop stalls 5.5 s in a read (longer than the old 5 s reply timeout).
+    log.stall_ms.store(5_500, Ordering::SeqCst);
+    peer.inject(frame(MAC_U, 0x02_00_00_00_00_0c, 1));
+    eventually("the loop stalls", || log.stalled.load(Ordering::SeqCst));
+    let w3 = VifPolicy {
+        weight: 3,
+        ..Default::default()
+    };
+    r.sw.set_policy("a", w3.clone()).unwrap();
+    assert_eq!(r.sw.policies().vifs[0].policy, w3);
+    let s = stats_where(&r.sw, |s| {
+        s.port("a").and_then(|p| p.policy.as_ref()) == Some(&w3)
+    });
+    assert_eq!(s.ports.len(), 4);
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 1);
 }
