@@ -77,6 +77,9 @@ pub struct PortStats {
     pub ecn_marked: u64,
     /// Reads from the port that failed (retried every stats interval).
     pub rx_errors: u64,
+    /// Source MAC addresses from this port not learnt because the port's share of the MAC
+    /// table (or the table) was full; frames to them are flooded. Not a drop.
+    pub mac_learn_refused: u64,
     /// Probability of CE marking on the uplink→vif direction (vifs only).
     pub ecn_probability: f64,
     /// The engine's view of the vif (credit, throttled).

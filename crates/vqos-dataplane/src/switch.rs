@@ -207,6 +207,10 @@ pub struct SwitchConfig {
     pub mac_age_ns: u64,
     /// Most learnt MAC addresses (default 4096).
     pub mac_capacity: usize,
+    /// Most MAC addresses learnt on one vif port (default 64); the uplink may hold half of
+    /// `mac_capacity`. Addresses beyond are not learnt (`mac_learn_refused`) and frames to them
+    /// are flooded, so one tenant cannot push everyone's unicast into flooding.
+    pub mac_capacity_per_vif: usize,
     /// Stats are published this often, ns (default 25 ms; at most 50 ms is sensible).
     pub stats_interval_ns: u64,
     /// Enforce each vif's maximum on the uplink→vif direction too (default true).
@@ -244,6 +248,7 @@ impl SwitchConfig {
             readiness: Readiness::Epoll,
             mac_age_ns: 300_000_000_000,
             mac_capacity: 4096,
+            mac_capacity_per_vif: 64,
             stats_interval_ns: 25_000_000,
             downlink_max: true,
             custom_engine: None,
@@ -366,7 +371,15 @@ impl SwitchHandle {
             policies: Arc::new(policies.clone()),
             policy_epoch: 0,
             ready: ReadySet::new(0),
-            macs: MacTable::new(config.mac_capacity, config.mac_age_ns),
+            macs: {
+                let mut t = MacTable::new(
+                    config.mac_capacity,
+                    config.mac_capacity_per_vif,
+                    config.mac_age_ns,
+                );
+                t.set_port_capacity(0, config.mac_capacity / 2);
+                t
+            },
             batch: Batch::new(),
             wire_bytes: [0; BATCH_FRAMES],
             uplink_bucket: None,
@@ -590,6 +603,8 @@ struct PortCounters {
     ecn_marked: u64,
     /// Reads that failed.
     rx_errors: u64,
+    /// Source addresses not learnt (port or table full).
+    mac_learn_refused: u64,
 }
 
 /// One port as the loop holds it.
@@ -1105,7 +1120,13 @@ impl Loop {
                     }
                 }
             }
-            self.macs.learn(src_mac, src as u16, now);
+            if !self.macs.learn(src_mac, src as u16, now) {
+                self.slots[src]
+                    .as_mut()
+                    .expect("source")
+                    .c
+                    .mac_learn_refused += 1;
+            }
             let dest = if is_group(dst_mac) {
                 None
             } else {
@@ -1229,6 +1250,7 @@ impl Loop {
                 drops: s.c.drops,
                 ecn_marked: s.c.ecn_marked,
                 rx_errors: s.c.rx_errors,
+                mac_learn_refused: s.c.mac_learn_refused,
                 ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
                 engine: s.vif.map(|v| self.engine.vif_state(v)),
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),
@@ -1272,7 +1294,7 @@ mod tests {
             policies: Arc::new(policies.clone()),
             policy_epoch: 0,
             ready: ReadySet::new(0),
-            macs: MacTable::new(64, 1_000_000_000),
+            macs: MacTable::new(64, 64, 1_000_000_000),
             batch: Batch::new(),
             wire_bytes: [0; BATCH_FRAMES],
             uplink_bucket: None,

@@ -625,3 +625,33 @@ fn a_slow_loop_delays_a_control_call_but_never_loses_its_answer() {
     assert_eq!(s.ports.len(), 4);
     assert_eq!(tag_of(&collect(&r.u, 1)[0]), 1);
 }
+
+#[test]
+fn one_vif_cannot_fill_the_mac_table_for_the_others() {
+    let r = rig_with(
+        |c| {
+            c.mac_capacity = 32;
+            c.mac_capacity_per_vif = 8;
+        },
+        None,
+    );
+    // a (no allow-list) sends from 100 addresses.
+    for m in 0..100u64 {
+        r.a.inject(frame(MAC_U, 0x02_00_00_00_10_00 + m, 1));
+    }
+    collect(&r.u, 100);
+    collect(&r.b, 100); // flooded: the uplink's address is not known yet
+    let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.rx_frames == 100));
+    assert_eq!(s.port("a").unwrap().mac_learn_refused, 92);
+    assert_eq!(s.mac_entries, 8);
+    // b is still learnt, so the uplink's reply to b is not flooded to a.
+    r.b.inject(frame(MAC_U, MAC_B, 2));
+    collect(&r.u, 1);
+    collect(&r.a, 1);
+    r.u.inject(frame(MAC_B, MAC_U, 3));
+    assert_eq!(tag_of(&collect(&r.b, 1)[0]), 3);
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(r.a.take_sent().is_empty(), "b's unicast did not leak to a");
+    let s = r.sw.stats();
+    assert_eq!(s.port("b").unwrap().mac_learn_refused, 0);
+}
