@@ -138,11 +138,17 @@ impl Batch {
     }
 
     /// Keeps the first `len` bytes of the free slot as a new frame (after [`Batch::free_slot`]).
+    /// A `len` beyond the buffer (a port's bug) is clamped to [`FRAME_BUF_BYTES`], one byte
+    /// more than any valid frame, so validation drops it as `oversized`; false (nothing kept)
+    /// when the batch is full.
     #[inline]
-    pub fn commit(&mut self, len: usize) {
-        debug_assert!(self.count < BATCH_FRAMES && len <= FRAME_BUF_BYTES);
-        self.lens[self.count] = len;
+    pub fn commit(&mut self, len: usize) -> bool {
+        if self.count == BATCH_FRAMES {
+            return false;
+        }
+        self.lens[self.count] = len.min(FRAME_BUF_BYTES);
         self.count += 1;
+        true
     }
 
     /// Shortens frame `i` to at most `len` bytes.
@@ -185,4 +191,24 @@ pub trait Port: Send {
 
     /// The port's own I/O counters.
     fn counters(&self) -> PortIoCounters;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{validate, FrameError};
+
+    #[test]
+    fn commit_clamps_a_bad_length_and_refuses_beyond_capacity() {
+        let mut b = Batch::new();
+        assert!(b.free_slot().is_some());
+        assert!(b.commit(usize::MAX));
+        assert_eq!(b.frame(0).len(), FRAME_BUF_BYTES);
+        assert_eq!(validate(b.frame(0)), Err(FrameError::Oversized));
+        while !b.is_full() {
+            assert!(b.commit(60));
+        }
+        assert!(!b.commit(60));
+        assert_eq!(b.len(), BATCH_FRAMES);
+    }
 }

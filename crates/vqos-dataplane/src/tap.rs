@@ -183,7 +183,9 @@ impl Port for TapPort {
                     }
                 }
             }
-            let len = r as usize;
+            // The kernel never returns more than asked; should it, the frame is clamped to the
+            // buffer (and dropped as oversized), never trusted.
+            let len = (r as usize).min(slot.len());
             batch.commit(len);
             self.counters.rx_frames += 1;
             self.counters.rx_bytes += len as u64;

@@ -655,3 +655,49 @@ fn one_vif_cannot_fill_the_mac_table_for_the_others() {
     let s = r.sw.stats();
     assert_eq!(s.port("b").unwrap().mac_learn_refused, 0);
 }
+
+/// A port that reports reading more bytes than its buffer holds, then behaves.
+struct Liar {
+    inner: MemPort,
+    lied: bool,
+}
+
+impl Port for Liar {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        if !self.lied && self.inner.counters().rx_frames > 0 {
+            self.lied = true;
+            if batch.free_slot().is_some() {
+                batch.commit(1 << 20);
+                return Ok(1 + self.inner.recv_batch(batch, max_frames - 1)?);
+            }
+        }
+        self.inner.recv_batch(batch, max_frames)
+    }
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        self.inner.send_batch(batch, indices)
+    }
+    fn readiness_fd(&self) -> Option<RawFd> {
+        self.inner.readiness_fd()
+    }
+    fn counters(&self) -> PortIoCounters {
+        self.inner.counters()
+    }
+}
+
+#[test]
+fn a_port_reporting_a_length_past_its_buffer_does_not_stop_the_loop() {
+    let r = rig();
+    let (inner, peer) = MemPort::pair("liar", 100);
+    let liar = Liar { inner, lied: false };
+    r.sw.add_port(PortSpec::custom(Box::new(liar)), VifPolicy::default())
+        .unwrap();
+    peer.inject(frame(MAC_U, 0x02_00_00_00_00_0c, 1));
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 1);
+    peer.inject(frame(MAC_U, 0x02_00_00_00_00_0c, 2));
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 2);
+    let s = stats_where(&r.sw, |s| s.port("liar").is_some_and(|p| p.rx_frames == 3));
+    assert_eq!(s.port("liar").unwrap().drops.oversized, 1);
+}
