@@ -42,6 +42,8 @@ const WAKE_TOKEN: u64 = u64::MAX;
 const RATE_SAMPLES: usize = 5;
 /// Burst absorbed by the capacity and per-vif buckets, in time at their rate (4 ms).
 const BUCKET_WINDOW_NS: u64 = 4_000_000;
+/// In epoll mode, how often ports without a readiness descriptor are polled, ns.
+const POLL_ONLY_INTERVAL_NS: u64 = 1_000_000;
 /// Smallest bucket depth: two 64 KiB super-frames.
 const BUCKET_MIN_DEPTH_BYTES: u64 = 2 * 65_536;
 
@@ -983,13 +985,26 @@ impl Loop {
                 }
             }
         }
-        let timeout = deadline.saturating_sub(now);
+        let mut timeout = deadline.saturating_sub(now);
+        // Ports without a readiness descriptor cannot wake us: poll them every millisecond.
+        let poll_only = self.slots.iter().flatten().any(|s| s.fd.is_none());
+        if poll_only {
+            timeout = timeout.min(POLL_ONLY_INTERVAL_NS);
+        }
         for token in epoll.wait(Some(timeout)) {
             if token == WAKE_TOKEN {
                 self.wake.clear();
                 continue;
             }
             if let Some(Some(s)) = self.slots.get_mut(token as usize) {
+                s.ready = true;
+                if let Some(v) = s.vif {
+                    self.ready.set(v, true);
+                }
+            }
+        }
+        if poll_only {
+            for s in self.slots.iter_mut().flatten().filter(|s| s.fd.is_none()) {
                 s.ready = true;
                 if let Some(v) = s.vif {
                     self.ready.set(v, true);

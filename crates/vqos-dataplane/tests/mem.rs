@@ -701,3 +701,41 @@ fn a_port_reporting_a_length_past_its_buffer_does_not_stop_the_loop() {
     let s = stats_where(&r.sw, |s| s.port("liar").is_some_and(|p| p.rx_frames == 3));
     assert_eq!(s.port("liar").unwrap().drops.oversized, 1);
 }
+
+/// A [`MemPort`] that offers no readiness descriptor (can only be polled).
+struct NoFd(MemPort);
+
+impl Port for NoFd {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        self.0.recv_batch(batch, max_frames)
+    }
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        self.0.send_batch(batch, indices)
+    }
+    fn readiness_fd(&self) -> Option<RawFd> {
+        None
+    }
+    fn counters(&self) -> PortIoCounters {
+        self.0.counters()
+    }
+}
+
+#[test]
+fn a_port_without_readiness_fd_keeps_being_read_in_epoll_mode() {
+    let r = rig();
+    let (inner, peer) = MemPort::pair("nofd", 100);
+    r.sw.add_port(
+        PortSpec::custom(Box::new(NoFd(inner))),
+        VifPolicy::default(),
+    )
+    .unwrap();
+    for tag in 1..=3 {
+        // Each frame arrives after the loop found the port drained and went idle.
+        std::thread::sleep(Duration::from_millis(40));
+        peer.inject(frame(MAC_U, 0x02_00_00_00_00_0c, tag));
+        assert_eq!(tag_of(&collect(&r.u, 1)[0]), tag);
+    }
+}
