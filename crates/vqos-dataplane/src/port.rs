@@ -181,8 +181,9 @@ pub trait Port: Send {
     /// returned only if no frame was read.
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError>;
 
-    /// Writes the frames of `batch` at `indices`, in order. Returns how many were written;
-    /// the rest are lost (counted by the caller).
+    /// Writes the frames of `batch` at `indices`, in order, and stops at the first one that
+    /// cannot be written. Returns how many were written: exactly the first `n` of `indices`
+    /// (the caller counts their bytes); the rest are lost (counted by the caller).
     fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError>;
 
     /// A file descriptor that becomes readable (edge) when frames arrive, for epoll; `None`

@@ -209,9 +209,11 @@ impl Port for TapPort {
                 } else if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                     continue;
                 } else {
-                    // The kernel refused this frame (link down, bad header): it is lost, the
-                    // rest of the batch still goes.
-                    self.counters.tx_errors += 1;
+                    // The kernel refused this frame (link down, bad header): stop here, as the
+                    // trait says, so that the caller's "first `sent` frames went out" (its
+                    // byte counters and the uplink charge) holds; the rest are lost.
+                    self.counters.tx_errors += (indices.len() - sent) as u64;
+                    return Ok(sent);
                 }
                 break;
             }
@@ -225,5 +227,42 @@ impl Port for TapPort {
 
     fn counters(&self) -> PortIoCounters {
         self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{build_frame, VnetHdr};
+
+    #[test]
+    fn send_batch_stops_at_the_first_refused_frame() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIP: needs root");
+            return;
+        }
+        let name = format!("vqt{}s", std::process::id() % 100_000);
+        let mut tap = TapPort::open(&name, TapMode::Create).unwrap();
+        let mut batch = Batch::new();
+        let good = build_frame(
+            VnetHdr::default(),
+            0x02_00_00_00_00_01,
+            0x02_00_00_00_00_02,
+            0x0800,
+            &[0; 46],
+        );
+        let bad = {
+            let mut f = good.clone();
+            f[1] = 3; // unknown GSO type: the kernel refuses the write
+            f
+        };
+        assert!(batch.push(&good) && batch.push(&bad) && batch.push(&good));
+        assert_eq!(tap.send_batch(&batch, &[0, 1, 2]).unwrap(), 1);
+        let c = tap.counters();
+        assert_eq!(
+            (c.tx_frames, c.tx_bytes, c.tx_errors),
+            (1, good.len() as u64, 2)
+        );
     }
 }
