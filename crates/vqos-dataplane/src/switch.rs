@@ -506,6 +506,15 @@ impl SwitchHandle {
     /// exactly the vif ports; it is validated, then the engine is reconfigured between batches.
     pub fn set_policies(&self, policies: PolicySet) -> Result<(), SwitchError> {
         let mut control = lock(&self.control);
+        self.set_policies_locked(&mut control, policies)
+    }
+
+    /// [`SwitchHandle::set_policies`] with the control lock held by the caller.
+    fn set_policies_locked(
+        &self,
+        control: &mut Control,
+        policies: PolicySet,
+    ) -> Result<(), SwitchError> {
         policies.validate()?;
         for v in &policies.vifs {
             if v.name == self.uplink {
@@ -520,7 +529,7 @@ impl SwitchHandle {
         }
         let next = Arc::new(policies);
         let snapshot = next.clone();
-        self.call(&control, |reply| Command::SetPolicies {
+        self.call(control, |reply| Command::SetPolicies {
             policies: snapshot,
             reply,
         })?;
@@ -529,9 +538,12 @@ impl SwitchHandle {
     }
 
     /// Replaces one vif's policy (validated against the others).
+    /// The read-modify-write happens under the control lock, so concurrent calls (on
+    /// different vifs) never undo each other.
     pub fn set_policy(&self, name: &str, policy: VifPolicy) -> Result<(), SwitchError> {
-        let next = lock(&self.control).policies.with_policy(name, policy)?;
-        self.set_policies(next)
+        let mut control = lock(&self.control);
+        let next = control.policies.with_policy(name, policy)?;
+        self.set_policies_locked(&mut control, next)
     }
 
     /// The policy set in force.

@@ -739,3 +739,39 @@ fn a_port_without_readiness_fd_keeps_being_read_in_epoll_mode() {
         assert_eq!(tag_of(&collect(&r.u, 1)[0]), tag);
     }
 }
+
+#[test]
+fn concurrent_set_policy_calls_never_undo_each_other() {
+    let r = Arc::new(rig());
+    let lost = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = ["a", "b"]
+        .into_iter()
+        .enumerate()
+        .map(|(id, name)| {
+            let (r, lost) = (r.clone(), lost.clone());
+            std::thread::spawn(move || {
+                for w in 1..=1000 {
+                    let p = VifPolicy {
+                        weight: w,
+                        ..Default::default()
+                    };
+                    r.sw.set_policy(name, p).unwrap();
+                    // Only this thread raises this vif's weight: lower means another call
+                    // wrote back a stale copy of it.
+                    if r.sw.policies().vifs[id].policy.weight < w {
+                        lost.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(!lost.load(Ordering::SeqCst), "an update was lost");
+    let p = r.sw.policies();
+    assert_eq!(
+        (p.vifs[0].policy.weight, p.vifs[1].policy.weight),
+        (1000, 1000)
+    );
+}
