@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use vqos_sim::{build_report, render_text, simulate, Scenario, BIN_NS};
+use vqos_sim::{build_report, render_text, simulate, timeseries_csv, Scenario, BIN_NS};
 
 /// Arguments of `vqos sim`.
 #[derive(Args, Debug)]
@@ -25,6 +25,12 @@ pub struct SimArgs {
     /// Exit with status 2 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
+    /// Also write the time series (t_s,vm,rate_bps,control) to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<std::path::PathBuf>,
+    /// Window of the CSV time series, e.g. 100ms or 1s.
+    #[arg(long, default_value = "100ms")]
+    csv_window: String,
 }
 
 /// Runs `vqos sim`.
@@ -37,6 +43,11 @@ pub fn run(args: SimArgs) -> Result<()> {
     }
     let out = simulate(&sc, args.seed)?;
     let report = build_report(&sc, "sim", &out.bins, BIN_NS, out.cpu_busy);
+    if let Some(path) = &args.csv {
+        let window = vqos_sched::units::parse_duration_ns(&args.csv_window)?;
+        let csv = timeseries_csv(&sc, &out.bins, BIN_NS, &out.control_trace, window);
+        std::fs::write(path, csv).with_context(|| format!("Cannot write {}", path.display()))?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -17,7 +17,7 @@ pub mod report;
 pub mod scenario;
 pub mod sim;
 
-pub use report::{build_report, render_text, Report};
+pub use report::{build_report, render_text, timeseries_csv, Report};
 pub use scenario::{Scenario, ScenarioError};
 pub use sim::{simulate, SimOutput, BIN_NS};
 
