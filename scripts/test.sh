@@ -28,5 +28,5 @@ for f in scenarios/*.toml; do
 done
 
 step "benchmark smoke run (each benchmark once, no timing)"
-cargo bench --workspace -- --test >/dev/null
+cargo bench --workspace --benches -- --test >/dev/null
 echo "ok"
