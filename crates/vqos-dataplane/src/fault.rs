@@ -13,6 +13,8 @@ use crate::port::{Batch, Port, PortError, PortIoCounters};
 pub struct FaultPlan {
     /// Fail every n-th `recv_batch` call with an error.
     pub fail_recv_every: Option<u64>,
+    /// Fail every n-th `recv_batch` call with an error after reading (frames stay in the batch).
+    pub fail_recv_after_read_every: Option<u64>,
     /// Fail every n-th `send_batch` call with an error (nothing sent).
     pub fail_send_every: Option<u64>,
     /// Cut every n-th received frame to 10 bytes.
@@ -76,6 +78,7 @@ impl Port for FaultPort {
         }
         let first = batch.len();
         let n = self.inner.recv_batch(batch, max_frames)?;
+        let fail_after = hits(self.plan.fail_recv_after_read_every, self.recv_calls);
         for i in first..first + n {
             self.rx_frames += 1;
             if hits(self.plan.corrupt_hdr_every, self.rx_frames) {
@@ -86,6 +89,10 @@ impl Port for FaultPort {
                 self.injected += 1;
                 batch.truncate_frame(i, 10);
             }
+        }
+        if fail_after {
+            self.injected += 1;
+            return Err(PortError::Injected(self.name.clone()));
         }
         Ok(n)
     }

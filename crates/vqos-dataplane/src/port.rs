@@ -177,8 +177,9 @@ pub trait Port: Send {
     fn name(&self) -> &str;
 
     /// Reads up to `max_frames` frames, appending them to `batch` (never beyond its capacity).
-    /// Returns how many were read; fewer than asked means the port is drained. An error is
-    /// returned only if no frame was read.
+    /// Returns how many were read; fewer than asked means the port is drained. On an error,
+    /// frames read before it stay appended to `batch` (the caller forwards them and retries
+    /// the port later: frames may still wait).
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError>;
 
     /// Writes the frames of `batch` at `indices`, in order, and stops at the first one that

@@ -1031,9 +1031,11 @@ impl Loop {
         let got = match slot.port.recv_batch(&mut self.batch, BATCH_FRAMES) {
             Ok(n) => n,
             Err(_) => {
+                // Frames read before the error stay in the batch and are forwarded; the port
+                // is retried at the next stats publication.
                 slot.c.rx_errors += 1;
                 slot.rx_failed = true;
-                0
+                self.batch.len()
             }
         };
         if got < BATCH_FRAMES {
@@ -1062,9 +1064,11 @@ impl Loop {
         let got = match slot.port.recv_batch(&mut self.batch, want) {
             Ok(n) => n,
             Err(_) => {
+                // Frames read before the error stay in the batch and are forwarded; the port
+                // is retried at the next stats publication.
                 slot.c.rx_errors += 1;
                 slot.rx_failed = true;
-                0
+                self.batch.len()
             }
         };
         if got < want {

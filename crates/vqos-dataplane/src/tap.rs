@@ -172,7 +172,8 @@ impl Port for TapPort {
                 match e.kind() {
                     io::ErrorKind::Interrupted => continue,
                     io::ErrorKind::WouldBlock => break,
-                    _ if n > 0 => break,
+                    // Also after some frames: they stay in the batch, and the error tells the
+                    // switch to retry this port (frames may still wait behind it).
                     _ => {
                         self.counters.rx_errors += 1;
                         return Err(PortError::Io {

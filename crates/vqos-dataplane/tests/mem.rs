@@ -488,6 +488,7 @@ fn faulty_port_does_not_stop_the_switch() {
         corrupt_hdr_every: Some(4),
         truncate_rx_every: Some(5),
         fail_send_every: Some(2),
+        ..Default::default()
     };
     sw.add_port(
         PortSpec::custom(Box::new(FaultPort::new(Box::new(pa), plan))),
@@ -774,4 +775,29 @@ fn concurrent_set_policy_calls_never_undo_each_other() {
         (p.vifs[0].policy.weight, p.vifs[1].policy.weight),
         (1000, 1000)
     );
+}
+
+#[test]
+fn frames_read_before_a_port_error_are_forwarded_and_the_port_retried() {
+    let (up, u) = MemPort::pair("up", 10_000);
+    let sw = SwitchHandle::start(SwitchConfig::new(PortSpec::custom(Box::new(up)))).unwrap();
+    let (pa, a) = MemPort::pair("fa", 10_000);
+    let plan = FaultPlan {
+        fail_recv_after_read_every: Some(1),
+        ..Default::default()
+    };
+    let fa = FaultPort::new(Box::new(pa), plan);
+    sw.add_port(PortSpec::custom(Box::new(fa)), VifPolicy::default())
+        .unwrap();
+    for i in 0..40 {
+        a.inject(frame(MAC_U, MAC_A, i));
+    }
+    // Every read errs after reading: the frames still go out, the port is retried.
+    let got = collect(&u, 40);
+    let tags: Vec<u8> = got.iter().map(|f| tag_of(f)).collect();
+    assert_eq!(tags, (0..40).collect::<Vec<u8>>());
+    let s = stats_where(&sw, |s| s.port("fa").is_some_and(|p| p.rx_frames == 40));
+    let p = s.port("fa").unwrap();
+    assert!(p.rx_errors >= 2, "{}", p.rx_errors);
+    assert_eq!(s.loop_stats.burst_frames, 40);
 }
