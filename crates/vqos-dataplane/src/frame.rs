@@ -236,7 +236,8 @@ pub fn parse_mac(text: &str) -> Option<MacKey> {
 
 /// Sets ECN Congestion Experienced on the IPv4 or IPv6 packet in Ethernet frame `eth`
 /// (one VLAN tag allowed), fixing the IPv4 header checksum. Only ECN-capable packets (ECT(0),
-/// ECT(1)) are marked; returns true when the frame was changed.
+/// ECT(1)) are marked; returns true when the frame was changed. On a GSO super-frame the mark
+/// is in the header every segment copies, so all its segments carry CE.
 pub fn mark_ce(eth: &mut [u8]) -> bool {
     if eth.len() < ETH_HDR_LEN {
         return false;

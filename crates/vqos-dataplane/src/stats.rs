@@ -73,8 +73,11 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Drops by reason.
     pub drops: DropCounters,
-    /// Frames marked ECN CE (by the engine on ingress, by the ECN probability on egress).
+    /// Frames marked ECN CE (by the engine on ingress, by the ECN probability on egress). A GSO
+    /// super-frame counts once; every segment cut from it carries CE.
     pub ecn_marked: u64,
+    /// Frames chosen for CE marking but not ECN-capable (Not-ECT, or not IP): left unmarked.
+    pub ecn_not_ect: u64,
     /// Reads from the port that failed (retried every stats interval).
     pub rx_errors: u64,
     /// Source MAC addresses from this port not learnt because the port's share of the MAC

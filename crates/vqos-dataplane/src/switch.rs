@@ -619,6 +619,8 @@ struct PortCounters {
     rx_errors: u64,
     /// Source addresses not learnt (port or table full).
     mac_learn_refused: u64,
+    /// Frames chosen for CE marking that were not ECN-capable (left unmarked).
+    ecn_not_ect: u64,
 }
 
 /// One port as the loop holds it.
@@ -640,7 +642,7 @@ struct Slot {
     rx_failed: bool,
     /// Readiness descriptor registered with epoll.
     fd: Option<std::os::fd::RawFd>,
-    /// Allowed source MACs.
+    /// Allowed source MACs, sorted (binary search per frame).
     allowed: Option<Vec<MacKey>>,
     /// Counters.
     c: PortCounters,
@@ -748,7 +750,12 @@ impl Loop {
             ready: true,
             rx_failed: false,
             fd,
-            allowed,
+            // Sorted once, searched per frame.
+            allowed: allowed.map(|mut a| {
+                a.sort_unstable();
+                a.dedup();
+                a
+            }),
             c: PortCounters::default(),
             down_bucket: None,
             ecn_threshold: 0,
@@ -1131,7 +1138,10 @@ impl Loop {
             let f = self.batch.frame(i);
             let dst_mac = mac_key(&f[VNET_HDR_LEN..]);
             let src_mac = mac_key(&f[VNET_HDR_LEN + 6..]);
-            let allowed = s.allowed.as_ref().map_or(true, |a| a.contains(&src_mac));
+            let allowed = s
+                .allowed
+                .as_ref()
+                .map_or(true, |a| a.binary_search(&src_mac).is_ok());
             if !allowed || is_group(src_mac) {
                 s.c.drops.spoofed += 1;
                 continue;
@@ -1145,8 +1155,11 @@ impl Loop {
                         continue;
                     }
                     Verdict::MarkCe => {
+                        // A GSO frame is marked once: every segment cut from it carries CE.
                         if frame::mark_ce(&mut self.batch.frame_mut(i)[VNET_HDR_LEN..]) {
                             s.c.ecn_marked += 1;
+                        } else {
+                            s.c.ecn_not_ect += 1;
                         }
                     }
                 }
@@ -1216,8 +1229,11 @@ impl Loop {
             };
             if mark > 0 && (self.next_random() >> 32) < mark {
                 let f = self.batch.frame_mut(i);
+                let c = &mut self.slots[d].as_mut().expect("dest").c;
                 if frame::mark_ce(&mut f[VNET_HDR_LEN..]) {
-                    self.slots[d].as_mut().expect("dest").c.ecn_marked += 1;
+                    c.ecn_marked += 1;
+                } else {
+                    c.ecn_not_ect += 1;
                 }
             }
         }
@@ -1282,6 +1298,7 @@ impl Loop {
                 ecn_marked: s.c.ecn_marked,
                 rx_errors: s.c.rx_errors,
                 mac_learn_refused: s.c.mac_learn_refused,
+                ecn_not_ect: s.c.ecn_not_ect,
                 ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
                 engine: s.vif.map(|v| self.engine.vif_state(v)),
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),

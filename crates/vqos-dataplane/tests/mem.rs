@@ -438,6 +438,29 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
         assert_eq!(f[VNET_HDR_LEN + 15] & 3, 2, "b not marked");
     }
     stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.ecn_marked == 10));
+    // Not-ECT frames chosen for marking are left alone and counted.
+    for _ in 0..3 {
+        r.u.inject(frame(MAC_A, MAC_U, 9));
+    }
+    for f in collect(&r.a, 3) {
+        assert_eq!(f, frame(MAC_A, MAC_U, 9), "unchanged");
+    }
+    let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.ecn_not_ect == 3));
+    assert_eq!(s.port("a").unwrap().ecn_marked, 10);
+}
+
+#[test]
+fn allow_list_of_several_unsorted_addresses() {
+    let allowed = vec![0x02_00_00_00_00_99, MAC_A, 0x02_00_00_00_00_03, MAC_A];
+    let r = rig_with(|_| {}, Some(allowed));
+    r.a.inject(frame(MAC_U, 0x02_00_00_00_00_03, 1));
+    r.a.inject(frame(MAC_U, 0x02_00_00_00_00_04, 2));
+    r.a.inject(frame(MAC_U, 0x02_00_00_00_00_99, 3));
+    r.a.inject(frame(MAC_U, MAC_A, 4));
+    let tags: Vec<u8> = collect(&r.u, 3).iter().map(|f| tag_of(f)).collect();
+    assert_eq!(tags, vec![1, 3, 4]);
+    let s = stats_where(&r.sw, |s| s.port("a").is_some_and(|p| p.rx_frames == 4));
+    assert_eq!(s.port("a").unwrap().drops.spoofed, 1);
 }
 
 #[test]
