@@ -43,6 +43,10 @@
 //!   the vif→uplink direction, which is what vifs normally send).
 //! - Flooded frames are not subject to the downlink maximum nor to ECN marking.
 //! - Every port must use the 12-byte virtio-net header ([`frame::VNET_HDR_LEN`]).
+//! - Bytes are counted and charged as they are on the wire ([`frame::wire_bytes`]: a GSO
+//!   super-frame's headers once per segment), without preamble, inter-frame gap and FCS.
+//! - At most 64 MAC addresses are learnt per vif port (`mac_capacity_per_vif`); beyond that
+//!   frames to its addresses are flooded (`mac_learn_refused`).
 #![deny(missing_docs)]
 
 pub mod bucket;
