@@ -118,6 +118,21 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
         "**What this switch can express.** {}\n",
         opts.baseline.capabilities()
     );
+    let mut ctl = Vec::new();
+    if sc.fairness {
+        ctl.push("fairness adjuster");
+    }
+    if sc.pid_ecn {
+        ctl.push("PID-ECN");
+    }
+    if !ctl.is_empty() {
+        let how = if opts.baseline.name() == "vqos" {
+            "run in vqosd; TCP endpoints run Reno with ECN"
+        } else {
+            "not available under this baseline (the run has none)"
+        };
+        let _ = writeln!(s, "**Controllers.** {} ({how}).\n", ctl.join(", "));
+    }
     let _ = writeln!(s, "## Phases (Mbit/s; means leave out the settle time)\n");
     for (k, ph) in r.phases.iter().enumerate() {
         let sim = o.simulated.phases.get(k);

@@ -470,6 +470,13 @@ fn drive(
     for c in clients.iter_mut().flatten() {
         c.proc.stop(Duration::from_secs(2));
     }
+    // vqosd's final counters (ECN marks, drops, controller limits) beside its log.
+    if let Some(client) = &topo.client {
+        if let Ok(v) = client.call::<serde_json::Value>("GET", "/v1/stats", None) {
+            let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+            let _ = std::fs::write(logs.join("vqosd-stats.json"), text);
+        }
+    }
     Ok((samples, vqosd_cpu_s, softirq_s, wall_s))
 }
 

@@ -1,6 +1,7 @@
 //! End to end through the lab's library entry point: a 16 s scenario (2 VMs, weights 1:3 at
-//! 200 Mbit/s, vm1 given a 100 Mbit/s minimum at 8 s) under vqosd, a run whose vqosd cannot
-//! start, and an interrupted run. Each checks that no namespace, link or process of the run is
+//! 200 Mbit/s, vm1 given a 100 Mbit/s minimum at 8 s) under vqosd, a 12 s download through the
+//! router's bottleneck whose rate changes at 6 s (with PID-ECN in vqosd), a run whose vqosd
+//! cannot start, and an interrupted run. Each checks that no namespace, link or process of the run is
 //! left. Needs root and iperf3; skips with a message otherwise.
 
 use std::path::{Path, PathBuf};
@@ -145,6 +146,39 @@ fn short_scenario_end_to_end_under_vqosd() {
         1 + 2 * 160,
         "16 s of 100 ms bins for 2 VMs"
     );
+}
+
+/// The router path: download (iperf3 -R) through the router's tbf, whose rate a bottleneck
+/// event changes in place at 6 s; vqosd runs PID-ECN (the scenario's controllers).
+#[test]
+fn download_through_the_router_bottleneck_follows_its_changes() {
+    if !can_run("download_through_the_router_bottleneck_follows_its_changes") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut opts =
+        LabOptions::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/router-download.toml"));
+    opts.out_dir = Some(out.path().to_path_buf());
+    let outcome = run_lab(&opts).expect("lab run");
+    assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+    let phases = outcome.results["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2);
+    for (k, want) in [(0, 300e6), (1, 150e6)] {
+        let got: f64 = ["vm1", "vm2"]
+            .iter()
+            .map(|vm| phases[k]["vifs"][vm]["mean_bps"].as_f64().unwrap())
+            .sum();
+        assert!(
+            got > 0.8 * want && got < 1.1 * want,
+            "phase {}: aggregate {:.1} Mbit/s through a {:.0} Mbit/s bottleneck",
+            k + 1,
+            got / 1e6,
+            want / 1e6
+        );
+    }
+    let log = std::fs::read_to_string(out.path().join("logs/vqosd.log")).unwrap();
+    assert!(log.contains("controllers: pid-ecn"), "{log}");
 }
 
 #[test]
