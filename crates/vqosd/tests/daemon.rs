@@ -159,6 +159,38 @@ fn sigterm_and_sigint_leave_cleanly() {
     }
 }
 
+/// The controllers' thread runs beside the API and stops with the daemon.
+#[test]
+fn controllers_start_and_stop_with_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("vqosd.sock");
+    let cfg = dir.path().join("vqosd.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "capacity = \"1Gbit\"\nstate_file = \"{}\"\ncontrollers = [\"fairness\", \"pid-ecn\"]\n\
+             [api]\nsocket = \"{}\"\n[pid_ecn]\nslot = \"20ms\"\n[[port]]\nname = \"vm1\"\n",
+            dir.path().join("state.json").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::start(&cfg, "mock");
+    let line = p.wait_ready();
+    assert!(line.contains("controllers: fairness, pid-ecn"), "{line}");
+    let c = Client::new(Endpoint::Unix(socket));
+    let s: Value = c.call("GET", "/v1/stats", None).unwrap();
+    let vm1 = &s["ports"][0];
+    assert_eq!(vm1["name"], "vm1");
+    assert_eq!(vm1["ecn_probability"], json!(0.0));
+    assert_eq!(vm1["controller_limit_bps"], Value::Null);
+    let t0 = std::time::Instant::now();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+}
+
 /// The real data plane with TAP devices (needs root and /dev/net/tun, as the daemon does).
 #[test]
 fn the_switch_backend_creates_taps_and_applies_policies() {
