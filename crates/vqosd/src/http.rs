@@ -46,6 +46,12 @@ impl HttpError {
             HttpError::Unsupported(_) => Some(501),
         }
     }
+
+    /// True when the read timed out (a socket timeout or the request's deadline).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, HttpError::Io(e)
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+    }
 }
 
 /// A parsed request.
@@ -152,6 +158,7 @@ pub fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         409 => "Conflict",
         413 => "Payload Too Large",
         422 => "Unprocessable Entity",
@@ -256,8 +263,43 @@ fn read_body(
     Ok(already)
 }
 
-/// Reads one request with a body of at most `max_body_bytes`.
-pub fn read_request(r: &mut impl Read, max_body_bytes: usize) -> Result<Request, HttpError> {
+/// The start line and headers of a request, read before its body so the server can refuse a
+/// request (wrong token, body too large) without reading the body first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The path without the query string.
+    pub path: String,
+    /// Headers in order, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes that arrived with the head.
+    rest: Vec<u8>,
+}
+
+impl RequestHead {
+    /// The first header called `name` (lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Reads the body announced by the head (at most `max_body_bytes`) and completes the request.
+    pub fn read_body(self, r: &mut impl Read, max_body_bytes: usize) -> Result<Request, HttpError> {
+        let body = read_body(r, &self.headers, self.rest, max_body_bytes, "Request body")?;
+        Ok(Request {
+            method: self.method,
+            path: self.path,
+            headers: self.headers,
+            body,
+        })
+    }
+}
+
+/// Reads the start line and the headers of a request.
+pub fn read_request_head(r: &mut impl Read) -> Result<RequestHead, HttpError> {
     let (head, rest) = read_head(r, "Request head")?;
     let mut lines = head.split("\r\n");
     let start = lines.next().unwrap_or("");
@@ -275,14 +317,18 @@ pub fn read_request(r: &mut impl Read, max_body_bytes: usize) -> Result<Request,
         return Err(HttpError::Malformed(format!("bad method {method:?}")));
     }
     let headers = parse_headers(lines)?;
-    let body = read_body(r, &headers, rest, max_body_bytes, "Request body")?;
     let path = target.split('?').next().unwrap_or(target).to_string();
-    Ok(Request {
+    Ok(RequestHead {
         method: method.to_string(),
         path,
         headers,
-        body,
+        rest,
     })
+}
+
+/// Reads one request with a body of at most `max_body_bytes`.
+pub fn read_request(r: &mut impl Read, max_body_bytes: usize) -> Result<Request, HttpError> {
+    read_request_head(r)?.read_body(r, max_body_bytes)
 }
 
 /// A response as the client reads it.

@@ -1,8 +1,15 @@
 //! The listeners: the root-only unix socket and the optional token-protected loopback TCP port.
 //!
-//! Each listener has an accept thread; each connection gets its own thread (at most
-//! [`MAX_CONNECTIONS`] at once, beyond that the client gets a 503) that reads one request under
-//! a timeout, answers it, and closes.
+//! Each listener has an accept thread; each connection gets its own thread that reads one request,
+//! answers it, and closes. Each listener has its own connection limit ([`MAX_CONNECTIONS`] on the
+//! unix socket, [`MAX_TCP_CONNECTIONS`] on TCP; beyond it the client gets a 503), so clients of
+//! the TCP port, which anyone on the host can reach, cannot take the slots root needs on the unix
+//! socket. The whole request must arrive within the I/O timeout (a deadline, not a timeout per
+//! read, so a client trickling bytes cannot hold a slot), and the answer must be taken within
+//! the same time. Peers are refused as early as possible: unix peers before they get a slot, TCP
+//! clients right after the head, before their body is read. An error answered before the whole
+//! request was read is followed by a half-close and a short, bounded drain of the input, so the
+//! client reads the status instead of a connection reset.
 //!
 //! The unix socket is bound inside a fresh private directory (mode 0700) next to its final path,
 //! given mode 0600 and owner root (when running as root), and only then renamed into place, so
@@ -11,24 +18,36 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
+use std::net::Shutdown;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::api::Api;
 use crate::config::{Config, TcpConfig};
-use crate::http::{read_request, Response, MAX_BODY_BYTES};
+use crate::http::{read_request_head, HttpError, Response, MAX_BODY_BYTES};
 
-/// Most connections served at once.
+/// Most connections served at once on the unix socket.
 pub const MAX_CONNECTIONS: usize = 32;
+/// Most connections served at once on the TCP port.
+pub const MAX_TCP_CONNECTIONS: usize = 8;
+/// Pause of an accept loop after a failed accept (no file descriptors left, ...), so a
+/// persistent error does not spin a core.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How long, at most, the input is drained after an early error answer.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+/// How many bytes, at most, are drained after an early error answer.
+const DRAIN_BYTES: usize = 1024 * 1024;
+/// Drained without waiting after a 503/403 answered by the accept thread itself.
+const DRAIN_NOW_BYTES: usize = 64 * 1024;
 
 /// Why a listener could not be set up.
 #[derive(Debug, Error)]
@@ -66,10 +85,14 @@ pub struct ServerConfig {
     pub socket_path: PathBuf,
     /// Optional TCP listener with its token.
     pub tcp: Option<TcpConfig>,
-    /// Timeout of each read and write on a connection.
+    /// Time allowed to receive a whole request, and again to send the whole answer.
     pub io_timeout: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Most connections at once on the unix socket.
+    pub max_unix_connections: usize,
+    /// Most connections at once on the TCP port.
+    pub max_tcp_connections: usize,
 }
 
 impl ServerConfig {
@@ -80,6 +103,8 @@ impl ServerConfig {
             tcp: c.tcp.clone(),
             io_timeout: Duration::from_secs(5),
             max_body_bytes: MAX_BODY_BYTES,
+            max_unix_connections: MAX_CONNECTIONS,
+            max_tcp_connections: MAX_TCP_CONNECTIONS,
         }
     }
 }
@@ -98,14 +123,31 @@ struct Shared {
     api: Arc<Api>,
     /// Set once shutdown begins: accept loops exit, new requests get a 503.
     stopping: AtomicBool,
-    /// Open connections (bounded by [`MAX_CONNECTIONS`]).
-    connections: AtomicUsize,
+    /// Open connections of the unix socket and of the TCP port, each bounded by its own limit.
+    connections: [Slots; 2],
+    /// Failed accept calls (both listeners).
+    accept_errors: AtomicU64,
     /// Requests being processed.
     in_flight: InFlight,
-    /// Read/write timeout.
+    /// Deadline to receive a request, and to send its answer.
     io_timeout: Duration,
     /// Largest request body.
     max_body_bytes: usize,
+}
+
+/// The connection slots of one listener.
+struct Slots {
+    /// Open connections.
+    open: AtomicUsize,
+    /// Most open connections.
+    max: usize,
+}
+
+/// Which listener a connection came from (index into [`Shared::connections`]).
+#[derive(Clone, Copy)]
+enum Listener {
+    Unix = 0,
+    Tcp = 1,
 }
 
 /// Running listeners; dropping it shuts them down.
@@ -136,7 +178,17 @@ impl Server {
         let shared = Arc::new(Shared {
             api,
             stopping: AtomicBool::new(false),
-            connections: AtomicUsize::new(0),
+            connections: [
+                Slots {
+                    open: AtomicUsize::new(0),
+                    max: config.max_unix_connections,
+                },
+                Slots {
+                    open: AtomicUsize::new(0),
+                    max: config.max_tcp_connections,
+                },
+            ],
+            accept_errors: AtomicU64::new(0),
             in_flight: InFlight::default(),
             io_timeout: config.io_timeout,
             max_body_bytes: config.max_body_bytes,
@@ -166,31 +218,33 @@ impl Server {
         server.listener_fds.push(unix.as_raw_fd());
         let shared = server.shared.clone();
         server.threads.push(std::thread::spawn(move || {
-            for conn in unix.incoming() {
-                if shared.stopping.load(Ordering::SeqCst) {
-                    break;
-                }
-                if let Ok(stream) = conn {
-                    dispatch(&shared, stream, Auth::PeerCred);
-                }
-            }
+            accept_loop(
+                &shared,
+                "unix socket",
+                || unix.accept().map(|(s, _)| s),
+                |s| dispatch(&shared, s, Listener::Unix, Auth::PeerCred),
+            )
         }));
         if let Some((listener, token)) = tcp {
             server.tcp_addr = listener.local_addr().ok();
             server.listener_fds.push(listener.as_raw_fd());
             let shared = server.shared.clone();
             server.threads.push(std::thread::spawn(move || {
-                for conn in listener.incoming() {
-                    if shared.stopping.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if let Ok(stream) = conn {
-                        dispatch(&shared, stream, Auth::Bearer(token.clone()));
-                    }
-                }
+                accept_loop(
+                    &shared,
+                    "tcp",
+                    || listener.accept().map(|(s, _)| s),
+                    |s| dispatch(&shared, s, Listener::Tcp, Auth::Bearer(token.clone())),
+                )
             }));
         }
         Ok(server)
+    }
+
+    /// How many accept calls failed so far (both listeners); each failure pauses its listener
+    /// for [`ACCEPT_BACKOFF`].
+    pub fn accept_errors(&self) -> u64 {
+        self.shared.accept_errors.load(Ordering::Relaxed)
     }
 
     /// The unix socket's path.
@@ -328,18 +382,74 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// Accepts connections until shutdown. A failed accept (EMFILE, ENFILE, ENOBUFS, ...) is
+/// counted, logged at most every 10 s, and followed by a pause of [`ACCEPT_BACKOFF`]: the
+/// pending connection stays in the backlog, so retrying at once would only spin.
+fn accept_loop<C>(
+    shared: &Shared,
+    what: &str,
+    mut accept: impl FnMut() -> io::Result<C>,
+    mut dispatch: impl FnMut(C),
+) {
+    let mut last_log: Option<Instant> = None;
+    loop {
+        let conn = accept();
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        match conn {
+            Ok(stream) => dispatch(stream),
+            // A signal, or a client that gave up before we accepted it: nothing is wrong.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) => {}
+            Err(e) => {
+                let n = shared.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    eprintln!(
+                        "vqosd: accept on the {what} failed: {e} ({n} failures so far); \
+                         retrying every {} ms",
+                        ACCEPT_BACKOFF.as_millis()
+                    );
+                    last_log = Some(Instant::now());
+                }
+                std::thread::sleep(ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
 /// A connected stream of either listener.
 trait Conn: Read + Write + Send + 'static {
-    /// Sets the read and write timeouts.
-    fn set_timeouts(&self, t: Duration) -> io::Result<()>;
+    /// Sets the timeout of the next reads (`None`: none).
+    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()>;
+    /// Sets the timeout of the next writes (`None`: none).
+    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()>;
+    /// Makes the stream (non-)blocking.
+    fn nonblocking(&self, on: bool) -> io::Result<()>;
+    /// Half-closes: no more writes, reads still possible.
+    fn shutdown_write(&self) -> io::Result<()>;
     /// A 403 to send when the peer's credentials are not acceptable.
     fn peer_refused(&self) -> Option<Response>;
 }
 
 impl Conn for UnixStream {
-    fn set_timeouts(&self, t: Duration) -> io::Result<()> {
-        self.set_read_timeout(Some(t))?;
-        self.set_write_timeout(Some(t))
+    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)
+    }
+
+    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(t)
+    }
+
+    fn nonblocking(&self, on: bool) -> io::Result<()> {
+        self.set_nonblocking(on)
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
     }
 
     fn peer_refused(&self) -> Option<Response> {
@@ -353,9 +463,20 @@ impl Conn for UnixStream {
 }
 
 impl Conn for TcpStream {
-    fn set_timeouts(&self, t: Duration) -> io::Result<()> {
-        self.set_read_timeout(Some(t))?;
-        self.set_write_timeout(Some(t))
+    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)
+    }
+
+    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(t)
+    }
+
+    fn nonblocking(&self, on: bool) -> io::Result<()> {
+        self.set_nonblocking(on)
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
     }
 
     fn peer_refused(&self) -> Option<Response> {
@@ -363,25 +484,78 @@ impl Conn for TcpStream {
     }
 }
 
-/// Decrements the connection count when a connection thread ends, even by panic.
-struct ConnGuard(Arc<Shared>);
+/// A connection read and written against deadlines: before each call the socket's timeout is
+/// set to the time left, so the deadline bounds the whole exchange, however the peer paces it.
+struct Timed<'a, C: Conn> {
+    conn: &'a mut C,
+    until: Instant,
+}
 
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+impl<'a, C: Conn> Timed<'a, C> {
+    fn new(conn: &'a mut C, within: Duration) -> Self {
+        Timed {
+            conn,
+            until: Instant::now() + within,
+        }
+    }
+
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        Ok(left)
     }
 }
 
-fn dispatch<C: Conn>(shared: &Arc<Shared>, mut stream: C, auth: Auth) {
-    if stream.set_timeouts(shared.io_timeout).is_err() {
+impl<C: Conn> Read for Timed<'_, C> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.conn.read_timeout_to(Some(left))?;
+        self.conn.read(buf)
+    }
+}
+
+impl<C: Conn> Write for Timed<'_, C> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.conn.write_timeout_to(Some(left))?;
+        self.conn.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.conn.flush()
+    }
+}
+
+/// Frees a connection slot when a connection thread ends, even by panic.
+struct ConnGuard(Arc<Shared>, Listener);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.connections[self.1 as usize]
+            .open
+            .fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs in the accept thread, so it never blocks: refuses the peer or takes a slot and hands
+/// the connection to a new thread.
+fn dispatch<C: Conn>(shared: &Arc<Shared>, mut stream: C, listener: Listener, auth: Auth) {
+    // Refuse an unknown unix peer before it holds a slot.
+    if matches!(auth, Auth::PeerCred) {
+        if let Some(resp) = stream.peer_refused() {
+            refuse_now(&mut stream, &resp);
+            return;
+        }
+    }
+    let slots = &shared.connections[listener as usize];
+    if slots.open.fetch_add(1, Ordering::SeqCst) >= slots.max {
+        slots.open.fetch_sub(1, Ordering::SeqCst);
+        refuse_now(&mut stream, &Response::error(503, "Too many connections"));
         return;
     }
-    if shared.connections.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-        shared.connections.fetch_sub(1, Ordering::SeqCst);
-        let _ = Response::error(503, "Too many connections").write_to(&mut stream);
-        return;
-    }
-    let guard = ConnGuard(shared.clone());
+    let guard = ConnGuard(shared.clone(), listener);
     let spawned = std::thread::Builder::new()
         .name("vqosd-conn".into())
         .spawn(move || {
@@ -389,46 +563,113 @@ fn dispatch<C: Conn>(shared: &Arc<Shared>, mut stream: C, auth: Auth) {
             serve(&shared, stream, &auth);
             drop(guard);
         });
-    // On spawn failure the closure (and so the guard and the stream) is dropped: the count is
-    // restored and the client sees the connection close.
+    // On spawn failure the closure (and so the guard and the stream) is dropped: the slot is
+    // freed and the client sees the connection close.
     drop(spawned);
 }
 
-fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
-    if matches!(auth, Auth::PeerCred) {
-        if let Some(resp) = stream.peer_refused() {
-            let _ = resp.write_to(&mut stream);
-            return;
+/// Answers `resp` from the accept thread without ever waiting: the answer is small and fits in
+/// the empty send buffer of a new connection; whatever the client already sent is drained (up
+/// to [`DRAIN_NOW_BYTES`]) so the close does not reset the connection over it.
+fn refuse_now<C: Conn>(stream: &mut C, resp: &Response) {
+    if stream.nonblocking(true).is_err() {
+        return;
+    }
+    let _ = resp.write_to(stream);
+    let _ = stream.shutdown_write();
+    let mut buf = [0u8; 8192];
+    let mut drained = 0;
+    while drained < DRAIN_NOW_BYTES {
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
         }
     }
-    let req = match read_request(&mut stream, shared.max_body_bytes) {
-        Ok(r) => r,
+}
+
+/// Answers an error before the request was read to its end: writes `resp`, half-closes, and
+/// reads what the client still sends for at most [`DRAIN_TIME`] and [`DRAIN_BYTES`]. Closing
+/// with unread input would make the kernel reset the connection, and the client would see
+/// ECONNRESET instead of the answer.
+fn refuse<C: Conn>(shared: &Shared, stream: &mut C, resp: &Response) {
+    if resp
+        .write_to(&mut Timed::new(stream, shared.io_timeout))
+        .is_err()
+    {
+        return;
+    }
+    if stream.shutdown_write().is_err() {
+        return;
+    }
+    let mut input = Timed::new(stream, DRAIN_TIME);
+    let mut buf = [0u8; 8192];
+    let mut drained = 0;
+    while drained < DRAIN_BYTES {
+        match input.read(&mut buf) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
+/// The answer to a request that could not be read, `None` when the connection is unusable.
+fn read_failure(e: &HttpError) -> Option<Response> {
+    if e.is_timeout() {
+        return Some(Response::error(408, "Request not received in time"));
+    }
+    e.status()
+        .map(|status| Response::error(status, e.to_string()))
+}
+
+/// True when the head carries `Authorization: Bearer <token>`.
+fn bearer_ok(authorization: Option<&str>, token: &str) -> bool {
+    authorization
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+}
+
+fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
+    // One deadline for the whole request, head and body.
+    let until = Instant::now() + shared.io_timeout;
+    let mut input = Timed {
+        conn: &mut stream,
+        until,
+    };
+    let head = match read_request_head(&mut input) {
+        Ok(h) => h,
         Err(e) => {
-            if let Some(status) = e.status() {
-                let _ = Response::error(status, e.to_string()).write_to(&mut stream);
+            if let Some(resp) = read_failure(&e) {
+                refuse(shared, &mut stream, &resp);
             }
             return;
         }
     };
+    // The token is checked before the body is read.
     if let Auth::Bearer(token) = auth {
-        let presented = req
-            .header("authorization")
-            .and_then(|h| h.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim());
-        let ok = presented.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
-        if !ok {
-            let _ = Response::error(401, "Missing or wrong bearer token")
-                .with_header("WWW-Authenticate", "Bearer")
-                .write_to(&mut stream);
+        if !bearer_ok(head.header("authorization"), token) {
+            let resp = Response::error(401, "Missing or wrong bearer token")
+                .with_header("WWW-Authenticate", "Bearer");
+            refuse(shared, &mut stream, &resp);
             return;
         }
     }
+    let req = match head.read_body(&mut input, shared.max_body_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(resp) = read_failure(&e) {
+                refuse(shared, &mut stream, &resp);
+            }
+            return;
+        }
+    };
     {
         let mut count = lock(&shared.in_flight.count);
         if shared.stopping.load(Ordering::SeqCst) {
             drop(count);
-            let _ = Response::error(503, "Shutting down").write_to(&mut stream);
+            let resp = Response::error(503, "Shutting down");
+            let _ = resp.write_to(&mut Timed::new(&mut stream, shared.io_timeout));
             return;
         }
         *count += 1;
@@ -439,7 +680,8 @@ fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
         *count -= 1;
         shared.in_flight.done.notify_all();
     }
-    let _ = resp.write_to(&mut stream);
+    // The answer gets a deadline of its own, from now.
+    let _ = resp.write_to(&mut Timed::new(&mut stream, shared.io_timeout));
 }
 
 #[cfg(test)]

@@ -4,6 +4,11 @@
 //! Writing: the JSON goes to a temporary file in the same directory, which is fsynced, renamed over
 //! the state file, and the directory is fsynced so the rename itself survives a crash. A reader
 //! therefore sees either the old state or the new one, never a mix.
+//!
+//! The temporary file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`: whatever sits at its
+//! path (a file left by a crash, or a symlink planted by someone who can write the directory)
+//! is unlinked first, never written through, and if something reappears there in between the
+//! save fails instead of following it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -103,6 +108,11 @@ pub fn load(path: &Path) -> Result<Option<SavedState>, StateError> {
 
 /// Writes `state` to `path` atomically (temp file, fsync, rename, fsync of the directory).
 /// Creates the directory if needed. The file is readable by its owner only.
+///
+/// Once the rename succeeded the new state is the file's content, so an error of the final
+/// fsync of the directory does not make the save fail (the caller must not undo a change that
+/// is on disk): it is logged, and only a crash before the kernel writes the directory back could
+/// still lose the rename.
 pub fn save(path: &Path, state: &SavedState) -> Result<(), StateError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -120,27 +130,39 @@ pub fn save(path: &Path, state: &SavedState) -> Result<(), StateError> {
         message: e.to_string(),
     })?;
     json.push(b'\n');
-    let write = || -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
+    // A stale temp file (or anything else at its path) is unlinked, not opened: unlink does not
+    // follow symlinks. A directory there is an error.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&tmp)(e)),
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    // From here the file at `tmp` is ours: remove it on failure.
+    if let Err(e) = f.write_all(&json).and_then(|_| f.sync_all()) {
         let _ = fs::remove_file(&tmp);
         return Err(io_err(&tmp)(e));
     }
+    drop(f);
     if let Err(e) = fs::rename(&tmp, path) {
         let _ = fs::remove_file(&tmp);
         return Err(io_err(path)(e));
     }
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(&dir))
+    if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
+        eprintln!(
+            "vqosd: warning: state saved to {} but the fsync of {} failed: {e}; \
+             a crash before the directory is written back may lose this change",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -196,6 +218,30 @@ mod tests {
             load(&path),
             Err(StateError::Version { version: 99, .. })
         ));
+    }
+
+    #[test]
+    fn a_symlink_at_the_temp_path_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let tmp = dir
+            .path()
+            .join(format!(".state.json.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        save(&path, &sample()).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(load(&path).unwrap(), Some(sample()));
+        assert!(!fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(fs::symlink_metadata(&tmp).is_err(), "temp file left behind");
+        // A stale regular temp file is replaced too.
+        fs::write(&tmp, "stale").unwrap();
+        save(&path, &sample()).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(sample()));
     }
 
     #[test]

@@ -1,0 +1,287 @@
+//! The listeners under hostile or broken clients and a host out of resources: slow clients are
+//! cut off at the request deadline, TCP clients cannot take the unix socket's slots, a wrong
+//! token is refused before the body is read, early errors reach TCP clients instead of a reset,
+//! and a failing accept does not spin a core.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vqosd::api::Api;
+use vqosd::backend::MockBackend;
+use vqosd::client::{Client, Endpoint};
+use vqosd::config::Config;
+use vqosd::http::{read_response, ClientResponse};
+use vqosd::server::{Server, ServerConfig, MAX_TCP_CONNECTIONS};
+
+const TOKEN: &str = "test-token-0123456789";
+
+struct Daemon {
+    server: Server,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn tcp(&self) -> SocketAddr {
+        self.server.tcp_addr().unwrap()
+    }
+
+    fn unix_client(&self) -> Client {
+        Client::new(Endpoint::Unix(self.socket.clone()))
+    }
+}
+
+/// A daemon on the mock switch with a TCP port, its request deadline set to `io_timeout`.
+fn start(dir: &Path, io_timeout: Duration) -> Daemon {
+    let text = format!(
+        r#"
+capacity = "1Gbit"
+state_file = "{dir}/state.json"
+
+[api]
+socket = "{dir}/vqosd.sock"
+tcp = "127.0.0.1:0"
+token_env = "VQOSD_TEST_TOKEN"
+
+[[port]]
+name = "vm1"
+"#,
+        dir = dir.display()
+    );
+    let config = Config::parse(&text, |k| {
+        (k == "VQOSD_TEST_TOKEN").then(|| TOKEN.to_string())
+    })
+    .unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let mut sc = ServerConfig::from_config(&config);
+    sc.io_timeout = io_timeout;
+    Daemon {
+        server: Server::start(&sc, api).unwrap(),
+        socket: config.socket_path.clone(),
+    }
+}
+
+fn tcp_connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Reads the answer; panics on a reset or a close without one.
+fn answer(s: &mut impl Read) -> ClientResponse {
+    read_response(s, 1 << 20).expect("an answer, not a reset or a close")
+}
+
+#[test]
+fn a_client_trickling_its_request_is_cut_off_at_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), Duration::from_millis(800));
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // One byte every 150 ms: each read returns well within the timeout, but the head never
+    // ends.
+    let mut w = s.try_clone().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let head = b"GET /v1/health HTTP/1.1\r\nX-Slow: ";
+        let mut bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
+        while !stop2.load(Ordering::SeqCst) {
+            if w.write_all(&[bytes.next().unwrap()]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    });
+    let t0 = Instant::now();
+    let r = answer(&mut s);
+    let took = t0.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    assert_eq!(r.status, 408);
+    assert!(
+        took < Duration::from_secs(3),
+        "the connection lived {took:?}, past its 800 ms deadline"
+    );
+}
+
+#[test]
+fn tcp_clients_cannot_take_the_unix_sockets_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), Duration::from_secs(5));
+    // More idle, unauthenticated TCP connections than the unix socket has slots.
+    let idle: Vec<TcpStream> = (0..40).map(|_| tcp_connect(d.tcp())).collect();
+    // Wait until the TCP slots are all taken (the accept thread answers the rest with 503).
+    let mut last = idle.last().unwrap().try_clone().unwrap();
+    assert_eq!(answer(&mut last).status, 503);
+    // Root still gets in through the unix socket.
+    let t0 = Instant::now();
+    let h: serde_json::Value = d.unix_client().call("GET", "/v1/health", None).unwrap();
+    assert_eq!(h["status"], "ok");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    // And the first TCP connections hold at most their own limit.
+    let mut refused = 0;
+    // (The last one's answer was read above.)
+    for mut s in idle.into_iter().take(39).skip(MAX_TCP_CONNECTIONS) {
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        if read_response(&mut s, 1 << 20).is_ok_and(|r| r.status == 503) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 39 - MAX_TCP_CONNECTIONS);
+}
+
+#[test]
+fn a_wrong_token_is_refused_before_the_body_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), Duration::from_secs(5));
+    let mut s = tcp_connect(d.tcp());
+    // The body is announced but never sent: the answer must not wait for it.
+    s.write_all(
+        b"PUT /v1/policies/vm1 HTTP/1.1\r\nAuthorization: Bearer wrong-token-0123456789\r\n\
+          Content-Length: 1000\r\n\r\n",
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let r = answer(&mut s);
+    assert_eq!(r.status, 401);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+/// Sends `head` and `body_len` bytes of body from another thread (ignoring write errors, as a
+/// client that stops at the answer would), and reads the answer.
+fn send_big(addr: SocketAddr, head: String, body_len: usize) -> ClientResponse {
+    let mut s = tcp_connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(head.as_bytes());
+        let _ = w.write_all(&vec![b' '; body_len]);
+    });
+    let r = answer(&mut s);
+    writer.join().unwrap();
+    r
+}
+
+#[test]
+fn early_errors_reach_tcp_clients_instead_of_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), Duration::from_secs(5));
+    let len = 512 * 1024;
+    for round in 0..5 {
+        let head = format!(
+            "PUT /v1/policies/vm1 HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Length: {len}\r\n\r\n"
+        );
+        let r = send_big(d.tcp(), head, len);
+        assert_eq!(r.status, 413, "round {round}");
+        let head = format!(
+            "PUT /v1/policies/vm1 HTTP/1.1\r\nAuthorization: Bearer nope\r\n\
+             Content-Length: {len}\r\n\r\n"
+        );
+        let r = send_big(d.tcp(), head, len);
+        assert_eq!(r.status, 401, "round {round}");
+    }
+}
+
+/// Runs only in the child process started by `a_failing_accept_backs_off`: it lowers the
+/// process's file limit, which must not happen under the other tests.
+#[test]
+fn accept_failure_child() {
+    if std::env::var_os("VQOSD_ACCEPT_CHILD").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), Duration::from_secs(5));
+    // The client socket exists before the limit is lowered; connecting needs no new fd.
+    // SAFETY: plain socket(2) call; the fd is owned by the TcpStream below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0);
+    // No fd numbered at or above the lowest free one can be opened: accept fails with EMFILE.
+    // SAFETY: dup and close of a valid fd.
+    let lowest_free = unsafe {
+        let n = libc::dup(0);
+        assert!(n >= 0);
+        libc::close(n);
+        n
+    };
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with valid pointers.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+        let low = libc::rlimit {
+            rlim_cur: lowest_free as libc::rlim_t,
+            rlim_max: old.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &low), 0);
+    }
+    let SocketAddr::V4(addr) = d.tcp() else {
+        panic!("not IPv4")
+    };
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: connect with a valid sockaddr_in of the size given.
+    let rc = unsafe {
+        libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let cpu = || {
+        // SAFETY: rusage is plain data (all-zero is valid); getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let t = |tv: libc::timeval| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000);
+        t(ru.ru_utime) + t(ru.ru_stime)
+    };
+    let c0 = cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu() - c0;
+    let errors = d.server.accept_errors();
+    // SAFETY: restores the saved limit.
+    unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &old), 0) };
+    assert!(errors >= 3, "accept errors counted: {errors}");
+    assert!(errors <= 20, "accept retried {errors} times in 1 s");
+    assert!(used < Duration::from_millis(300), "{used:?} of CPU in 1 s");
+    // Once fds are available again the waiting client is served.
+    // SAFETY: fd is an open, connected socket that nothing else owns.
+    let mut s = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        format!("GET /v1/health HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(answer(&mut s).status, 200);
+}
+
+#[test]
+fn a_failing_accept_backs_off_instead_of_spinning() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "accept_failure_child", "--nocapture"])
+        .env("VQOSD_ACCEPT_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+    assert!(text.contains("vqosd: accept on the tcp failed"), "{text}");
+}
