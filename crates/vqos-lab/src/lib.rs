@@ -23,8 +23,11 @@
 //!
 //! ## Limitations
 //! - Needs root, `ip`, `tc` and iperf3.
-//! - Rates are what each VM sent into the switch, not what reached the sink; latency probes,
-//!   the OVS baseline and multi-run sweeps (CPU vs number of VMs) are not done yet.
+//! - Rates are what each VM sent into the switch, not what reached the sink; the OVS baseline
+//!   is not done yet.
+//! - Latency: a scenario's `[[probe]]` tables ([`probe`]) run a vqos-probe server in the sink
+//!   and one client per phase in the VM; `results.json` gets `latency` (per probe, per phase
+//!   p50/p99/p99.9) and the report a latency table. The simulator ignores `[[probe]]`.
 //! - `direction = "download"` runs iperf3 in reverse (`-R`); the baselines then shape the
 //!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
 //! - The scenario's `controllers` (fairness adjuster, PID-ECN) and `[controller]` gains run in
@@ -38,6 +41,7 @@
 #![deny(missing_docs)]
 
 pub mod output;
+pub mod probe;
 pub mod run;
 pub mod sys;
 pub mod topo;

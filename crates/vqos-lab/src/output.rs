@@ -198,6 +198,9 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
         let passed = r.checks.iter().filter(|c| c.pass).count();
         let _ = writeln!(s, "\n{passed} of {} passed in the lab.\n", r.checks.len());
     }
+    if !o.latency.is_empty() {
+        s.push_str(&latency_md(&o.latency));
+    }
     let _ = writeln!(s, "## CPU\n");
     let _ = writeln!(
         s,
@@ -214,6 +217,53 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
          (measured solid, reference dashed, simulator dotted), `logs/` (vqosd and iperf3 JSON).\n\n\
          ![rates](rates.svg)"
     );
+    s
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or("–".into(), |x| format!("{x:.0}"))
+}
+
+/// The report's latency section: one table per probe, a row per phase.
+pub fn latency_md(latency: &[crate::probe::ProbeResult]) -> String {
+    let mut s = String::from("## Latency (RTT of the probes, µs)\n\n");
+    s.push_str(
+        "One probe client per phase, over the phase minus its settle time; nearest-rank \
+         percentiles of that phase's samples.\n\n",
+    );
+    for p in latency {
+        let _ = writeln!(
+            s,
+            "### {} → sink, {} {} bytes at {}/s\n",
+            p.vm, p.protocol, p.size, p.rate_per_s
+        );
+        let _ = writeln!(
+            s,
+            "| phase | window (s) | samples | lost | p50 | p99 | p99.9 | mean | max |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for ph in &p.phases {
+            let _ = write!(
+                s,
+                "| {} | {:.1}–{:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                ph.phase,
+                ph.from_s,
+                ph.to_s,
+                ph.samples,
+                ph.lost,
+                us(ph.p50_us),
+                us(ph.p99_us),
+                us(ph.p999_us),
+                us(ph.mean_us),
+                us(ph.max_us)
+            );
+            if let Some(e) = &ph.error {
+                let _ = write!(s, " {e}");
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    }
     s
 }
 

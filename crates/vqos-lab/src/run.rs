@@ -10,6 +10,7 @@ use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
 use vqos_sim::{build_report, simulate, Report, BIN_NS};
 
 use crate::output;
+use crate::probe::{self, ProbeResult, ProbeSpec, Probes};
 use crate::sys::{self, spawn, Cleanup, Proc};
 use crate::topo::{Baseline, Topology};
 use crate::LabError;
@@ -67,6 +68,8 @@ pub struct LabOutcome {
     pub vqosd_percent: f64,
     /// The kernel's softirq time over the run, % of one core (all cores summed).
     pub softirq_percent: f64,
+    /// The latency probes' per-phase results (`[[probe]]`; empty without probes).
+    pub latency: Vec<ProbeResult>,
 }
 
 /// Multiplies every time of `sc` by `f`.
@@ -248,6 +251,8 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
         )));
     }
     scale_scenario(&mut sc, opts.duration_scale);
+    let probe_specs = probe::parse_probes(&text, &sc)
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", opts.scenario.display())))?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(LabError::NotRoot);
@@ -269,9 +274,9 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     let simulated = build_report(&sc, "sim", &sim_out.bins, BIN_NS, sim_out.cpu_busy);
 
     let mut cleanup = Cleanup::default();
-    let measured = drive(&sc, opts, &logs, &mut cleanup);
+    let measured = drive(&sc, opts, &probe_specs, &logs, &mut cleanup);
     cleanup.teardown();
-    let (samples, vqosd_cpu_s, softirq_s, wall_s) = measured?;
+    let (samples, vqosd_cpu_s, softirq_s, wall_s, latency) = measured?;
     if opts.progress {
         eprintln!();
     }
@@ -289,7 +294,15 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     if opts.baseline != Baseline::Vqos {
         report.engine = format!("none: baseline {}", opts.baseline);
     }
-    let results = output::results_json(&report, &simulated, opts, vqosd_percent, softirq_percent);
+    report.checks.extend(probe::checks(&probe_specs, &latency));
+    let mut results =
+        output::results_json(&report, &simulated, opts, vqosd_percent, softirq_percent);
+    if let Some(o) = results.as_object_mut() {
+        o.insert(
+            "latency".into(),
+            serde_json::to_value(&latency).unwrap_or_default(),
+        );
+    }
     let outcome = LabOutcome {
         out_dir: out_dir.clone(),
         results,
@@ -297,6 +310,7 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
         simulated,
         vqosd_percent,
         softirq_percent,
+        latency,
     };
     output::write_all(&sc, opts, &outcome, &bins, &sim_out.bins)?;
     Ok(outcome)
@@ -304,13 +318,14 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
 
 type Samples = Vec<(u64, Vec<u64>)>;
 
-/// Builds, runs and samples; returns (samples, vqosd CPU s, softirq s, wall s).
+/// Builds, runs and samples; returns (samples, vqosd CPU s, softirq s, wall s, latency).
 fn drive(
     sc: &Scenario,
     opts: &LabOptions,
+    probe_specs: &[ProbeSpec],
     logs: &Path,
     cleanup: &mut Cleanup,
-) -> Result<(Samples, f64, f64, f64), LabError> {
+) -> Result<(Samples, f64, f64, f64, Vec<ProbeResult>), LabError> {
     let topo = Topology::build(sc, opts.baseline, opts.vqosd_bin.as_deref(), logs, cleanup)?;
     let nvm = sc.vms.len();
     let download = sc.direction == Direction::Download;
@@ -339,6 +354,17 @@ fn drive(
             cleanup.services.push(p);
         }
     }
+    // The latency probes' servers (threads of this process inside the sink).
+    let mut probes = if probe_specs.is_empty() {
+        None
+    } else {
+        Some(Probes::start(
+            probe_specs.to_vec(),
+            sc,
+            &topo.sink_ns,
+            &topo.sink_ip,
+        )?)
+    };
     std::thread::sleep(Duration::from_millis(300));
 
     // Every time something changes: reconcile traffic, apply policies and the bottleneck.
@@ -411,6 +437,9 @@ fn drive(
                 bottleneck = b;
             }
         }
+        if let Some(p) = &mut probes {
+            p.poll(now_ns, &topo.vm_ns)?;
+        }
         if now_ns >= sc.duration_ns + LAB_BIN_NS / 2 {
             break;
         }
@@ -467,6 +496,8 @@ fn drive(
         .and_then(sys::process_cpu_s)
         .map_or(0.0, |c| c - vqosd_cpu0);
     let softirq_s = sys::softirq_s().unwrap_or(soft0) - soft0;
+    // The last phase's probe clients end within their timeout (1 s) after the run.
+    let latency = probes.map(Probes::finish).unwrap_or_default();
     for c in clients.iter_mut().flatten() {
         c.proc.stop(Duration::from_secs(2));
     }
@@ -477,7 +508,7 @@ fn drive(
             let _ = std::fs::write(logs.join("vqosd-stats.json"), text);
         }
     }
-    Ok((samples, vqosd_cpu_s, softirq_s, wall_s))
+    Ok((samples, vqosd_cpu_s, softirq_s, wall_s, latency))
 }
 
 #[cfg(test)]

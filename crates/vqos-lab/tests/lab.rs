@@ -140,6 +140,18 @@ fn short_scenario_end_to_end_under_vqosd() {
         let meta = std::fs::metadata(out.path().join(f)).unwrap();
         assert!(meta.len() > 100, "{f} is written");
     }
+    // The probe measured each phase separately.
+    let lat = v["latency"].as_array().expect("latency in results.json");
+    assert_eq!(lat.len(), 1);
+    assert_eq!(lat[0]["vm"], "vm1");
+    let lp = lat[0]["phases"].as_array().unwrap();
+    assert_eq!(lp.len(), 2);
+    for ph in lp {
+        assert!(ph["samples"].as_u64().unwrap() > 1000, "{ph}");
+        assert!(ph["p99_us"].as_f64().unwrap() >= ph["p50_us"].as_f64().unwrap());
+    }
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(md.contains("## Latency"), "report.md has the latency table");
     let csv = std::fs::read_to_string(out.path().join("timeseries.csv")).unwrap();
     assert_eq!(
         csv.lines().count(),

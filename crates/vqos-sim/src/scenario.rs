@@ -64,6 +64,9 @@ struct RawScenario {
     expect: Vec<RawExpect>,
     #[serde(default)]
     controller: Option<ControllerParams>,
+    /// `[[probe]]` latency probes: run by `vqos lab` only, accepted and ignored here.
+    #[serde(default, rename = "probe")]
+    _probe: Vec<toml::Table>,
 }
 
 fn default_engine() -> String {
