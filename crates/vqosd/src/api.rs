@@ -372,16 +372,27 @@ impl Api {
         let mut v = self.lock();
         let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
         let mut next = v.clone();
-        let port = next.ports.remove(id);
-        let spec = next.set.vifs.remove(id);
+        next.ports.remove(id);
+        next.set.vifs.remove(id);
         next.limits.remove(name);
         next.ecn.remove(name);
-        self.backend.remove_port(name).map_err(backend_fail)?;
-        if let Err(e) = state::save(&self.state_file, &next.saved()) {
-            // Best effort: put the port back where it was.
-            let _ = self.backend.add_port(&port, &spec.policy);
-            let _ = self.backend.set_policies(&v.effective());
-            return Err(save_fail(e));
+        // Saved first: a removed port cannot be put back as it was (a created TAP would come
+        // back without its namespace and addresses, at the end of the list), so if the save
+        // fails the switch is not touched.
+        state::save(&self.state_file, &next.saved()).map_err(save_fail)?;
+        if let Err(e) = self.backend.remove_port(name) {
+            let (status, msg) = backend_fail(e);
+            return Err(match state::save(&self.state_file, &v.saved()) {
+                Ok(()) => (status, msg),
+                Err(s) => (
+                    500,
+                    format!(
+                        "{msg}; the port is still in the switch but the state file lists it \
+                         as removed: {}",
+                        chain(&s)
+                    ),
+                ),
+            });
         }
         *v = next;
         #[derive(Serialize)]

@@ -431,6 +431,31 @@ fn a_failed_state_write_undoes_the_change() {
 }
 
 #[test]
+fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    let calls_before = d.mock.calls();
+    let tmp = d
+        .state_file
+        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    fs::create_dir(&tmp).unwrap();
+    fs::write(tmp.join("x"), "x").unwrap();
+    // vm1 is first: taking it out and adding it back would reorder the switch's ports (and
+    // re-create its TAP).
+    let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(d.mock.calls(), calls_before, "the switch was touched");
+    let names: Vec<String> = d.mock.ports().into_iter().map(|(p, _)| p.name).collect();
+    assert_eq!(names, ["vm1", "vm2"]);
+    assert_eq!(d.snapshot(), before);
+    fs::remove_dir_all(&tmp).unwrap();
+    let (status, _) = d.send("DELETE", "/v1/ports/vm1", None);
+    assert_eq!(status, 200);
+    assert_eq!(d.mock.ports().len(), 1);
+}
+
+#[test]
 fn tcp_needs_the_bearer_token() {
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(
