@@ -2,7 +2,9 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use vqos_lab::{install_interrupt_handler, run_lab, Baseline, LabOptions};
+use vqos_lab::{
+    install_interrupt_handler, run_lab, run_paper, Baseline, LabOptions, PaperOptions, PAPERS,
+};
 
 /// Arguments of `vqos lab`.
 #[derive(Args, Debug)]
@@ -21,6 +23,31 @@ enum LabCommand {
         Ctrl-C stops the run and removes every namespace, link and process it created."
     )]
     Run(RunArgs),
+    /// Run one of the papers' experiments (scenario files or a sweep over the number of VMs).
+    #[command(
+        after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
+        1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
+        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6, \
+        pid-ecn-unequal, pid-ecn-start-stop.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
+        --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n\n\
+        Writes DIR/summary.md and, per run, a directory with results.json, report.md, plots."
+    )]
+    Paper(PaperArgs),
+}
+
+#[derive(Args, Debug)]
+struct PaperArgs {
+    /// The experiment.
+    name: String,
+    /// Baselines to run (repeatable; default: the experiment's own choice).
+    #[arg(long)]
+    baseline: Vec<String>,
+    /// Output directory (default lab-out/paper-NAME).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Multiply every time of the scenarios by F.
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    duration_scale: f64,
 }
 
 #[derive(Args, Debug)]
@@ -47,7 +74,10 @@ struct RunArgs {
 
 /// Runs `vqos lab`.
 pub fn run(args: LabArgs) -> Result<()> {
-    let LabCommand::Run(a) = args.command;
+    let a = match args.command {
+        LabCommand::Run(a) => a,
+        LabCommand::Paper(p) => return paper(p),
+    };
     let baseline: Baseline = a.baseline.parse()?;
     let mut opts = LabOptions::new(&a.file);
     opts.baseline = baseline;
@@ -69,5 +99,38 @@ pub fn run(args: LabArgs) -> Result<()> {
     if a.check && !outcome.report.passed() {
         std::process::exit(2);
     }
+    Ok(())
+}
+
+fn paper(p: PaperArgs) -> Result<()> {
+    if !PAPERS.iter().any(|(n, _)| *n == p.name) {
+        let names: Vec<&str> = PAPERS.iter().map(|x| x.0).collect();
+        anyhow::bail!(
+            "Unknown experiment '{}': expected one of {}",
+            p.name,
+            names.join(", ")
+        );
+    }
+    let baselines = p
+        .baseline
+        .iter()
+        .map(|b| b.parse::<Baseline>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = p
+        .out
+        .unwrap_or_else(|| std::path::PathBuf::from(format!("lab-out/paper-{}", p.name)));
+    let opts = PaperOptions {
+        name: p.name.clone(),
+        baselines,
+        out_dir: out.clone(),
+        duration_scale: p.duration_scale,
+        vqosd_bin: None,
+        progress: true,
+        scenarios_dir: None,
+    };
+    install_interrupt_handler();
+    let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
+    print!("{md}");
+    println!("results in {}", out.display());
     Ok(())
 }

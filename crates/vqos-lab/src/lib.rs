@@ -41,11 +41,13 @@
 #![deny(missing_docs)]
 
 pub mod output;
+pub mod paper;
 pub mod probe;
 pub mod run;
 pub mod sys;
 pub mod topo;
 
+pub use paper::{run_paper, PaperOptions, PAPERS};
 pub use run::{run_lab, LabOptions, LabOutcome};
 pub use sys::{install_interrupt_handler, interrupted, request_interrupt};
 pub use topo::Baseline;

@@ -1,0 +1,529 @@
+//! `vqos lab paper NAME`: the papers' experiments, each as one or more lab runs under `--out`.
+//!
+//! ## Behavior
+//! - Scenario-file experiments ([`PAPERS`]) run their files from `scenarios/` (the current
+//!   directory's, else the workspace's) under each requested baseline, into
+//!   `OUT/<file stem>[-<baseline>]/`, and write `OUT/summary.md` with one line per run.
+//! - `ancs-fig8` sweeps 1..=8 VMs (greedy TCP, weight 1, 940 Mbit/s) under `bridge`, `htb` and
+//!   `vqos` (or the `--baseline`s given), one short run each (8 s × the duration scale), and
+//!   writes `OUT/cpu.csv`, a table in `summary.md` and `cpu.svg`: the switch's CPU = vqosd's
+//!   process time plus the kernel's softirq time for `vqos`, the softirq time for the kernel
+//!   baselines (% of one core).
+//! - `ancs-table1-2` sweeps 1..=5 loading VMs (greedy TCP) beside a probe VM `vm0` that sends
+//!   nothing but a UDP (ping-like) and a TCP (TCP_RR-like) 64-byte probe, 500/s each, under
+//!   `vqos` and `bridge` (or the given baselines), 10 s × the scale each; `OUT/latency.csv`, a
+//!   table in `summary.md` and `latency.svg` (p99 vs number of VMs).
+//! - The generated scenarios are kept in `OUT/scenarios/` so every run can be repeated alone.
+//!
+//! ## Limitations
+//! - Runs are sequential and each builds and tears down its own topology; a failed run is
+//!   recorded in the summary and the sweep goes on.
+//! - On a 2-core machine the CPU numbers include the generators' contention; they compare
+//!   switches on the same machine, not with the paper's Xen driver domain.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::run::{run_lab, LabOptions, LabOutcome};
+use crate::topo::Baseline;
+use crate::LabError;
+
+/// The experiments `vqos lab paper` knows, with their scenario files (empty: a sweep).
+pub const PAPERS: &[(&str, &[&str])] = &[
+    ("ancs-fig4", &["ancs-fig4.toml"]),
+    ("ancs-fig5", &["ancs-fig5.toml"]),
+    ("ancs-fig6", &["ancs-fig6.toml"]),
+    ("ancs-fig8", &[]),
+    ("ancs-table1-2", &[]),
+    (
+        "fairness-static",
+        &["fairness-static-uncontrolled.toml", "fairness-static.toml"],
+    ),
+    (
+        "fairness-fluctuating",
+        &[
+            "fairness-fluctuating-uncontrolled.toml",
+            "fairness-fluctuating.toml",
+        ],
+    ),
+    (
+        "c2qos-fig6",
+        &[
+            "c2qos-fig6-tcm.toml",
+            "c2qos-fig6-c2qos.toml",
+            "c2qos-fig6-latency-tcm.toml",
+            "c2qos-fig6-latency-c2qos-hbs.toml",
+        ],
+    ),
+    (
+        "pid-ecn-unequal",
+        &["pid-ecn-unequal-uncontrolled.toml", "pid-ecn-unequal.toml"],
+    ),
+    ("pid-ecn-start-stop", &["pid-ecn-start-stop.toml"]),
+];
+
+/// What `vqos lab paper` runs.
+#[derive(Debug, Clone)]
+pub struct PaperOptions {
+    /// One of [`PAPERS`].
+    pub name: String,
+    /// Baselines (empty: the experiment's defaults).
+    pub baselines: Vec<Baseline>,
+    /// Output directory.
+    pub out_dir: PathBuf,
+    /// Multiplies every time of the scenarios.
+    pub duration_scale: f64,
+    /// The vqosd binary (default: found or built).
+    pub vqosd_bin: Option<PathBuf>,
+    /// Progress lines on stderr.
+    pub progress: bool,
+    /// The scenarios directory (default `scenarios/` here, else the workspace's).
+    pub scenarios_dir: Option<PathBuf>,
+}
+
+/// Where the scenario files are.
+pub fn scenarios_dir() -> PathBuf {
+    let here = PathBuf::from("scenarios");
+    if here.join("ancs-fig5.toml").is_file() {
+        return here;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+/// A scenario of `n` greedy TCP VMs with weight 1 for `secs` seconds (ANCS Fig. 8).
+pub fn cpu_scenario(n: usize, secs: u32) -> String {
+    let mut s = format!(
+        "name = \"ancs-fig8-{n}vms\"\ndescription = \"ANCS Fig. 8: {n} VMs, greedy TCP, \
+         weight 1, switch CPU\"\nduration = \"{secs}s\"\ncapacity = \"940Mbit\"\n\
+         engine = \"ancs\"\nsettle = \"2s\"\n"
+    );
+    for i in 1..=n {
+        let _ = write!(s, "\n[[vm]]\nname = \"vm{i}\"\nweight = 1\n");
+    }
+    s
+}
+
+/// A scenario of a probe VM `vm0` (no traffic of its own) beside `n` greedy TCP VMs
+/// (ANCS Tables 1–2), with a UDP and a TCP probe from `vm0`.
+pub fn latency_scenario(n: usize, secs: u32) -> String {
+    // vm0 "sends" 64 kbit/s of UDP only so that it is a VM of the scenario; the probes are
+    // its real traffic.
+    let mut s = format!(
+        "name = \"ancs-table1-2-{n}vms\"\ndescription = \"ANCS Tables 1-2: RTT from a probe VM \
+         while {n} VMs load the link (weight 1 each)\"\nduration = \"{secs}s\"\n\
+         capacity = \"940Mbit\"\nengine = \"ancs\"\nsettle = \"2s\"\n\n\
+         [[vm]]\nname = \"vm0\"\nweight = 1\ntraffic = \"udp\"\npacket_size = 128\n\
+         rate = \"64kbit\"\n"
+    );
+    for i in 1..=n {
+        let _ = write!(s, "\n[[vm]]\nname = \"vm{i}\"\nweight = 1\n");
+    }
+    s.push_str(
+        "\n[[probe]]\nvm = \"vm0\"\nprotocol = \"udp\"\nsize = 64\nrate = \"500/s\"\n\
+         \n[[probe]]\nvm = \"vm0\"\nprotocol = \"tcp\"\nsize = 64\nrate = \"500/s\"\n",
+    );
+    s
+}
+
+fn write(path: &Path, text: &str) -> Result<(), LabError> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|source| LabError::Io {
+            what: d.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::write(path, text).map_err(|source| LabError::Io {
+        what: path.display().to_string(),
+        source,
+    })
+}
+
+/// One line series of a plot.
+pub type Series = (String, Vec<(f64, f64)>);
+
+const COLOURS: [&str; 6] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+
+/// A small line plot (points joined, markers on the points).
+pub fn line_svg(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> String {
+    let (w, h, ml, mr, mt, mb) = (640.0, 360.0, 60.0, 120.0, 30.0, 40.0);
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let (mut xmax, mut ymax): (f64, f64) = (1.0, 1e-9);
+    for &(x, y) in pts {
+        xmax = xmax.max(x);
+        ymax = ymax.max(y);
+    }
+    let ymax = ymax * 1.1;
+    let x = |v: f64| ml + v / xmax * (w - ml - mr);
+    let y = |v: f64| mt + (1.0 - v / ymax) * (h - mt - mb);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" \
+         fill=\"white\"/>\n<text x=\"{ml}\" y=\"18\" font-size=\"14\">{}</text>\n\
+         <path d=\"M{ml} {mt} V{} H{}\" stroke=\"black\" fill=\"none\"/>\n",
+        xml(title),
+        h - mb,
+        w - mr
+    );
+    for k in 0..=4 {
+        let v = ymax * f64::from(k) / 4.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            ml - 5.0,
+            y(v) + 4.0,
+            if ymax >= 10.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        );
+    }
+    for k in 1..=(xmax as u32) {
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{k}</text>",
+            x(f64::from(k)),
+            h - mb + 16.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text><text x=\"14\" y=\"{:.1}\" \
+         transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">{}</text>",
+        (ml + w - mr) / 2.0,
+        h - 5.0,
+        xml(xlabel),
+        (mt + h - mb) / 2.0,
+        (mt + h - mb) / 2.0,
+        xml(ylabel)
+    );
+    for (i, (name, p)) in series.iter().enumerate() {
+        let c = COLOURS[i % COLOURS.len()];
+        let line: Vec<String> = p
+            .iter()
+            .map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+            line.join(" ")
+        );
+        for &(a, b) in p {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
+                x(a),
+                y(b)
+            );
+        }
+        let ly = mt + 10.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>",
+            w - mr + 10.0,
+            w - mr + 35.0,
+            w - mr + 40.0,
+            ly + 4.0,
+            xml(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The switch's CPU of a run, % of one core: vqosd + softirq under vqos, softirq otherwise.
+pub fn switch_cpu(baseline: Baseline, o: &LabOutcome) -> f64 {
+    match baseline {
+        Baseline::Vqos => o.vqosd_percent + o.softirq_percent,
+        _ => o.softirq_percent,
+    }
+}
+
+fn one_run(
+    opts: &PaperOptions,
+    file: &Path,
+    baseline: Baseline,
+    out: PathBuf,
+) -> Result<LabOutcome, LabError> {
+    let mut lo = LabOptions::new(file);
+    lo.baseline = baseline;
+    lo.out_dir = Some(out);
+    lo.duration_scale = opts.duration_scale;
+    lo.vqosd_bin = opts.vqosd_bin.clone();
+    lo.progress = opts.progress;
+    let r = run_lab(&lo);
+    if opts.progress {
+        eprintln!();
+    }
+    r
+}
+
+/// Runs the experiment; returns the text of `summary.md` (also written under `out_dir`).
+pub fn run_paper(opts: &PaperOptions) -> Result<String, LabError> {
+    let Some((_, files)) = PAPERS.iter().find(|(n, _)| *n == opts.name) else {
+        let names: Vec<&str> = PAPERS.iter().map(|p| p.0).collect();
+        return Err(LabError::Invalid(format!(
+            "Unknown experiment '{}': expected one of {}",
+            opts.name,
+            names.join(", ")
+        )));
+    };
+    let out = &opts.out_dir;
+    let mut md = format!("# {} — lab runs\n\n", opts.name);
+    match opts.name.as_str() {
+        "ancs-fig8" => sweep_cpu(opts, &mut md)?,
+        "ancs-table1-2" => sweep_latency(opts, &mut md)?,
+        _ => {
+            let dir = opts.scenarios_dir.clone().unwrap_or_else(scenarios_dir);
+            let baselines = if opts.baselines.is_empty() {
+                vec![Baseline::Vqos]
+            } else {
+                opts.baselines.clone()
+            };
+            md.push_str("| run | baseline | expectations passed | vqosd CPU % | softirq CPU % | directory |\n|---|---|---|---:|---:|---|\n");
+            for f in *files {
+                let stem = f.trim_end_matches(".toml");
+                for &b in &baselines {
+                    let name = if baselines.len() == 1 && b == Baseline::Vqos {
+                        stem.to_string()
+                    } else {
+                        format!("{stem}-{b}")
+                    };
+                    let res = one_run(opts, &dir.join(f), b, out.join(&name));
+                    match res {
+                        Ok(o) => {
+                            let pass = o.report.checks.iter().filter(|c| c.pass).count();
+                            let _ = writeln!(
+                                md,
+                                "| {stem} | {b} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
+                                o.report.checks.len(),
+                                o.vqosd_percent,
+                                o.softirq_percent
+                            );
+                        }
+                        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+                        Err(e) => {
+                            let _ = writeln!(md, "| {stem} | {b} | failed: {e} | | | |");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    write(&out.join("summary.md"), &md)?;
+    Ok(md)
+}
+
+fn sweep_cpu(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
+    let out = &opts.out_dir;
+    let baselines = if opts.baselines.is_empty() {
+        vec![Baseline::Bridge, Baseline::Htb, Baseline::Vqos]
+    } else {
+        opts.baselines.clone()
+    };
+    let mut csv = String::from(
+        "vms,baseline,switch_cpu_percent,vqosd_percent,softirq_percent,aggregate_mbps\n",
+    );
+    let mut series: Vec<Series> = baselines
+        .iter()
+        .map(|b| (b.to_string(), Vec::new()))
+        .collect();
+    md.push_str("Switch CPU (% of one core; vqos = vqosd + softirq, kernel baselines = softirq) and aggregate Mbit/s, one run each.\n\n| VMs |");
+    for b in &baselines {
+        let _ = write!(md, " {b} CPU | {b} Mbit/s |");
+    }
+    md.push_str("\n|---|");
+    for _ in &baselines {
+        md.push_str("---:|---:|");
+    }
+    md.push('\n');
+    for n in 1..=8usize {
+        let file = out.join(format!("scenarios/ancs-fig8-{n}vms.toml"));
+        write(&file, &cpu_scenario(n, 8))?;
+        let _ = write!(md, "| {n} |");
+        for (k, &b) in baselines.iter().enumerate() {
+            match one_run(opts, &file, b, out.join(format!("{n}vms-{b}"))) {
+                Ok(o) => {
+                    let cpu = switch_cpu(b, &o);
+                    let agg = o.report.phases.first().map_or(0.0, |p| p.aggregate_bps) / 1e6;
+                    series[k].1.push((n as f64, cpu));
+                    let _ = writeln!(
+                        csv,
+                        "{n},{b},{cpu:.2},{:.2},{:.2},{agg:.1}",
+                        o.vqosd_percent, o.softirq_percent
+                    );
+                    let _ = write!(md, " {cpu:.1} | {agg:.0} |");
+                }
+                Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+                Err(e) => {
+                    let _ = write!(md, " failed: {e} | |");
+                }
+            }
+        }
+        md.push('\n');
+    }
+    write(&out.join("cpu.csv"), &csv)?;
+    write(
+        &out.join("cpu.svg"),
+        &line_svg(
+            "ANCS Fig. 8: switch CPU vs number of VMs",
+            "VMs",
+            "% of one core",
+            &series,
+        ),
+    )?;
+    md.push_str("\n![cpu](cpu.svg)\n");
+    Ok(())
+}
+
+fn sweep_latency(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
+    let out = &opts.out_dir;
+    let baselines = if opts.baselines.is_empty() {
+        vec![Baseline::Vqos, Baseline::Bridge]
+    } else {
+        opts.baselines.clone()
+    };
+    let mut csv =
+        String::from("vms,baseline,protocol,samples,lost,p50_us,p99_us,p999_us,aggregate_mbps\n");
+    let mut series: Vec<Series> = Vec::new();
+    for b in &baselines {
+        for p in ["udp", "tcp"] {
+            series.push((format!("{b} {p} p99"), Vec::new()));
+        }
+    }
+    md.push_str(
+        "RTT in µs from a probe VM (64-byte UDP and TCP request/response, 500/s each) while N \
+         VMs send greedy TCP (weight 1, 940 Mbit/s), one run each; p50 / p99 over the run \
+         minus its 2 s settle.\n\n| VMs | baseline | UDP p50 | UDP p99 | TCP p50 | TCP p99 | lost | aggregate Mbit/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let f = |v: Option<f64>| v.map_or("–".into(), |x| format!("{x:.0}"));
+    for n in 1..=5usize {
+        let file = out.join(format!("scenarios/ancs-table1-2-{n}vms.toml"));
+        write(&file, &latency_scenario(n, 10))?;
+        for (k, &b) in baselines.iter().enumerate() {
+            match one_run(opts, &file, b, out.join(format!("{n}vms-{b}"))) {
+                Ok(o) => {
+                    let agg = o.report.phases.first().map_or(0.0, |p| p.aggregate_bps) / 1e6;
+                    let mut cells = Vec::new();
+                    let mut lost = 0;
+                    for (j, pr) in o.latency.iter().enumerate() {
+                        let ph = pr.phases.first();
+                        let p50 = ph.and_then(|p| p.p50_us);
+                        let p99 = ph.and_then(|p| p.p99_us);
+                        lost += ph.map_or(0, |p| p.lost);
+                        cells.push(f(p50));
+                        cells.push(f(p99));
+                        if let (Some(v), Some(s)) = (p99, series.get_mut(2 * k + j)) {
+                            s.1.push((n as f64, v));
+                        }
+                        let _ = writeln!(
+                            csv,
+                            "{n},{b},{},{},{},{},{},{},{agg:.1}",
+                            pr.protocol,
+                            ph.map_or(0, |p| p.samples),
+                            ph.map_or(0, |p| p.lost),
+                            f(p50),
+                            f(p99),
+                            f(ph.and_then(|p| p.p999_us))
+                        );
+                    }
+                    let _ = writeln!(
+                        md,
+                        "| {n} | {b} | {} | {lost} | {agg:.0} |",
+                        cells.join(" | ")
+                    );
+                }
+                Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+                Err(e) => {
+                    let _ = writeln!(md, "| {n} | {b} | failed: {e} | | | | | |");
+                }
+            }
+        }
+    }
+    write(&out.join("latency.csv"), &csv)?;
+    write(
+        &out.join("latency.svg"),
+        &line_svg(
+            "ANCS Tables 1-2: probe p99 RTT vs number of loading VMs",
+            "VMs loading the link",
+            "p99 RTT (µs)",
+            &series,
+        ),
+    )?;
+    md.push_str("\n![latency](latency.svg)\n");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vqos_sim::Scenario;
+
+    #[test]
+    fn every_named_file_exists_and_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        for (name, files) in PAPERS {
+            for f in *files {
+                let text = std::fs::read_to_string(dir.join(f))
+                    .unwrap_or_else(|e| panic!("{name}: {f}: {e}"));
+                let sc = Scenario::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+                crate::probe::parse_probes(&text, &sc).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn generated_sweeps_parse_with_their_probes() {
+        for n in 1..=8 {
+            let sc = Scenario::parse(&cpu_scenario(n, 8)).unwrap();
+            assert_eq!(sc.vms.len(), n);
+        }
+        for n in 1..=5 {
+            let text = latency_scenario(n, 10);
+            let sc = Scenario::parse(&text).unwrap();
+            assert_eq!(sc.vms.len(), n + 1);
+            let p = crate::probe::parse_probes(&text, &sc).unwrap();
+            assert_eq!(p.len(), 2);
+            assert!(p.iter().all(|p| p.vm_index == 0));
+        }
+    }
+
+    #[test]
+    fn unknown_experiments_are_refused() {
+        let o = PaperOptions {
+            name: "ancs-fig99".into(),
+            baselines: vec![],
+            out_dir: PathBuf::from("/nonexistent"),
+            duration_scale: 1.0,
+            vqosd_bin: None,
+            progress: false,
+            scenarios_dir: None,
+        };
+        let e = run_paper(&o).unwrap_err().to_string();
+        assert!(e.contains("ancs-table1-2"), "{e}");
+    }
+
+    #[test]
+    fn the_plot_has_a_line_per_series() {
+        let svg = line_svg(
+            "t",
+            "x",
+            "y",
+            &[
+                ("a".into(), vec![(1.0, 2.0), (2.0, 3.0)]),
+                ("b<".into(), vec![(1.0, 1.0)]),
+            ],
+        );
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("b&lt;") && svg.trim_end().ends_with("</svg>"));
+    }
+}
