@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -135,6 +135,10 @@ pub struct Api {
     started: Instant,
     /// Ports and policies; held for the whole of a change so changes are serialised.
     view: Mutex<View>,
+    /// The last committed view, for readers (GETs, stats, metrics): replaced, never changed in
+    /// place, when a change commits, so a read never waits for a change in progress (switch
+    /// calls, fsync of the state file).
+    published: RwLock<Arc<View>>,
 }
 
 /// A failed request: its status and message.
@@ -228,6 +232,7 @@ impl Api {
             uplink: config.uplink.as_ref().map(|u| u.name.clone()),
             state_file: config.state_file.clone(),
             started: Instant::now(),
+            published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
         })
     }
@@ -238,9 +243,23 @@ impl Api {
         self.view.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The committed view, without waiting for a change in progress.
+    fn snapshot(&self) -> Arc<View> {
+        self.published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Makes `next` the view (`v` is the changers' lock, held) and publishes it to readers.
+    fn commit(&self, v: &mut View, next: View) {
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next.clone());
+        *v = next;
+    }
+
     /// The current policy set (for tests and the daemon's startup message).
     pub fn policies(&self) -> PolicySet {
-        self.lock().set.clone()
+        self.snapshot().set.clone()
     }
 
     /// The switch behind the API.
@@ -291,7 +310,7 @@ impl Api {
             ports: usize,
             uptime_s: u64,
         }
-        let v = self.lock();
+        let v = self.snapshot();
         Response::json(
             200,
             &Health {
@@ -306,19 +325,19 @@ impl Api {
     }
 
     fn list_ports(&self) -> Response {
-        let v = self.lock();
+        let v = self.snapshot();
         let ports: Vec<PortView> = (0..v.ports.len()).map(|i| v.port_view(i)).collect();
         Response::json(200, &ports)
     }
 
     fn get_port(&self, name: &str) -> Result<Response, Fail> {
-        let v = self.lock();
+        let v = self.snapshot();
         let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
         Ok(Response::json(200, &v.port_view(id)))
     }
 
     fn list_policies(&self) -> Response {
-        let v = self.lock();
+        let v = self.snapshot();
         let map: std::collections::BTreeMap<&str, PolicyView> = v
             .set
             .vifs
@@ -329,7 +348,7 @@ impl Api {
     }
 
     fn get_policy(&self, name: &str) -> Result<Response, Fail> {
-        let v = self.lock();
+        let v = self.snapshot();
         let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
         Ok(Response::json(200, &PolicyView::from(v.set.policy(id))))
     }
@@ -363,7 +382,7 @@ impl Api {
             let _ = self.backend.remove_port(&port.name);
             return Err(save_fail(e));
         }
-        *v = next;
+        self.commit(&mut v, next);
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -394,7 +413,7 @@ impl Api {
                 ),
             });
         }
-        *v = next;
+        self.commit(&mut v, next);
         #[derive(Serialize)]
         struct Removed<'a> {
             removed: &'a str,
@@ -427,19 +446,19 @@ impl Api {
             let _ = self.backend.set_policies(&v.effective());
             return Err(save_fail(e));
         }
-        *v = next;
+        self.commit(&mut v, next);
         Ok(Response::json(200, &PolicyView::from(&policy)))
     }
 
     /// The policy set the switch enforces: the user's policies under the controllers' limits
     /// (equal to [`Api::policies`] without controllers).
     pub fn effective_policies(&self) -> PolicySet {
-        self.lock().effective()
+        self.snapshot().effective()
     }
 
     /// The controllers' limits in force, by vif name (bit/s).
     pub fn controller_limits(&self) -> BTreeMap<String, u64> {
-        self.lock().limits.clone()
+        self.snapshot().limits.clone()
     }
 
     /// Replaces the controllers' limits (by vif name, bit/s; names that are not vifs are
@@ -461,7 +480,7 @@ impl Api {
         if eff != v.effective() {
             self.backend.set_policies(&eff)?;
         }
-        *v = next;
+        self.commit(&mut v, next);
         Ok(())
     }
 
@@ -476,16 +495,18 @@ impl Api {
             .map(|s| (s.name.clone(), probs.get(&s.name).copied().unwrap_or(0.0)))
             .collect();
         self.backend.set_ecn_probabilities(&list)?;
-        v.ecn = list.into_iter().collect();
+        let next = View {
+            ecn: list.into_iter().collect(),
+            ..v.clone()
+        };
+        self.commit(&mut v, next);
         Ok(())
     }
 
     /// The body of `GET /v1/stats`.
     pub fn stats(&self) -> StatsView {
-        let (set, limits, ecn) = {
-            let v = self.lock();
-            (v.set.clone(), v.limits.clone(), v.ecn.clone())
-        };
+        let view = self.snapshot();
+        let (set, limits, ecn) = (&view.set, &view.limits, &view.ecn);
         let mut raw = self.backend.stats();
         // The switch publishes its counters asynchronously: a vif added a moment ago is shown
         // with zero counters until its first snapshot, so the stats always list every vif.

@@ -755,3 +755,92 @@ fn concurrent_changes_are_serialised() {
     assert_eq!(saved["ports"][0]["policy"]["weight"].as_u64(), Some(w));
     assert!(d.mock.calls().contains(&MockCall::SetPolicies(2)));
 }
+
+/// The mock switch, slow to install policies (a switch loop that takes long to pick a
+/// snapshot up).
+struct SlowSwitch {
+    mock: MockBackend,
+    delay: std::time::Duration,
+}
+
+impl vqosd::backend::Backend for SlowSwitch {
+    fn add_port(
+        &self,
+        port: &vqosd::backend::PortConfig,
+        policy: &vqos_sched::VifPolicy,
+    ) -> Result<(), vqosd::backend::BackendError> {
+        self.mock.add_port(port, policy)
+    }
+    fn remove_port(&self, name: &str) -> Result<(), vqosd::backend::BackendError> {
+        self.mock.remove_port(name)
+    }
+    fn set_policies(
+        &self,
+        policies: &vqos_sched::PolicySet,
+    ) -> Result<(), vqosd::backend::BackendError> {
+        std::thread::sleep(self.delay);
+        self.mock.set_policies(policies)
+    }
+    fn set_ecn_probabilities(
+        &self,
+        probabilities: &[(String, f64)],
+    ) -> Result<(), vqosd::backend::BackendError> {
+        self.mock.set_ecn_probabilities(probabilities)
+    }
+    fn stats(&self) -> vqosd::backend::SwitchStats {
+        self.mock.stats()
+    }
+    fn stop(&self) {
+        self.mock.stop()
+    }
+}
+
+#[test]
+fn reads_do_not_wait_for_a_change_in_progress() {
+    use std::time::{Duration, Instant};
+    use vqosd::http::Request;
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::parse(&config_text(dir.path(), ""), |_| None).unwrap();
+    let slow = Arc::new(SlowSwitch {
+        mock: MockBackend::new(),
+        delay: Duration::from_millis(1500),
+    });
+    let api = Arc::new(Api::start(&config, slow).unwrap());
+    let req = |method: &str, path: &str, body: &str| Request {
+        method: method.into(),
+        path: path.into(),
+        headers: Vec::new(),
+        body: body.as_bytes().to_vec(),
+    };
+    let changer = {
+        let api = api.clone();
+        let put = req("PUT", "/v1/policies/vm1", r#"{"weight": 6}"#);
+        std::thread::spawn(move || api.handle(&put).status)
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    for path in [
+        "/v1/stats",
+        "/metrics",
+        "/v1/health",
+        "/v1/ports",
+        "/v1/policies/vm1",
+    ] {
+        let t0 = Instant::now();
+        let r = api.handle(&req("GET", path, ""));
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "GET {path} waited {:?} for the change",
+            t0.elapsed()
+        );
+        // The change is not committed yet: the reader sees the state before it.
+        if path == "/v1/policies/vm1" {
+            let p: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(p["weight"], 1);
+        }
+    }
+    assert_eq!(changer.join().unwrap(), 200);
+    let r = api.handle(&req("GET", "/v1/stats", ""));
+    let stats: StatsView = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(stats.ports[0].policy.as_ref().unwrap().weight, 6);
+}
