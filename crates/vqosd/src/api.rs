@@ -71,6 +71,8 @@ struct View {
     limits: BTreeMap<String, u64>,
     /// The ECN probabilities last pushed to the switch, by vif name.
     ecn: BTreeMap<String, f64>,
+    /// Ports of the config deleted through the API (persisted, so they stay deleted).
+    removed: Vec<String>,
 }
 
 /// The policy the switch enforces for `policy` under a controller limit: max = min(user max,
@@ -108,6 +110,7 @@ impl View {
                     policy: v.policy.clone(),
                 })
                 .collect(),
+            removed: self.removed.clone(),
         }
     }
 
@@ -131,6 +134,8 @@ pub struct Api {
     uplink: Option<String>,
     /// Where the state is persisted.
     state_file: PathBuf,
+    /// Names of the config's ports (a deletion of one of them is persisted).
+    config_ports: Vec<String>,
     /// When the API started, for `uptime_s`.
     started: Instant,
     /// Ports and policies; held for the whole of a change so changes are serialised.
@@ -182,13 +187,24 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl Api {
-    /// Restores the state (config ports, plus ports added through the API, with the state
-    /// file's policies winning), adds every port to `backend`, and writes the state back.
+    /// Restores the state (config ports, except those deleted through the API, plus ports
+    /// added through the API, with the state file's policies winning), adds every port to
+    /// `backend`, and writes the state back.
     pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
         let saved = state::load(&config.state_file)?;
         let mut set = config.policy_set();
         let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
+        let mut removed = Vec::new();
         if let Some(saved) = saved {
+            // Config ports deleted through the API stay deleted; a name no longer in the config
+            // needs no memory.
+            for name in saved.removed {
+                if let Some(i) = ports.iter().position(|p| p.name == name) {
+                    ports.remove(i);
+                    set.vifs.remove(i);
+                    removed.push(name);
+                }
+            }
             for sp in saved.ports {
                 match set.id(&sp.name) {
                     Ok(id) => set.vifs[id].policy = sp.policy,
@@ -224,6 +240,7 @@ impl Api {
             ports,
             limits: BTreeMap::new(),
             ecn: BTreeMap::new(),
+            removed,
         };
         state::save(&config.state_file, &view.saved())?;
         Ok(Api {
@@ -231,6 +248,7 @@ impl Api {
             engine: config.engine,
             uplink: config.uplink.as_ref().map(|u| u.name.clone()),
             state_file: config.state_file.clone(),
+            config_ports: config.ports.iter().map(|(p, _)| p.name.clone()).collect(),
             started: Instant::now(),
             published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
@@ -375,6 +393,7 @@ impl Api {
             macs: req.macs,
         };
         next.ports.push(port.clone());
+        next.removed.retain(|n| *n != port.name);
         self.backend
             .add_port(&port, &policy)
             .map_err(backend_fail)?;
@@ -393,6 +412,9 @@ impl Api {
         let mut next = v.clone();
         next.ports.remove(id);
         next.set.vifs.remove(id);
+        if self.config_ports.iter().any(|n| n == name) {
+            next.removed.push(name.to_string());
+        }
         next.limits.remove(name);
         next.ecn.remove(name);
         // Saved first: a removed port cannot be put back as it was (a created TAP would come

@@ -77,6 +77,10 @@ pub struct SavedState {
     pub version: u32,
     /// Every port, in switch order.
     pub ports: Vec<SavedPort>,
+    /// Ports of the config deleted through the API: not created again at the next start
+    /// (until added again through the API). Absent from files without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
@@ -183,6 +187,7 @@ mod tests {
                     priority: 1,
                 },
             }],
+            removed: Vec::new(),
         }
     }
 

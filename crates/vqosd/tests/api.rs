@@ -611,6 +611,38 @@ fn restart_restores_every_policy() {
 }
 
 #[test]
+fn a_config_port_deleted_through_the_api_stays_deleted_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let names =
+        |d: &Daemon| -> Vec<String> { d.mock.ports().into_iter().map(|(p, _)| p.name).collect() };
+    {
+        let d = start(dir.path());
+        let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
+        assert_eq!(status, 200, "{body}");
+    }
+    {
+        let d = start(dir.path());
+        assert_eq!(names(&d), ["vm2"]);
+        assert_eq!(d.get("/v1/health")["ports"], 1);
+        let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+        assert_eq!(saved["removed"], json!(["vm1"]));
+        // Added again through the API: it is back, with the policy given, and stays.
+        let (status, body) = d.send(
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm1", "policy": {"weight": 7}})),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let d = start(dir.path());
+    // A port of the config again: in the config's order.
+    assert_eq!(names(&d), ["vm1", "vm2"]);
+    assert_eq!(d.get("/v1/policies/vm1")["weight"], 7);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert!(saved.get("removed").is_none(), "{saved}");
+}
+
+#[test]
 fn restored_state_that_breaks_the_config_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     {
