@@ -14,18 +14,19 @@
 //!   neither in the switch nor on disk.
 //! - An accepted change is applied to the switch, then the whole state is written atomically
 //!   (temporary file in the same directory, fsync, rename, fsync of the directory). If the write
-//!   fails the switch is put back as it was and the client gets a 500.
-//! - On start the ports of the config are created, the ports added through the API are restored
-//!   from the state file, and the state file's policies win over the config's.
-//! - Requests are served one thread per connection (at most [`server::MAX_CONNECTIONS`] at once),
-//!   with bounded header and body sizes and read/write timeouts; every response closes the
-//!   connection.
+//!   fails the switch is put back as it was and the client gets a 500. A port removal is saved
+//!   first and applied after, so a failed save changes nothing.
+//! - On start the ports of the config are created (except those deleted through the API, kept
+//!   as tombstones in the state file), the ports added through the API are restored from the
+//!   state file, and the state file's policies win over the config's.
+//! - Requests are served one thread per connection, with separate connection limits for the unix
+//!   socket and TCP, bounded header and body sizes, and one deadline for each whole request
+//!   (408 beyond); every response closes the connection. Readers (GETs, stats, metrics) use a
+//!   snapshot of the committed state and never wait behind a change.
 //!
 //! ## Limitations
 //! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
 //!   (TCP listens on loopback only).
-//! - A port of the config that was deleted through the API comes back at the next start: the
-//!   config is the declared initial set.
 //! - Capacity, engine and cost model come from the config only; changing them needs a restart.
 #![deny(missing_docs)]
 
