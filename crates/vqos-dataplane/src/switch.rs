@@ -7,7 +7,10 @@
 //! tokens, asks the engine which ready vif to serve and reads at most the granted number of
 //! frames from that vif only, asking `admit` per frame and `charge`-ing the batch afterwards,
 //! (5) publishes stats every `stats_interval_ns`, and (6) waits (epoll) or spins (busy polling)
-//! when there was nothing to do.
+//! when there was nothing to do. A port's ready flag is cleared by a short read and set again by
+//! readiness (epoll events, or every port in busy polling), collected when the loop waits and,
+//! while it stays busy, every 50 µs (`BUSY_HARVEST_INTERVAL_NS`): a port drained once is read
+//! again even while other ports keep the loop busy.
 //!
 //! Control calls on the handle are synchronous: they validate, send an immutable snapshot to the
 //! loop and return once the loop applied it (or refused it, in which case nothing changed).
@@ -46,6 +49,12 @@ const BUCKET_WINDOW_NS: u64 = 4_000_000;
 const POLL_ONLY_INTERVAL_NS: u64 = 1_000_000;
 /// Smallest bucket depth: two 64 KiB super-frames.
 const BUCKET_MIN_DEPTH_BYTES: u64 = 2 * 65_536;
+/// While every iteration has work, readiness is collected (without waiting) this often, ns.
+/// Without it a port whose short read cleared its flag was not read again for as long as any
+/// other port stayed backlogged (C2QoS Fig. 6(e) under `tcm`: VM1 starved for seconds behind
+/// three 64-byte floods with a slow uplink). At most 20 000 non-blocking `epoll_wait`s a
+/// second, and a drained port waits at most this long before it is a candidate again.
+const BUSY_HARVEST_INTERVAL_NS: u64 = 50_000;
 
 /// Why a switch operation failed.
 #[derive(Debug, Error)]
@@ -400,6 +409,7 @@ impl SwitchHandle {
             rng: 0x9e37_79b9_7f4a_7c15,
             next_stats_ns: 0,
             next_age_ns: 1_000_000_000,
+            next_harvest_ns: 0,
         };
         lp.insert_slot(uplink, None, PortRole::Uplink)
             .map_err(|(e, _)| e)?;
@@ -711,6 +721,8 @@ struct Loop {
     next_stats_ns: u64,
     /// When the MAC table is next swept, ns.
     next_age_ns: u64,
+    /// When readiness is next collected while the loop stays busy, ns.
+    next_harvest_ns: u64,
 }
 
 impl Loop {
@@ -973,6 +985,13 @@ impl Loop {
                 self.next_age_ns = now + 1_000_000_000;
             }
             if did {
+                // An iteration that did work does not wait, so it does not collect readiness
+                // either: do it every BUSY_HARVEST_INTERVAL_NS without waiting, or ports
+                // drained earlier would starve behind backlogged ones.
+                if now >= self.next_harvest_ns {
+                    self.harvest(Some(0));
+                    self.next_harvest_ns = now + BUSY_HARVEST_INTERVAL_NS;
+                }
                 self.counters.busy_cycles += cycles().wrapping_sub(t0);
             } else {
                 self.wait(now);
@@ -985,16 +1004,11 @@ impl Loop {
     /// Nothing to do now: sleep until a port or the wake fd fires or a deadline passes
     /// (epoll), or mark every port as worth polling (busy polling).
     fn wait(&mut self, now: u64) {
-        let Some(epoll) = self.epoll.as_mut() else {
-            for s in self.slots.iter_mut().flatten() {
-                s.ready = true;
-                if let Some(v) = s.vif {
-                    self.ready.set(v, true);
-                }
-            }
+        if self.epoll.is_none() {
+            self.harvest(None);
             std::hint::spin_loop();
             return;
-        };
+        }
         let mut deadline = self.next_stats_ns.min(self.engine.next_tick());
         if !self.ready.none() {
             deadline = deadline.min(self.engine.eligible_at(now));
@@ -1006,11 +1020,27 @@ impl Loop {
         }
         let mut timeout = deadline.saturating_sub(now);
         // Ports without a readiness descriptor cannot wake us: poll them every millisecond.
-        let poll_only = self.slots.iter().flatten().any(|s| s.fd.is_none());
-        if poll_only {
+        if self.slots.iter().flatten().any(|s| s.fd.is_none()) {
             timeout = timeout.min(POLL_ONLY_INTERVAL_NS);
         }
-        for token in epoll.wait(Some(timeout)) {
+        self.harvest(Some(timeout));
+    }
+
+    /// Sets the ready flag of every port with frames waiting: in epoll mode the ports whose
+    /// descriptor fired within `timeout_ns` (`Some(0)`: only those that already did) and the
+    /// ports without a descriptor; in busy polling every port (`timeout_ns` unused).
+    fn harvest(&mut self, timeout_ns: Option<u64>) {
+        let Some(epoll) = self.epoll.as_mut() else {
+            for s in self.slots.iter_mut().flatten() {
+                s.ready = true;
+                if let Some(v) = s.vif {
+                    self.ready.set(v, true);
+                }
+            }
+            return;
+        };
+        let poll_only = self.slots.iter().flatten().any(|s| s.fd.is_none());
+        for token in epoll.wait(timeout_ns) {
             if token == WAKE_TOKEN {
                 self.wake.clear();
                 continue;
@@ -1366,6 +1396,7 @@ mod tests {
             rng: 1,
             next_stats_ns: 0,
             next_age_ns: 0,
+            next_harvest_ns: 0,
         };
         assert!(lp
             .insert_slot(Box::new(MemPort::pair("up", 1).0), None, PortRole::Uplink)
