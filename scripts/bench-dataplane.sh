@@ -1,0 +1,526 @@
+#!/usr/bin/env bash
+# Data-plane benchmark: unshaped throughput and CPU per Gbit/s of four switches, side by side in
+# one run, on the same namespace topology: N "VM" namespaces → switch → one sink namespace.
+#
+#   bridge  Linux bridge, veth pairs (bridge-nf-call-* off in the switch namespace)
+#   rr      vqosd, engine rr, capacity unlimited, TAP ports
+#   vqos    vqosd, engine vqos enforcing 8 vifs' policies that do not bind the measured flows
+#           (weights 1..8, floors of 100 Mbit/s on vm5..vm8, caps of 30 Gbit/s on the measured
+#           vm1..vm4 and 1–2 Gbit/s on the others, priorities 0..7), capacity unlimited
+#           (-C RATE: a capacity for this variant, e.g. 40Gbit, so the uplink bucket runs too)
+#   ovs     Open vSwitch userspace datapath: ovs-vswitchd, datapath_type=netdev,
+#           other_config:userspace-tso-enable=true, ports of type "tap"
+#
+# Cases, each with offloads on (TSO/GSO/GRO, the default) and off (`ethtool -K DEV tso off
+# gso off gro off` on the VMs' and the sink's interfaces: 1514-byte frames through the switch):
+#   1 stream      iperf3 -c SINK from vm1
+#   4 streams     iperf3 -c SINK -P 4 from vm1
+#   4 VMs         one iperf3 stream from each of vm1..vm4 at once (4 ready vifs)
+# Per run: Gbit/s on the receiver side (iperf3 --json, end.sum_received, summed over clients),
+# TCP retransmissions, and over the run's middle (from 1 s after the start to 1 s before the
+# end): CPU of the switch process (utime+stime of /proc/PID/stat, all threads), softirq and
+# all non-idle CPU of the machine (/proc/stat), in % of one core; and (switch + softirq) % of a
+# core per Gbit/s. For the bridge there is no switch process: its work is in softirq and in the
+# senders' system time (counted in "all CPUs").
+#
+# Run as root:  scripts/bench-dataplane.sh [-t SECONDS] [-n VMS] [-s bridge,rr,vqos,ovs]
+#                                          [-C CAPACITY] [-w MINUTES] [-o DIR]
+#   -t  seconds per iperf3 run (default 8; ≥ 3)
+#   -n  VM namespaces (default 8; ≥ 4: the vqos variant has one vif per VM)
+#   -s  the switches to run, in this order (default bridge,rr,vqos,ovs)
+#   -C  capacity of the vqos variant (default unlimited)
+#   -w  first wait until the 1-minute load average is below 1.0, re-checking every 2 minutes,
+#       for at most MINUTES (then exit with status 3 without measuring)
+#   -o  output directory (default lab-out/, gitignored): bench-dataplane-DATE.csv and .md, and
+#       beside them vqosd's final `vqos stats --json` per engine and ovs-vswitchd's log
+# It installs iperf3, ethtool, jq and openvswitch-switch with apt-get if missing (without
+# starting the system's OVS service), builds target/release/vqosd if missing, and runs every
+# switch inside a namespace of its own: OVS with its database, sockets, pid and log files in a
+# temporary directory, not the system service. On exit it kills only the processes it started
+# (by PID), deletes its namespaces (and with them every link it made) and its temporary files.
+set -euo pipefail
+
+SECS=8
+NVM=8
+SWITCHES=bridge,rr,vqos,ovs
+VQOS_CAPACITY=unlimited
+WAIT_MIN=0
+cd "$(dirname "$0")/.."
+OUTDIR=lab-out
+usage() {
+    sed -n '/^# Run as root/,/^# It installs/p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+while getopts 't:n:s:C:w:o:h' opt; do
+    case $opt in
+        t) SECS=$OPTARG ;;
+        n) NVM=$OPTARG ;;
+        s) SWITCHES=$OPTARG ;;
+        C) VQOS_CAPACITY=$OPTARG ;;
+        w) WAIT_MIN=$OPTARG ;;
+        o) OUTDIR=$OPTARG ;;
+        *) usage ;;
+    esac
+done
+case $SECS in '' | *[!0-9]*) usage ;; esac
+case $NVM in '' | *[!0-9]*) usage ;; esac
+case $WAIT_MIN in '' | *[!0-9]*) usage ;; esac
+[ "$SECS" -ge 3 ] && [ "$NVM" -ge 4 ] && [ "$NVM" -le 99 ] || usage
+IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
+for s in "${SWITCH_LIST[@]}"; do
+    case $s in bridge | rr | vqos | ovs) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+done
+if [ "$(id -u)" -ne 0 ]; then
+    echo "bench-dataplane.sh: run as root (namespaces, TAPs, bridges)" >&2
+    exit 1
+fi
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# --- tools -----------------------------------------------------------------------------------
+apt_install() { # packages...: without starting any service they ship
+    local made_policy=
+    export DEBIAN_FRONTEND=noninteractive
+    if [ ! -e /usr/sbin/policy-rc.d ]; then # invoke-rc.d: "101 = action forbidden"
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    log "installing $*"
+    apt-get install -y -q "$@" >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; } || {
+        [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+        return 1
+    }
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+    return 0
+}
+need=()
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v ethtool >/dev/null || need+=(ethtool)
+command -v jq >/dev/null || need+=(jq)
+case ",$SWITCHES," in
+    *,ovs,*) command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch) ;;
+esac
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+
+VQOSD=target/release/vqosd
+case ",$SWITCHES," in
+    *,rr,* | *,vqos,*)
+        if [ ! -x "$VQOSD" ]; then
+            command -v cargo >/dev/null || PATH="$HOME/.cargo/bin:$PATH"
+            log "building vqosd (release)"
+            cargo build --release -q -p vqosd -p vqos-cli
+        fi
+        ;;
+esac
+
+# --- waiting for a quiet machine -------------------------------------------------------------
+load1() { cut -d' ' -f1 /proc/loadavg; }
+if [ "$WAIT_MIN" -gt 0 ]; then
+    deadline=$(($(date +%s) + WAIT_MIN * 60))
+    until awk -v l="$(load1)" 'BEGIN { exit !(l < 1.0) }'; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            log "load average still $(load1) after $WAIT_MIN min: not running (the machine is busy)"
+            exit 3
+        fi
+        log "load average $(load1) ≥ 1.0: waiting 2 min"
+        sleep 120
+    done
+fi
+
+# --- names and cleanup -----------------------------------------------------------------------
+P="vqb$(($$ % 100000))" # unique per run; interface names must fit in 15 bytes
+NET="10.$((200 + $$ % 50)).$((($$ / 50) % 250))"
+SINK_IP="$NET.254"
+SW_NS="${P}-sw"
+SINK_NS="${P}-sink"
+vm_ns() { echo "${P}-vm$1"; }
+vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
+SINK_DEV="${P}u"
+TMP=$(mktemp -d /tmp/vqos-bench-dp.XXXXXX)
+HZ=$(getconf CLK_TCK)
+PIDS=() # every process this script started, by PID
+NSS=()  # every namespace it created
+SWPID=  # the running switch's process (CPU measured), if any
+OVSDB_PID=
+SW_KIND=
+
+stop_pid() { # pid [seconds]: SIGTERM, then SIGKILL if it has not gone
+    local pid=$1 n=$((${2:-5} * 10))
+    [ -n "$pid" ] || return 0
+    kill "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; forget "$pid"; return 0; }
+    while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do
+        sleep 0.1
+        n=$((n - 1))
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    forget "$pid"
+}
+forget() { # pids...: finished and reaped, so never signalled again (their PIDs may be reused)
+    local p q keep=()
+    for p in "${PIDS[@]}"; do
+        for q in "$@"; do [ "$p" = "$q" ] && continue 2; done
+        keep+=("$p")
+    done
+    PIDS=("${keep[@]}")
+}
+cleanup() {
+    trap - EXIT INT TERM
+    local pid ns
+    if [ -S "$TMP/ovs/ovs-vswitchd.ctl" ]; then
+        timeout 10 ovs-appctl -t "$TMP/ovs/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
+    fi
+    for pid in "${PIDS[@]}"; do stop_pid "$pid" 3; done
+    for ns in "${NSS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+add_ns() {
+    ip netns add "$1"
+    NSS+=("$1")
+    ip -n "$1" link set lo up
+}
+add_ns "$SW_NS"
+add_ns "$SINK_NS"
+for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
+# A pure L2 bridge: no iptables on bridged frames (per-namespace sysctls; the host's untouched).
+for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do
+    [ -e "$f" ] && ip netns exec "$SW_NS" sh -c "echo 0 > $f"
+done
+# The VMs and the sink only talk to each other: ECN as in the lab.
+for ns in "$SINK_NS" $(for i in $(seq "$NVM"); do vm_ns "$i"; done); do
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_ecn=1
+done
+# One iperf3 server per concurrent client, for the whole run (bound to no address: they
+# outlive each switch's links).
+for k in 1 2 3 4; do
+    ip netns exec "$SINK_NS" iperf3 -s -p $((5200 + k)) >"$TMP/server$k.log" 2>&1 &
+    PIDS+=("$!")
+done
+
+wait_link() { # ns dev: until it exists (5 s)
+    local n=50
+    until ip -n "$1" link show dev "$2" >/dev/null 2>&1; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || { log "no $2 in $1"; return 1; }
+        sleep 0.1
+    done
+}
+plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
+    wait_link "$SW_NS" "$1"
+    ip -n "$SW_NS" link set "$1" netns "$2"
+    ip -n "$2" addr add "$3/24" dev "$1"
+    ip -n "$2" link set "$1" up
+}
+plug_all() {
+    plug "$SINK_DEV" "$SINK_NS" "$SINK_IP"
+    for i in $(seq "$NVM"); do plug "$(vm_dev "$i")" "$(vm_ns "$i")" "$NET.$i"; done
+}
+unplug_all() { # links still in the VMs/sink (a switch that did not remove them on exit)
+    ip -n "$SINK_NS" link del "$SINK_DEV" 2>/dev/null || true
+    for i in $(seq "$NVM"); do ip -n "$(vm_ns "$i")" link del "$(vm_dev "$i")" 2>/dev/null || true; done
+}
+
+# --- the switches ----------------------------------------------------------------------------
+start_bridge() {
+    local br="${P}br" i
+    ip -n "$SW_NS" link add "$br" type bridge
+    ip -n "$SW_NS" link set "$br" up
+    ip -n "$SW_NS" link add "$SINK_DEV" type veth peer name "${P}x"
+    for i in $(seq "$NVM"); do
+        ip -n "$SW_NS" link add "$(vm_dev "$i")" type veth peer name "${P}w$i"
+    done
+    for d in "${P}x" $(for i in $(seq "$NVM"); do echo "${P}w$i"; done); do
+        ip -n "$SW_NS" link set "$d" master "$br"
+        ip -n "$SW_NS" link set "$d" up
+    done
+    plug_all
+    SWPID=
+}
+stop_bridge() {
+    ip -n "$SW_NS" link del "${P}x" 2>/dev/null || true
+    for i in $(seq "$NVM"); do ip -n "$SW_NS" link del "${P}w$i" 2>/dev/null || true; done
+    ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
+}
+
+start_vqosd() { # engine
+    local engine=$1 cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
+    [ "$engine" = vqos ] && capacity=$VQOS_CAPACITY
+    {
+        echo "capacity = \"$capacity\""
+        echo "engine = \"$engine\""
+        echo "state_file = \"$TMP/state-$engine.json\""
+        echo '[api]'
+        echo "socket = \"$TMP/vqosd-$engine.sock\""
+        echo '[uplink]'
+        echo "name = \"$SINK_DEV\""
+        for i in $(seq "$NVM"); do
+            if [ "$engine" != vqos ]; then
+                pol='{ weight = 1 }'
+            elif [ "$i" -le 4 ]; then # the measured vifs: caps far above what they reach
+                pol="{ weight = $i, max = \"30Gbit\", priority = $((i - 1)) }"
+            else # the idle ones: a floor and a cap each
+                pol="{ weight = $i, min = \"100Mbit\", max = \"$((1 + i % 2))Gbit\", priority = $(((i - 1) % 8)) }"
+            fi
+            printf '[[port]]\nname = "%s"\npolicy = %s\n' "$(vm_dev "$i")" "$pol"
+        done
+    } >"$cfg"
+    ip netns exec "$SW_NS" "$VQOSD" --config "$cfg" >"$TMP/vqosd-$engine.log" 2>&1 &
+    SWPID=$!
+    PIDS+=("$SWPID")
+    for _ in $(seq 100); do
+        grep -q 'listening on' "$TMP/vqosd-$engine.log" && break
+        kill -0 "$SWPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q 'listening on' "$TMP/vqosd-$engine.log" || {
+        cat "$TMP/vqosd-$engine.log" >&2
+        return 1
+    }
+    plug_all
+}
+stop_vqosd() { # SIGTERM: vqosd closes its TAPs (they vanish from the VMs)
+    # Its counters (drops by reason, loop cycles) beside the results.
+    [ -x target/release/vqos ] && target/release/vqos stats --json \
+        --socket "$TMP/vqosd-$SW_KIND.sock" >"$OUTDIR/bench-dataplane-$STAMP-vqosd-$SW_KIND-stats.json" 2>&1 || true
+    stop_pid "$SWPID" 10
+    unplug_all
+}
+
+OVSDIR="$TMP/ovs"
+vsctl() { ovs-vsctl --db="unix:$OVSDIR/db.sock" --timeout=30 "$@"; }
+start_ovs() {
+    local i dev n
+    mkdir -p "$OVSDIR"
+    # Everything of this OVS lives in $OVSDIR; the system's /etc/openvswitch, /var/run and
+    # /var/log are not touched (the environment covers the defaults the options do not).
+    export OVS_RUNDIR="$OVSDIR" OVS_DBDIR="$OVSDIR" OVS_LOGDIR="$OVSDIR" OVS_SYSCONFDIR="$OVSDIR"
+    ovsdb-tool create "$OVSDIR/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+    ip netns exec "$SW_NS" ovsdb-server "$OVSDIR/conf.db" \
+        --remote="punix:$OVSDIR/db.sock" \
+        --pidfile="$OVSDIR/ovsdb-server.pid" --unixctl="$OVSDIR/ovsdb-server.ctl" \
+        --log-file="$OVSDIR/ovsdb-server.log" >/dev/null 2>&1 &
+    OVSDB_PID=$!
+    PIDS+=("$OVSDB_PID")
+    n=100
+    until [ -S "$OVSDIR/db.sock" ]; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || { log "ovsdb-server did not start"; cat "$OVSDIR/ovsdb-server.log" >&2; return 1; }
+        sleep 0.1
+    done
+    vsctl --no-wait init
+    # Read once at start: set before ovs-vswitchd runs.
+    vsctl --no-wait set Open_vSwitch . other_config:userspace-tso-enable=true
+    ip netns exec "$SW_NS" ovs-vswitchd "unix:$OVSDIR/db.sock" \
+        --pidfile="$OVSDIR/ovs-vswitchd.pid" --unixctl="$OVSDIR/ovs-vswitchd.ctl" \
+        --log-file="$OVSDIR/ovs-vswitchd.log" >/dev/null 2>&1 &
+    SWPID=$!
+    PIDS+=("$SWPID")
+    vsctl add-br "${P}o" -- set bridge "${P}o" datapath_type=netdev
+    for dev in "$SINK_DEV" $(for i in $(seq "$NVM"); do vm_dev "$i"; done); do
+        vsctl add-port "${P}o" "$dev" -- set interface "$dev" type=tap
+    done
+    plug_all
+    log "ovs: $(ovs-vswitchd --version | head -1), userspace TSO: $(grep -o 'Userspace TCP Segmentation Offloading support enabled' "$OVSDIR/ovs-vswitchd.log" >/dev/null && echo enabled || echo 'NOT enabled')"
+}
+stop_ovs() {
+    timeout 10 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
+    stop_pid "$SWPID" 5
+    timeout 5 ovs-appctl -t "$OVSDIR/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
+    stop_pid "$OVSDB_PID" 5
+    unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
+    unplug_all
+    ip -n "$SW_NS" link del "${P}o" 2>/dev/null || true
+    ip -n "$SW_NS" link del ovs-netdev 2>/dev/null || true
+    cp "$OVSDIR/ovs-vswitchd.log" "$OUTDIR/bench-dataplane-$STAMP-ovs-vswitchd.log" 2>/dev/null || true
+    rm -rf "$OVSDIR"
+}
+
+start_switch() {
+    SW_KIND=$1
+    case $1 in
+        bridge) start_bridge ;;
+        rr | vqos) start_vqosd "$1" ;;
+        ovs) start_ovs ;;
+    esac
+}
+stop_switch() {
+    case $SW_KIND in
+        bridge) stop_bridge ;;
+        rr | vqos) stop_vqosd ;;
+        ovs) stop_ovs ;;
+    esac
+    SWPID=
+    SW_KIND=
+}
+
+# --- one measurement -------------------------------------------------------------------------
+offloads() { # on|off: TSO, GSO and GRO of the VMs' and the sink's interfaces
+    local i
+    ip netns exec "$SINK_NS" ethtool -K "$SINK_DEV" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
+    for i in $(seq "$NVM"); do
+        ip netns exec "$(vm_ns "$i")" ethtool -K "$(vm_dev "$i")" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
+    done
+}
+offload_state() { # what vm1's interface really does: "tso/gso/gro"
+    ip netns exec "$(vm_ns 1)" ethtool -k "$(vm_dev 1)" | awk -F': ' '
+        /^tcp-segmentation-offload:/ { t = $2 } /^generic-segmentation-offload:/ { g = $2 }
+        /^generic-receive-offload:/ { r = $2 }
+        END { sub(/ .*/, "", t); sub(/ .*/, "", g); sub(/ .*/, "", r); print t "/" g "/" r }'
+}
+snap() { # → "t_ns switch_ticks softirq_ticks busy_ticks"
+    local t p=0
+    t=$(date +%s%N)
+    if [ -n "$SWPID" ] && [ -r "/proc/$SWPID/stat" ]; then
+        p=$(sed 's/^.*) //' "/proc/$SWPID/stat" | awk '{ print $12 + $13 }')
+    fi
+    awk -v t="$t" -v p="$p" '/^cpu / { print t, p, $8, $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+CLIENT_PIDS=()
+clients() { # mode secs tag: start the iperf3 clients of a case (PIDs in CLIENT_PIDS)
+    local mode=$1 secs=$2 tag=$3 k
+    CLIENT_PIDS=()
+    case $mode in
+        1stream | 4streams)
+            local par=1
+            [ "$mode" = 4streams ] && par=4
+            ip netns exec "$(vm_ns 1)" iperf3 -c "$SINK_IP" -p 5201 -P "$par" -t "$secs" -J \
+                >"$TMP/$tag-1.json" 2>&1 &
+            CLIENT_PIDS+=("$!")
+            ;;
+        4vms)
+            for k in 1 2 3 4; do
+                ip netns exec "$(vm_ns "$k")" iperf3 -c "$SINK_IP" -p $((5200 + k)) -t "$secs" -J \
+                    >"$TMP/$tag-$k.json" 2>&1 &
+                CLIENT_PIDS+=("$!")
+            done
+            ;;
+    esac
+}
+warm_up() { # every VM's path learnt, ARP resolved, OVS flows installed
+    local pid ok=1
+    clients 4vms 1 warm
+    PIDS+=("${CLIENT_PIDS[@]}")
+    for pid in "${CLIENT_PIDS[@]}"; do wait "$pid" || ok=0; done
+    forget "${CLIENT_PIDS[@]}"
+    [ "$ok" = 1 ] || { log "warm-up failed on $SW_KIND:"; cat "$TMP"/warm-*.json >&2; return 1; }
+}
+
+CSV_HEADER="switch,case,offloads,tso_gso_gro,gbps,retransmits,switch_cpu_pct,softirq_pct,all_cpu_pct,switch_softirq_pct_per_gbps,all_cpu_pct_per_gbps,load1_before,seconds"
+ROWS=()
+measure() { # mode offloads(on|off)
+    local mode=$1 off=$2 tag="$SW_KIND-$1-$2" pid a b gbps retr state f l1
+    offloads "$off"
+    state=$(offload_state)
+    l1=$(load1)
+    sleep 1
+    clients "$mode" "$SECS" "$tag"
+    PIDS+=("${CLIENT_PIDS[@]}")
+    sleep 1
+    a=$(snap)
+    sleep $((SECS - 2))
+    b=$(snap)
+    for pid in "${CLIENT_PIDS[@]}"; do wait "$pid" || true; done
+    forget "${CLIENT_PIDS[@]}"
+    gbps=0
+    retr=0
+    for f in "$TMP/$tag"-*.json; do
+        if ! jq -e '.end.sum_received.bits_per_second' "$f" >/dev/null 2>&1; then
+            log "$tag: iperf3 failed: $(jq -r '.error // empty' "$f" 2>/dev/null || head -c 300 "$f")"
+            gbps=nan
+            continue
+        fi
+        [ "$gbps" = nan ] && continue
+        gbps=$(jq -r --arg g "$gbps" '($g | tonumber) + .end.sum_received.bits_per_second / 1e9' "$f")
+        retr=$(jq -r --arg r "$retr" '($r | tonumber) + (.end.sum_sent.retransmits // 0)' "$f")
+    done
+    local row
+    row=$(awk -v a="$a" -v b="$b" -v hz="$HZ" -v g="$gbps" -v sw="$SW_KIND" -v m="$mode" \
+        -v o="$off" -v st="$state" -v r="$retr" -v l1="$l1" -v has="${SWPID:+1}" -v secs="$SECS" '
+        BEGIN {
+            split(a, x, " "); split(b, y, " ")
+            dt = (y[1] - x[1]) / 1e9
+            pc = (y[2] - x[2]) / hz / dt * 100; si = (y[3] - x[3]) / hz / dt * 100
+            all = (y[4] - x[4]) / hz / dt * 100
+            swc = has ? sprintf("%.1f", pc) : "-"
+            per = (g == "nan" || g <= 0) ? "nan" : sprintf("%.1f", ((has ? pc : 0) + si) / g)
+            pall = (g == "nan" || g <= 0) ? "nan" : sprintf("%.1f", all / g)
+            gs = (g == "nan") ? "nan" : sprintf("%.2f", g)
+            printf "%s,%s,%s,%s,%s,%d,%s,%.1f,%.1f,%s,%s,%s,%d\n", sw, m, o, st, gs, r, swc, si, all, per, pall, l1, secs
+        }')
+    ROWS+=("$row")
+    log "  $row"
+}
+
+# --- the run ---------------------------------------------------------------------------------
+mkdir -p "$OUTDIR"
+STAMP=$(date +%Y%m%d-%H%M%S)
+CSV="$OUTDIR/bench-dataplane-$STAMP.csv"
+MD="$OUTDIR/bench-dataplane-$STAMP.md"
+log "$(uptime | sed 's/^ *//')"
+log "$NVM VMs → switch → sink, ${SECS} s per run; switches: $SWITCHES; files in $TMP"
+for sw in "${SWITCH_LIST[@]}"; do
+    log "== $sw"
+    start_switch "$sw"
+    if warm_up; then
+        for off in on off; do
+            for mode in 1stream 4streams 4vms; do measure "$mode" "$off"; done
+        done
+    else
+        for off in on off; do
+            for mode in 1stream 4streams 4vms; do
+                ROWS+=("$sw,$mode,$off,-,nan,0,-,-,-,nan,nan,$(load1),$SECS")
+            done
+        done
+    fi
+    stop_switch
+done
+
+{
+    echo "$CSV_HEADER"
+    printf '%s\n' "${ROWS[@]}"
+} >"$CSV"
+
+# Markdown: the runs, then the ratios the aims are about.
+printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
+    function label(s) {
+        if (s == "bridge") return "Linux bridge"
+        if (s == "rr") return "vqosd `rr`"
+        if (s == "vqos") return "vqosd `vqos`, 8 policies" (cap == "unlimited" ? "" : ", " cap)
+        if (s == "ovs") return "OVS userspace (netdev, TSO)"
+        return s
+    }
+    function cname(m) { return m == "1stream" ? "1 stream" : m == "4streams" ? "4 streams (-P 4)" : "4 VMs × 1 stream" }
+    function ratio(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan" || b == 0) ? "–" : sprintf("%.2f", a / b) }
+    {
+        n++; sw[n] = $1; m[n] = $2; o[n] = $3; st[n] = $4; g[n] = $5; rt[n] = $6; pc[n] = $7
+        si[n] = $8; all[n] = $9; per[n] = $10; pall[n] = $11
+        G[$1, $2, $3] = $5
+        if (!($2 SUBSEP $3 in seen)) { seen[$2, $3] = 1; nc++; cm[nc] = $2; co[nc] = $3 }
+    }
+    END {
+        print "| switch | case | offloads | Gbit/s | switch CPU % | softirq % | all CPUs % | (switch+softirq) % per Gbit/s | all CPU % per Gbit/s | retransmits |"
+        print "|---|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= n; i++)
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(sw[i]), cname(m[i]),
+                (o[i] == "on" ? "on (TSO/GSO/GRO)" : "off (1514-byte frames)"), g[i], pc[i], si[i], all[i], per[i], pall[i], rt[i]
+        print ""
+        print "| case | offloads | rr / bridge | rr / OVS | vqos 8 policies / rr |"
+        print "|---|---|---|---|---|"
+        for (i = 1; i <= nc; i++) {
+            k = cm[i] SUBSEP co[i]
+            printf "| %s | %s | %s | %s | %s |\n", cname(cm[i]), co[i],
+                ratio(G["rr", cm[i], co[i]], G["bridge", cm[i], co[i]]),
+                ratio(G["rr", cm[i], co[i]], G["ovs", cm[i], co[i]]),
+                ratio(G["vqos", cm[i], co[i]], G["rr", cm[i], co[i]])
+        }
+    }' >"$MD"
+echo
+cat "$MD"
+echo
+log "CSV: $CSV; Markdown: $MD; $(uptime | sed 's/^ *//')"
