@@ -87,7 +87,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 grep -q 'listening on' "$TMP/vqosd.log" || { cat "$TMP/vqosd.log" >&2; exit 1; }
-vqos() { "$VQOS" --socket "$SOCK" "$@"; }
+vqos() { VQOS_SOCKET="$SOCK" "$VQOS" "$@"; }
 
 setup_ns() { # namespace link address
     ip netns add "$1"
