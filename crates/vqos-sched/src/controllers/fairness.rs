@@ -56,6 +56,10 @@
 //!   0.5 s), and when the strong vif's limited traffic still overruns the router, part of a
 //!   cut only removes the strong vif's own downstream losses (its host rate exceeds what it
 //!   delivers), so the weak gains less than the cut although they share the bottleneck.
+//! - **Second look.** A cut the weak vifs have not taken up within the probe, while the strong
+//!   vif did slow down by at least half the cut, is judged once more over a second probe window
+//!   against the same baseline before it is given back: a weak TCP flow that lost packets in a
+//!   row waits out its retransmission timeout (≥ 200 ms) before it grows.
 //! - **ΔBW = the whole excess** (the paper gives no value). Halving the excess converged from
 //!   above but could stall in the band just above the fair point where the strong vif's
 //!   traffic overruns the drop-tail router: a cut of a few Mbit/s inside that band only lowers
