@@ -69,12 +69,14 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub mod client;
+pub mod flood;
 pub mod parse;
 pub mod server;
 pub mod stats;
 pub mod wire;
 
 pub use client::{run_client, ClientConfig};
+pub use flood::{run_flood, FloodConfig, FloodSummary};
 pub use server::{spawn_server, ServerConfig, ServerHandle, ServerStats};
 pub use stats::{nearest_rank, RttStats, Summary};
 

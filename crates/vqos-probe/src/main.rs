@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use vqos_probe::flood::{MAX_BATCH, MAX_FRAME, MIN_FRAME};
 use vqos_probe::parse::{parse_duration, parse_rate};
 use vqos_probe::wire::{MAX_SIZE, MIN_SIZE};
-use vqos_probe::{run_client, spawn_server, ClientConfig, Protocol, ServerConfig, Summary};
+use vqos_probe::{
+    run_client, run_flood, spawn_server, ClientConfig, FloodConfig, Protocol, ServerConfig, Summary,
+};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -17,10 +20,13 @@ Examples:
   vqos-probe client --to 10.0.0.2:7000 --rate 1000/s --duration 10s --json
   vqos-probe server --bind 0.0.0.0:7001 --tcp
   vqos-probe client --to 10.0.0.2:7001 --tcp --interval 500us --duration 5s
+  vqos-probe flood --to 10.0.0.2:9 --frame 64 --rate 100Mbit --duration 10s --json
 
 The client sends timestamped requests (sequence number and send time in the payload) at a fixed
 rate and measures each response's round-trip time on its monotonic clock. Percentiles are exact,
 nearest rank over all samples. A UDP response not back within --timeout is lost.
+`flood` is a load generator, not a probe: paced 64-byte (or larger) UDP frames, many per
+sendmmsg(2) call, for rates iperf3 cannot reach; nobody needs to listen at the far end.
 Exit status: 0 when a run completed (even with losses), 1 on errors, 2 on bad arguments.";
 
 #[derive(Parser)]
@@ -74,6 +80,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send paced UDP frames of one size (a load generator) and print what the kernel took.
+    Flood {
+        /// Destination (nobody needs to listen there).
+        #[arg(long, value_name = "ADDR:PORT")]
+        to: SocketAddr,
+        /// On-wire frame size in bytes (Ethernet + IPv4 + UDP headers included, FCS not).
+        #[arg(long = "frame", default_value_t = 64, value_name = "BYTES",
+              value_parser = clap::value_parser!(u32).range(MIN_FRAME as i64..=MAX_FRAME as i64))]
+        frame: u32,
+        /// On-wire rate, e.g. 100Mbit, 1.5Gbit; leave out to send as fast as possible.
+        #[arg(long, value_name = "RATE", value_parser = parse_bps)]
+        rate: Option<u64>,
+        /// How long to send, e.g. 10s.
+        #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+        duration: Duration,
+        /// Datagrams per sendmmsg call.
+        #[arg(long, default_value_t = 32, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=MAX_BATCH as i64))]
+        batch: u32,
+        /// Print the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A bit rate with a unit (`100Mbit`); "unlimited" is refused: leave `--rate` out instead.
+fn parse_bps(s: &str) -> Result<u64, String> {
+    match vqos_sched::units::parse_rate(s) {
+        Ok(Some(0)) => Err("rate 0: leave --rate out to send unpaced".into()),
+        Ok(Some(bps)) => Ok(bps),
+        Ok(None) => Err("leave --rate out to send unpaced".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn protocol(tcp: bool) -> Protocol {
@@ -155,6 +194,36 @@ fn run(cli: Cli) -> Result<()> {
             }
             if summary.samples == 0 {
                 eprintln!("vqos-probe: no response at all: is a server listening on {to}?");
+            }
+            Ok(())
+        }
+        Command::Flood {
+            to,
+            frame,
+            rate,
+            duration,
+            batch,
+            json,
+        } => {
+            let mut cfg = FloodConfig::new(to);
+            cfg.frame_bytes = frame as usize;
+            cfg.rate_bps = rate;
+            cfg.duration = duration;
+            cfg.batch = batch as usize;
+            let s = run_flood(&cfg, None).with_context(|| format!("flooding {to}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                println!(
+                    "udp {to}: {frame} B frames for {:.1} s: sent {} ({:.1} Mbit/s on the wire, {:.0} frames/s), refused {}, skipped {}, {} calls",
+                    s.elapsed_s,
+                    s.sent_frames,
+                    s.sent_bps / 1e6,
+                    s.sent_frames as f64 / s.elapsed_s.max(1e-9),
+                    s.send_failures,
+                    s.skipped,
+                    s.calls
+                );
             }
             Ok(())
         }

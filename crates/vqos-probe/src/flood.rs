@@ -1,0 +1,413 @@
+//! A paced UDP packet generator: small frames at rates iperf3 cannot reach.
+//!
+//! The C2QoS experiment needs neighbours that flood the switch with 64-byte frames fast enough
+//! to make its forwarding core, not the generators, the bottleneck. iperf3 sends one datagram
+//! per system call behind its own pacing and select loop and tops out at a few tens of
+//! thousands of 64-byte frames per second on the lab's machine. This generator hands the kernel
+//! up to [`FloodConfig::batch`] datagrams per `sendmmsg(2)` call from one connected socket.
+//!
+//! ## Behavior
+//! - **Frame size** is the on-wire Ethernet frame without FCS: the UDP payload is
+//!   `frame_bytes - 42` (Ethernet 14, IPv4 20, UDP 8 bytes of headers), at least 1 byte. The
+//!   rate counts the same on-wire bytes, so `frame_bytes = 64, rate_bps = 100 Mbit/s` is
+//!   195 312 frames per second — the unit in which the switch charges and reports.
+//! - **Pacing**: an absolute schedule from the start (frame `i` is due at `i / pps`), so there
+//!   is no drift. Each round sends every due frame, at most `batch` per call. When nothing is
+//!   due it sleeps until the next frame is (yielding instead when that is under 50 µs away), so a
+//!   paced generator leaves the CPU to others. `rate_bps = None` floods: every call is a full
+//!   batch.
+//! - **Falling behind** (the CPU was busy elsewhere): the schedule is never made up by more than
+//!   [`MAX_CATCH_UP`] of frames; older ones are skipped and counted in
+//!   [`FloodSummary::skipped`], so a generator that was starved does not answer with a
+//!   line-rate burst.
+//! - **Full queues**: a send the kernel refuses for lack of buffer (`ENOBUFS`, `EAGAIN`) counts
+//!   the whole batch in [`FloodSummary::send_failures`] and goes on; any other error ends the
+//!   run with [`ProbeError::Io`]. A UDP socket whose qdisc or device queue is full usually drops
+//!   silently instead: what reached the far end is for the receiver (the switch's counters, in
+//!   the lab) to say.
+//! - **Stopping**: after `duration`, or as soon as the `stop` flag is set (checked every round).
+//!
+//! ## Limitations
+//! Linux only (`sendmmsg`). IPv4 and IPv6 destinations both work; the frame-size arithmetic
+//! assumes IPv4 headers (IPv6 frames are 20 bytes longer than stated).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::{ProbeError, Protocol};
+
+/// Ethernet, IPv4 and UDP header bytes in front of a UDP payload on the wire.
+pub const UDP_OVERHEAD: usize = 14 + 20 + 8;
+
+/// Smallest frame accepted (a 1-byte payload).
+pub const MIN_FRAME: usize = UDP_OVERHEAD + 1;
+
+/// Largest frame accepted (a standard 1500-byte MTU).
+pub const MAX_FRAME: usize = 1514;
+
+/// At most this much of the schedule is made up after the generator fell behind.
+pub const MAX_CATCH_UP: Duration = Duration::from_millis(5);
+
+/// Most datagrams per `sendmmsg` call.
+pub const MAX_BATCH: usize = 256;
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct FloodConfig {
+    /// Destination.
+    pub to: SocketAddr,
+    /// On-wire frame size in bytes (FCS not counted), [`MIN_FRAME`]..=[`MAX_FRAME`].
+    pub frame_bytes: usize,
+    /// On-wire bits per second; `None` sends as fast as the kernel takes them.
+    pub rate_bps: Option<u64>,
+    /// How long to send.
+    pub duration: Duration,
+    /// Datagrams per `sendmmsg` call, 1..=[`MAX_BATCH`].
+    pub batch: usize,
+}
+
+impl FloodConfig {
+    /// 64-byte frames, unpaced, 10 s, batches of 32.
+    pub fn new(to: SocketAddr) -> Self {
+        FloodConfig {
+            to,
+            frame_bytes: 64,
+            rate_bps: None,
+            duration: Duration::from_secs(10),
+            batch: 32,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ProbeError> {
+        let bad = |m: String| Err(ProbeError::InvalidArgument(m));
+        if !(MIN_FRAME..=MAX_FRAME).contains(&self.frame_bytes) {
+            return bad(format!(
+                "frame size {} bytes: expected {MIN_FRAME}..={MAX_FRAME}",
+                self.frame_bytes
+            ));
+        }
+        if !(1..=MAX_BATCH).contains(&self.batch) {
+            return bad(format!("batch {}: expected 1..={MAX_BATCH}", self.batch));
+        }
+        if self.rate_bps == Some(0) {
+            return bad("rate 0: leave the rate out to send unpaced".into());
+        }
+        if self.duration.is_zero() {
+            return bad("duration 0".into());
+        }
+        Ok(())
+    }
+
+    /// Frames per second at the configured rate (`None` when unpaced).
+    pub fn frames_per_second(&self) -> Option<f64> {
+        self.rate_bps
+            .map(|r| r as f64 / (8.0 * self.frame_bytes as f64))
+    }
+}
+
+/// What a flood did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FloodSummary {
+    /// Datagrams the kernel accepted.
+    pub sent_frames: u64,
+    /// Their on-wire bytes (frame size × frames).
+    pub sent_wire_bytes: u64,
+    /// Datagrams refused for lack of buffer (`ENOBUFS`/`EAGAIN`).
+    pub send_failures: u64,
+    /// Scheduled frames skipped after the generator fell behind by more than [`MAX_CATCH_UP`].
+    pub skipped: u64,
+    /// `sendmmsg` calls.
+    pub calls: u64,
+    /// Seconds from the first to the last send.
+    pub elapsed_s: f64,
+    /// On-wire bits per second the kernel accepted.
+    pub sent_bps: f64,
+}
+
+/// Floods `cfg.to` until `cfg.duration` has passed or `stop` is set.
+pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSummary, ProbeError> {
+    cfg.validate()?;
+    let bind: SocketAddr = if cfg.to.is_ipv4() {
+        "0.0.0.0:0".parse().unwrap()
+    } else {
+        "[::]:0".parse().unwrap()
+    };
+    let connect_err = |source| ProbeError::Connect {
+        protocol: Protocol::Udp,
+        addr: cfg.to,
+        source,
+    };
+    let sock = UdpSocket::bind(bind).map_err(connect_err)?;
+    // Not connected: an unconnected socket is not told of the far end's ICMP "port
+    // unreachable", so a flood at a port nobody listens on is not cut short by ECONNREFUSED.
+    let (mut dst, dst_len) = sockaddr(cfg.to);
+    let payload = vec![0x5au8; cfg.frame_bytes - UDP_OVERHEAD];
+    // One iovec per datagram, all over the same payload and to the same address.
+    let mut iov: Vec<libc::iovec> = (0..cfg.batch)
+        .map(|_| libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = iov
+        .iter_mut()
+        .map(|v| {
+            // SAFETY: mmsghdr is plain data; zero is a valid "no name, no control" header.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = &mut dst as *mut libc::sockaddr_storage as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = dst_len;
+            m.msg_hdr.msg_iov = v as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+
+    let pps = cfg.frames_per_second();
+    let catch_up = pps.map_or(u64::MAX, |p| (p * MAX_CATCH_UP.as_secs_f64()).ceil() as u64);
+    let mut s = FloodSummary::default();
+    let start = Instant::now();
+    let end = start + cfg.duration;
+    // Frames scheduled so far: sent, refused and skipped.
+    let mut scheduled: u64 = 0;
+    loop {
+        if stop.is_some_and(|f| f.load(Ordering::Relaxed)) {
+            break;
+        }
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let due = match pps {
+            None => cfg.batch as u64,
+            Some(p) => {
+                let owed = ((now - start).as_secs_f64() * p) as u64;
+                let mut due = owed.saturating_sub(scheduled);
+                if due > catch_up {
+                    s.skipped += due - catch_up;
+                    scheduled += due - catch_up;
+                    due = catch_up;
+                }
+                if due == 0 {
+                    let next = start + Duration::from_secs_f64((scheduled + 1) as f64 / p);
+                    let wait = next.min(end).saturating_duration_since(now);
+                    if wait > Duration::from_micros(50) {
+                        std::thread::sleep(wait);
+                    } else {
+                        std::thread::yield_now();
+                    }
+                    continue;
+                }
+                due
+            }
+        };
+        let n = due.min(cfg.batch as u64) as usize;
+        // SAFETY: `msgs[..n]` are valid headers whose iovecs point into `payload`, which
+        // outlives the call; the socket is open.
+        let rc = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        s.calls += 1;
+        scheduled += n as u64;
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ENOBUFS) | Some(libc::EAGAIN) => s.send_failures += n as u64,
+                _ => {
+                    return Err(ProbeError::Io {
+                        context: "sendmmsg",
+                        source: e,
+                    })
+                }
+            }
+        } else {
+            let sent = rc as u64;
+            s.sent_frames += sent;
+            // A partial send: the rest of the batch was refused.
+            s.send_failures += n as u64 - sent;
+        }
+    }
+    s.elapsed_s = start
+        .elapsed()
+        .as_secs_f64()
+        .min(cfg.duration.as_secs_f64());
+    s.sent_wire_bytes = s.sent_frames * cfg.frame_bytes as u64;
+    if s.elapsed_s > 0.0 {
+        s.sent_bps = s.sent_wire_bytes as f64 * 8.0 / s.elapsed_s;
+    }
+    Ok(s)
+}
+
+/// `addr` as a C socket address and its length.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all zero is a valid (unspecified) address.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A UDP sink on loopback that counts datagrams and their payload bytes until dropped.
+    struct Sink {
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<(u64, u64, usize)>>,
+    }
+
+    impl Sink {
+        fn start() -> Sink {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            let addr = sock.local_addr().unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let st = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let (mut n, mut bytes, mut last) = (0u64, 0u64, 0usize);
+                let mut buf = [0u8; 2048];
+                while !st.load(Ordering::Relaxed) {
+                    if let Ok(len) = sock.recv(&mut buf) {
+                        n += 1;
+                        bytes += len as u64;
+                        last = len;
+                    }
+                }
+                (n, bytes, last)
+            });
+            Sink {
+                addr,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn finish(mut self) -> (u64, u64, usize) {
+            std::thread::sleep(Duration::from_millis(50));
+            self.stop.store(true, Ordering::Relaxed);
+            self.thread.take().unwrap().join().unwrap()
+        }
+    }
+
+    #[test]
+    fn paced_flood_sends_the_scheduled_frames_of_the_stated_size() {
+        let sink = Sink::start();
+        let mut cfg = FloodConfig::new(sink.addr);
+        cfg.frame_bytes = 100;
+        // 2000 frames/s for 0.5 s: 1000 frames.
+        cfg.rate_bps = Some(2000 * 100 * 8);
+        cfg.duration = Duration::from_millis(500);
+        let s = run_flood(&cfg, None).unwrap();
+        let (got, bytes, last) = sink.finish();
+        assert_eq!(last, 100 - UDP_OVERHEAD, "payload = frame - 42");
+        assert_eq!(bytes, got * (100 - UDP_OVERHEAD) as u64);
+        // The schedule is absolute: the count is exact up to the frames still due at the end
+        // and those skipped if this thread was starved.
+        let accounted = s.sent_frames + s.send_failures + s.skipped;
+        assert!((990..=1001).contains(&accounted), "{s:?}");
+        assert_eq!(s.sent_wire_bytes, s.sent_frames * 100);
+        // Loopback does not lose datagrams at this rate.
+        assert_eq!(got, s.sent_frames, "{s:?}");
+        // Paced: mostly single-frame calls, not one big burst.
+        assert!(s.calls > 100, "{s:?}");
+    }
+
+    #[test]
+    fn unpaced_flood_sends_full_batches_and_stops_on_the_flag() {
+        let sink = Sink::start();
+        let mut cfg = FloodConfig::new(sink.addr);
+        cfg.duration = Duration::from_secs(30);
+        cfg.batch = 16;
+        let stop = AtomicBool::new(false);
+        let t = Instant::now();
+        let s = std::thread::scope(|scope| {
+            let h = scope.spawn(|| run_flood(&cfg, Some(&stop)));
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap().unwrap()
+        });
+        sink.finish();
+        assert!(t.elapsed() < Duration::from_secs(10), "the flag stops it");
+        assert!(s.calls > 0 && s.sent_frames + s.send_failures == s.calls * 16);
+        assert_eq!(s.skipped, 0);
+    }
+
+    #[test]
+    fn nobody_listening_is_not_an_error() {
+        // A port just closed: loopback answers with ICMP port unreachable.
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cfg = FloodConfig::new(SocketAddr::from(([127, 0, 0, 1], port)));
+        cfg.rate_bps = Some(1000 * 64 * 8);
+        cfg.duration = Duration::from_millis(200);
+        let s = run_flood(&cfg, None).unwrap();
+        assert!(s.sent_frames >= 150, "{s:?}");
+        assert_eq!(s.send_failures, 0, "{s:?}");
+    }
+
+    #[test]
+    fn ipv6_destinations_work() {
+        let Ok(sock) = UdpSocket::bind("[::1]:0") else {
+            return; // no IPv6 loopback here
+        };
+        let mut cfg = FloodConfig::new(sock.local_addr().unwrap());
+        cfg.rate_bps = Some(1000 * 64 * 8);
+        cfg.duration = Duration::from_millis(100);
+        let s = run_flood(&cfg, None).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 128];
+        assert_eq!(sock.recv(&mut buf).unwrap(), 64 - UDP_OVERHEAD);
+        assert!(s.sent_frames > 50, "{s:?}");
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_the_reason() {
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let err = |f: fn(&mut FloodConfig)| {
+            let mut c = FloodConfig::new(to);
+            f(&mut c);
+            run_flood(&c, None).unwrap_err().to_string()
+        };
+        assert!(err(|c| c.frame_bytes = 42).contains("frame size 42"));
+        assert!(err(|c| c.frame_bytes = 9000).contains("frame size 9000"));
+        assert!(err(|c| c.batch = 0).contains("batch 0"));
+        assert!(err(|c| c.rate_bps = Some(0)).contains("rate 0"));
+        assert!(err(|c| c.duration = Duration::ZERO).contains("duration 0"));
+    }
+
+    #[test]
+    fn frames_per_second_counts_on_wire_bytes() {
+        let mut c = FloodConfig::new("127.0.0.1:9".parse().unwrap());
+        c.rate_bps = Some(100_000_000);
+        assert_eq!(c.frames_per_second(), Some(100e6 / 512.0));
+        c.rate_bps = None;
+        assert_eq!(c.frames_per_second(), None);
+    }
+}
