@@ -11,8 +11,9 @@ use vqos_dataplane::frame::{
     VNET_GSO_TCPV4,
 };
 use vqos_dataplane::{
-    Batch, FaultPlan, FaultPort, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec,
-    Readiness, SwitchConfig, SwitchError, SwitchHandle, SwitchStats, VNET_HDR_LEN,
+    Batch, EmulatedWork, FaultPlan, FaultPort, MemPort, MemPortPeer, Port, PortError,
+    PortIoCounters, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle, SwitchStats,
+    VNET_HDR_LEN,
 };
 use vqos_sched::{
     Engine, EngineKind, Grant, PolicyError, PolicySet, ReadySet, Usage, VifId, VifPolicy, MAX_BURST,
@@ -192,6 +193,8 @@ struct Refuser {
 struct Log {
     configures: Vec<Vec<(String, u32)>>,
     charged_bytes: u64,
+    charged_packets: u64,
+    charged_cycles: u64,
 }
 
 impl Engine for Refuser {
@@ -227,11 +230,21 @@ impl Engine for Refuser {
         None
     }
     fn charge(&mut self, _vif: VifId, usage: Usage, _now_ns: u64) {
-        self.log.lock().unwrap().charged_bytes += usage.bytes;
+        let mut log = self.log.lock().unwrap();
+        log.charged_bytes += usage.bytes;
+        log.charged_packets += u64::from(usage.packets);
+        log.charged_cycles += usage.cycles;
     }
 }
 
 fn refuser_rig(refused: &[&str]) -> (Rig, Arc<Mutex<Log>>) {
+    refuser_rig_with(refused, |_| {})
+}
+
+fn refuser_rig_with(
+    refused: &[&str],
+    config: impl FnOnce(&mut SwitchConfig),
+) -> (Rig, Arc<Mutex<Log>>) {
     let log = Arc::new(Mutex::new(Log::default()));
     let engine = Refuser {
         refused: refused.iter().map(|s| s.to_string()).collect(),
@@ -240,9 +253,51 @@ fn refuser_rig(refused: &[&str]) -> (Rig, Arc<Mutex<Log>>) {
         log: log.clone(),
     };
     (
-        rig_with(|c| c.custom_engine = Some(Box::new(engine)), None),
+        rig_with(
+            |c| {
+                c.custom_engine = Some(Box::new(engine));
+                config(c);
+            },
+            None,
+        ),
         log,
     )
+}
+
+#[test]
+fn emulated_work_is_spent_per_frame_and_charged_as_cycles() {
+    // 2 M counter cycles per frame (about 1 ms): far above the real cost of a frame on an
+    // in-memory port, so the charge shows whether the work was done.
+    let per_frame = 2_000_000;
+    let (r, log) = refuser_rig_with(&[], |c| {
+        c.emulated_work = Some(EmulatedWork {
+            per_frame_cycles: per_frame,
+            per_byte_cycles: 1000.0,
+        })
+    });
+    for i in 0..10 {
+        r.b.inject(frame(MAC_U, MAC_B, i));
+    }
+    collect(&r.u, 10);
+    // Frames leave before the work is spent and charged.
+    eventually("10 frames charged", || {
+        log.lock().unwrap().charged_packets == 10
+    });
+    let log = log.lock().unwrap();
+    assert_eq!(log.charged_bytes, 10 * 74);
+    assert!(
+        log.charged_cycles >= 10 * per_frame + 10 * 74 * 1000,
+        "charged {} cycles for 10 frames",
+        log.charged_cycles
+    );
+    assert_eq!(
+        EmulatedWork {
+            per_frame_cycles: 5,
+            per_byte_cycles: 0.5
+        }
+        .cycles(3, 10),
+        20
+    );
 }
 
 #[test]

@@ -23,6 +23,10 @@
 //! macs = ["02:00:00:00:00:01"]
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
 //!
+//! [emulate]                   # optional, experiments only: extra work per vif frame
+//! frame_cycles = 20000        # cycle-counter cycles (TSC) spun per frame read from a vif
+//! byte_cycles = 0.25          # and per on-wire byte forwarded
+//!
 //! controllers = ["fairness", "pid-ecn"]   # optional, at the top level
 //! [fairness]                  # optional, only with "fairness"
 //! period = "5s"
@@ -45,6 +49,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
+use vqos_dataplane::EmulatedWork;
 use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
 use vqos_sched::units::parse_duration_ns;
@@ -91,6 +96,9 @@ pub enum ConfigError {
     /// A controller name or parameter that is not valid.
     #[error("Invalid config: {0}")]
     Controllers(String),
+    /// An `[emulate]` value out of range.
+    #[error("Invalid config: {0}")]
+    Emulate(String),
     /// The token file could not be read.
     #[error("Cannot read token file {path}")]
     TokenFile {
@@ -120,6 +128,16 @@ struct RawConfig {
     controllers: Vec<String>,
     fairness: Option<RawFairness>,
     pid_ecn: Option<RawPid>,
+    emulate: Option<RawEmulate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmulate {
+    #[serde(default)]
+    frame_cycles: u64,
+    #[serde(default)]
+    byte_cycles: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -307,6 +325,8 @@ pub struct Config {
     pub ports: Vec<(PortConfig, VifPolicy)>,
     /// The controllers run beside the switch (none by default).
     pub controllers: ControllersConfig,
+    /// Extra work per vif frame (`[emulate]`, experiments only; none by default).
+    pub emulated_work: Option<EmulatedWork>,
 }
 
 impl Config {
@@ -389,6 +409,26 @@ impl Config {
                 Some(TcpConfig { addr, token })
             }
         };
+        let emulated_work = match raw.emulate {
+            None => None,
+            Some(e) => {
+                // At most a second of work per frame at any plausible counter rate.
+                if e.frame_cycles > 10_000_000_000
+                    || !(0.0..=1e6).contains(&e.byte_cycles)
+                    || e.byte_cycles.is_nan()
+                {
+                    return Err(ConfigError::Emulate(format!(
+                        "emulate: frame_cycles must be 0..=1e10 and byte_cycles 0..=1e6 \
+                         (got {} and {})",
+                        e.frame_cycles, e.byte_cycles
+                    )));
+                }
+                Some(EmulatedWork {
+                    per_frame_cycles: e.frame_cycles,
+                    per_byte_cycles: e.byte_cycles,
+                })
+            }
+        };
         Ok(Config {
             capacity_bps: set.capacity_bps,
             engine,
@@ -401,6 +441,7 @@ impl Config {
             uplink,
             ports,
             controllers,
+            emulated_work,
         })
     }
 
@@ -543,6 +584,22 @@ create = false
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         assert!(c.tcp.is_none() && c.uplink.is_none() && c.ports.is_empty());
+    }
+
+    #[test]
+    fn emulated_work_is_read_and_checked() {
+        let c = Config::parse("[emulate]\nframe_cycles = 20000\nbyte_cycles = 0.25", env).unwrap();
+        assert_eq!(
+            c.emulated_work,
+            Some(EmulatedWork {
+                per_frame_cycles: 20_000,
+                per_byte_cycles: 0.25
+            })
+        );
+        assert_eq!(Config::parse("", env).unwrap().emulated_work, None);
+        assert!(err("[emulate]\nbyte_cycles = -1.0").contains("byte_cycles 0..=1e6"));
+        assert!(err("[emulate]\nframe_cycles = 99999999999").contains("frame_cycles"));
+        assert!(err("[emulate]\nframe_cyles = 1").contains("unknown field `frame_cyles`"));
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl SwitchBackend {
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
+        sc.emulated_work = config.emulated_work;
         sc.readiness = if config.busy_poll {
             Readiness::BusyPoll
         } else {
