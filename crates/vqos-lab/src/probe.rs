@@ -34,7 +34,6 @@
 //!   within their phase plus 1 s) and their phases have no result.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -43,6 +42,7 @@ use vqos_probe::{run_client, spawn_server, ClientConfig, Protocol, ServerConfig,
 use vqos_sim::report::CheckResult;
 use vqos_sim::Scenario;
 
+use crate::sys::in_netns;
 use crate::LabError;
 
 /// Port of the first probe's server in the sink.
@@ -296,30 +296,6 @@ pub fn checks(specs: &[ProbeSpec], results: &[ProbeResult]) -> Vec<CheckResult> 
         });
     }
     out
-}
-
-/// Runs `f` on a new thread inside network namespace `ns` (its own threads inherit it).
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<JoinHandle<Result<T, String>>, LabError> {
-    let path = format!("/run/netns/{ns}");
-    let file = std::fs::File::open(&path).map_err(|source| LabError::Io {
-        what: path.clone(),
-        source,
-    })?;
-    Ok(std::thread::spawn(move || {
-        // SAFETY: setns on an open namespace file; it changes only this thread's namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        if rc != 0 {
-            return Err(format!(
-                "cannot enter the namespace: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        drop(file);
-        Ok(f())
-    }))
 }
 
 type ClientThread = JoinHandle<Result<Result<vqos_probe::Summary, String>, String>>;

@@ -2,8 +2,14 @@
 //! samples the per-VM counters every 100 ms, measures CPU, tears down, writes the results.
 
 use std::io::Write;
+use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use vqos_probe::flood::{self, run_flood, FloodConfig, FloodSummary};
 
 use vqos_sched::VifPolicy;
 use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
@@ -21,6 +27,9 @@ pub const LAB_BIN_NS: u64 = 100_000_000;
 /// First iperf3 server port; VM `i` uses `BASE + 2i` and `BASE + 2i + 1` (alternately, so a
 /// restarted client never meets a server still busy with the previous test).
 const IPERF_BASE_PORT: u16 = 5201;
+
+/// UDP port of VM `i`'s flood at its receiver: `FLOOD_BASE_PORT + i`.
+const FLOOD_BASE_PORT: u16 = 9100;
 
 /// What to run and how.
 #[derive(Debug, Clone)]
@@ -146,10 +155,85 @@ impl Load {
 /// One VM's running client.
 struct Client {
     load: Load,
-    proc: Proc,
+    generator: Generator,
 }
 
-/// The iperf3 client arguments for `load` for `secs` seconds.
+/// What sends a VM's traffic.
+///
+/// TCP is iperf3 (real TCP stacks with the scenario's connection count and congestion
+/// control). UDP is [`vqos_probe::flood`] on a thread of this process inside the sender's
+/// namespace: paced at the scenario's on-wire rate (iperf3's `-b` counts payload), and fast
+/// enough for 64-byte frames — iperf3 sends one datagram per system call and reached only
+/// ~15–50 kpps per VM on the lab's 2-core machine, too few to load the switch's core as the
+/// C2QoS experiment needs. The far end has a bound socket that never reads (the frames are
+/// dropped there, without ICMP replies).
+enum Generator {
+    Iperf(Proc),
+    Flood {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<Result<Result<FloodSummary, String>, String>>>,
+    },
+}
+
+impl Generator {
+    /// Stops it and returns the flood's summary (`None` for iperf3 or a failed flood).
+    fn stop(&mut self) -> Option<FloodSummary> {
+        match self {
+            Generator::Iperf(p) => {
+                p.stop(Duration::from_secs(2));
+                None
+            }
+            Generator::Flood { stop, thread } => {
+                stop.store(true, Ordering::Relaxed);
+                let h = thread.take()?;
+                h.join().ok()?.ok()?.ok()
+            }
+        }
+    }
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A flood of `load` from namespace `ns` to `to` for `secs`.
+fn start_flood(ns: &str, to: SocketAddr, secs: f64, load: &Load) -> Result<Generator, LabError> {
+    let mut cfg = FloodConfig::new(to);
+    cfg.frame_bytes = (load.packet_size as usize).clamp(flood::MIN_FRAME, flood::MAX_FRAME);
+    cfg.rate_bps = load.rate_bps.filter(|&r| r > 0);
+    cfg.duration = Duration::from_secs_f64(secs.max(0.1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = sys::in_netns(ns, move || {
+        run_flood(&cfg, Some(&flag)).map_err(|e| format!("{e:#}"))
+    })?;
+    Ok(Generator::Flood {
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// A UDP socket bound to `ip:port` inside namespace `ns` that is never read: a flood's
+/// datagrams are dropped there (receive buffer full) instead of drawing ICMP "port
+/// unreachable" answers back through the switch.
+fn discard_socket(ns: &str, ip: &str, port: u16) -> Result<UdpSocket, LabError> {
+    let addr: SocketAddr = format!("{ip}:{port}")
+        .parse()
+        .map_err(|e| LabError::Invalid(format!("address {ip}:{port}: {e}")))?;
+    let h = sys::in_netns(ns, move || UdpSocket::bind(addr))?;
+    let bound = h
+        .join()
+        .map_err(|_| LabError::Invalid("discard socket thread panicked".into()))?
+        .map_err(LabError::Invalid)?;
+    bound.map_err(|source| LabError::Io {
+        what: format!("UDP discard socket {addr} in {ns}"),
+        source,
+    })
+}
+
+/// The iperf3 client arguments for the TCP `load` for `secs` seconds.
 fn iperf_args(
     title: &str,
     dst: &str,
@@ -175,30 +259,17 @@ fn iperf_args(
     if download {
         a.push("-R".into());
     }
-    match load.traffic {
-        Traffic::Udp => {
-            // Wire bytes minus Ethernet (14), IPv4 (20) and UDP (8) headers.
-            let payload = load.packet_size.saturating_sub(42).max(16);
-            a.extend([
-                "-u".into(),
-                "-l".into(),
-                payload.to_string(),
-                "-b".into(),
-                load.rate_bps.unwrap_or(0).to_string(),
-            ]);
-        }
-        Traffic::Tcp => {
-            if load.packet_size != 1500 {
-                // MSS = wire bytes minus Ethernet, IPv4 and TCP headers.
-                a.extend([
-                    "-M".into(),
-                    load.packet_size.saturating_sub(54).max(88).to_string(),
-                ]);
-            }
-            if let Some(r) = load.rate_bps {
-                a.extend(["-b".into(), r.to_string()]);
-            }
-        }
+    // UDP loads are floods ([`Generator`]), never iperf3.
+    debug_assert_eq!(load.traffic, Traffic::Tcp);
+    if load.packet_size != 1500 {
+        // MSS = wire bytes minus Ethernet, IPv4 and TCP headers.
+        a.extend([
+            "-M".into(),
+            load.packet_size.saturating_sub(54).max(88).to_string(),
+        ]);
+    }
+    if let Some(r) = load.rate_bps {
+        a.extend(["-b".into(), r.to_string()]);
     }
     a
 }
@@ -354,6 +425,17 @@ fn drive(
             cleanup.services.push(p);
         }
     }
+    // Where UDP floods end: a socket per VM that never reads (held until the run ends).
+    let _discard: Vec<UdpSocket> = (0..nvm)
+        .map(|i| {
+            let port = FLOOD_BASE_PORT + i as u16;
+            if download {
+                discard_socket(&topo.vm_ns[i], &topo.vm_ip[i], port)
+            } else {
+                discard_socket(&topo.sink_ns, &topo.sink_ip, port)
+            }
+        })
+        .collect::<Result<_, _>>()?;
     // The latency probes' servers (threads of this process inside the sink).
     let mut probes = if probe_specs.is_empty() {
         None
@@ -409,25 +491,41 @@ fn drive(
                 };
                 if !same {
                     if let Some(mut c) = clients[i].take() {
-                        c.proc.stop(Duration::from_secs(2));
+                        c.generator.stop();
                     }
                     if let Some(load) = want {
                         let k = restarts[i] % 2;
                         restarts[i] += 1;
-                        let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
                         let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
-                        let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
-                        let args = iperf_args(&title, &topo.sink_ip, port, secs, &load, download);
-                        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                        let log =
-                            logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
-                        let proc = spawn(
-                            &format!("iperf3 client {}", sc.vms[i].name),
-                            Some(&topo.vm_ns[i]),
-                            &args,
-                            Some(&log),
-                        )?;
-                        clients[i] = Some(Client { load, proc });
+                        let generator = if load.traffic == Traffic::Udp {
+                            let (from_ns, to_ip) = if download {
+                                (&topo.sink_ns, &topo.vm_ip[i])
+                            } else {
+                                (&topo.vm_ns[i], &topo.sink_ip)
+                            };
+                            let to = SocketAddr::new(
+                                to_ip.parse().map_err(|e| {
+                                    LabError::Invalid(format!("address {to_ip}: {e}"))
+                                })?,
+                                FLOOD_BASE_PORT + i as u16,
+                            );
+                            start_flood(from_ns, to, secs, &load)?
+                        } else {
+                            let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
+                            let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
+                            let args =
+                                iperf_args(&title, &topo.sink_ip, port, secs, &load, download);
+                            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                            let log =
+                                logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
+                            Generator::Iperf(spawn(
+                                &format!("iperf3 client {}", sc.vms[i].name),
+                                Some(&topo.vm_ns[i]),
+                                &args,
+                                Some(&log),
+                            )?)
+                        };
+                        clients[i] = Some(Client { load, generator });
                     }
                 }
             }
@@ -499,7 +597,7 @@ fn drive(
     // The last phase's probe clients end within their timeout (1 s) after the run.
     let latency = probes.map(Probes::finish).unwrap_or_default();
     for c in clients.iter_mut().flatten() {
-        c.proc.stop(Duration::from_secs(2));
+        c.generator.stop();
     }
     // vqosd's final counters (ECN marks, drops, controller limits) beside its log.
     if let Some(client) = &topo.client {
@@ -530,14 +628,6 @@ mod tests {
 
     #[test]
     fn iperf_arguments_follow_the_load() {
-        let udp = Load {
-            traffic: Traffic::Udp,
-            flows: 1,
-            packet_size: 64,
-            rate_bps: Some(100_000_000),
-        };
-        let a = iperf_args("t", "10.0.0.1", 5201, 5.0, &udp, false).join(" ");
-        assert!(a.contains("-u -l 22 -b 100000000"), "{a}");
         let tcp = Load {
             traffic: Traffic::Tcp,
             flows: 10,

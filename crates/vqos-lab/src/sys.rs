@@ -10,9 +10,11 @@
 //! lab, which then stops them in order.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::LabError;
@@ -319,6 +321,30 @@ pub fn parse_net_dev(text: &str) -> Vec<(String, u64, u64)> {
             Some((name.trim().to_string(), *f.first()?, *f.get(8)?))
         })
         .collect()
+}
+
+/// Runs `f` on a new thread inside network namespace `ns` (its own threads inherit it).
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<Result<T, String>>, LabError> {
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).map_err(|source| LabError::Io {
+        what: path.clone(),
+        source,
+    })?;
+    Ok(std::thread::spawn(move || {
+        // SAFETY: setns on an open namespace file; it changes only this thread's namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(format!(
+                "cannot enter the namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        drop(file);
+        Ok(f())
+    }))
 }
 
 #[cfg(test)]
