@@ -55,7 +55,8 @@ struct RunArgs {
     /// The scenario file (TOML), the same one `vqos sim` runs.
     file: std::path::PathBuf,
     /// The switch: vqos (vqosd), bridge (Linux bridge, no QoS), htb (HTB class per VM), tbf
-    /// (tbf per VM at its max).
+    /// (tbf per VM at its max), ovs (Open vSwitch userspace datapath, OpenFlow meter per VM at
+    /// its max; needs openvswitch-switch). See docs/baselines.md.
     #[arg(long, default_value = "vqos")]
     baseline: String,
     /// Output directory (default lab-out/NAME-TIMESTAMP).

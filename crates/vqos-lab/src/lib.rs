@@ -23,8 +23,8 @@
 //!
 //! ## Limitations
 //! - Needs root, `ip`, `tc` and iperf3.
-//! - Rates are what each VM sent into the switch, not what reached the sink; the OVS baseline
-//!   is not done yet.
+//! - Rates are what each VM sent into the switch, not what reached the sink (under `ovs`, less
+//!   what its meter dropped).
 //! - Latency: a scenario's `[[probe]]` tables ([`probe`]) run a vqos-probe server in the sink
 //!   and one client per phase in the VM; `results.json` gets `latency` (per probe, per phase
 //!   p50/p99/p99.9) and the report a latency table. The simulator ignores `[[probe]]`.
@@ -41,6 +41,7 @@
 #![deny(missing_docs)]
 
 pub mod output;
+pub mod ovs;
 pub mod paper;
 pub mod probe;
 pub mod run;

@@ -20,6 +20,11 @@
 //!   capacity, quantum = 64 KiB × weight.
 //! - `tbf`: the bridge with the capacity tbf on the uplink plus one tbf per VM at its max, on the
 //!   VM's own interface (as the Kubernetes bandwidth plugin does).
+//! - `ovs`: the same switch namespace and veths, but the switch is a private Open vSwitch
+//!   ([`crate::ovs`]) with the userspace datapath (`datapath_type=netdev`, the veths as
+//!   `type=system` ports); the capacity tbf on the uplink's egress; one OpenFlow meter per VM
+//!   with a max (a flow matching the VM's `in_port`, or its MAC for download, then `NORMAL`).
+//!   ovs-vswitchd's PID stands in `vqosd_pid`, so its CPU is measured.
 //!
 //! ## Limitations
 //! Per-VM counters are what each VM sent into the switch (received bytes of its port); behind an
@@ -28,13 +33,15 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vqos_sched::{CostModel, VifPolicy};
 use vqos_sim::scenario::{Direction, Scenario};
 use vqosd::client::{Client, Endpoint};
 
+use crate::ovs::{MeterMatch, Ovs, OvsTools};
 use crate::sys::{run, run_quiet, spawn, Cleanup, NetnsCounters};
 use crate::LabError;
 
@@ -50,6 +57,8 @@ pub enum Baseline {
     Htb,
     /// A Linux bridge with a tbf per VM at its max.
     Tbf,
+    /// Open vSwitch's userspace datapath with an OpenFlow meter per VM at its max.
+    Ovs,
 }
 
 impl Baseline {
@@ -60,6 +69,7 @@ impl Baseline {
             Baseline::Bridge => "bridge",
             Baseline::Htb => "htb",
             Baseline::Tbf => "tbf",
+            Baseline::Ovs => "ovs",
         }
     }
 
@@ -88,6 +98,18 @@ impl Baseline {
                  weights, no minimums; VMs without a maximum share the capacity tbf like the \
                  bridge."
             }
+            Baseline::Ovs => {
+                "Open vSwitch, userspace datapath (datapath_type=netdev, veth ports read through \
+                 packet sockets, userspace TSO), L2 learning (NORMAL): maximums only, as an \
+                 OpenFlow 1.3 meter per VM (kbps, drop band, 300 ms burst) on the VM's packets \
+                 (in_port for upload, dl_dst for download), changed live with mod-meter. A meter \
+                 is a policer: it drops, it cannot queue, so TCP runs somewhat under the cap. No \
+                 weights, no minimums, no priorities: meters cannot express them, and OVS's \
+                 queues (QoS table, linux-htb) are not applied by the userspace datapath; \
+                 ingress_policing_rate needs tc police, which this kernel lacks. The capacity is \
+                 a tbf on the uplink's egress, as for the bridge. The 'vqosd' CPU figure is \
+                 ovs-vswitchd's CPU."
+            }
         }
     }
 }
@@ -106,9 +128,10 @@ impl FromStr for Baseline {
             "bridge" => Baseline::Bridge,
             "htb" => Baseline::Htb,
             "tbf" => Baseline::Tbf,
+            "ovs" => Baseline::Ovs,
             other => {
                 return Err(LabError::Invalid(format!(
-                    "Unknown baseline '{other}': expected vqos, bridge, htb or tbf"
+                    "Unknown baseline '{other}': expected vqos, bridge, htb, tbf or ovs"
                 )))
             }
         })
@@ -156,6 +179,14 @@ pub struct Topology {
     pub vqosd_pid: Option<u32>,
     /// Counter reader inside the switch namespace (baselines).
     counters: Option<NetnsCounters>,
+    /// The private Open vSwitch (ovs).
+    ovs: Option<Ovs>,
+    /// What each VM's meter matches (ovs).
+    meter_match: Vec<MeterMatch>,
+    /// Each VM's maximum in place as a meter (ovs).
+    meter_max: Mutex<Vec<Option<u64>>>,
+    /// Whether any meter was ever installed (ovs; meter drops are then read per sample).
+    meters_used: AtomicBool,
     /// Capacity of the host link, bits/s.
     capacity_bps: u64,
     /// Upload or download.
@@ -291,6 +322,11 @@ impl Topology {
         logs: &Path,
         cleanup: &mut Cleanup,
     ) -> Result<Topology, LabError> {
+        // Before anything is created: the ovs baseline needs Open vSwitch installed.
+        let ovs_tools = match baseline {
+            Baseline::Ovs => Some(OvsTools::find()?),
+            _ => None,
+        };
         let pid = std::process::id() % 100_000;
         let n = RUNS.fetch_add(1, Ordering::SeqCst);
         let prefix = format!("vl{pid}{}", (b'a' + (n % 26) as u8) as char);
@@ -330,6 +366,10 @@ impl Topology {
             client: None,
             vqosd_pid: None,
             counters: None,
+            ovs: None,
+            meter_match: Vec::new(),
+            meter_max: Mutex::new(vec![None; nvm]),
+            meters_used: AtomicBool::new(false),
             capacity_bps: sc.capacity_bps,
             direction: sc.direction,
         };
@@ -389,15 +429,29 @@ impl Topology {
             _ => {
                 let sw = format!("{prefix}-sw");
                 cleanup.netns(&sw)?;
-                run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
-                run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+                let ovs = baseline == Baseline::Ovs;
+                if !ovs {
+                    run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+                    run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+                }
                 for (i, ns) in vm_ns.iter().enumerate() {
                     let port = format!("v{i}");
                     run(&[
                         "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name",
                         &port, "netns", &sw,
                     ])?;
-                    run(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+                    if ovs {
+                        // A known MAC: the download meter matches it (dl_dst).
+                        let mac = vm_mac(i);
+                        run(&["ip", "-n", ns, "link", "set", "eth0", "address", &mac])?;
+                        run(&["ip", "-n", &sw, "link", "set", &port, "up"])?;
+                        topo.meter_match.push(match sc.direction {
+                            Direction::Upload => MeterMatch::InPort(i as u32 + 1),
+                            Direction::Download => MeterMatch::DlDst(mac),
+                        });
+                    } else {
+                        run(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+                    }
                     run(&[
                         "ip",
                         "-n",
@@ -416,7 +470,11 @@ impl Topology {
                     "ip", "-n", &sw, "link", "add", "upl", "type", "veth", "peer", "name", "eth0",
                     "netns", &edge_ns,
                 ])?;
-                run(&["ip", "-n", &sw, "link", "set", "upl", "master", "br0", "up"])?;
+                if ovs {
+                    run(&["ip", "-n", &sw, "link", "set", "upl", "up"])?;
+                } else {
+                    run(&["ip", "-n", &sw, "link", "set", "upl", "master", "br0", "up"])?;
+                }
                 run(&[
                     "ip",
                     "-n",
@@ -428,6 +486,16 @@ impl Topology {
                     "eth0",
                 ])?;
                 run(&["ip", "-n", &edge_ns, "link", "set", "eth0", "up"])?;
+                if let Some(tools) = ovs_tools {
+                    let dir = std::env::temp_dir().join(format!("vqos-lab-{prefix}-ovs"));
+                    let o = Ovs::start(tools, &sw, &dir, logs, cleanup)?;
+                    for (i, port) in topo.ports.iter().enumerate() {
+                        o.add_port(port, Some(i as u32 + 1))?;
+                    }
+                    o.add_port("upl", None)?;
+                    topo.vqosd_pid = o.vswitchd_pid;
+                    topo.ovs = Some(o);
+                }
                 topo.counters = Some(NetnsCounters::start(&sw)?);
                 topo.switch_ns = Some(sw);
                 topo.install_qos(&policies)?;
@@ -522,7 +590,7 @@ impl Topology {
         let cap = self.capacity_bps;
         match self.baseline {
             Baseline::Vqos => {}
-            Baseline::Bridge | Baseline::Tbf => {
+            Baseline::Bridge | Baseline::Tbf | Baseline::Ovs => {
                 // Toward the sink for upload, toward the VMs' ports for download.
                 for dev in self.egress_devs() {
                     tc(
@@ -533,6 +601,11 @@ impl Topology {
                 if self.baseline == Baseline::Tbf {
                     for (i, p) in policies.iter().enumerate() {
                         self.set_vm_tbf(i, p.max_bps)?;
+                    }
+                }
+                if self.baseline == Baseline::Ovs {
+                    for (i, p) in policies.iter().enumerate() {
+                        self.set_vm_meter(i, p.max_bps)?;
                     }
                 }
             }
@@ -667,6 +740,27 @@ impl Topology {
         Ok(())
     }
 
+    /// Sets (or removes) VM `i`'s meter (ovs): meter `i + 1`.
+    fn set_vm_meter(&self, i: usize, max_bps: Option<u64>) -> Result<(), LabError> {
+        let Some(o) = &self.ovs else {
+            return Ok(());
+        };
+        let mut maxes = self
+            .meter_max
+            .lock()
+            .map_err(|_| LabError::Setup("meter state poisoned".into()))?;
+        let prev = maxes[i];
+        if prev == max_bps {
+            return Ok(());
+        }
+        o.set_meter(i as u32 + 1, &self.meter_match[i], prev, max_bps)?;
+        maxes[i] = max_bps;
+        if max_bps.is_some() {
+            self.meters_used.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
     /// Applies VM `i`'s new policy (the baselines apply what they can express).
     pub fn set_policy(&self, i: usize, name: &str, p: &VifPolicy) -> Result<(), LabError> {
         match self.baseline {
@@ -694,6 +788,7 @@ impl Topology {
             Baseline::Bridge => {}
             Baseline::Htb => self.htb_class(i, p, "change")?,
             Baseline::Tbf => self.set_vm_tbf(i, p.max_bps)?,
+            Baseline::Ovs => self.set_vm_meter(i, p.max_bps)?,
         }
         Ok(())
     }
@@ -755,16 +850,30 @@ impl Topology {
                 .collect());
         }
         let all = self.counters.as_ref().map(|c| c.read()).unwrap_or_default();
+        // OVS counts a VM's packets on its port before the meter drops them: what the switch
+        // let through is the port's bytes less the meter's drops (upload).
+        let drops = match &self.ovs {
+            Some(o) if upload && self.meters_used.load(Ordering::SeqCst) => o.meter_drops(),
+            _ => Default::default(),
+        };
         Ok(self
             .ports
             .iter()
-            .map(|name| {
-                all.iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let bytes = all
+                    .iter()
                     .find(|(n, _, _)| n == name)
-                    .map_or(0, |&(_, rx, tx)| if upload { rx } else { tx })
+                    .map_or(0, |&(_, rx, tx)| if upload { rx } else { tx });
+                bytes.saturating_sub(drops.get(&(i as u32 + 1)).copied().unwrap_or(0))
             })
             .collect())
     }
+}
+
+/// The MAC address of VM `i`'s interface under the ovs baseline (locally administered).
+fn vm_mac(i: usize) -> String {
+    format!("02:76:71:00:{:02x}:{:02x}", (i >> 8) & 0xff, i & 0xff)
 }
 
 /// Moves `link` into `ns`, gives it `addr` and brings it up.
@@ -786,10 +895,18 @@ mod tests {
             Baseline::Bridge,
             Baseline::Htb,
             Baseline::Tbf,
+            Baseline::Ovs,
         ] {
             assert_eq!(b.name().parse::<Baseline>().unwrap(), b);
         }
-        assert!("ovs".parse::<Baseline>().is_err());
+        assert_eq!("ovs".parse::<Baseline>().unwrap(), Baseline::Ovs);
+        let err = "openvswitch".parse::<Baseline>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "Unknown baseline 'openvswitch': expected vqos, bridge, htb, tbf or ovs"
+        );
+        assert!(Baseline::Ovs.capabilities().contains("meter"));
+        assert_eq!(vm_mac(258), "02:76:71:00:01:02");
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! End to end through the lab's library entry point: a 16 s scenario (2 VMs, weights 1:3 at
 //! 200 Mbit/s, vm1 given a 100 Mbit/s minimum at 8 s) under vqosd, a 12 s download through the
 //! router's bottleneck whose rate changes at 6 s (with PID-ECN in vqosd), a run whose vqosd
-//! cannot start, and an interrupted run. Each checks that no namespace, link or process of the run is
-//! left. Needs root and iperf3; skips with a message otherwise.
+//! cannot start, an interrupted run, and a 12 s run under the `ovs` baseline (an OpenFlow meter
+//! caps one VM, raised live at 6 s). Each checks that no namespace, link or process of the run
+//! is left. Needs root and iperf3 (the ovs test also Open vSwitch); skips with a message
+//! otherwise.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use vqos_lab::{request_interrupt, run_lab, LabError, LabOptions};
+use vqos_lab::{request_interrupt, run_lab, Baseline, LabError, LabOptions};
 
 /// The runs share the interrupt flag and the machine's two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -235,4 +237,76 @@ fn an_interrupted_run_leaves_nothing() {
         "nothing survives an interrupt"
     );
     assert!(!out.path().join("results.json").exists());
+}
+
+/// The `ovs` baseline: a private Open vSwitch (userspace datapath) whose OpenFlow meter caps vm1
+/// at 100 Mbit/s, raised to 150 Mbit/s at 6 s (mod-meter); vm2 is uncapped and sends 200 Mbit/s,
+/// so the 400 Mbit/s uplink is not the limit and only the meter decides vm1's rate.
+#[test]
+fn ovs_baseline_meters_cap_a_vm() {
+    if !can_run("ovs_baseline_meters_cap_a_vm") {
+        return;
+    }
+    if let Err(e) = vqos_lab::ovs::OvsTools::find() {
+        println!("SKIP ovs_baseline_meters_cap_a_vm: {e}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("ovs-cap.toml");
+    std::fs::write(
+        &file,
+        "name = \"lab-ovs-cap\"\nduration = \"12s\"\ncapacity = \"400Mbit\"\nsettle = \"2s\"\n\
+         [[vm]]\nname = \"vm1\"\nmax = \"100Mbit\"\n\
+         [[vm]]\nname = \"vm2\"\nrate = \"200Mbit\"\n\
+         [[event]]\nat = \"6s\"\nvm = \"vm1\"\nmax = \"150Mbit\"\n",
+    )
+    .unwrap();
+    let mut opts = LabOptions::new(&file);
+    opts.baseline = Baseline::Ovs;
+    opts.out_dir = Some(out.path().join("out"));
+    let started = std::time::Instant::now();
+    let outcome = run_lab(&opts).expect("lab run under ovs");
+    println!("ovs run took {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+
+    let text = std::fs::read_to_string(out.path().join("out/results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["baseline"], "ovs");
+    assert!(v["capabilities"].as_str().unwrap().contains("meter"));
+    assert!(
+        v["cpu"]["vqosd_percent"].as_f64().unwrap() > 0.0,
+        "ovs-vswitchd's CPU is measured"
+    );
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2);
+    let mut prev = 0.0;
+    for (k, cap) in [(0, 100e6), (1, 150e6)] {
+        let vm1 = phases[k]["vifs"]["vm1"]["mean_bps"].as_f64().unwrap();
+        let vm2 = phases[k]["vifs"]["vm2"]["mean_bps"].as_f64().unwrap();
+        println!(
+            "phase {}: vm1 {:.1} Mbit/s (cap {:.0}), vm2 {:.1} Mbit/s",
+            k + 1,
+            vm1 / 1e6,
+            cap / 1e6,
+            vm2 / 1e6
+        );
+        assert!(
+            (vm1 - cap).abs() <= 0.10 * cap,
+            "phase {}: capped vm1 {:.1} Mbit/s vs its cap {:.0}",
+            k + 1,
+            vm1 / 1e6,
+            cap / 1e6
+        );
+        assert!(
+            vm2 > vm1,
+            "phase {}: uncapped vm2 {vm2} <= vm1 {vm1}",
+            k + 1
+        );
+        assert!(vm1 > prev);
+        prev = vm1;
+    }
+    let flows = std::fs::read_to_string(out.path().join("out/logs/ovs-flows.txt")).unwrap();
+    assert!(flows.contains("meter:1"), "{flows}");
+    assert!(outcome.results["phases"].is_array());
 }
