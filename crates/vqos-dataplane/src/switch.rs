@@ -229,21 +229,23 @@ pub struct SwitchConfig {
     /// An engine to use instead of building `engine` (tests, experiments); it is configured
     /// with the initial policy set on start.
     pub custom_engine: Option<Box<dyn Engine>>,
-    /// Extra work per forwarded vif frame, for experiments (default none); see
+    /// A least cost per forwarded vif frame, for experiments (default none); see
     /// [`EmulatedWork`].
     pub emulated_work: Option<EmulatedWork>,
 }
 
-/// Extra work the loop does for every frame it reads from a vif, emulating a heavier datapath
-/// (tunnelling, firewalling, a slower core) on a machine whose real forwarding cost is too
-/// small for an experiment: the lab's 2-core machine cannot generate enough 64-byte frames
-/// to load a real core, so the C2QoS experiment gives each frame the per-packet cost of its
-/// cost model instead.
+/// A least cost per frame read from a vif, emulating a heavier datapath (tunnelling,
+/// firewalling, a slower core) on a machine whose real forwarding cost is too small for an
+/// experiment: the lab's 2-core machine cannot generate enough 64-byte frames to load a real
+/// core, so the C2QoS experiment gives each frame the cost of its scenario's cycle model.
 ///
-/// The loop spins on the cycle counter for `per_frame_cycles × frames + per_byte_cycles ×
-/// bytes` after forwarding a vif's batch (frames read, on-wire bytes admitted), inside the span
-/// it measures for the cycle cost model, so the engine charges the emulated work as it would
-/// real work. Only the vif→uplink direction, the one the engine schedules, is slowed.
+/// After forwarding a vif's batch the loop spins on the cycle counter until the batch has
+/// taken at least `per_frame_cycles × frames + per_byte_cycles × bytes` since it began
+/// (frames read, on-wire bytes admitted). A batch whose real work took longer is not
+/// slowed further, so the model is a floor on the cost and the simulator, which charges the
+/// model alone, predicts the same capacity. The spin is inside the span the loop measures for
+/// the cycle cost model, so the engine charges it as it would real work. Only the
+/// vif→uplink direction, the one the engine schedules, is slowed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulatedWork {
     /// Cycles (counter units: TSC on x86_64) per frame read.
@@ -253,7 +255,7 @@ pub struct EmulatedWork {
 }
 
 impl EmulatedWork {
-    /// Counter cycles to spend on `frames` frames carrying `bytes` on-wire bytes.
+    /// Counter cycles a batch of `frames` frames carrying `bytes` on-wire bytes takes at least.
     pub fn cycles(&self, frames: u64, bytes: u64) -> u64 {
         self.per_frame_cycles.saturating_mul(frames) + (self.per_byte_cycles * bytes as f64) as u64
     }
@@ -1149,7 +1151,7 @@ impl Loop {
         self.counters.burst_frames += got as u64;
         let (packets, bytes) = self.forward_batch(idx, Some(vif), now);
         if let Some(w) = self.emulated_work {
-            let until = cycles().wrapping_add(w.cycles(got as u64, bytes));
+            let until = t0.wrapping_add(w.cycles(got as u64, bytes));
             while (until.wrapping_sub(cycles()) as i64) > 0 {
                 std::hint::spin_loop();
             }

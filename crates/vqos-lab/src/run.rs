@@ -31,6 +31,9 @@ const IPERF_BASE_PORT: u16 = 5201;
 /// UDP port of VM `i`'s flood at its receiver: `FLOOD_BASE_PORT + i`.
 const FLOOD_BASE_PORT: u16 = 9100;
 
+/// Nice value of a flood thread while it is greedy (see [`start_flood`]).
+const FLOOD_GREEDY_NICE: i32 = 19;
+
 /// What to run and how.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -172,6 +175,8 @@ enum Generator {
     Flood {
         stop: Arc<AtomicBool>,
         thread: Option<JoinHandle<Result<Result<FloodSummary, String>, String>>>,
+        /// Where its summary (or error) is written when it stops.
+        log: PathBuf,
     },
 }
 
@@ -183,10 +188,19 @@ impl Generator {
                 p.stop(Duration::from_secs(2));
                 None
             }
-            Generator::Flood { stop, thread } => {
+            Generator::Flood { stop, thread, log } => {
                 stop.store(true, Ordering::Relaxed);
                 let h = thread.take()?;
-                h.join().ok()?.ok()?.ok()
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err("flood thread panicked".into()))
+                    .and_then(|r| r);
+                let text = match &r {
+                    Ok(sum) => serde_json::to_string_pretty(sum).unwrap_or_default(),
+                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                };
+                let _ = std::fs::write(log, text + "\n");
+                r.ok()
             }
         }
     }
@@ -198,12 +212,23 @@ impl Drop for Generator {
     }
 }
 
-/// A flood of `load` from namespace `ns` to `to` for `secs`.
-fn start_flood(ns: &str, to: SocketAddr, secs: f64, load: &Load) -> Result<Generator, LabError> {
+/// A flood of `load` from namespace `ns` to `to` for `secs`; its summary goes to `log`.
+fn start_flood(
+    ns: &str,
+    to: SocketAddr,
+    secs: f64,
+    load: &Load,
+    log: PathBuf,
+) -> Result<Generator, LabError> {
     let mut cfg = FloodConfig::new(to);
     cfg.frame_bytes = (load.packet_size as usize).clamp(flood::MIN_FRAME, flood::MAX_FRAME);
     cfg.rate_bps = load.rate_bps.filter(|&r| r > 0);
     cfg.duration = Duration::from_secs_f64(secs.max(0.1));
+    // A greedy flood (one that asks for more than it gets) yields the CPU: in the papers'
+    // testbeds every VM had cores of its own; here a spinning generator would otherwise take
+    // the switch's core and the well-behaved senders' CPU, and the experiment would measure
+    // the host's scheduler instead of the switch.
+    cfg.greedy_nice = Some(FLOOD_GREEDY_NICE);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let thread = sys::in_netns(ns, move || {
@@ -212,6 +237,7 @@ fn start_flood(ns: &str, to: SocketAddr, secs: f64, load: &Load) -> Result<Gener
     Ok(Generator::Flood {
         stop,
         thread: Some(thread),
+        log,
     })
 }
 
@@ -509,7 +535,9 @@ fn drive(
                                 })?,
                                 FLOOD_BASE_PORT + i as u16,
                             );
-                            start_flood(from_ns, to, secs, &load)?
+                            let log =
+                                logs.join(format!("flood-{}-{}.json", sc.vms[i].name, restarts[i]));
+                            start_flood(from_ns, to, secs, &load, log)?
                         } else {
                             let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
                             let title = format!("{}-{}", topo.prefix, sc.vms[i].name);

@@ -283,6 +283,15 @@ pub fn vqosd_config(
         names.join(", "),
         work.join("vqosd.sock").display(),
     );
+    if sc.cost_model.emulate_in_lab {
+        // The model's per-packet and per-byte cycles, at the VMs' initial flow counts.
+        let flows: u32 = sc.vms.iter().map(|v| v.initial.flows.max(1)).sum();
+        s.push_str(&format!(
+            "\n[emulate]\nframe_cycles = {}\nbyte_cycles = {:?}\n",
+            sc.cost_model.frame_cycles(flows).round() as u64,
+            sc.cost_model.byte_cycles()
+        ));
+    }
     let c = &sc.controller;
     if sc.fairness {
         s.push_str("\n[fairness]\n");

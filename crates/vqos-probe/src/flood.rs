@@ -26,6 +26,12 @@
 //!   silently instead: what reached the far end is for the receiver (the switch's counters, in
 //!   the lab) to say.
 //! - **Stopping**: after `duration`, or as soon as the `stop` flag is set (checked every round).
+//! - **Greedy floods yield** ([`FloodConfig::greedy_nice`], off by default): a flood that asks
+//!   for more than it gets — unpaced, or more than half of a 100 ms window's frames skipped —
+//!   sets its thread's nice value to `greedy_nice`, and back to 0 after a window it kept up
+//!   with. On a small machine shared by the switch and every tenant's sender, a spinning
+//!   generator would otherwise take the CPU from the switch and from the well-behaved senders,
+//!   which in a real host run on cores of their own.
 //!
 //! ## Limitations
 //! Linux only (`sendmmsg`). IPv4 and IPv6 destinations both work; the frame-size arithmetic
@@ -68,6 +74,9 @@ pub struct FloodConfig {
     pub duration: Duration,
     /// Datagrams per `sendmmsg` call, 1..=[`MAX_BATCH`].
     pub batch: usize,
+    /// Nice value the sending thread takes while the flood is greedy (see the module docs);
+    /// `None` leaves the thread's priority alone.
+    pub greedy_nice: Option<i32>,
 }
 
 impl FloodConfig {
@@ -79,6 +88,7 @@ impl FloodConfig {
             rate_bps: None,
             duration: Duration::from_secs(10),
             batch: 32,
+            greedy_nice: None,
         }
     }
 
@@ -98,6 +108,12 @@ impl FloodConfig {
         }
         if self.duration.is_zero() {
             return bad("duration 0".into());
+        }
+        if self.greedy_nice.is_some_and(|n| !(-20..=19).contains(&n)) {
+            return bad(format!(
+                "greedy nice {}: expected -20..=19",
+                self.greedy_nice.unwrap_or_default()
+            ));
         }
         Ok(())
     }
@@ -122,6 +138,8 @@ pub struct FloodSummary {
     pub skipped: u64,
     /// `sendmmsg` calls.
     pub calls: u64,
+    /// 100 ms windows the flood spent greedy (unpaced floods: all of them).
+    pub greedy_windows: u64,
     /// Seconds from the first to the last send.
     pub elapsed_s: f64,
     /// On-wire bits per second the kernel accepted.
@@ -173,6 +191,10 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
     let end = start + cfg.duration;
     // Frames scheduled so far: sent, refused and skipped.
     let mut scheduled: u64 = 0;
+    let mut greedy = Greedy::new(cfg.greedy_nice, start);
+    if pps.is_none() {
+        greedy.set(true);
+    }
     loop {
         if stop.is_some_and(|f| f.load(Ordering::Relaxed)) {
             break;
@@ -180,6 +202,9 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
         let now = Instant::now();
         if now >= end {
             break;
+        }
+        if pps.is_some() {
+            greedy.window(now, scheduled, s.skipped);
         }
         let due = match pps {
             None => cfg.batch as u64,
@@ -228,6 +253,12 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
             s.send_failures += n as u64 - sent;
         }
     }
+    s.greedy_windows = if pps.is_none() {
+        (start.elapsed().as_secs_f64() / GREEDY_WINDOW.as_secs_f64()).ceil() as u64
+    } else {
+        greedy.windows
+    };
+    greedy.set(false);
     s.elapsed_s = start
         .elapsed()
         .as_secs_f64()
@@ -237,6 +268,62 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
         s.sent_bps = s.sent_wire_bytes as f64 * 8.0 / s.elapsed_s;
     }
     Ok(s)
+}
+
+/// Window over which a paced flood's greed is judged.
+pub const GREEDY_WINDOW: Duration = Duration::from_millis(100);
+
+/// Whether the flood asks for more than it gets, and the thread priority that goes with it.
+struct Greedy {
+    nice: Option<i32>,
+    on: bool,
+    since: Instant,
+    scheduled0: u64,
+    skipped0: u64,
+    windows: u64,
+}
+
+impl Greedy {
+    fn new(nice: Option<i32>, now: Instant) -> Greedy {
+        Greedy {
+            nice,
+            on: false,
+            since: now,
+            scheduled0: 0,
+            skipped0: 0,
+            windows: 0,
+        }
+    }
+
+    /// Judges the window that ends at `now`, if it is over.
+    fn window(&mut self, now: Instant, scheduled: u64, skipped: u64) {
+        if now - self.since < GREEDY_WINDOW {
+            return;
+        }
+        let asked = scheduled - self.scheduled0;
+        let missed = skipped - self.skipped0;
+        let greedy = asked > 0 && missed * 2 > asked;
+        self.windows += u64::from(greedy);
+        self.set(greedy);
+        self.since = now;
+        self.scheduled0 = scheduled;
+        self.skipped0 = skipped;
+    }
+
+    fn set(&mut self, on: bool) {
+        if on == self.on {
+            return;
+        }
+        self.on = on;
+        if let Some(n) = self.nice {
+            let n = if on { n } else { 0 };
+            // SAFETY: setpriority on this thread's own id (gettid) has no memory effects;
+            // failure (no permission to lower the value again) only leaves the priority.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, n);
+            }
+        }
+    }
 }
 
 /// `addr` as a C socket address and its length.
@@ -355,6 +442,68 @@ mod tests {
         assert_eq!(s.skipped, 0);
     }
 
+    /// The nice value of thread `tid` of this process, from /proc.
+    fn task_nice(tid: i32) -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // Fields after "(comm)": state is field 3, nice is field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace()
+            .nth(19 - 3)
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn greedy_floods_yield_and_kept_schedules_do_not() {
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let run = |rate_bps: Option<u64>| {
+            let mut cfg = FloodConfig::new(to);
+            cfg.rate_bps = rate_bps;
+            cfg.duration = Duration::from_millis(350);
+            // Its own thread, so the test runner's thread keeps its priority.
+            std::thread::spawn(move || run_flood(&cfg, None).unwrap())
+                .join()
+                .unwrap()
+        };
+        // 1000 frames/s: kept easily, never greedy.
+        let s = run(Some(1000 * 64 * 8));
+        assert_eq!((s.greedy_windows, s.skipped), (0, 0), "{s:?}");
+        // 100 M frames/s: no machine keeps that; greedy in every judged window.
+        let s = run(Some(100_000_000 * 64 * 8));
+        assert!(s.greedy_windows >= 2 && s.skipped > 0, "{s:?}");
+        // Unpaced: greedy from the start.
+        let s = run(None);
+        assert!(s.greedy_windows >= 3, "{s:?}");
+    }
+
+    #[test]
+    fn a_greedy_flood_runs_at_its_nice_value_until_it_ends() {
+        let stop = AtomicBool::new(false);
+        let tid = std::sync::atomic::AtomicI32::new(0);
+        let mut cfg = FloodConfig::new("127.0.0.1:9".parse().unwrap());
+        cfg.duration = Duration::from_secs(30);
+        cfg.greedy_nice = Some(10);
+        let (during, after) = std::thread::scope(|scope| {
+            let h = scope.spawn(|| {
+                // SAFETY: gettid has no preconditions.
+                tid.store(unsafe { libc::gettid() }, Ordering::SeqCst);
+                run_flood(&cfg, Some(&stop)).unwrap();
+                task_nice(tid.load(Ordering::SeqCst))
+            });
+            std::thread::sleep(Duration::from_millis(150));
+            let during = task_nice(tid.load(Ordering::SeqCst));
+            stop.store(true, Ordering::Relaxed);
+            (during, h.join().unwrap())
+        });
+        assert_eq!(during, 10, "an unpaced flood is greedy");
+        // Lowering a nice value again needs CAP_SYS_NICE (the lab runs as root).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(after, 0, "the priority is restored when the flood ends");
+        }
+    }
+
     #[test]
     fn nobody_listening_is_not_an_error() {
         // A port just closed: loopback answers with ICMP port unreachable.
@@ -400,6 +549,7 @@ mod tests {
         assert!(err(|c| c.batch = 0).contains("batch 0"));
         assert!(err(|c| c.rate_bps = Some(0)).contains("rate 0"));
         assert!(err(|c| c.duration = Duration::ZERO).contains("duration 0"));
+        assert!(err(|c| c.greedy_nice = Some(20)).contains("greedy nice 20"));
     }
 
     #[test]

@@ -157,6 +157,12 @@ pub struct CycleCostModel {
     pub flow_cache_entries: u32,
     /// Deployment multiplier (remote NUMA 1.4–1.5, 2 cores 1.47, ...).
     pub deployment_factor: f64,
+    /// In the lab, make every vif batch of vqosd take at least the model's cycles (`[emulate]`
+    /// of vqosd: it spins on the cycle counter when its real work was quicker), so the real
+    /// switch's core has the model's cost and the simulator's capacity. The model's cycles are
+    /// then the counter's (TSC) cycles: give the scenario the counter's rate as `cpu_hz`. The
+    /// simulator ignores the flag. Default false.
+    pub emulate_in_lab: bool,
 }
 
 impl Default for CycleCostModel {
@@ -170,6 +176,7 @@ impl Default for CycleCostModel {
             miss_factor: 1.0,
             flow_cache_entries: 8192,
             deployment_factor: 1.0,
+            emulate_in_lab: false,
         }
     }
 }
@@ -177,10 +184,19 @@ impl Default for CycleCostModel {
 impl CycleCostModel {
     /// Cycles to forward one packet of `bytes` when `flows` flows cross the switch.
     pub fn cycles(&self, bytes: u32, flows: u32) -> f64 {
+        self.frame_cycles(flows) + self.byte_cycles() * f64::from(bytes)
+    }
+
+    /// The part of [`cycles`](Self::cycles) every packet costs whatever its size.
+    pub fn frame_cycles(&self, flows: u32) -> f64 {
         let miss = (f64::from(flows) / f64::from(self.flow_cache_entries.max(1))).min(1.0);
         let classify = self.classify_cycles * (1.0 + self.miss_factor * miss);
-        (self.per_packet_cycles + self.per_byte_cycles * f64::from(bytes) + classify)
-            * self.deployment_factor
+        (self.per_packet_cycles + classify) * self.deployment_factor
+    }
+
+    /// The part of [`cycles`](Self::cycles) per byte of a packet.
+    pub fn byte_cycles(&self) -> f64 {
+        self.per_byte_cycles * self.deployment_factor
     }
 }
 

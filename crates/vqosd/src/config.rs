@@ -23,9 +23,9 @@
 //! macs = ["02:00:00:00:00:01"]
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
 //!
-//! [emulate]                   # optional, experiments only: extra work per vif frame
-//! frame_cycles = 20000        # cycle-counter cycles (TSC) spun per frame read from a vif
-//! byte_cycles = 0.25          # and per on-wire byte forwarded
+//! [emulate]                   # optional, experiments only: a least cost per vif frame
+//! frame_cycles = 20000        # a vif's batch takes at least these cycle-counter (TSC)
+//! byte_cycles = 0.25          # cycles per frame read plus these per on-wire byte
 //!
 //! controllers = ["fairness", "pid-ecn"]   # optional, at the top level
 //! [fairness]                  # optional, only with "fairness"
@@ -325,7 +325,7 @@ pub struct Config {
     pub ports: Vec<(PortConfig, VifPolicy)>,
     /// The controllers run beside the switch (none by default).
     pub controllers: ControllersConfig,
-    /// Extra work per vif frame (`[emulate]`, experiments only; none by default).
+    /// A least cost per vif frame (`[emulate]`, experiments only; none by default).
     pub emulated_work: Option<EmulatedWork>,
 }
 
