@@ -244,14 +244,22 @@ pub struct SwitchConfig {
 /// (frames read, on-wire bytes admitted). A batch whose real work took longer is not
 /// slowed further, so the model is a floor on the cost and the simulator, which charges the
 /// model alone, predicts the same capacity. The spin is inside the span the loop measures for
-/// the cycle cost model, so the engine charges it as it would real work. Only the
-/// vif→uplink direction, the one the engine schedules, is slowed.
+/// the cycle cost model, so the engine charges it as it would real work. The spin yields the
+/// CPU to anything runnable on the core (kernel work such as the TAP deliveries the loop set
+/// off), which then runs inside the emulated time. Only the vif→uplink direction, the one the
+/// engine schedules, is slowed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulatedWork {
     /// Cycles (counter units: TSC on x86_64) per frame read.
     pub per_frame_cycles: u64,
     /// Cycles per on-wire byte forwarded.
     pub per_byte_cycles: f64,
+    /// Most frames per vif batch while emulating (0: the engine's grant, at most
+    /// [`BATCH_FRAMES`]). A core slowed down a hundredfold that kept its batches of 32 frames
+    /// would hold every other vif, a latency-sensitive one too, a hundred times longer behind
+    /// a batch in progress; smaller batches keep a batch as short, relative to the traffic's
+    /// round trips, as on the core being emulated.
+    pub batch_frames: usize,
 }
 
 impl EmulatedWork {
@@ -1126,6 +1134,9 @@ impl Loop {
         let t0 = cycles();
         let slot = self.slots[idx].as_mut().expect("vif slot present");
         let mut want = usize::from(grant.max_packets).clamp(1, BATCH_FRAMES);
+        if let Some(w) = self.emulated_work.filter(|w| w.batch_frames > 0) {
+            want = want.min(w.batch_frames);
+        }
         if let Some(b) = &self.uplink_bucket {
             // Read no more than the tokens cover (plus one frame): a full batch of 64 KiB
             // super-frames would otherwise run the link's bucket 2 MiB into debt.
@@ -1153,7 +1164,11 @@ impl Loop {
         if let Some(w) = self.emulated_work {
             let until = t0.wrapping_add(w.cycles(got as u64, bytes));
             while (until.wrapping_sub(cycles()) as i64) > 0 {
-                std::hint::spin_loop();
+                // Yield while spinning: kernel work queued on this core (the deliveries of the
+                // frames this loop wrote into TAPs, run by ksoftirqd when the core is busy)
+                // runs inside the emulated time instead of waiting behind it.
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
             }
         }
         let usage = Usage {

@@ -195,6 +195,7 @@ struct Log {
     charged_bytes: u64,
     charged_packets: u64,
     charged_cycles: u64,
+    charges: u64,
 }
 
 impl Engine for Refuser {
@@ -234,6 +235,7 @@ impl Engine for Refuser {
         log.charged_bytes += usage.bytes;
         log.charged_packets += u64::from(usage.packets);
         log.charged_cycles += usage.cycles;
+        log.charges += 1;
     }
 }
 
@@ -273,6 +275,7 @@ fn emulated_work_is_spent_per_frame_and_charged_as_cycles() {
         c.emulated_work = Some(EmulatedWork {
             per_frame_cycles: per_frame,
             per_byte_cycles: 1000.0,
+            batch_frames: 0,
         })
     });
     for i in 0..10 {
@@ -293,10 +296,35 @@ fn emulated_work_is_spent_per_frame_and_charged_as_cycles() {
     assert_eq!(
         EmulatedWork {
             per_frame_cycles: 5,
-            per_byte_cycles: 0.5
+            per_byte_cycles: 0.5,
+            batch_frames: 0
         }
         .cycles(3, 10),
         20
+    );
+}
+
+#[test]
+fn emulated_batches_are_at_most_batch_frames() {
+    let (r, log) = refuser_rig_with(&[], |c| {
+        c.emulated_work = Some(EmulatedWork {
+            per_frame_cycles: 0,
+            per_byte_cycles: 0.0,
+            batch_frames: 2,
+        })
+    });
+    // Queued before the switch looks: without the limit they would go in one batch.
+    for i in 0..10 {
+        r.b.inject(frame(MAC_U, MAC_B, i));
+    }
+    collect(&r.u, 10);
+    eventually("10 frames charged", || {
+        log.lock().unwrap().charged_packets == 10
+    });
+    let charges = log.lock().unwrap().charges;
+    assert!(
+        charges >= 5,
+        "10 frames in batches of at most 2: {charges} charges"
     );
 }
 

@@ -49,8 +49,8 @@ pub const PAPERS: &[(&str, &[&str])] = &[
     (
         "c2qos-fig6",
         &[
-            "c2qos-fig6-tcm.toml",
-            "c2qos-fig6-c2qos.toml",
+            "c2qos-fig6-lab-tcm.toml",
+            "c2qos-fig6-lab-c2qos.toml",
             "c2qos-fig6-latency-tcm.toml",
             "c2qos-fig6-latency-c2qos-hbs.toml",
         ],

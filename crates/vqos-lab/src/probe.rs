@@ -22,6 +22,14 @@
 //!   nearest-rank percentiles of that phase's samples alone. Clients of two phases may overlap
 //!   by up to the probe's timeout (1 s) while the older one waits for its last responses; the
 //!   server tells them apart by session id.
+//! - The probes' threads (client and server, and the threads they start) run at real-time
+//!   priority ([`PROBE_RT_PRIORITY`], SCHED_FIFO): they are the instrument, and a VM's own
+//!   traffic in a real host does not wait for the CPU of its neighbours' generators. On the
+//!   lab's small machine every sender shares a core with the probes, and this kernel
+//!   (PREEMPT_NONE, 250 Hz) lets a woken probe wait up to a scheduler slice (milliseconds)
+//!   behind a busy generator; the RTT would then measure the host's scheduler, not the switch.
+//!   The probes send 1000 small messages a second, so their priority takes next to nothing
+//!   from the others. If the policy cannot be set (no CAP_SYS_NICE) they run as before.
 //! - Results: `latency` in `results.json` (per probe, per phase: samples, lost, p50/p99/p99.9,
 //!   mean and max in µs) and a table in `report.md`; a `p99_within` expectation becomes one more
 //!   row of the report's expectations (the simulator has no latency: "–").
@@ -42,11 +50,14 @@ use vqos_probe::{run_client, spawn_server, ClientConfig, Protocol, ServerConfig,
 use vqos_sim::report::CheckResult;
 use vqos_sim::Scenario;
 
-use crate::sys::in_netns;
+use crate::sys::{self, in_netns};
 use crate::LabError;
 
 /// Port of the first probe's server in the sink.
 pub const PROBE_BASE_PORT: u16 = 7101;
+
+/// SCHED_FIFO priority of the probes' threads (see the module docs).
+pub const PROBE_RT_PRIORITY: i32 = 10;
 
 #[derive(Debug, Deserialize)]
 struct RawFile {
@@ -328,6 +339,7 @@ impl Probes {
             let addr = SocketAddr::new(ip, PROBE_BASE_PORT + k as u16);
             let protocol = s.protocol;
             let h = in_netns(sink_ns, move || {
+                sys::realtime_priority(PROBE_RT_PRIORITY);
                 spawn_server(ServerConfig::new(addr, protocol)).map_err(|e| format!("{e:#}"))
             })?;
             let server = h
@@ -364,6 +376,7 @@ impl Probes {
                 cfg.interval = Duration::from_secs_f64(1.0 / s.rate_per_s);
                 cfg.duration = Duration::from_nanos(secs.max(1_000_000));
                 let h = in_netns(&vm_ns[s.vm_index], move || {
+                    sys::realtime_priority(PROBE_RT_PRIORITY);
                     run_client(cfg).map_err(|e| {
                         let mut m = e.to_string();
                         let mut src = std::error::Error::source(&e);

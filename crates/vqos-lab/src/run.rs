@@ -18,7 +18,7 @@ use vqos_sim::{build_report, simulate, Report, BIN_NS};
 use crate::output;
 use crate::probe::{self, ProbeResult, ProbeSpec, Probes};
 use crate::sys::{self, spawn, Cleanup, Proc};
-use crate::topo::{Baseline, Topology};
+use crate::topo::{self, Baseline, Topology};
 use crate::LabError;
 
 /// Width of the lab's time bins, ns (the sampling period).
@@ -423,7 +423,21 @@ fn drive(
     logs: &Path,
     cleanup: &mut Cleanup,
 ) -> Result<(Samples, f64, f64, f64, Vec<ProbeResult>), LabError> {
-    let topo = Topology::build(sc, opts.baseline, opts.vqosd_bin.as_deref(), logs, cleanup)?;
+    // The lab's threads and children off the switch's CPU, when it has one of its own; vqosd
+    // is pinned to it as it starts.
+    let cpus = topo::dedicated_cpus(sc);
+    let _pin = match &cpus {
+        Some((_, others)) => Some(sys::ThreadPin::new(others)?),
+        None => None,
+    };
+    let topo = Topology::build(
+        sc,
+        cpus.map(|(c, _)| c),
+        opts.baseline,
+        opts.vqosd_bin.as_deref(),
+        logs,
+        cleanup,
+    )?;
     let nvm = sc.vms.len();
     let download = sc.direction == Direction::Download;
 

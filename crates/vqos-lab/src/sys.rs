@@ -347,6 +347,89 @@ pub fn in_netns<T: Send + 'static>(
     }))
 }
 
+/// Makes the calling thread SCHED_FIFO at `priority` (threads it starts later inherit it);
+/// false if the kernel refused (no CAP_SYS_NICE), which leaves the thread as it was.
+pub fn realtime_priority(priority: i32) -> bool {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: a valid sched_param for the calling thread (0).
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a valid set of `size` bytes for the calling thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads the set for indexes below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+fn set_affinity(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for indexes below
+    // CPU_SETSIZE, which `cpus` (from allowed_cpus) are.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: a valid set for thread `tid`.
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins every thread of process `pid` to `cpus` (threads it starts later inherit it).
+pub fn pin_process(pid: u32, cpus: &[usize]) -> Result<(), LabError> {
+    let dir = format!("/proc/{pid}/task");
+    let tasks = std::fs::read_dir(&dir).map_err(|source| LabError::Io {
+        what: dir.clone(),
+        source,
+    })?;
+    for t in tasks.flatten() {
+        if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
+            set_affinity(tid, cpus).map_err(|source| LabError::Io {
+                what: format!("pinning thread {tid} of {pid} to CPUs {cpus:?}"),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The calling thread pinned to some CPUs until dropped; the threads and processes it starts
+/// meanwhile inherit the pinning (and keep it).
+pub struct ThreadPin {
+    old: Vec<usize>,
+}
+
+impl ThreadPin {
+    /// Pins the calling thread to `cpus`.
+    pub fn new(cpus: &[usize]) -> Result<ThreadPin, LabError> {
+        let old = allowed_cpus();
+        set_affinity(0, cpus).map_err(|source| LabError::Io {
+            what: format!("pinning the lab to CPUs {cpus:?}"),
+            source,
+        })?;
+        Ok(ThreadPin { old })
+    }
+}
+
+impl Drop for ThreadPin {
+    fn drop(&mut self) {
+        if !self.old.is_empty() {
+            let _ = set_affinity(0, &self.old);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +448,25 @@ v1: 123456789  1000    0    0    0     0          0         0    4242      10   
                 ("v1".to_string(), 123_456_789, 4242)
             ]
         );
+    }
+
+    #[test]
+    fn a_thread_pin_holds_and_is_undone() {
+        let before = allowed_cpus();
+        assert!(!before.is_empty());
+        std::thread::spawn(move || {
+            let first = before[0];
+            {
+                let _pin = ThreadPin::new(&[first]).unwrap();
+                assert_eq!(allowed_cpus(), vec![first]);
+                // A thread started meanwhile inherits it.
+                let child = std::thread::spawn(allowed_cpus).join().unwrap();
+                assert_eq!(child, vec![first]);
+            }
+            assert_eq!(allowed_cpus(), before);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -42,7 +42,7 @@ use vqos_sim::scenario::{Direction, Scenario};
 use vqosd::client::{Client, Endpoint};
 
 use crate::ovs::{MeterMatch, Ovs, OvsTools};
-use crate::sys::{run, run_quiet, spawn, Cleanup, NetnsCounters};
+use crate::sys::{self, run, run_quiet, spawn, Cleanup, NetnsCounters};
 use crate::LabError;
 
 /// Which switch carries the traffic.
@@ -136,6 +136,20 @@ impl FromStr for Baseline {
             }
         })
     }
+}
+
+/// For scenarios whose switch core is the resource under test (`[cost_model] emulate_in_lab`)
+/// on a machine with at least two CPUs: the CPU vqosd is pinned to, and the others, where the
+/// lab, its generators and its probes run. A real host gives the switch cores of its own and
+/// every VM its own vCPUs; sharing one core between the switch and a spinning generator would
+/// measure the host's scheduler instead of the switch.
+pub fn dedicated_cpus(sc: &Scenario) -> Option<(usize, Vec<usize>)> {
+    if !sc.cost_model.emulate_in_lab {
+        return None;
+    }
+    let cpus = sys::allowed_cpus();
+    let (&first, rest) = cpus.split_first()?;
+    (!rest.is_empty()).then(|| (first, rest.to_vec()))
 }
 
 /// Runs of this process so far (unique names for consecutive runs).
@@ -287,9 +301,10 @@ pub fn vqosd_config(
         // The model's per-packet and per-byte cycles, at the VMs' initial flow counts.
         let flows: u32 = sc.vms.iter().map(|v| v.initial.flows.max(1)).sum();
         s.push_str(&format!(
-            "\n[emulate]\nframe_cycles = {}\nbyte_cycles = {:?}\n",
+            "\n[emulate]\nframe_cycles = {}\nbyte_cycles = {:?}\nbatch = {}\n",
             sc.cost_model.frame_cycles(flows).round() as u64,
-            sc.cost_model.byte_cycles()
+            sc.cost_model.byte_cycles(),
+            sc.cost_model.emulate_batch
         ));
     }
     let c = &sc.controller;
@@ -322,10 +337,12 @@ pub fn vqosd_config(
 }
 
 impl Topology {
-    /// Builds the topology for `sc` under `baseline`, registering everything in `cleanup`.
-    /// `logs` receives vqosd's output.
+    /// Builds the topology for `sc` under `baseline`, registering everything in `cleanup`;
+    /// vqosd is pinned to `switch_cpu` when given ([`dedicated_cpus`]). `logs` receives
+    /// vqosd's output.
     pub fn build(
         sc: &Scenario,
+        switch_cpu: Option<usize>,
         baseline: Baseline,
         vqosd_bin: Option<&Path>,
         logs: &Path,
@@ -426,6 +443,9 @@ impl Topology {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 topo.vqosd_pid = proc.pid();
+                if let (Some(cpu), Some(pid)) = (switch_cpu, proc.pid()) {
+                    sys::pin_process(pid, &[cpu])?;
+                }
                 cleanup.services.push(proc);
                 topo.client = Some(client);
                 move_link(&uplink, &edge_ns, &format!("{edge_ip}/24"))?;

@@ -163,6 +163,11 @@ pub struct CycleCostModel {
     /// then the counter's (TSC) cycles: give the scenario the counter's rate as `cpu_hz`. The
     /// simulator ignores the flag. Default false.
     pub emulate_in_lab: bool,
+    /// With `emulate_in_lab`: most frames per vif batch of the lab's vqosd (0: no limit, the
+    /// engine's 32). A core slowed down to the model's cost that kept batches of 32 would hold
+    /// a latency-sensitive vif that much longer behind a batch in progress than the emulated
+    /// core does. The simulator (which has no latency) ignores it.
+    pub emulate_batch: u32,
 }
 
 impl Default for CycleCostModel {
@@ -177,6 +182,7 @@ impl Default for CycleCostModel {
             flow_cache_entries: 8192,
             deployment_factor: 1.0,
             emulate_in_lab: false,
+            emulate_batch: 0,
         }
     }
 }

@@ -26,6 +26,7 @@
 //! [emulate]                   # optional, experiments only: a least cost per vif frame
 //! frame_cycles = 20000        # a vif's batch takes at least these cycle-counter (TSC)
 //! byte_cycles = 0.25          # cycles per frame read plus these per on-wire byte
+//! batch = 1                   # at most this many frames per vif batch (0: no limit)
 //!
 //! controllers = ["fairness", "pid-ecn"]   # optional, at the top level
 //! [fairness]                  # optional, only with "fairness"
@@ -49,7 +50,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use vqos_dataplane::EmulatedWork;
+use vqos_dataplane::{EmulatedWork, BATCH_FRAMES};
 use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
 use vqos_sched::units::parse_duration_ns;
@@ -138,6 +139,8 @@ struct RawEmulate {
     frame_cycles: u64,
     #[serde(default)]
     byte_cycles: f64,
+    #[serde(default)]
+    batch: usize,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -423,9 +426,16 @@ impl Config {
                         e.frame_cycles, e.byte_cycles
                     )));
                 }
+                if e.batch > BATCH_FRAMES {
+                    return Err(ConfigError::Emulate(format!(
+                        "emulate: batch must be 0..={BATCH_FRAMES} frames (got {})",
+                        e.batch
+                    )));
+                }
                 Some(EmulatedWork {
                     per_frame_cycles: e.frame_cycles,
                     per_byte_cycles: e.byte_cycles,
+                    batch_frames: e.batch,
                 })
             }
         };
@@ -588,14 +598,20 @@ create = false
 
     #[test]
     fn emulated_work_is_read_and_checked() {
-        let c = Config::parse("[emulate]\nframe_cycles = 20000\nbyte_cycles = 0.25", env).unwrap();
+        let c = Config::parse(
+            "[emulate]\nframe_cycles = 20000\nbyte_cycles = 0.25\nbatch = 2",
+            env,
+        )
+        .unwrap();
         assert_eq!(
             c.emulated_work,
             Some(EmulatedWork {
                 per_frame_cycles: 20_000,
-                per_byte_cycles: 0.25
+                per_byte_cycles: 0.25,
+                batch_frames: 2,
             })
         );
+        assert!(err("[emulate]\nbatch = 33").contains("batch must be 0..=32"));
         assert_eq!(Config::parse("", env).unwrap().emulated_work, None);
         assert!(err("[emulate]\nbyte_cycles = -1.0").contains("byte_cycles 0..=1e6"));
         assert!(err("[emulate]\nframe_cycles = 99999999999").contains("frame_cycles"));
