@@ -2,16 +2,17 @@
 //!
 //! Runs a scenario file (the same one `vqos sim` runs) on real traffic: VMs as network
 //! namespaces behind vqosd's TAP ports (or behind a Linux bridge for the kernel baselines), a
-//! sink namespace beyond the uplink, an optional router with a tbf bottleneck, iperf3 for the
-//! traffic. It sets the measurement beside the reference allocation and the simulator's
+//! sink namespace beyond the uplink, an optional router with a tbf bottleneck, iperf3 for TCP
+//! and [`vqos_probe::flood`] for UDP. It sets the measurement beside the reference allocation and the simulator's
 //! prediction.
 //!
 //! ## Behavior
 //! - [`run_lab`] parses the scenario (optionally scaled in time), simulates it, builds the
 //!   topology ([`topo`]), starts vqosd with a generated config (capacity, engine, cost, the
 //!   initial policies, the controllers; temporary state file and socket), starts two iperf3 servers per VM in the
-//!   sink and the clients in the VMs at their start times (TCP with `-P flows`, UDP with `-u -b
-//!   rate -l size`), applies events at their times (policies through the control API or `tc`;
+//!   sink and the clients in the VMs at their start times (TCP with `-P flows`; UDP as a paced
+//!   `sendmmsg` flood of `packet_size`-byte frames at the on-wire `rate` on a thread in the
+//!   VM's namespace, ending at a socket that never reads), applies events at their times (policies through the control API or `tc`;
 //!   traffic changes restart the VM's client; bottleneck changes `tc qdisc change`), samples
 //!   the per-VM byte counters every 100 ms (vqosd's `/v1/stats`, or `/proc/net/dev` of the
 //!   bridge's namespace for the baselines), measures vqosd's CPU (`/proc/PID/stat`) and the
@@ -38,6 +39,11 @@
 //! - The router's tbf sits on its interface toward the sink for upload and toward the switch's
 //!   uplink for download; bottleneck events change its rate in place (`tc qdisc change`).
 //! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.
+//! - Scenarios with `[cost_model] emulate_in_lab` (the switch's core is what is under test) get
+//!   vqosd pinned to a CPU of its own and the lab's threads and children to the others
+//!   ([`topo::dedicated_cpus`]); UDP floods that ask for more than they get run at nice 19, and
+//!   the probes at SCHED_FIFO ([`probe`]). Without these, on a 2-core machine the host's
+//!   scheduler, not the switch, decides what the VMs get (docs/experiments.md, C2QoS).
 #![deny(missing_docs)]
 
 pub mod output;
