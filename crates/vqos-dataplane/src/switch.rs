@@ -1031,7 +1031,10 @@ impl Loop {
                 // An iteration that did work does not wait, so it does not collect readiness
                 // either: do it every BUSY_HARVEST_INTERVAL_NS without waiting, or ports
                 // drained earlier would starve behind backlogged ones.
-                if now >= self.next_harvest_ns {
+                // With emulated work every batch is long (tens of µs per frame): collect after
+                // each, or a frame arriving during one (a probe's answer on the uplink, a
+                // priority vif's request) would wait out the interval on top of it.
+                if now >= self.next_harvest_ns || self.emulated_work.is_some() {
                     self.harvest(Some(0));
                     self.next_harvest_ns = now + BUSY_HARVEST_INTERVAL_NS;
                 }
