@@ -2,115 +2,14 @@
 //! sink on the uplink), iperf3 TCP through the switch. Needs root and iperf3; skips otherwise.
 //!
 //! Names are `vq<pid><tag>` (IFNAMSIZ-safe), addresses 10.(100 + pid % 100).<test>.0/24. Every
-//! namespace, link and process is cleaned up by Drop guards, also when a test fails.
+//! namespace, link and process is cleaned up by Drop guards (`vqos_testkit`), also when a test
+//! fails; the tests run one at a time (`vqos_testkit::can_run`).
 
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use vqos_dataplane::{PortSpec, SwitchConfig, SwitchHandle};
 use vqos_sched::{allocate, Claim, EngineKind, VifPolicy};
-
-/// One real-traffic test at a time: run side by side on two cores they would take each other's
-/// CPU (and the rates they measure would say so).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The serial lock when the test can run (root, iperf3), `None` after printing why not.
-fn can_run(test: &str) -> Option<MutexGuard<'static, ()>> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP {test}: needs root");
-        return None;
-    }
-    let iperf = Command::new("iperf3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status();
-    if !iperf.is_ok_and(|s| s.success()) {
-        println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
-        return None;
-    }
-    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> Self {
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name]);
-        sh(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        Netns(name)
-    }
-
-    /// Moves `link` in, gives it `addr` and brings it up.
-    fn take_link(&self, link: &str, addr: &str) {
-        sh(&["ip", "link", "set", link, "netns", &self.0]);
-        sh(&["ip", "-n", &self.0, "addr", "add", addr, "dev", link]);
-        sh(&["ip", "-n", &self.0, "link", "set", link, "up"]);
-    }
-
-    fn spawn(&self, args: &[&str]) -> Proc {
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        Proc(Some(child))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// A process we started; killed by PID and reaped on drop.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn running(&mut self) -> bool {
-        self.0.as_mut().unwrap().try_wait().unwrap().is_none()
-    }
-
-    /// Its stdout once it exits; killed (by PID) if it runs past `limit`, so a broken switch
-    /// fails the test instead of hanging it.
-    fn output_within(mut self, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        let child = self.0.as_mut().unwrap();
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = self.0.take().unwrap().wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use vqos_testkit::{can_run, sleep_until, Netns, Proc};
 
 /// A switch with `n` VMs and a sink; the switch is stopped before the namespaces go.
 struct Lab {
@@ -272,13 +171,6 @@ impl IperfRun {
                     / 1e6
             })
             .collect()
-    }
-}
-
-fn sleep_until(t0: Instant, secs: f64) {
-    let at = t0 + Duration::from_secs_f64(secs);
-    if let Some(d) = at.checked_duration_since(Instant::now()) {
-        std::thread::sleep(d);
     }
 }
 

@@ -16,21 +16,22 @@
 //! Rates are what iperf3's *server* received, per 1 s interval, summed over a window of the run
 //! (one long stream per VM, so a policy change is measured without restarting the traffic).
 //!
-//! The tests share two cores with iperf3, so they run one at a time (`SERIAL`). Names are
-//! `q<pid><test>…` (IFNAMSIZ-safe); every process (by PID), namespace and temporary file is
-//! removed by Drop guards, also when a test fails.
+//! The tests share two cores with iperf3, so they run one at a time (`vqos_testkit::can_run`).
+//! Names are `q<pid><test>…` (IFNAMSIZ-safe); every process (by PID), namespace and temporary
+//! file is removed by Drop guards, also when a test fails.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use vqos_dataplane::frame::{FRAME_BUF_BYTES, VNET_HDR_LEN};
 use vqos_sched::{allocate, Claim, VifPolicy};
+use vqos_testkit::{can_run, poll, sleep_until, Netns, Proc};
 use vqosd::client::{Client, Endpoint};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vqosd");
@@ -41,162 +42,6 @@ const CAPACITY_BPS: u64 = 940_000_000;
 /// they catch (an idle share not handed on, or policies not restored, are off by ≥ 30 %).
 const LOOSE_TOL: f64 = 0.10;
 const LOOSE_AGGREGATE: f64 = 0.93;
-
-/// One real-traffic test at a time: they would compete for the two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The serial lock when the test can run (root, iperf3), `None` after printing why not.
-fn can_run(test: &str) -> Option<MutexGuard<'static, ()>> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP {test}: needs root");
-        return None;
-    }
-    let iperf = Command::new("iperf3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status();
-    if !iperf.is_ok_and(|s| s.success()) {
-        println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
-        return None;
-    }
-    // A failed test poisons the lock; the next one still runs.
-    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Polls `f` every millisecond until it returns `Some`, for at most `limit`.
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Sleeps until `t0 + secs`.
-fn sleep_until(t0: Instant, secs: f64) {
-    let at = t0 + Duration::from_secs_f64(secs);
-    if let Some(d) = at.checked_duration_since(Instant::now()) {
-        std::thread::sleep(d);
-    }
-}
-
-/// A process we started; killed by its PID and reaped on drop.
-struct Proc(Option<Child>);
-
-impl Proc {
-    /// Its stdout once it exits; killed if it runs past `limit` (a broken switch fails the
-    /// test instead of hanging it).
-    fn output_within(mut self, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        let child = self.0.as_mut().unwrap();
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = self.0.take().unwrap().wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// A network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> Netns {
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns(name);
-        sh(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]);
-        // No IPv6: no router or neighbour solicitations, so a VM sends only what the test makes
-        // it send (the malformed-frame test counts frames).
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns.0,
-            "sh",
-            "-c",
-            "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
-        ]);
-        ns
-    }
-
-    /// Moves `link` in, gives it `addr` and brings it up.
-    fn take_link(&self, link: &str, addr: &str) {
-        sh(&["ip", "link", "set", link, "netns", &self.0]);
-        sh(&["ip", "-n", &self.0, "addr", "add", addr, "dev", link]);
-        sh(&["ip", "-n", &self.0, "link", "set", link, "up"]);
-    }
-
-    fn has_link(&self, link: &str) -> bool {
-        Command::new("ip")
-            .args(["-n", &self.0, "link", "show", link])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    }
-
-    fn spawn(&self, args: &[&str]) -> Proc {
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Proc(Some(child))
-    }
-
-    /// Runs `f` on a thread that has entered this namespace (sockets it opens live there).
-    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let ns = fs::File::open(&path).unwrap();
-                // SAFETY: setns on a namespace file we hold open; it affects this thread only.
-                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .unwrap()
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
 
 /// A running vqosd; stopped with SIGTERM (SIGKILL past 5 s) on drop.
 struct Daemon {
@@ -354,13 +199,13 @@ fn lab(test_id: u8, weights: &[u32]) -> Lab {
     let config = dir.path().join("vqosd.toml");
     fs::write(&config, text).unwrap();
     let daemon = Daemon::start(&config, &socket);
-    let sink = Netns::new(format!("{prefix}-sink"));
+    let sink = Netns::new(format!("{prefix}-sink")).without_ipv6();
     sink.take_link(&uplink, &format!("{net}.254/24"));
     let vms = taps
         .into_iter()
         .enumerate()
         .map(|(i, tap)| {
-            let ns = Netns::new(format!("{prefix}-vm{}", i + 1));
+            let ns = Netns::new(format!("{prefix}-vm{}", i + 1)).without_ipv6();
             ns.take_link(&tap, &format!("{net}.{}/24", i + 1));
             (tap, ns)
         })
