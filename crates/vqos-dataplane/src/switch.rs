@@ -265,7 +265,9 @@ pub struct EmulatedWork {
 impl EmulatedWork {
     /// Counter cycles a batch of `frames` frames carrying `bytes` on-wire bytes takes at least.
     pub fn cycles(&self, frames: u64, bytes: u64) -> u64 {
-        self.per_frame_cycles.saturating_mul(frames) + (self.per_byte_cycles * bytes as f64) as u64
+        self.per_frame_cycles
+            .saturating_mul(frames)
+            .saturating_add((self.per_byte_cycles * bytes as f64) as u64)
     }
 }
 

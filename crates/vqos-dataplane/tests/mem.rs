@@ -195,7 +195,7 @@ struct Log {
     charged_bytes: u64,
     charged_packets: u64,
     charged_cycles: u64,
-    charges: u64,
+    largest_batch: u64,
 }
 
 impl Engine for Refuser {
@@ -235,7 +235,7 @@ impl Engine for Refuser {
         log.charged_bytes += usage.bytes;
         log.charged_packets += u64::from(usage.packets);
         log.charged_cycles += usage.cycles;
-        log.charges += 1;
+        log.largest_batch = log.largest_batch.max(u64::from(usage.packets));
     }
 }
 
@@ -306,26 +306,44 @@ fn emulated_work_is_spent_per_frame_and_charged_as_cycles() {
 
 #[test]
 fn emulated_batches_are_at_most_batch_frames() {
-    let (r, log) = refuser_rig_with(&[], |c| {
-        c.emulated_work = Some(EmulatedWork {
+    for (limit, most) in [(2usize, 2u64), (0, 10)] {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let engine = Refuser {
+            refused: Vec::new(),
+            names: Vec::new(),
+            cursor: 0,
+            log: log.clone(),
+        };
+        let (up, u) = MemPort::pair("up", 10_000);
+        let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+        cfg.custom_engine = Some(Box::new(engine));
+        cfg.emulated_work = Some(EmulatedWork {
             per_frame_cycles: 0,
             per_byte_cycles: 0.0,
-            batch_frames: 2,
-        })
-    });
-    // Queued before the switch looks: without the limit they would go in one batch.
-    for i in 0..10 {
-        r.b.inject(frame(MAC_U, MAC_B, i));
+            batch_frames: limit,
+        });
+        let sw = SwitchHandle::start(cfg).unwrap();
+        // All ten frames wait in the port before the switch sees it, so without a limit they
+        // are read in one batch.
+        let (pb, b) = MemPort::pair("b", 10_000);
+        for i in 0..10 {
+            b.inject(frame(MAC_U, MAC_B, i));
+        }
+        sw.add_port(PortSpec::custom(Box::new(pb)), VifPolicy::default())
+            .unwrap();
+        collect(&u, 10);
+        eventually("10 frames charged", || {
+            log.lock().unwrap().charged_packets == 10
+        });
+        let l = log.lock().unwrap();
+        assert_eq!(
+            l.largest_batch, most,
+            "batch_frames {limit}: largest batch {}",
+            l.largest_batch
+        );
+        drop(l);
+        sw.stop().unwrap();
     }
-    collect(&r.u, 10);
-    eventually("10 frames charged", || {
-        log.lock().unwrap().charged_packets == 10
-    });
-    let charges = log.lock().unwrap().charges;
-    assert!(
-        charges >= 5,
-        "10 frames in batches of at most 2: {charges} charges"
-    );
 }
 
 #[test]

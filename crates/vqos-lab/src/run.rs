@@ -181,16 +181,20 @@ enum Generator {
 }
 
 impl Generator {
-    /// Stops it and returns the flood's summary (`None` for iperf3 or a failed flood).
-    fn stop(&mut self) -> Option<FloodSummary> {
+    /// Stops it. A flood that failed (it could not enter its namespace, or `sendmmsg` failed
+    /// other than for a full queue) returns its error: the VM sent nothing, or stopped early,
+    /// and a report computed on that would be about traffic that never ran.
+    fn stop(&mut self) -> Result<(), String> {
         match self {
             Generator::Iperf(p) => {
                 p.stop(Duration::from_secs(2));
-                None
+                Ok(())
             }
             Generator::Flood { stop, thread, log } => {
                 stop.store(true, Ordering::Relaxed);
-                let h = thread.take()?;
+                let Some(h) = thread.take() else {
+                    return Ok(());
+                };
                 let r = h
                     .join()
                     .unwrap_or_else(|_| Err("flood thread panicked".into()))
@@ -200,7 +204,7 @@ impl Generator {
                     Err(e) => serde_json::json!({ "error": e }).to_string(),
                 };
                 let _ = std::fs::write(log, text + "\n");
-                r.ok()
+                r.map(|_| ())
             }
         }
     }
@@ -208,8 +212,13 @@ impl Generator {
 
 impl Drop for Generator {
     fn drop(&mut self) {
-        self.stop();
+        // On an error path the run already fails; the flood's own error is in its log.
+        let _ = self.stop();
     }
+}
+
+fn flood_failed(vm: &str, e: String) -> LabError {
+    LabError::Setup(format!("The UDP flood of {vm} failed: {e}"))
 }
 
 /// A flood of `load` from namespace `ns` to `to` for `secs`; its summary goes to `log`.
@@ -222,6 +231,17 @@ fn start_flood(
 ) -> Result<Generator, LabError> {
     let mut cfg = FloodConfig::new(to);
     cfg.frame_bytes = (load.packet_size as usize).clamp(flood::MIN_FRAME, flood::MAX_FRAME);
+    if cfg.frame_bytes != load.packet_size as usize {
+        eprintln!(
+            "vqos lab: warning: UDP packet_size {} sent as {}-byte frames (the flood's range is \
+             {}..={}); the simulator counts {}-byte packets",
+            load.packet_size,
+            cfg.frame_bytes,
+            flood::MIN_FRAME,
+            flood::MAX_FRAME,
+            load.packet_size
+        );
+    }
     cfg.rate_bps = load.rate_bps.filter(|&r| r > 0);
     cfg.duration = Duration::from_secs_f64(secs.max(0.1));
     // A greedy flood (one that asks for more than it gets) yields the CPU: in the papers'
@@ -425,7 +445,7 @@ fn drive(
 ) -> Result<(Samples, f64, f64, f64, Vec<ProbeResult>), LabError> {
     // The lab's threads and children off the switch's CPU, when it has one of its own; vqosd
     // is pinned to it as it starts.
-    let cpus = topo::dedicated_cpus(sc);
+    let cpus = topo::dedicated_cpus(sc, opts.baseline);
     let _pin = match &cpus {
         Some((_, others)) => Some(sys::ThreadPin::new(others)?),
         None => None,
@@ -531,7 +551,9 @@ fn drive(
                 };
                 if !same {
                     if let Some(mut c) = clients[i].take() {
-                        c.generator.stop();
+                        c.generator
+                            .stop()
+                            .map_err(|e| flood_failed(&sc.vms[i].name, e))?;
                     }
                     if let Some(load) = want {
                         let k = restarts[i] % 2;
@@ -638,8 +660,12 @@ fn drive(
     let softirq_s = sys::softirq_s().unwrap_or(soft0) - soft0;
     // The last phase's probe clients end within their timeout (1 s) after the run.
     let latency = probes.map(Probes::finish).unwrap_or_default();
-    for c in clients.iter_mut().flatten() {
-        c.generator.stop();
+    for (i, c) in clients.iter_mut().enumerate() {
+        if let Some(c) = c {
+            c.generator
+                .stop()
+                .map_err(|e| flood_failed(&sc.vms[i].name, e))?;
+        }
     }
     // vqosd's final counters (ECN marks, drops, controller limits) beside its log.
     if let Some(client) = &topo.client {

@@ -348,13 +348,23 @@ pub fn in_netns<T: Send + 'static>(
 }
 
 /// Makes the calling thread SCHED_FIFO at `priority` (threads it starts later inherit it);
-/// false if the kernel refused (no CAP_SYS_NICE), which leaves the thread as it was.
+/// false if the kernel refused (no CAP_SYS_NICE), which leaves the thread as it was and says
+/// so once on stderr.
 pub fn realtime_priority(priority: i32) -> bool {
+    static WARNED: AtomicBool = AtomicBool::new(false);
     let param = libc::sched_param {
         sched_priority: priority,
     };
     // SAFETY: a valid sched_param for the calling thread (0).
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 };
+    if !ok && !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "vqos lab: warning: cannot run the latency probes at real-time priority ({}); \
+             their RTT includes the host's scheduling",
+            std::io::Error::last_os_error()
+        );
+    }
+    ok
 }
 
 /// CPUs this process may run on.
@@ -389,19 +399,39 @@ fn set_affinity(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
 /// Pins every thread of process `pid` to `cpus` (threads it starts later inherit it).
 pub fn pin_process(pid: u32, cpus: &[usize]) -> Result<(), LabError> {
     let dir = format!("/proc/{pid}/task");
-    let tasks = std::fs::read_dir(&dir).map_err(|source| LabError::Io {
-        what: dir.clone(),
-        source,
-    })?;
-    for t in tasks.flatten() {
-        if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
-            set_affinity(tid, cpus).map_err(|source| LabError::Io {
-                what: format!("pinning thread {tid} of {pid} to CPUs {cpus:?}"),
-                source,
-            })?;
+    let mut pinned = std::collections::HashSet::new();
+    // Until a listing shows no thread not yet pinned: a thread started meanwhile by one not yet
+    // pinned would otherwise escape. A thread that exits between the listing and the call
+    // (ESRCH: vqosd ends a thread per API connection) is skipped.
+    loop {
+        let tasks = std::fs::read_dir(&dir).map_err(|source| LabError::Io {
+            what: dir.clone(),
+            source,
+        })?;
+        let mut new = 0;
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !pinned.insert(tid) {
+                continue;
+            }
+            new += 1;
+            match set_affinity(tid, cpus) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(source) => {
+                    return Err(LabError::Io {
+                        what: format!("pinning thread {tid} of {pid} to CPUs {cpus:?}"),
+                        source,
+                    })
+                }
+            }
+        }
+        if new == 0 {
+            return Ok(());
         }
     }
-    Ok(())
 }
 
 /// The calling thread pinned to some CPUs until dropped; the threads and processes it starts
@@ -414,6 +444,11 @@ impl ThreadPin {
     /// Pins the calling thread to `cpus`.
     pub fn new(cpus: &[usize]) -> Result<ThreadPin, LabError> {
         let old = allowed_cpus();
+        if old.is_empty() {
+            return Err(LabError::Invalid(
+                "cannot read this thread's CPU affinity (sched_getaffinity)".into(),
+            ));
+        }
         set_affinity(0, cpus).map_err(|source| LabError::Io {
             what: format!("pinning the lab to CPUs {cpus:?}"),
             source,

@@ -143,8 +143,10 @@ impl FromStr for Baseline {
 /// lab, its generators and its probes run. A real host gives the switch cores of its own and
 /// every VM its own vCPUs; sharing one core between the switch and a spinning generator would
 /// measure the host's scheduler instead of the switch.
-pub fn dedicated_cpus(sc: &Scenario) -> Option<(usize, Vec<usize>)> {
-    if !sc.cost_model.emulate_in_lab {
+pub fn dedicated_cpus(sc: &Scenario, baseline: Baseline) -> Option<(usize, Vec<usize>)> {
+    // Only vqosd is pinned: a kernel baseline or OVS confined to the other CPUs would be
+    // compared on one CPU fewer.
+    if !sc.cost_model.emulate_in_lab || baseline != Baseline::Vqos {
         return None;
     }
     let cpus = sys::allowed_cpus();

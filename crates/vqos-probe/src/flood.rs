@@ -25,12 +25,14 @@
 //!   run with [`ProbeError::Io`]. A UDP socket whose qdisc or device queue is full usually drops
 //!   silently instead: what reached the far end is for the receiver (the switch's counters, in
 //!   the lab) to say.
-//! - **Stopping**: after `duration`, or as soon as the `stop` flag is set (checked every round).
+//! - **Stopping**: after `duration`, or once the `stop` flag is set (checked every round, and at
+//!   least every 10 ms while pacing sleeps).
 //! - **Greedy floods yield** ([`FloodConfig::greedy_nice`], off by default): a flood starts
 //!   greedy, at nice value `greedy_nice`, and stays so while it asks for more than it gets —
 //!   unpaced, or more than 1/10 of a 100 ms window's frames skipped; after 1 s of windows it
-//!   kept up with it is well-behaved, at nice 0, until it falls behind
-//!   again. On a small machine shared by the switch and every
+//!   kept up with it is well-behaved, at the thread's own nice value again, until it falls
+//!   behind again. Lowering the value again needs CAP_SYS_NICE: without it a flood stays at
+//!   `greedy_nice` once it was greedy. On a small machine shared by the switch and every
 //!   tenant's sender, a spinning generator would otherwise take the CPU from the switch and
 //!   from the well-behaved senders, which in a real host run on cores of their own.
 //!
@@ -221,7 +223,8 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
                     let next = start + Duration::from_secs_f64((scheduled + 1) as f64 / p);
                     let wait = next.min(end).saturating_duration_since(now);
                     if wait > Duration::from_micros(50) {
-                        std::thread::sleep(wait);
+                        // At most 10 ms at a time, so the stop flag is seen promptly.
+                        std::thread::sleep(wait.min(Duration::from_millis(10)));
                     } else {
                         std::thread::yield_now();
                     }
@@ -259,7 +262,7 @@ pub fn run_flood(cfg: &FloodConfig, stop: Option<&AtomicBool>) -> Result<FloodSu
     } else {
         greedy.windows
     };
-    greedy.set(false);
+    drop(greedy);
     s.elapsed_s = start
         .elapsed()
         .as_secs_f64()
@@ -284,6 +287,8 @@ const KEPT_WINDOWS: u32 = 10;
 /// Whether the flood asks for more than it gets, and the thread priority that goes with it.
 struct Greedy {
     nice: Option<i32>,
+    /// The thread's nice value before the flood, restored when it is not greedy.
+    original: i32,
     on: bool,
     since: Instant,
     scheduled0: u64,
@@ -295,8 +300,20 @@ struct Greedy {
 
 impl Greedy {
     fn new(nice: Option<i32>, now: Instant) -> Greedy {
+        // SAFETY: getpriority on this thread's own id has no memory effects (-1 is a valid
+        // value; an error leaves 0, the default).
+        let original = unsafe {
+            *libc::__errno_location() = 0;
+            let n = libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t);
+            if *libc::__errno_location() != 0 {
+                0
+            } else {
+                n
+            }
+        };
         Greedy {
             nice,
+            original,
             on: false,
             since: now,
             scheduled0: 0,
@@ -334,13 +351,20 @@ impl Greedy {
         }
         self.on = on;
         if let Some(n) = self.nice {
-            let n = if on { n } else { 0 };
+            let n = if on { n } else { self.original };
             // SAFETY: setpriority on this thread's own id (gettid) has no memory effects;
             // failure (no permission to lower the value again) only leaves the priority.
             unsafe {
                 libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, n);
             }
         }
+    }
+}
+
+impl Drop for Greedy {
+    /// Every way out of the flood, errors included, gives the thread its priority back.
+    fn drop(&mut self) {
+        self.set(false);
     }
 }
 

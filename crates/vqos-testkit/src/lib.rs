@@ -110,12 +110,21 @@ impl Proc {
     }
 
     /// Its stdout once it exits; killed if it runs past `limit`, so a broken switch fails the
-    /// test instead of hanging it.
+    /// test instead of hanging it. Stdout is read while it runs (a child that writes more than
+    /// a pipe holds would otherwise block until killed).
     pub fn output_within(mut self, limit: Duration) -> String {
+        use std::io::Read;
         let deadline = Instant::now() + limit;
         let Some(mut child) = self.0.take() else {
             return String::new();
         };
+        let reader = child.stdout.take().map(|mut out| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = out.read_to_end(&mut buf);
+                buf
+            })
+        });
         while matches!(child.try_wait(), Ok(None)) {
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -123,8 +132,11 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let out = child.wait_with_output().expect("reap the child");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let _ = child.wait();
+        let out = reader
+            .map(|r| r.join().unwrap_or_default())
+            .unwrap_or_default();
+        String::from_utf8_lossy(&out).into_owned()
     }
 }
 
@@ -258,6 +270,15 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(echo.output_within(Duration::from_secs(5)), "hi\n");
+        // More than a pipe holds (64 KiB): read while it runs, not only after.
+        let big = Proc::new(
+            Command::new("head")
+                .args(["-c", "1000000", "/dev/zero"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert_eq!(big.output_within(Duration::from_secs(10)).len(), 1_000_000);
     }
 
     #[test]
