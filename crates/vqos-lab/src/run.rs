@@ -1,5 +1,6 @@
 //! The runner: builds the topology, drives iperf3 and the events on the scenario's clock,
-//! samples the per-VM counters every 100 ms, measures CPU, tears down, writes the results.
+//! samples the per-VM counters every 100 ms, measures CPU, tears down, writes the results
+//! (with iperf3's own 1 s intervals as `iperf3_intervals`).
 
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
@@ -393,7 +394,7 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     let mut cleanup = Cleanup::default();
     let measured = drive(&sc, opts, &probe_specs, &logs, &mut cleanup);
     cleanup.teardown();
-    let (samples, vqosd_cpu_s, softirq_s, wall_s, latency) = measured?;
+    let (samples, vqosd_cpu_s, softirq_s, wall_s, latency, iperf_logs) = measured?;
     if opts.progress {
         eprintln!();
     }
@@ -419,6 +420,7 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
             "latency".into(),
             serde_json::to_value(&latency).unwrap_or_default(),
         );
+        o.insert("iperf3_intervals".into(), iperf_series(&iperf_logs));
     }
     let outcome = LabOutcome {
         out_dir: out_dir.clone(),
@@ -435,14 +437,49 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
 
 type Samples = Vec<(u64, Vec<u64>)>;
 
-/// Builds, runs and samples; returns (samples, vqosd CPU s, softirq s, wall s, latency).
+/// An iperf3 client of the run: its VM, when it started (s into the run) and its JSON log.
+type IperfLog = (String, f64, PathBuf);
+
+/// What [`drive`] measured: samples, vqosd CPU s, softirq s, wall s, latency, iperf3 logs.
+type Measured = (Samples, f64, f64, f64, Vec<ProbeResult>, Vec<IperfLog>);
+
+/// iperf3's own 1 s intervals, per VM: `{"vm1": [[t_s, bits_per_second], ...]}` with `t_s` the
+/// middle of the interval in the run's time, from each client's JSON (`intervals[].sum`). A
+/// log that cannot be read or parsed (a client killed at a restart) contributes what it has.
+fn iperf_series(logs: &[IperfLog]) -> serde_json::Value {
+    let mut per: std::collections::BTreeMap<String, Vec<[f64; 2]>> = Default::default();
+    for (vm, start_s, path) in logs {
+        let series = per.entry(vm.clone()).or_default();
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        for iv in v["intervals"].as_array().into_iter().flatten() {
+            let s = &iv["sum"];
+            if let (Some(a), Some(secs), Some(bps)) = (
+                s["start"].as_f64(),
+                s["seconds"].as_f64(),
+                s["bits_per_second"].as_f64(),
+            ) {
+                let t = start_s + a + secs / 2.0;
+                series.push([(t * 1000.0).round() / 1000.0, bps.round()]);
+            }
+        }
+    }
+    serde_json::to_value(per).unwrap_or_default()
+}
+
+/// Builds, runs and samples; returns (samples, vqosd CPU s, softirq s, wall s, latency, the
+/// iperf3 clients' logs).
 fn drive(
     sc: &Scenario,
     opts: &LabOptions,
     probe_specs: &[ProbeSpec],
     logs: &Path,
     cleanup: &mut Cleanup,
-) -> Result<(Samples, f64, f64, f64, Vec<ProbeResult>), LabError> {
+) -> Result<Measured, LabError> {
     // The lab's threads and children off the switch's CPU, when it has one of its own; vqosd
     // is pinned to it as it starts.
     let cpus = topo::dedicated_cpus(sc, opts.baseline);
@@ -517,6 +554,7 @@ fn drive(
     let mut next_cut = 0;
     let mut clients: Vec<Option<Client>> = (0..nvm).map(|_| None).collect();
     let mut restarts = vec![0u32; nvm];
+    let mut iperf_logs: Vec<IperfLog> = Vec::new();
     let mut policies: Vec<VifPolicy> = sc.state_at(0).into_iter().map(|s| s.0.policy).collect();
     let mut bottleneck = sc.bottleneck_at(0);
 
@@ -582,6 +620,7 @@ fn drive(
                             let args: Vec<&str> = args.iter().map(String::as_str).collect();
                             let log =
                                 logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
+                            iperf_logs.push((sc.vms[i].name.clone(), t as f64 / 1e9, log.clone()));
                             Generator::Iperf(spawn(
                                 &format!("iperf3 client {}", sc.vms[i].name),
                                 Some(&topo.vm_ns[i]),
@@ -674,12 +713,33 @@ fn drive(
             let _ = std::fs::write(logs.join("vqosd-stats.json"), text);
         }
     }
-    Ok((samples, vqosd_cpu_s, softirq_s, wall_s, latency))
+    Ok((samples, vqosd_cpu_s, softirq_s, wall_s, latency, iperf_logs))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iperf_intervals_are_placed_in_the_run_time() {
+        let dir = std::env::temp_dir().join(format!("vqos-lab-iperf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("iperf-vm1-1.json");
+        std::fs::write(
+            &log,
+            r#"{"intervals": [
+                {"sum": {"start": 0, "end": 1, "seconds": 1, "bits_per_second": 1e8}},
+                {"sum": {"start": 1, "end": 2, "seconds": 1, "bits_per_second": 2e8}}]}"#,
+        )
+        .unwrap();
+        let v = iperf_series(&[
+            ("vm1".into(), 6.0, log),
+            ("vm2".into(), 0.0, dir.join("missing.json")),
+        ]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(v["vm1"], serde_json::json!([[6.5, 1e8], [7.5, 2e8]]));
+        assert_eq!(v["vm2"], serde_json::json!([]));
+    }
 
     #[test]
     fn resample_interpolates_cumulative_counters() {

@@ -152,6 +152,21 @@ fn short_scenario_end_to_end_under_vqosd() {
         assert!(ph["samples"].as_u64().unwrap() > 1000, "{ph}");
         assert!(ph["p99_us"].as_f64().unwrap() >= ph["p50_us"].as_f64().unwrap());
     }
+    // iperf3's own per-second series beside the switch's 100 ms samples: one point per second
+    // of each TCP client, inside the run, at rates near what the switch measured.
+    for vm in ["vm1", "vm2"] {
+        let series = v["iperf3_intervals"][vm]
+            .as_array()
+            .expect("iperf3_intervals");
+        assert!(series.len() >= 12, "{vm}: {series:?}");
+        for p in series {
+            let (t, bps) = (p[0].as_f64().unwrap(), p[1].as_f64().unwrap());
+            assert!((0.0..17.5).contains(&t), "{vm}: {p}");
+            assert!(bps < 210e6, "{vm}: no more than the 200 Mbit/s link: {p}");
+        }
+        let mean = series.iter().map(|p| p[1].as_f64().unwrap()).sum::<f64>() / series.len() as f64;
+        assert!(mean > 20e6, "{vm} moved traffic: {mean}");
+    }
     let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(md.contains("## Latency"), "report.md has the latency table");
     let csv = std::fs::read_to_string(out.path().join("timeseries.csv")).unwrap();
