@@ -89,7 +89,10 @@ fn short_scenario_end_to_end_under_vqosd() {
     if !can_run("short_scenario_end_to_end_under_vqosd") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
     let out = tempfile::tempdir().unwrap();
     let mut opts = LabOptions::new(scenario());
     opts.out_dir = Some(out.path().to_path_buf());
@@ -184,7 +187,10 @@ fn download_through_the_router_bottleneck_follows_its_changes() {
     if !can_run("download_through_the_router_bottleneck_follows_its_changes") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
     let out = tempfile::tempdir().unwrap();
     let mut opts =
         LabOptions::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/router-download.toml"));
@@ -215,7 +221,10 @@ fn a_run_whose_switch_cannot_start_leaves_nothing() {
     if !can_run("a_run_whose_switch_cannot_start_leaves_nothing") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
     let out = tempfile::tempdir().unwrap();
     let mut opts = LabOptions::new(scenario());
     opts.out_dir = Some(out.path().to_path_buf());
@@ -235,7 +244,10 @@ fn an_interrupted_run_leaves_nothing() {
     if !can_run("an_interrupted_run_leaves_nothing") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
     let out = tempfile::tempdir().unwrap();
     let mut opts = LabOptions::new(scenario());
     opts.out_dir = Some(out.path().to_path_buf());
@@ -266,7 +278,10 @@ fn ovs_baseline_meters_cap_a_vm() {
         println!("SKIP ovs_baseline_meters_cap_a_vm: {e}");
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
     let out = tempfile::tempdir().unwrap();
     let file = out.path().join("ovs-cap.toml");
     std::fs::write(

@@ -31,6 +31,7 @@
 //! their PID in them); this crate does not choose them.
 #![deny(missing_docs)]
 
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -39,9 +40,38 @@ use std::time::{Duration, Instant};
 /// One real-traffic test at a time within a test binary.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The machine-wide lock file: real-traffic tests of every process (two checkouts, a test run
+/// beside a benchmark) take it, so they never share the two cores with each other.
+pub const MACHINE_LOCK: &str = "/run/lock/vqos-real-traffic.lock";
+
+/// Held while a real-traffic test runs: the in-process lock, then the machine-wide `flock`
+/// (released when the file closes, also when the process dies).
+pub struct SerialGuard {
+    _thread: MutexGuard<'static, ()>,
+    _machine: File,
+}
+
+/// Takes the machine-wide real-traffic lock, waiting for it (blocking `flock`).
+pub fn machine_lock() -> File {
+    let f = File::options()
+        .create(true)
+        .append(true)
+        .open(MACHINE_LOCK)
+        .unwrap_or_else(|e| panic!("open {MACHINE_LOCK}: {e}"));
+    // SAFETY: flock on a descriptor this function owns; it blocks until the lock is ours.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(
+        rc,
+        0,
+        "flock {MACHINE_LOCK}: {}",
+        std::io::Error::last_os_error()
+    );
+    f
+}
+
 /// The serial lock when a real-traffic test can run (root, iperf3 installed); `None` after
 /// printing why not.
-pub fn can_run(test: &str) -> Option<MutexGuard<'static, ()>> {
+pub fn can_run(test: &str) -> Option<SerialGuard> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         println!("SKIP {test}: needs root");
@@ -55,7 +85,11 @@ pub fn can_run(test: &str) -> Option<MutexGuard<'static, ()>> {
         println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
         return None;
     }
-    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+    let thread = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some(SerialGuard {
+        _thread: thread,
+        _machine: machine_lock(),
+    })
 }
 
 /// Runs a command and panics with its stderr if it fails.
