@@ -66,6 +66,7 @@ pub use mem::{MemPort, MemPortPeer};
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use stats::{DropCounters, LoopStats, PortRole, PortStats, SwitchStats};
 pub use switch::{
-    start, EmulatedWork, PortBackend, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle,
+    start, EmulatedWork, LoopHealth, PortBackend, PortSpec, Readiness, SwitchConfig, SwitchError,
+    SwitchHandle,
 };
 pub use tap::{TapMode, TapPort};

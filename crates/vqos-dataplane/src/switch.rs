@@ -360,6 +360,18 @@ pub struct SwitchHandle {
     stats: Arc<Mutex<Arc<SwitchStats>>>,
     /// The uplink's name.
     uplink: String,
+    /// The loop's clock origin (its `time_ns` counts from here).
+    origin: Instant,
+}
+
+/// The forwarding loop's liveness ([`SwitchHandle::loop_health`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopHealth {
+    /// The loop thread has not exited (stopped, or died of a panic).
+    pub running: bool,
+    /// Nanoseconds since the loop last published stats (it does so every
+    /// `stats_interval_ns` while it lives).
+    pub stats_age_ns: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -454,6 +466,7 @@ impl SwitchHandle {
             next_age_ns: 1_000_000_000,
             next_harvest_ns: 0,
         };
+        let origin = lp.origin;
         lp.insert_slot(uplink, None, PortRole::Uplink)
             .map_err(|(e, _)| e)?;
         lp.apply_policies(Arc::new(policies.clone()), 0)?;
@@ -471,7 +484,23 @@ impl SwitchHandle {
             wake,
             stats,
             uplink: uplink_name,
+            origin,
         })
+    }
+
+    /// Whether the forwarding loop lives and how recently it published: the daemon's health
+    /// check and watchdog read this (a loop that panicked, or one stuck in a call, stops
+    /// publishing stats every `stats_interval_ns`).
+    pub fn loop_health(&self) -> LoopHealth {
+        let running = lock(&self.control)
+            .thread
+            .as_ref()
+            .is_some_and(|t| !t.is_finished());
+        let now_ns = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        LoopHealth {
+            running,
+            stats_age_ns: now_ns.saturating_sub(self.stats().time_ns),
+        }
     }
 
     fn call(

@@ -1032,3 +1032,16 @@ fn a_drained_vif_is_served_again_while_others_stay_backlogged() {
         sw.stop().unwrap();
     }
 }
+
+/// A wall-clock test of the thread wrapper: a live loop reports itself running and publishes
+/// within a few stats intervals; a stopped one reports not running.
+#[test]
+fn loop_health_follows_the_thread() {
+    let r = rig();
+    eventually("a fresh stats snapshot", || {
+        let h = r.sw.loop_health();
+        h.running && h.stats_age_ns < 1_000_000_000
+    });
+    r.sw.stop().unwrap();
+    assert!(!r.sw.loop_health().running);
+}
