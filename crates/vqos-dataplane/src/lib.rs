@@ -49,24 +49,30 @@
 //!   frames to its addresses are flooded (`mac_learn_refused`).
 #![deny(missing_docs)]
 
-pub mod bucket;
+pub mod config;
+pub mod error;
 pub mod fault;
 pub mod frame;
+pub mod handle;
 pub mod l2;
 pub mod mem;
+mod pipeline;
 pub mod port;
+mod ports;
+mod runner;
+pub mod shaper;
 pub mod stats;
 pub mod switch;
 pub mod sys;
 pub mod tap;
 
+pub use config::{EmulatedWork, PortBackend, PortSpec, Readiness, SwitchConfig};
+pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
+pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use stats::{DropCounters, LoopStats, PortRole, PortStats, SwitchStats};
-pub use switch::{
-    start, EmulatedWork, LoopHealth, PortBackend, PortSpec, Readiness, SwitchConfig, SwitchError,
-    SwitchHandle,
-};
+pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapPort};

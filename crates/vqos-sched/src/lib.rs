@@ -18,6 +18,7 @@
 pub mod alloc;
 pub mod bucket;
 pub mod controllers;
+pub mod driver;
 pub mod engine;
 pub mod engines;
 pub mod policy;
@@ -25,6 +26,8 @@ pub mod testing;
 pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};
+pub use bucket::TokenBucket;
+pub use driver::{Granted, Scheduler, SchedulerCounters, Step};
 pub use engine::{
     build, Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
 };

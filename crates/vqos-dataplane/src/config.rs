@@ -1,0 +1,217 @@
+//! How a switch is set up: [`SwitchConfig`], the ports it is given ([`PortSpec`]), how it learns
+//! of frames ([`Readiness`]) and the experiments' [`EmulatedWork`].
+
+use serde::Serialize;
+use vqos_sched::{CostModel, Engine, EngineKind};
+
+use crate::error::SwitchError;
+use crate::frame::MacKey;
+use crate::port::Port;
+use crate::tap::{TapMode, TapPort};
+
+/// How the loop learns that ports have frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Readiness {
+    /// Edge-triggered epoll on the ports' descriptors; the loop sleeps when idle.
+    #[default]
+    Epoll,
+    /// Poll every port every idle iteration; the loop never sleeps (one core at 100 %).
+    BusyPoll,
+}
+
+/// Where a port's frames come from.
+pub enum PortBackend {
+    /// Create a TAP of the spec's name (owned by the switch, removed with the port).
+    TapCreate,
+    /// Attach to the existing persistent TAP of the spec's name.
+    TapAttach,
+    /// A ready-made port (in-memory, fault-injecting, ...).
+    Custom(Box<dyn Port>),
+}
+
+impl std::fmt::Debug for PortBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortBackend::TapCreate => f.write_str("TapCreate"),
+            PortBackend::TapAttach => f.write_str("TapAttach"),
+            PortBackend::Custom(p) => write!(f, "Custom({})", p.name()),
+        }
+    }
+}
+
+/// A port opened from a spec, with its allow-list.
+pub(crate) type OpenedPort = (Box<dyn Port>, Option<Vec<MacKey>>);
+
+/// A port to add.
+#[derive(Debug)]
+pub struct PortSpec {
+    /// Port name (interface name for TAPs; must be unique in the switch).
+    pub name: String,
+    /// Where its frames come from.
+    pub backend: PortBackend,
+    /// Source MACs the port may send from; `None` = any (frames from others count `spoofed`).
+    pub allowed_macs: Option<Vec<MacKey>>,
+}
+
+impl PortSpec {
+    /// A TAP the switch creates.
+    pub fn tap(name: &str) -> Self {
+        PortSpec {
+            name: name.to_string(),
+            backend: PortBackend::TapCreate,
+            allowed_macs: None,
+        }
+    }
+
+    /// An existing persistent TAP.
+    pub fn tap_attach(name: &str) -> Self {
+        PortSpec {
+            name: name.to_string(),
+            backend: PortBackend::TapAttach,
+            allowed_macs: None,
+        }
+    }
+
+    /// A ready-made port, named after it.
+    pub fn custom(port: Box<dyn Port>) -> Self {
+        PortSpec {
+            name: port.name().to_string(),
+            backend: PortBackend::Custom(port),
+            allowed_macs: None,
+        }
+    }
+
+    /// Restricts the source MACs the port may use.
+    pub fn with_allowed_macs(mut self, macs: Vec<MacKey>) -> Self {
+        self.allowed_macs = Some(macs);
+        self
+    }
+
+    pub(crate) fn open(self) -> Result<OpenedPort, SwitchError> {
+        let name = self.name;
+        let wrap = |source| SwitchError::Port {
+            name: name.clone(),
+            source,
+        };
+        let port: Box<dyn Port> = match self.backend {
+            PortBackend::TapCreate => {
+                Box::new(TapPort::open(&name, TapMode::Create).map_err(wrap)?)
+            }
+            PortBackend::TapAttach => {
+                Box::new(TapPort::open(&name, TapMode::Attach).map_err(wrap)?)
+            }
+            PortBackend::Custom(p) => p,
+        };
+        Ok((port, self.allowed_macs))
+    }
+}
+
+/// How to start a switch.
+pub struct SwitchConfig {
+    /// The uplink port.
+    pub uplink: PortSpec,
+    /// The scheduling engine.
+    pub engine: EngineKind,
+    /// Uplink capacity, bits per second; `None` = unlimited.
+    pub capacity_bps: Option<u64>,
+    /// What vifs are charged in (bytes or measured cycles).
+    pub cost: CostModel,
+    /// Cycles per second of the forwarding core, for the cycles cost model (rdtsc units).
+    pub cycles_per_sec: u64,
+    /// Epoll (default) or busy polling.
+    pub readiness: Readiness,
+    /// MAC table entries age out after this, ns (default 300 s).
+    pub mac_age_ns: u64,
+    /// Most learnt MAC addresses (default 4096).
+    pub mac_capacity: usize,
+    /// Most MAC addresses learnt on one vif port (default 64); the uplink may hold half of
+    /// `mac_capacity`. Addresses beyond are not learnt (`mac_learn_refused`) and frames to them
+    /// are flooded, so one tenant cannot push everyone's unicast into flooding.
+    pub mac_capacity_per_vif: usize,
+    /// Stats are published this often, ns (default 25 ms; at most 50 ms is sensible).
+    pub stats_interval_ns: u64,
+    /// Enforce each vif's maximum on the uplink→vif direction too (default true).
+    pub downlink_max: bool,
+    /// An engine to use instead of building `engine` (tests, experiments); it is configured
+    /// with the initial policy set on start.
+    pub custom_engine: Option<Box<dyn Engine>>,
+    /// A least cost per forwarded vif frame, for experiments (default none); see
+    /// [`EmulatedWork`].
+    pub emulated_work: Option<EmulatedWork>,
+}
+
+/// A least cost per frame read from a vif, emulating a heavier datapath (tunnelling,
+/// firewalling, a slower core) on a machine whose real forwarding cost is too small for an
+/// experiment: the lab's 2-core machine cannot generate enough 64-byte frames to load a real
+/// core, so the C2QoS experiment gives each frame the cost of its scenario's cycle model.
+///
+/// After forwarding a vif's batch the loop spins on the cycle counter until the batch has
+/// taken at least `per_frame_cycles × frames + per_byte_cycles × bytes` since it began
+/// (frames read, on-wire bytes admitted). A batch whose real work took longer is not
+/// slowed further, so the model is a floor on the cost and the simulator, which charges the
+/// model alone, predicts the same capacity. The spin is inside the span the loop measures for
+/// the cycle cost model, so the engine charges it as it would real work. The spin yields the
+/// CPU to anything runnable on the core (kernel work such as the TAP deliveries the loop set
+/// off), which then runs inside the emulated time. Only the vif→uplink direction, the one the
+/// engine schedules, is slowed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmulatedWork {
+    /// Cycles (counter units: TSC on x86_64) per frame read.
+    pub per_frame_cycles: u64,
+    /// Cycles per on-wire byte forwarded.
+    pub per_byte_cycles: f64,
+    /// Most frames per vif batch while emulating (0: the engine's grant, at most
+    /// [`BATCH_FRAMES`]). A core slowed down a hundredfold that kept its batches of 32 frames
+    /// would hold every other vif, a latency-sensitive one too, a hundred times longer behind
+    /// a batch in progress; smaller batches keep a batch as short, relative to the traffic's
+    /// round trips, as on the core being emulated.
+    pub batch_frames: usize,
+}
+
+impl EmulatedWork {
+    /// Counter cycles a batch of `frames` frames carrying `bytes` on-wire bytes takes at least.
+    pub fn cycles(&self, frames: u64, bytes: u64) -> u64 {
+        self.per_frame_cycles
+            .saturating_mul(frames)
+            .saturating_add((self.per_byte_cycles * bytes as f64) as u64)
+    }
+}
+
+impl std::fmt::Debug for SwitchConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwitchConfig")
+            .field("uplink", &self.uplink)
+            .field("engine", &self.engine)
+            .field("capacity_bps", &self.capacity_bps)
+            .field("cost", &self.cost)
+            .field("readiness", &self.readiness)
+            .field("emulated_work", &self.emulated_work)
+            .field(
+                "custom_engine",
+                &self.custom_engine.as_ref().map(|e| e.kind()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl SwitchConfig {
+    /// Defaults around `uplink`: engine `rr`, unlimited capacity, epoll.
+    pub fn new(uplink: PortSpec) -> Self {
+        SwitchConfig {
+            uplink,
+            engine: EngineKind::Rr,
+            capacity_bps: None,
+            cost: CostModel::Bytes,
+            cycles_per_sec: 2_000_000_000,
+            readiness: Readiness::Epoll,
+            mac_age_ns: 300_000_000_000,
+            mac_capacity: 4096,
+            mac_capacity_per_vif: 64,
+            stats_interval_ns: 25_000_000,
+            downlink_max: true,
+            custom_engine: None,
+            emulated_work: None,
+        }
+    }
+}

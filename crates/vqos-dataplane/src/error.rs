@@ -1,0 +1,53 @@
+//! [`SwitchError`]: why a switch operation failed.
+
+use thiserror::Error;
+use vqos_sched::PolicyError;
+
+use crate::port::PortError;
+use crate::sys::SysError;
+
+/// Why a switch operation failed.
+#[derive(Debug, Error)]
+pub enum SwitchError {
+    /// A port could not be opened.
+    #[error("Cannot open port '{name}'")]
+    Port {
+        /// The port's name.
+        name: String,
+        /// What failed.
+        #[source]
+        source: PortError,
+    },
+    /// The policy (set) was refused; nothing changed.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A port of that name exists.
+    #[error("Port '{0}' already exists")]
+    DuplicatePort(String),
+    /// No port of that name.
+    #[error("Unknown port '{0}'")]
+    UnknownPort(String),
+    /// A policy set must name every vif port.
+    #[error("Vif '{0}' has no policy in the new set")]
+    MissingVif(String),
+    /// The uplink cannot be removed or given a vif policy.
+    #[error("The uplink '{0}' cannot be changed this way")]
+    Uplink(String),
+    /// ECN probabilities must be one per vif, each in 0..=1.
+    #[error("Expected {expected} ECN probabilities in 0..=1, got {got:?}")]
+    BadEcnProbabilities {
+        /// Number of vifs.
+        expected: usize,
+        /// What was given.
+        got: Vec<f64>,
+    },
+    /// A system call needed by the loop failed.
+    #[error("Loop setup failed")]
+    Sys(#[from] SysError),
+    /// The loop thread could not be started.
+    #[error("Cannot start the loop thread")]
+    Spawn(#[source] std::io::Error),
+    /// The loop is not running (stopped or crashed).
+    #[error("The switch is stopped")]
+    Stopped,
+}

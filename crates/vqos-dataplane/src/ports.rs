@@ -1,0 +1,247 @@
+//! The port table: every port the switch holds, by slot, with its counters, policy-derived
+//! state and readiness; name → slot and vif id → slot in O(1).
+//!
+//! Slot 0 is the uplink. A removed vif leaves its slot empty and the next port added takes the
+//! lowest empty slot, so slot numbers (epoll tokens, MAC-table values) stay small.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+
+use vqos_sched::{PolicySet, TokenBucket, VifId, VifPolicy};
+
+use crate::error::SwitchError;
+use crate::frame::MacKey;
+use crate::port::Port;
+use crate::stats::{DropCounters, PortRole};
+
+/// Samples kept per port for the rate window (window = (samples − 1) × stats interval).
+pub(crate) const RATE_SAMPLES: usize = 5;
+
+/// Counters the loop keeps per port.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PortCounters {
+    /// Frames read.
+    pub rx_frames: u64,
+    /// Ethernet bytes read.
+    pub rx_bytes: u64,
+    /// Frames written.
+    pub tx_frames: u64,
+    /// Ethernet bytes written.
+    pub tx_bytes: u64,
+    /// Drops by reason.
+    pub drops: DropCounters,
+    /// Frames marked CE.
+    pub ecn_marked: u64,
+    /// Reads that failed.
+    pub rx_errors: u64,
+    /// Source addresses not learnt (port or table full).
+    pub mac_learn_refused: u64,
+    /// Frames chosen for CE marking that were not ECN-capable (left unmarked).
+    pub ecn_not_ect: u64,
+}
+
+/// One port as the loop holds it.
+pub(crate) struct PortEntry {
+    /// The port.
+    pub port: Box<dyn Port>,
+    /// Its name (copied once, for stats and lookups).
+    pub name: String,
+    /// Uplink or vif.
+    pub role: PortRole,
+    /// Vif id in the current policy set.
+    pub vif: Option<VifId>,
+    /// The vif's policy.
+    pub policy: Option<VifPolicy>,
+    /// Frames may be waiting (set by readiness, cleared by a short read).
+    pub ready: bool,
+    /// The last read failed: retried at the next stats publication (frames may still wait,
+    /// and an edge-triggered descriptor will not fire for them again).
+    pub rx_failed: bool,
+    /// Readiness descriptor (registered with epoll by the thread wrapper).
+    pub fd: Option<RawFd>,
+    /// Allowed source MACs, sorted (binary search per frame).
+    pub allowed: Option<Vec<MacKey>>,
+    /// Counters.
+    pub c: PortCounters,
+    /// The vif's maximum enforced on uplink→vif frames.
+    pub down_bucket: Option<TokenBucket>,
+    /// CE marking probability on uplink→vif frames, scaled to 2^32 (2^32 = always).
+    pub ecn_threshold: u64,
+    /// Moving average of frame size read from this port, bytes (to size capacity-limited
+    /// batches).
+    pub avg_frame_bytes: u64,
+    /// Recent (time ns, rx bytes, tx bytes) samples for rates.
+    pub rate_hist: [(u64, u64, u64); RATE_SAMPLES],
+    /// Next sample to overwrite.
+    pub rate_pos: usize,
+}
+
+impl PortEntry {
+    fn new(port: Box<dyn Port>, allowed: Option<Vec<MacKey>>, role: PortRole) -> Self {
+        PortEntry {
+            name: port.name().to_string(),
+            fd: port.readiness_fd(),
+            port,
+            role,
+            vif: None,
+            policy: None,
+            // A new port may already hold frames: the edge may have passed before we watched.
+            ready: true,
+            rx_failed: false,
+            // Sorted once, searched per frame.
+            allowed: allowed.map(|mut a| {
+                a.sort_unstable();
+                a.dedup();
+                a
+            }),
+            c: PortCounters::default(),
+            down_bucket: None,
+            ecn_threshold: 0,
+            // Start pessimistic (a super-frame) so that the first capacity-limited read is small.
+            avg_frame_bytes: 65_536,
+            rate_hist: [(0, 0, 0); RATE_SAMPLES],
+            rate_pos: 0,
+        }
+    }
+}
+
+/// Every port, by slot.
+#[derive(Default)]
+pub(crate) struct PortTable {
+    /// Ports by slot; slot 0 is the uplink; removed ports leave `None`.
+    slots: Vec<Option<PortEntry>>,
+    /// Name → slot.
+    by_name: HashMap<String, usize>,
+    /// Vif id → slot, for the policy set in force.
+    vif_slots: Vec<usize>,
+}
+
+impl PortTable {
+    /// Puts `port` in a slot (0 for the uplink, else the lowest free one) and returns it; the
+    /// port is handed back if its name is taken.
+    pub fn insert(
+        &mut self,
+        port: Box<dyn Port>,
+        allowed: Option<Vec<MacKey>>,
+        role: PortRole,
+    ) -> Result<usize, (SwitchError, Box<dyn Port>)> {
+        if self.by_name.contains_key(port.name()) {
+            return Err((SwitchError::DuplicatePort(port.name().to_string()), port));
+        }
+        let idx = match role {
+            PortRole::Uplink => 0,
+            PortRole::Vif => self
+                .slots
+                .iter()
+                .skip(1)
+                .position(Option::is_none)
+                .map_or(self.slots.len().max(1), |p| p + 1),
+        };
+        if idx >= self.slots.len() {
+            self.slots.resize_with(idx + 1, || None);
+        }
+        let entry = PortEntry::new(port, allowed, role);
+        self.by_name.insert(entry.name.clone(), idx);
+        self.slots[idx] = Some(entry);
+        Ok(idx)
+    }
+
+    /// Empties slot `idx` and returns its entry.
+    pub fn remove(&mut self, idx: usize) -> Option<PortEntry> {
+        let entry = self.slots.get_mut(idx)?.take()?;
+        self.by_name.remove(&entry.name);
+        Some(entry)
+    }
+
+    /// The slot of the port called `name`.
+    #[inline]
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Number of slots (some may be empty).
+    #[inline]
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The port in slot `idx`.
+    #[inline]
+    pub fn get(&self, idx: usize) -> Option<&PortEntry> {
+        self.slots.get(idx).and_then(Option::as_ref)
+    }
+
+    /// The port in slot `idx`, mutable.
+    #[inline]
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut PortEntry> {
+        self.slots.get_mut(idx).and_then(Option::as_mut)
+    }
+
+    /// The slot of vif `vif` in the policy set in force.
+    #[inline]
+    pub fn vif_slot(&self, vif: VifId) -> Option<usize> {
+        self.vif_slots.get(vif).copied()
+    }
+
+    /// Every port with its slot.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &PortEntry)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// Every port, mutable.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut PortEntry> {
+        self.slots.iter_mut().flatten()
+    }
+
+    /// The vif slot of every vif of `policies`, by vif id; an error if a vif names no vif
+    /// slot, names one twice, or a vif slot is not named (the loop does not trust its caller
+    /// here: a wrong mapping would serve one tenant's port under another's policy). Slot
+    /// `removed`, if any, counts as gone already. O(vifs).
+    pub fn resolve(
+        &self,
+        policies: &PolicySet,
+        removed: Option<usize>,
+    ) -> Result<Vec<usize>, SwitchError> {
+        let mut named = vec![false; self.slots.len()];
+        let mut slots = Vec::with_capacity(policies.len());
+        for spec in &policies.vifs {
+            match self.index_of(&spec.name) {
+                Some(0) => return Err(SwitchError::Uplink(spec.name.clone())),
+                Some(idx) if Some(idx) != removed && !named[idx] => {
+                    named[idx] = true;
+                    slots.push(idx);
+                }
+                _ => return Err(SwitchError::UnknownPort(spec.name.clone())),
+            }
+        }
+        for (idx, s) in self.iter().skip_while(|(i, _)| *i == 0) {
+            if Some(idx) != removed && !named[idx] {
+                return Err(SwitchError::MissingVif(s.name.clone()));
+            }
+        }
+        Ok(slots)
+    }
+
+    /// Installs a resolved vif → slot mapping (from [`PortTable::resolve`]) and each vif's
+    /// policy; slots not in it lose their vif id.
+    pub fn assign(&mut self, vif_slots: Vec<usize>, policies: &PolicySet) {
+        for s in self.iter_mut() {
+            s.vif = None;
+        }
+        for (id, &idx) in vif_slots.iter().enumerate() {
+            if let Some(s) = self.get_mut(idx) {
+                s.vif = Some(id);
+                s.policy = Some(policies.vifs[id].policy.clone());
+            }
+        }
+        self.vif_slots = vif_slots;
+    }
+
+    /// True when some port has no readiness descriptor (it must be polled).
+    pub fn has_poll_only(&self) -> bool {
+        self.iter().any(|(_, s)| s.fd.is_none())
+    }
+}

@@ -1,0 +1,261 @@
+//! The loop thread: the wrapper around [`Switch`] that owns the clock, epoll and the control
+//! channel. It applies pending commands between batches, polls the switch, publishes stats, and
+//! when the switch has nothing to do waits (epoll) or spins (busy polling) until new frames or
+//! the switch's next deadline.
+//!
+//! ## Behavior
+//! A port's ready flag is cleared by a short read and set again by readiness: epoll events,
+//! or every port in busy polling, collected when the loop waits and, while it stays busy, every
+//! 50 µs ([`BUSY_HARVEST_INTERVAL_NS`]): a port drained once is read again even while other
+//! ports keep the loop busy. Ports without a readiness descriptor are polled every millisecond.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use vqos_sched::{PolicySet, VifPolicy};
+
+use crate::error::SwitchError;
+use crate::frame::MacKey;
+use crate::port::Port;
+use crate::stats::SwitchStats;
+use crate::switch::Switch;
+use crate::sys::{cycles, Epoll, EventFd};
+
+/// Epoll token of the loop's wake-up eventfd.
+pub(crate) const WAKE_TOKEN: u64 = u64::MAX;
+/// In epoll mode, how often ports without a readiness descriptor are polled, ns.
+const POLL_ONLY_INTERVAL_NS: u64 = 1_000_000;
+/// While every iteration has work, readiness is collected (without waiting) this often, ns.
+/// Without it a port whose short read cleared its flag was not read again for as long as any
+/// other port stayed backlogged (C2QoS Fig. 6(e) under `tcm`: VM1 starved for seconds behind
+/// three 64-byte floods with a slow uplink). At most 20 000 non-blocking `epoll_wait`s a
+/// second, and a drained port waits at most this long before it is a candidate again.
+const BUSY_HARVEST_INTERVAL_NS: u64 = 50_000;
+
+/// The loop's answer to a control command: the result, a port it let go of (removed, or
+/// refused on add) for the control thread to drop — closing a TAP can take tens to hundreds
+/// of milliseconds (RTNL) that the loop must not stall for — and the policy set in force after
+/// the command.
+pub(crate) struct Answer {
+    /// What the switch said.
+    pub result: Result<(), SwitchError>,
+    /// A port to close off the loop thread.
+    pub released: Option<Box<dyn Port>>,
+    /// The policy set now in force.
+    pub policies: Arc<PolicySet>,
+}
+
+/// A command from the handle to the loop.
+pub(crate) enum Command {
+    /// Add an opened vif port.
+    AddPort {
+        port: Box<dyn Port>,
+        allowed: Option<Vec<MacKey>>,
+        policy: VifPolicy,
+        reply: SyncSender<Answer>,
+    },
+    /// Remove a vif port.
+    RemovePort {
+        name: String,
+        reply: SyncSender<Answer>,
+    },
+    /// Replace the policy set.
+    SetPolicies {
+        policies: PolicySet,
+        reply: SyncSender<Answer>,
+    },
+    /// Replace one vif's policy (read-modify-write on the loop: concurrent calls never undo
+    /// each other).
+    SetPolicy {
+        name: String,
+        policy: VifPolicy,
+        reply: SyncSender<Answer>,
+    },
+    /// New CE marking probabilities (validated by the handle).
+    SetEcn { probabilities: Vec<f64> },
+    /// Exit the loop.
+    Stop,
+}
+
+/// The thread's state.
+pub(crate) struct Runner {
+    /// The data plane.
+    pub sw: Switch,
+    /// Epoll instance, in epoll mode; `None` = busy polling.
+    pub epoll: Option<Epoll>,
+    /// Wake-up eventfd (registered with epoll under [`WAKE_TOKEN`]).
+    pub wake: Arc<EventFd>,
+    /// Control commands.
+    pub commands: Receiver<Command>,
+    /// Reload flag: set by the handle when a command is queued.
+    pub pending: Arc<AtomicBool>,
+    /// Where stats are published.
+    pub stats_out: Arc<Mutex<Arc<SwitchStats>>>,
+    /// Clock origin (switch time 0).
+    pub origin: Instant,
+    /// When readiness is next collected while the loop stays busy, ns.
+    pub next_harvest_ns: u64,
+}
+
+impl Runner {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// Registers every port's readiness descriptor (the uplink's at start).
+    pub fn register_all(&self) -> Result<(), SwitchError> {
+        if let Some(ep) = &self.epoll {
+            for (slot, fd) in self.sw.readiness_fds() {
+                ep.add(fd, slot as u64, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn run(mut self) {
+        loop {
+            let t0 = cycles();
+            if self.pending.swap(false, Ordering::Acquire) && !self.drain_commands() {
+                break;
+            }
+            let now = self.now_ns();
+            let poll = self.sw.poll(now);
+            if self.sw.stats_due(now) {
+                self.publish(now);
+            }
+            if poll.did_work {
+                // An iteration that did work does not wait, so it does not collect readiness
+                // either: do it every BUSY_HARVEST_INTERVAL_NS without waiting, or ports
+                // drained earlier would starve behind backlogged ones.
+                // With emulated work every batch is long (tens of µs per frame): collect after
+                // each, or a frame arriving during one (a probe's answer on the uplink, a
+                // priority vif's request) would wait out the interval on top of it.
+                if now >= self.next_harvest_ns || self.sw.emulated_work().is_some() {
+                    self.harvest(Some(0));
+                    self.next_harvest_ns = now + BUSY_HARVEST_INTERVAL_NS;
+                }
+                self.sw.counters.busy_cycles += cycles().wrapping_sub(t0);
+            } else {
+                self.wait(now, poll.next_deadline_ns);
+                self.sw.counters.idle_cycles += cycles().wrapping_sub(t0);
+            }
+        }
+        let now = self.now_ns();
+        self.publish(now);
+    }
+
+    fn publish(&mut self, now: u64) {
+        let mut stats = self.sw.stats(now);
+        stats.loop_stats.epoll_errors = self.epoll.as_ref().map_or(0, Epoll::errors);
+        stats.loop_stats.epoll_wait_fallback =
+            self.epoll.as_ref().is_some_and(Epoll::uses_fallback);
+        *self.stats_out.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(stats);
+    }
+
+    /// Applies queued commands; returns false on `Stop`.
+    fn drain_commands(&mut self) -> bool {
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.sw.counters.commands += 1;
+            let now = self.now_ns();
+            let (reply, result, released) = match cmd {
+                Command::Stop => return false,
+                Command::SetEcn { probabilities } => {
+                    // Validated by the handle against the same policy set.
+                    let _ = self.sw.set_ecn_probabilities(&probabilities, now);
+                    continue;
+                }
+                Command::AddPort {
+                    port,
+                    allowed,
+                    policy,
+                    reply,
+                } => {
+                    let name = port.name().to_string();
+                    match self.sw.add_opened(port, allowed, policy, now) {
+                        Ok(slot) => match self.watch(slot) {
+                            Ok(()) => (reply, Ok(()), None),
+                            Err(e) => {
+                                let released = self.sw.remove_port(&name, now).ok().flatten();
+                                (reply, Err(e), released)
+                            }
+                        },
+                        Err((e, port)) => (reply, Err(e), port),
+                    }
+                }
+                Command::RemovePort { name, reply } => {
+                    let fd = self.sw.slot_of(&name).and_then(|s| self.sw.readiness_fd(s));
+                    match self.sw.remove_port(&name, now) {
+                        Ok(port) => {
+                            if let (Some(ep), Some(fd)) = (&self.epoll, fd) {
+                                ep.remove(fd);
+                            }
+                            (reply, Ok(()), port)
+                        }
+                        Err(e) => (reply, Err(e), None),
+                    }
+                }
+                Command::SetPolicies { policies, reply } => {
+                    (reply, self.sw.set_policies(policies, now), None)
+                }
+                Command::SetPolicy {
+                    name,
+                    policy,
+                    reply,
+                } => (reply, self.sw.set_policy(&name, policy, now), None),
+            };
+            let _ = reply.send(Answer {
+                result,
+                released,
+                policies: self.sw.policies().clone(),
+            });
+        }
+        true
+    }
+
+    /// Registers the readiness descriptor of a new port in `slot`.
+    fn watch(&self, slot: usize) -> Result<(), SwitchError> {
+        if let (Some(ep), Some(fd)) = (&self.epoll, self.sw.readiness_fd(slot)) {
+            ep.add(fd, slot as u64, true)?;
+        }
+        Ok(())
+    }
+
+    /// Nothing to do now: sleep until a port or the wake fd fires or `deadline` passes
+    /// (epoll), or mark every port as worth polling (busy polling).
+    fn wait(&mut self, now: u64, deadline: u64) {
+        if self.epoll.is_none() {
+            self.harvest(None);
+            std::hint::spin_loop();
+            return;
+        }
+        let mut timeout = deadline.saturating_sub(now);
+        // Ports without a readiness descriptor cannot wake us: poll them every millisecond.
+        if self.sw.has_poll_only_ports() {
+            timeout = timeout.min(POLL_ONLY_INTERVAL_NS);
+        }
+        self.harvest(Some(timeout));
+    }
+
+    /// Sets the ready flag of every port with frames waiting: in epoll mode the ports whose
+    /// descriptor fired within `timeout_ns` (`Some(0)`: only those that already did) and the
+    /// ports without a descriptor; in busy polling every port (`timeout_ns` unused).
+    fn harvest(&mut self, timeout_ns: Option<u64>) {
+        let Some(epoll) = self.epoll.as_mut() else {
+            self.sw.mark_all_ready(false);
+            return;
+        };
+        for token in epoll.wait(timeout_ns) {
+            if token == WAKE_TOKEN {
+                self.wake.clear();
+            } else {
+                self.sw.mark_ready(token as usize);
+            }
+        }
+        if self.sw.has_poll_only_ports() {
+            self.sw.mark_all_ready(true);
+        }
+    }
+}
