@@ -69,35 +69,58 @@ pub enum Step {
     },
 }
 
+/// How a [`Scheduler`] holds its engine: owned (`Box<dyn Engine>`, the data plane and the
+/// simulator) or borrowed (`&mut dyn Engine`, the test harness that keeps the engine across
+/// runs).
+pub trait EngineSlot {
+    /// The engine.
+    fn get(&self) -> &dyn Engine;
+    /// The engine, mutable.
+    fn get_mut(&mut self) -> &mut dyn Engine;
+}
+
+impl EngineSlot for Box<dyn Engine> {
+    #[inline]
+    fn get(&self) -> &dyn Engine {
+        self.as_ref()
+    }
+    #[inline]
+    fn get_mut(&mut self) -> &mut dyn Engine {
+        self.as_mut()
+    }
+}
+
+impl<'a, 'b: 'a> EngineSlot for &'a mut (dyn Engine + 'b) {
+    #[inline]
+    fn get(&self) -> &dyn Engine {
+        &**self
+    }
+    #[inline]
+    fn get_mut(&mut self) -> &mut dyn Engine {
+        &mut **self
+    }
+}
+
 /// An engine with its ready set, driven by the one protocol of this module.
-pub struct Scheduler {
+pub struct Scheduler<E: EngineSlot = Box<dyn Engine>> {
     /// The algorithm.
-    engine: Box<dyn Engine>,
+    engine: E,
     /// Vifs with frames waiting, as the caller last saw them.
     ready: ReadySet,
     /// What happened so far.
     counters: SchedulerCounters,
 }
 
-impl std::fmt::Debug for Scheduler {
+impl<E: EngineSlot> std::fmt::Debug for Scheduler<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
-            .field("engine", &self.engine.kind())
+            .field("engine", &self.engine.get().kind())
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
 }
 
 impl Scheduler {
-    /// Drives `engine` (already configured) over `vifs` vifs, none ready.
-    pub fn new(engine: Box<dyn Engine>, vifs: usize) -> Self {
-        Scheduler {
-            engine,
-            ready: ReadySet::new(vifs),
-            counters: SchedulerCounters::default(),
-        }
-    }
-
     /// Builds and configures an engine of `kind` for `policies`.
     pub fn build(kind: EngineKind, policies: &PolicySet, now_ns: u64) -> Result<Self, PolicyError> {
         Ok(Self::new(
@@ -105,17 +128,28 @@ impl Scheduler {
             policies.len(),
         ))
     }
+}
+
+impl<E: EngineSlot> Scheduler<E> {
+    /// Drives `engine` (already configured) over `vifs` vifs, none ready.
+    pub fn new(engine: E, vifs: usize) -> Self {
+        Scheduler {
+            engine,
+            ready: ReadySet::new(vifs),
+            counters: SchedulerCounters::default(),
+        }
+    }
 
     /// Which algorithm runs.
     pub fn kind(&self) -> EngineKind {
-        self.engine.kind()
+        self.engine.get().kind()
     }
 
     /// Installs a new policy snapshot; on success the ready set is resized to its vifs and
     /// cleared (vif ids may have moved: the caller sets readiness again). On error nothing
     /// changed.
     pub fn configure(&mut self, policies: &PolicySet, now_ns: u64) -> Result<(), PolicyError> {
-        self.engine.configure(policies, now_ns)?;
+        self.engine.get_mut().configure(policies, now_ns)?;
         self.ready = ReadySet::new(policies.len());
         Ok(())
     }
@@ -137,10 +171,10 @@ impl Scheduler {
     /// Runs the engine's accounting if due; true if it ran.
     #[inline]
     pub fn tick_if_due(&mut self, now_ns: u64) -> bool {
-        if self.engine.next_tick() > now_ns {
+        if self.engine.get().next_tick() > now_ns {
             return false;
         }
-        self.engine.tick(&self.ready, now_ns);
+        self.engine.get_mut().tick(&self.ready, now_ns);
         self.counters.ticks += 1;
         true
     }
@@ -150,10 +184,10 @@ impl Scheduler {
         self.tick_if_due(now_ns);
         if self.ready.none() {
             return Step::Idle {
-                until_ns: self.engine.next_tick(),
+                until_ns: self.engine.get().next_tick(),
             };
         }
-        match self.engine.select(&self.ready, now_ns) {
+        match self.engine.get_mut().select(&self.ready, now_ns) {
             Some(grant) => {
                 self.counters.grants += 1;
                 Step::Serve(Granted { grant })
@@ -161,7 +195,11 @@ impl Scheduler {
             None => {
                 self.counters.refusals += 1;
                 Step::Refused {
-                    until_ns: self.engine.eligible_at(now_ns).min(self.engine.next_tick()),
+                    until_ns: self
+                        .engine
+                        .get()
+                        .eligible_at(now_ns)
+                        .min(self.engine.get().next_tick()),
                 }
             }
         }
@@ -170,29 +208,31 @@ impl Scheduler {
     /// The verdict on one frame of `batch` (`len_bytes` on the wire) at `now_ns`.
     #[inline]
     pub fn admit(&mut self, batch: &Granted, len_bytes: u32, now_ns: u64) -> Verdict {
-        self.engine.admit(batch.grant.vif, len_bytes, now_ns)
+        self.engine
+            .get_mut()
+            .admit(batch.grant.vif, len_bytes, now_ns)
     }
 
     /// Charges a served batch with what it cost, at `now_ns` (when it ended).
     #[inline]
     pub fn charge(&mut self, batch: Granted, usage: Usage, now_ns: u64) {
-        self.engine.charge(batch.grant.vif, usage, now_ns);
+        self.engine.get_mut().charge(batch.grant.vif, usage, now_ns);
     }
 
     /// Earliest time a step could do something without new readiness: the next tick, and
     /// while vifs wait, when a refused one becomes eligible.
     pub fn wake_at(&self, now_ns: u64) -> u64 {
-        let tick = self.engine.next_tick();
+        let tick = self.engine.get().next_tick();
         if self.ready.none() {
             tick
         } else {
-            tick.min(self.engine.eligible_at(now_ns))
+            tick.min(self.engine.get().eligible_at(now_ns))
         }
     }
 
     /// The engine's state of one vif, for stats.
     pub fn vif_state(&self, vif: VifId) -> VifEngineState {
-        self.engine.vif_state(vif)
+        self.engine.get().vif_state(vif)
     }
 
     /// What was counted so far.

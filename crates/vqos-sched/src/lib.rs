@@ -27,7 +27,7 @@ pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};
 pub use bucket::TokenBucket;
-pub use driver::{Granted, Scheduler, SchedulerCounters, Step};
+pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};
 pub use engine::{
     build, Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
 };

@@ -11,7 +11,8 @@
 //! ## Limitations
 //! No TCP, no queues beyond a per-vif backlog counter: use `vqos-sim` for experiments.
 
-use crate::engine::{Engine, ReadySet, Usage, Verdict};
+use crate::driver::{Scheduler, Step};
+use crate::engine::{Engine, Usage, Verdict};
 use crate::units::NS_PER_SEC;
 
 /// What a vif offers to the link.
@@ -42,7 +43,7 @@ pub fn run_link(
 ) -> Vec<f64> {
     let n = demands.len();
     let end = start_ns + duration_ns;
-    let mut ready = ReadySet::new(n);
+    let mut sched = Scheduler::<&mut dyn Engine>::new(engine, n);
     // Backlog of rate-limited vifs, in bits (so sub-frame arrivals accumulate exactly).
     let mut backlog_bits = vec![0u128; n];
     let mut sent_bytes = vec![0u64; n];
@@ -63,26 +64,21 @@ pub fn run_link(
                 Demand::Idle => false,
                 Demand::Rate(_) => backlog_bits[i] / u128::from(NS_PER_SEC) >= frame_bits,
             };
-            ready.set(i, has);
+            sched.set_ready(i, has);
         }
-        if engine.next_tick() <= now {
-            engine.tick(&ready, now);
-        }
-        let Some(grant) = engine.select(&ready, now) else {
-            // Nothing may go: jump to the next event, at most 10 µs away (new arrivals).
-            let wake = engine
-                .eligible_at(now)
-                .min(engine.next_tick())
-                .min(now + 10_000)
-                .max(now + 1);
-            now = wake;
-            continue;
+        let granted = match sched.step(now) {
+            Step::Serve(g) => g,
+            Step::Refused { until_ns } | Step::Idle { until_ns } => {
+                // Nothing may go: jump to the next event, at most 10 µs away (new arrivals).
+                now = until_ns.min(now + 10_000).max(now + 1);
+                continue;
+            }
         };
-        let v = grant.vif;
+        let v = granted.vif();
         let mut packets = 0u64;
         let mut bytes = 0u64;
         let mut read = 0u64;
-        for _ in 0..grant.max_packets {
+        for _ in 0..granted.max_packets() {
             let available = match demands[v] {
                 Demand::Greedy => true,
                 Demand::Idle => false,
@@ -95,7 +91,7 @@ pub fn run_link(
                 backlog_bits[v] -= frame_bits * u128::from(NS_PER_SEC);
             }
             read += 1;
-            if engine.admit(v, frame_bytes, now) != Verdict::Drop {
+            if sched.admit(&granted, frame_bytes, now) != Verdict::Drop {
                 packets += 1;
                 bytes += u64::from(frame_bytes);
             }
@@ -107,8 +103,8 @@ pub fn run_link(
         if now <= end {
             sent_bytes[v] += bytes;
         }
-        engine.charge(
-            v,
+        sched.charge(
+            granted,
             Usage {
                 packets: packets as u32,
                 bytes,

@@ -30,7 +30,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
 use vqos_sched::controllers::pid_ecn::{PidEcn, PidParams};
-use vqos_sched::{build, Engine, PolicySet, ReadySet, Usage, Verdict};
+use vqos_sched::{Granted, PolicySet, Scheduler, Step, Usage, Verdict};
 
 use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};
 
@@ -150,13 +150,13 @@ enum EvKind {
 /// The simulator.
 pub struct Sim<'a> {
     sc: &'a Scenario,
-    engine: Box<dyn Engine>,
+    /// The engine with its ready set (the protocol the data plane runs too).
+    sched: Scheduler,
     vms: Vec<VmRt>,
     flows: Vec<Flow>,
     /// ACK/loss events: (time, sequence, flow, kind).
     events: BinaryHeap<Reverse<(u64, u64, usize, EvKind)>>,
     seq: u64,
-    ready: ReadySet,
     /// The core's clock: when it is next free.
     switch_ns: u64,
     /// When the link finishes what it was given.
@@ -192,7 +192,7 @@ impl<'a> Sim<'a> {
     /// Prepares a run of `sc` with `seed`.
     pub fn new(sc: &'a Scenario, seed: u64) -> Result<Self, vqos_sched::PolicyError> {
         let policies = sc.policies_at(0);
-        let engine = build(sc.engine, &policies, 0)?;
+        let sched = Scheduler::build(sc.engine, &policies, 0)?;
         let n = sc.vms.len();
         let nbins = sc.duration_ns.div_ceil(BIN_NS) as usize;
         let fairness = sc.fairness.then(|| {
@@ -236,12 +236,11 @@ impl<'a> Sim<'a> {
             .collect();
         Ok(Sim {
             sc,
-            engine,
+            sched,
             vms,
             flows: Vec::new(),
             events: BinaryHeap::new(),
             seq: 0,
-            ready: ReadySet::new(n),
             switch_ns: 0,
             link_free_ns: 0,
             bottleneck: VecDeque::new(),
@@ -332,7 +331,7 @@ impl<'a> Sim<'a> {
         let policies = self.effective_policies(t);
         // Validated when the scenario was parsed; the controller's limits never go below a
         // floor, so a failure here would be a bug worth seeing.
-        if let Err(e) = self.engine.configure(&policies, t) {
+        if let Err(e) = self.sched.configure(&policies, t) {
             panic!("policy set at {t} ns refused: {e}");
         }
     }
@@ -492,18 +491,12 @@ impl<'a> Sim<'a> {
                     // An on/off TCP source turning on has no ACK to clock it.
                     self.fill_tcp(i, t);
                 }
-                self.ready.set(i, !self.vms[i].queue.is_empty());
+                self.sched.set_ready(i, !self.vms[i].queue.is_empty());
             }
-            if self.engine.next_tick() <= t {
-                self.engine.tick(&self.ready, t);
-            }
-            match self.engine.select(&self.ready, t) {
-                Some(g) => self.serve(g.vif, usize::from(g.max_packets), t),
-                None => {
-                    let mut wake = self
-                        .engine
-                        .eligible_at(t)
-                        .min(self.engine.next_tick())
+            match self.sched.step(t) {
+                Step::Serve(g) => self.serve(g, t),
+                Step::Refused { until_ns } | Step::Idle { until_ns } => {
+                    let mut wake = until_ns
                         .min(self.next_udp_ns(t))
                         .min(self.controller_wake())
                         .min(end);
@@ -550,7 +543,7 @@ impl<'a> Sim<'a> {
         }
         if changed {
             let policies = self.effective_policies(t);
-            if let Err(e) = self.engine.configure(&policies, t) {
+            if let Err(e) = self.sched.configure(&policies, t) {
                 panic!("controller limits refused at {t} ns: {e}");
             }
         }
@@ -569,7 +562,9 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn serve(&mut self, vm: usize, max_packets: usize, t: u64) {
+    fn serve(&mut self, granted: Granted, t: u64) {
+        let vm = granted.vif();
+        let max_packets = granted.max_packets();
         let cap = self.sc.capacity_bps;
         let mut usage = Usage::default();
         let mut cpu_cycles: f64 = 0.0;
@@ -579,7 +574,7 @@ impl<'a> Sim<'a> {
             };
             cpu_cycles += self.cost_model.cycles(pkt.bytes, self.total_flows);
             let at_cpu = t + (cpu_cycles * 1e9 / self.sc.cpu_hz as f64) as u64;
-            let verdict = self.engine.admit(vm, pkt.bytes, at_cpu);
+            let verdict = self.sched.admit(&granted, pkt.bytes, at_cpu);
             let rtt = if pkt.flow == UDP {
                 0
             } else {
@@ -649,7 +644,7 @@ impl<'a> Sim<'a> {
             next = self.link_free_ns - TX_RING_NS;
         }
         self.switch_ns = next;
-        self.engine.charge(vm, usage, next);
+        self.sched.charge(granted, usage, next);
         self.fill_tcp(vm, t);
     }
 }
