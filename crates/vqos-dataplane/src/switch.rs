@@ -36,8 +36,11 @@ use crate::sys::{cycles, CYCLES_UNIT};
 /// What one [`Switch::poll`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Poll {
-    /// A batch was served: poll again at once.
+    /// A batch was served (a ready port read, possibly empty, which clears its flag): poll
+    /// again at once; false only when no port may be read now.
     pub did_work: bool,
+    /// Frames read by this poll.
+    pub frames_read: usize,
     /// When the switch next has something to do without new frames (a tick, a refill, a
     /// stats publication, the MAC sweep), ns.
     pub next_deadline_ns: u64,
@@ -343,8 +346,9 @@ impl Switch {
             self.counters.engine_ticks += 1;
         }
         let mut did_work = false;
+        let mut frames_read = 0;
         if self.ports.get(0).is_some_and(|s| s.ready) {
-            self.serve_uplink(now_ns);
+            frames_read += self.serve_uplink(now_ns);
             did_work = true;
         }
         if !self.sched.ready().none() {
@@ -353,7 +357,7 @@ impl Switch {
             } else {
                 match self.sched.step(now_ns) {
                     Step::Serve(granted) => {
-                        self.serve_vif(granted, now_ns);
+                        frames_read += self.serve_vif(granted, now_ns);
                         did_work = true;
                     }
                     Step::Refused { .. } => self.counters.engine_refusals += 1,
@@ -367,6 +371,7 @@ impl Switch {
         }
         Poll {
             did_work,
+            frames_read,
             next_deadline_ns: self.next_deadline(now_ns),
         }
     }
@@ -385,9 +390,10 @@ impl Switch {
         at
     }
 
-    fn serve_uplink(&mut self, now_ns: u64) {
+    /// Serves one batch of the uplink; returns the frames read.
+    fn serve_uplink(&mut self, now_ns: u64) -> usize {
         let Some(entry) = self.ports.get_mut(0) else {
-            return;
+            return 0;
         };
         let got = self.pipeline.read(entry, BATCH_FRAMES);
         self.counters.bursts += 1;
@@ -398,18 +404,20 @@ impl Switch {
             shaper: &mut self.shaper,
         };
         self.pipeline.forward(parts, 0, None, now_ns);
+        got
     }
 
-    fn serve_vif(&mut self, granted: vqos_sched::Granted, now_ns: u64) {
+    /// Serves one granted batch of a vif and charges it; returns the frames read.
+    fn serve_vif(&mut self, granted: vqos_sched::Granted, now_ns: u64) -> usize {
         let vif = granted.vif();
         let t0 = cycles();
         let Some(idx) = self.ports.vif_slot(vif) else {
             self.sched.charge(granted, Usage::default(), now_ns);
-            return;
+            return 0;
         };
         let Some(entry) = self.ports.get_mut(idx) else {
             self.sched.charge(granted, Usage::default(), now_ns);
-            return;
+            return 0;
         };
         let mut want = granted.max_packets().clamp(1, BATCH_FRAMES);
         if let Some(w) = self.emulated_work.filter(|w| w.batch_frames > 0) {
@@ -448,6 +456,7 @@ impl Switch {
             cycles: cycles().wrapping_sub(t0),
         };
         self.sched.charge(granted, usage, now_ns);
+        got
     }
 
     /// True when a stats snapshot is due (every `stats_interval_ns`, and right after a
