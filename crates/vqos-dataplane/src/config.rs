@@ -40,8 +40,40 @@ impl std::fmt::Debug for PortBackend {
     }
 }
 
-/// A port opened from a spec, with its allow-list.
-pub(crate) type OpenedPort = (Box<dyn Port>, Option<Vec<MacKey>>);
+/// A port opened from a spec, with its source-address policy.
+pub(crate) type OpenedPort = (Box<dyn Port>, MacPolicy);
+
+/// Source addresses a vif port locks to when none are configured ([`MacPolicy::Learn`]).
+pub const DEFAULT_LEARN_MACS: usize = 4;
+
+/// Which source MAC addresses a vif port may send from (port security). Whatever the policy,
+/// an address that lives on another port (configured there, locked there, or seen there within
+/// the ageing time) is refused: one tenant cannot take another's traffic by sending one frame
+/// from its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MacPolicy {
+    /// The default: the port locks to the first `max` addresses it sends from (OpenStack's
+    /// port security without a configured address); frames from any other are `spoofed`.
+    /// Locked addresses are the port's until it is removed.
+    Learn {
+        /// Most addresses locked.
+        max: usize,
+    },
+    /// Only these addresses (an operator's list: the VM's MAC). They are the port's from the
+    /// moment it is added, also before the VM has sent anything.
+    Fixed(Vec<MacKey>),
+    /// Any address not owned by another port: the explicit opt-out for routers and nested
+    /// bridges behind one port. The uplink always works this way.
+    Any,
+}
+
+impl Default for MacPolicy {
+    fn default() -> Self {
+        MacPolicy::Learn {
+            max: DEFAULT_LEARN_MACS,
+        }
+    }
+}
 
 /// A port to add.
 #[derive(Debug)]
@@ -50,8 +82,8 @@ pub struct PortSpec {
     pub name: String,
     /// Where its frames come from.
     pub backend: PortBackend,
-    /// Source MACs the port may send from; `None` = any (frames from others count `spoofed`).
-    pub allowed_macs: Option<Vec<MacKey>>,
+    /// Source MACs the port may send from (frames from others count `spoofed`).
+    pub macs: MacPolicy,
 }
 
 impl PortSpec {
@@ -60,7 +92,7 @@ impl PortSpec {
         PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapCreate,
-            allowed_macs: None,
+            macs: MacPolicy::default(),
         }
     }
 
@@ -69,7 +101,7 @@ impl PortSpec {
         PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapAttach,
-            allowed_macs: None,
+            macs: MacPolicy::default(),
         }
     }
 
@@ -78,13 +110,19 @@ impl PortSpec {
         PortSpec {
             name: port.name().to_string(),
             backend: PortBackend::Custom(port),
-            allowed_macs: None,
+            macs: MacPolicy::default(),
         }
     }
 
-    /// Restricts the source MACs the port may use.
+    /// Restricts the source MACs the port may use to `macs` ([`MacPolicy::Fixed`]).
     pub fn with_allowed_macs(mut self, macs: Vec<MacKey>) -> Self {
-        self.allowed_macs = Some(macs);
+        self.macs = MacPolicy::Fixed(macs);
+        self
+    }
+
+    /// Sets the port's source-address policy.
+    pub fn with_mac_policy(mut self, macs: MacPolicy) -> Self {
+        self.macs = macs;
         self
     }
 
@@ -103,7 +141,7 @@ impl PortSpec {
             }
             PortBackend::Custom(p) => p,
         };
-        Ok((port, self.allowed_macs))
+        Ok((port, self.macs))
     }
 }
 
@@ -133,6 +171,14 @@ pub struct SwitchConfig {
     pub stats_interval_ns: u64,
     /// Enforce each vif's maximum on the uplink→vif direction too (default true).
     pub downlink_max: bool,
+    /// Storm control: most broadcast, multicast and unknown-unicast frames a port may send per
+    /// second (burst: one second's worth), beyond which they drop as `storm`; 0 = off
+    /// (default 1000).
+    pub storm_pps: u64,
+    /// Unknown-unicast frames from a vif go to the uplink only (default), not to the other
+    /// vifs: a tenant's frames to an address the switch has not learnt (or has had to forget)
+    /// never reach another tenant. True floods them to every port, as a plain bridge does.
+    pub flood_unknown_to_vifs: bool,
     /// An engine to use instead of building `engine` (tests, experiments); it is configured
     /// with the initial policy set on start.
     pub custom_engine: Option<Box<dyn Engine>>,
@@ -210,6 +256,8 @@ impl SwitchConfig {
             mac_capacity_per_vif: 64,
             stats_interval_ns: 25_000_000,
             downlink_max: true,
+            storm_pps: 1_000,
+            flood_unknown_to_vifs: false,
             custom_engine: None,
             emulated_work: None,
         }

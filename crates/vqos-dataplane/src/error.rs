@@ -24,6 +24,14 @@ pub enum SwitchError {
     /// A port of that name exists.
     #[error("Port '{0}' already exists")]
     DuplicatePort(String),
+    /// A configured source address belongs to another port (or the MAC table is full).
+    #[error("MAC address {mac} is in use{}", owner.as_ref().map(|o| format!(" by port '{o}'")).unwrap_or_else(|| " (MAC table full)".into()))]
+    MacInUse {
+        /// The address.
+        mac: String,
+        /// The port that owns it; `None` when the table had no room.
+        owner: Option<String>,
+    },
     /// No port of that name.
     #[error("Unknown port '{0}'")]
     UnknownPort(String),

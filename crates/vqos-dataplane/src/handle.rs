@@ -167,10 +167,10 @@ impl SwitchHandle {
             policy: policy.clone(),
         });
         next.validate()?;
-        let (port, allowed) = spec.open()?;
+        let (port, macs) = spec.open()?;
         self.call(&mut control, |reply| Command::AddPort {
             port,
-            allowed,
+            macs,
             policy,
             reply,
         })

@@ -1,17 +1,22 @@
-//! The MAC learning table: source address → port slot, with ageing.
+//! The MAC learning table: source address → port slot, with ageing and ownership.
 //!
 //! ## Behavior
-//! [`MacTable::learn`] records where an address was last seen; [`MacTable::lookup`] ignores
+//! [`MacTable::learn`] records where an address was seen; [`MacTable::lookup`] ignores
 //! entries older than the ageing time; [`MacTable::expire`] sweeps them (the loop calls it about
-//! once per second). Group addresses are never learnt.
+//! once per second). Group addresses are never learnt. An address belongs to the port it was
+//! seen on until it ages out: another port sending from it gets [`Learnt::Owned`] and the
+//! entry does not move (the data plane drops such frames as `spoofed`). [`MacTable::pin`] makes
+//! a port the owner for as long as the port exists (configured addresses and addresses locked
+//! by port security); pinned entries never age or move.
 //!
 //! ## Limitations
 //! At most [`MacTable::capacity`] entries, and at most a per-port limit learnt on any one port
 //! ([`MacTable::set_port_capacity`]), so that one port sending from many addresses cannot fill
-//! the table for everyone (frames to unlearnt addresses are flooded to every port, a leak
-//! across tenants). Beyond either limit a new address is not learnt ([`MacTable::learn`]
-//! returns false) until old ones age out. The table is reserved up front; learning allocates
-//! only the first time it sees a port slot.
+//! the table for everyone. Beyond either limit a new address is not learnt
+//! ([`Learnt::Full`]) until old ones age out. A station that really moves between ports
+//! (a VM migrated in) is reachable on its new port only once its old entry aged out, unless
+//! the new port is configured with its address. The table is reserved up front; learning
+//! allocates only the first time it sees a port slot.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -45,6 +50,22 @@ struct Entry {
     slot: u16,
     /// When, ns.
     seen_ns: u64,
+    /// Owned by its port for as long as the port exists (configured, or locked by port
+    /// security): never ages, never moves.
+    pinned: bool,
+}
+
+/// What [`MacTable::learn`] did with a source address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learnt {
+    /// Recorded (or refreshed) on the port.
+    Yes,
+    /// Not recorded: the table or the port's share of it is full (frames to it are handled
+    /// as unknown).
+    Full,
+    /// The address belongs to another port (pinned there, or seen there within the ageing
+    /// time): a frame claiming it is spoofed, and the entry stays where it is.
+    Owned(u16),
 }
 
 /// Address → port slot.
@@ -134,44 +155,96 @@ impl MacTable {
         self.map.is_empty()
     }
 
-    /// Records that `mac` was seen on `slot` at `now_ns`. Returns false when the address could
-    /// not be learnt there (table or port full); an address moving to a full port is forgotten
-    /// (its frames are flooded, as for any unknown address).
+    /// True when `e` still holds its address at `now_ns`.
     #[inline]
-    pub fn learn(&mut self, mac: MacKey, slot: u16, now_ns: u64) -> bool {
+    fn live(&self, e: &Entry, now_ns: u64) -> bool {
+        e.pinned || now_ns.saturating_sub(e.seen_ns) < self.age_ns
+    }
+
+    /// Records that `mac` was seen on `slot` at `now_ns`. An address never moves away from a
+    /// port that owns it ([`Learnt::Owned`]: pinned there, or seen there within the ageing
+    /// time), so one port cannot take another's traffic by sending one frame with its source
+    /// address; an aged entry moves freely. Group addresses are never learnt.
+    #[inline]
+    pub fn learn(&mut self, mac: MacKey, slot: u16, now_ns: u64) -> Learnt {
         if is_group(mac) {
-            return true;
+            return Learnt::Yes;
         }
-        match self.map.get(&mac).map(|e| e.slot) {
-            Some(old) if old == slot => {}
-            Some(old) => {
-                Self::release(&mut self.per_slot, old);
-                if !self.take(slot) {
-                    self.map.remove(&mac);
-                    return false;
+        match self.map.get(&mac).copied() {
+            Some(e) if e.slot == slot => {
+                if !e.pinned {
+                    self.map.insert(
+                        mac,
+                        Entry {
+                            seen_ns: now_ns,
+                            ..e
+                        },
+                    );
                 }
+                Learnt::Yes
             }
-            None => {
-                if self.map.len() >= self.capacity || !self.take(slot) {
-                    return false;
-                }
+            Some(e) if self.live(&e, now_ns) => Learnt::Owned(e.slot),
+            Some(e) => {
+                // Aged out: the station moved.
+                Self::release(&mut self.per_slot, e.slot);
+                self.map.remove(&mac);
+                self.insert(mac, slot, now_ns, false)
             }
+            None => self.insert(mac, slot, now_ns, false),
+        }
+    }
+
+    /// Makes `slot` the owner of `mac` for as long as the port exists (configured addresses,
+    /// addresses locked by port security). With `force` it takes the address from a port
+    /// that only learnt it (an operator's configuration wins over learning); it never takes
+    /// one pinned elsewhere.
+    pub fn pin(&mut self, mac: MacKey, slot: u16, force: bool, now_ns: u64) -> Learnt {
+        if is_group(mac) {
+            return Learnt::Owned(u16::MAX);
+        }
+        match self.map.get(&mac).copied() {
+            Some(e) if e.slot == slot => {
+                self.map.insert(
+                    mac,
+                    Entry {
+                        pinned: true,
+                        seen_ns: now_ns,
+                        ..e
+                    },
+                );
+                Learnt::Yes
+            }
+            Some(e) if e.pinned || (!force && self.live(&e, now_ns)) => Learnt::Owned(e.slot),
+            Some(e) => {
+                Self::release(&mut self.per_slot, e.slot);
+                self.map.remove(&mac);
+                self.insert(mac, slot, now_ns, true)
+            }
+            None => self.insert(mac, slot, now_ns, true),
+        }
+    }
+
+    /// A new entry, if the table and the port's share allow.
+    fn insert(&mut self, mac: MacKey, slot: u16, now_ns: u64, pinned: bool) -> Learnt {
+        if self.map.len() >= self.capacity || !self.take(slot) {
+            return Learnt::Full;
         }
         self.map.insert(
             mac,
             Entry {
                 slot,
                 seen_ns: now_ns,
+                pinned,
             },
         );
-        true
+        Learnt::Yes
     }
 
-    /// Where `mac` lives, if learnt and not aged out.
+    /// Where `mac` lives, if learnt and not aged out (pinned entries never age).
     #[inline]
     pub fn lookup(&self, mac: MacKey, now_ns: u64) -> Option<u16> {
         let e = self.map.get(&mac)?;
-        (now_ns.saturating_sub(e.seen_ns) < self.age_ns).then_some(e.slot)
+        self.live(e, now_ns).then_some(e.slot)
     }
 
     /// Forgets every address on `slot` (the port is gone).
@@ -187,7 +260,7 @@ impl MacTable {
         let age = self.age_ns;
         let per_slot = &mut self.per_slot;
         self.map.retain(|_, e| {
-            let keep = now_ns.saturating_sub(e.seen_ns) < age;
+            let keep = e.pinned || now_ns.saturating_sub(e.seen_ns) < age;
             if !keep {
                 Self::release(per_slot, e.slot);
             }
@@ -200,27 +273,55 @@ impl MacTable {
 mod tests {
     use super::*;
 
+    const M1: MacKey = 0x02_00_00_00_00_01;
+
     #[test]
-    fn learns_moves_ages_and_purges() {
+    fn learns_ages_moves_only_when_aged_and_purges() {
         let mut t = MacTable::new(2, 2, 1_000);
-        t.learn(0x02_00_00_00_00_01, 1, 0);
-        assert_eq!(t.lookup(0x02_00_00_00_00_01, 10), Some(1));
-        t.learn(0x02_00_00_00_00_01, 2, 20);
-        assert_eq!(t.lookup(0x02_00_00_00_00_01, 30), Some(2), "station moved");
-        assert_eq!(t.lookup(0x02_00_00_00_00_01, 1_020), None, "aged out");
+        assert_eq!(t.learn(M1, 1, 0), Learnt::Yes);
+        assert_eq!(t.lookup(M1, 10), Some(1));
+        // Another port claiming a live address is refused; the entry stays.
+        assert_eq!(t.learn(M1, 2, 20), Learnt::Owned(1));
+        assert_eq!(t.lookup(M1, 30), Some(1));
+        assert_eq!(t.lookup(M1, 1_000), None, "aged out");
+        // Once aged, the station may move.
+        assert_eq!(t.learn(M1, 2, 1_020), Learnt::Yes);
+        assert_eq!(t.lookup(M1, 1_030), Some(2), "station moved");
+        assert_eq!((t.port_len(1), t.port_len(2)), (0, 1));
         t.learn(0xff_ff_ff_ff_ff_ff, 1, 0);
         assert!(
             t.lookup(0xff_ff_ff_ff_ff_ff, 0).is_none(),
             "group never learnt"
         );
-        t.learn(0x02_00_00_00_00_02, 3, 500);
-        t.learn(0x02_00_00_00_00_03, 3, 500);
+        t.learn(0x02_00_00_00_00_02, 3, 1_500);
+        assert_eq!(t.learn(0x02_00_00_00_00_03, 3, 1_500), Learnt::Full);
         assert_eq!(t.len(), 2, "capacity bound");
-        assert_eq!(t.lookup(0x02_00_00_00_00_03, 500), None);
-        t.expire(1_100);
+        assert_eq!(t.lookup(0x02_00_00_00_00_03, 1_500), None);
+        t.expire(2_100);
         assert_eq!(t.len(), 1);
         t.purge_slot(3);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn pinned_addresses_never_age_or_move_and_configuration_wins_over_learning() {
+        let mut t = MacTable::new(8, 4, 1_000);
+        assert_eq!(t.learn(M1, 0, 0), Learnt::Yes);
+        // A lock (no force) cannot take a live learnt address; a configuration can.
+        assert_eq!(t.pin(M1, 1, false, 10), Learnt::Owned(0));
+        assert_eq!(t.pin(M1, 1, true, 10), Learnt::Yes);
+        assert_eq!((t.port_len(0), t.port_len(1)), (0, 1));
+        // Pinned: no one takes it, configured or not, and it never ages.
+        assert_eq!(t.pin(M1, 2, true, 20), Learnt::Owned(1));
+        assert_eq!(t.learn(M1, 0, 20), Learnt::Owned(1));
+        t.expire(1_000_000);
+        assert_eq!(t.lookup(M1, 1_000_000), Some(1));
+        assert_eq!(
+            t.pin(0xff_ff_ff_ff_ff_ff, 1, true, 0),
+            Learnt::Owned(u16::MAX)
+        );
+        t.purge_slot(1);
+        assert_eq!(t.pin(M1, 2, false, 1_000_001), Learnt::Yes);
     }
 
     #[test]
@@ -229,22 +330,20 @@ mod tests {
         t.set_port_capacity(0, 5);
         for m in 1..=10u64 {
             let learnt = t.learn(0x02_00_00_00_01_00 + m, 1, 0);
-            assert_eq!(learnt, m <= 3, "address {m}");
+            let want = if m <= 3 { Learnt::Yes } else { Learnt::Full };
+            assert_eq!(learnt, want, "address {m}");
         }
         assert_eq!(t.port_len(1), 3);
         // Another port still learns, up to its own limit.
-        assert!(t.learn(0x02_00_00_00_02_01, 2, 0));
+        assert_eq!(t.learn(0x02_00_00_00_02_01, 2, 0), Learnt::Yes);
         for m in 1..=6u64 {
-            assert_eq!(t.learn(0x02_00_00_00_03_00 + m, 0, 0), m <= 4, "uplink {m}");
+            let want = if m <= 4 { Learnt::Yes } else { Learnt::Full };
+            assert_eq!(t.learn(0x02_00_00_00_03_00 + m, 0, 0), want, "uplink {m}");
         }
         assert_eq!(t.port_len(0), 4, "table full (8) before the uplink's 5");
         assert_eq!(t.len(), 8);
         // Refreshing a known address is not refused.
-        assert!(t.learn(0x02_00_00_00_01_01, 1, 10));
-        // Moving to a full port: forgotten (flooded), not kept on the old port.
-        assert!(!t.learn(0x02_00_00_00_02_01, 1, 10));
-        assert_eq!(t.lookup(0x02_00_00_00_02_01, 10), None);
-        assert_eq!((t.port_len(1), t.port_len(2)), (3, 0));
+        assert_eq!(t.learn(0x02_00_00_00_01_01, 1, 10), Learnt::Yes);
         // Ageing and purging give the room back.
         t.expire(1_005);
         assert_eq!(t.port_len(1), 1, "only the refreshed address is left");
@@ -253,7 +352,7 @@ mod tests {
         assert_eq!(t.port_len(1), 0);
         assert!(t.is_empty());
         for m in 1..=3u64 {
-            assert!(t.learn(0x02_00_00_00_01_00 + m, 1, 2_000));
+            assert_eq!(t.learn(0x02_00_00_00_01_00 + m, 1, 2_000), Learnt::Yes);
         }
     }
 }

@@ -66,13 +66,15 @@ pub mod switch;
 pub mod sys;
 pub mod tap;
 
-pub use config::{EmulatedWork, PortBackend, PortSpec, Readiness, SwitchConfig};
+pub use config::{
+    EmulatedWork, MacPolicy, PortBackend, PortSpec, Readiness, SwitchConfig, DEFAULT_LEARN_MACS,
+};
 pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
 pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
-pub use stats::{DropCounters, LoopStats, PortRole, PortStats, SwitchStats};
+pub use stats::{DropCounters, DropReason, LoopStats, PortRole, PortStats, SwitchStats};
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapPort};

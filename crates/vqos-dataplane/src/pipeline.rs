@@ -1,11 +1,17 @@
 //! The forwarding pipeline of one batch, in the order a frame meets it:
 //! [`Pipeline::read`] (port → [`Batch`]) → [`Pipeline::forward`]: per frame
-//! [`validate`](Pipeline::validate) → [`anti_spoof`](Pipeline::anti_spoof) →
-//! [`admit`](Pipeline::admit) (the engine's verdict, vif batches only) →
-//! [`learn_and_lookup`](Pipeline::learn_and_lookup) → per-output queues
-//! ([`unicast`](Pipeline::unicast) with the downlink maximum and ECN, or
-//! [`flood`](Pipeline::flood)) → [`flush`](Pipeline::flush) (one `send_batch` per output port,
-//! the uplink's bytes charged to its shaper). The caller charges the engine.
+//! [`validate`](Pipeline::validate) → [`anti_spoof`](Pipeline::anti_spoof) (port security
+//! and address ownership, which also learns the source) → [`admit`](Pipeline::admit) (the
+//! engine's verdict, vif batches only) → [`lookup`](Pipeline::lookup) → per-output queues
+//! ([`unicast`](Pipeline::unicast), or for group and unknown destinations
+//! [`storm`](Pipeline::storm) control then [`flood`](Pipeline::flood)) →
+//! [`flush`](Pipeline::flush) (one `send_batch` per output port, the uplink's bytes charged to
+//! its shaper). The caller charges the engine.
+//!
+//! Every frame going from the uplink to a vif, unicast or a flooded copy, passes that vif's
+//! downlink maximum; unicast ones may be CE-marked (a flooded frame is one buffer shared by
+//! all its copies, so its copies are not marked). Unknown unicast from a vif goes to the
+//! uplink only unless the switch is configured to flood it to the vifs too.
 //!
 //! The pipeline owns only its buffers; it borrows the port table, the MAC table, the
 //! scheduler and the uplink shaper for one batch, so each stage touches exactly the parts it
@@ -14,10 +20,11 @@
 use vqos_sched::{Granted, Scheduler, Verdict};
 
 use crate::frame::{self, is_group, mac_key, FrameError, MacKey, VNET_HDR_LEN};
-use crate::l2::MacTable;
+use crate::l2::{Learnt, MacTable};
 use crate::port::{Batch, BATCH_FRAMES};
-use crate::ports::{PortEntry, PortTable};
+use crate::ports::{PortEntry, PortTable, Security};
 use crate::shaper::UplinkShaper;
+use crate::stats::DropReason;
 
 /// The engine's side of a vif batch: who admits its frames.
 pub(crate) struct Admission<'a> {
@@ -35,6 +42,8 @@ pub(crate) struct Parts<'a> {
     pub macs: &'a mut MacTable,
     /// The uplink capacity.
     pub shaper: &'a mut UplinkShaper,
+    /// Unknown unicast from a vif is flooded to the other vifs too (not only the uplink).
+    pub flood_unknown_to_vifs: bool,
 }
 
 /// Buffers of the batch in flight.
@@ -97,6 +106,7 @@ impl Pipeline {
             ports,
             macs,
             shaper,
+            flood_unknown_to_vifs,
         } = parts;
         if self.out.len() < ports.slot_count() {
             self.out
@@ -114,7 +124,7 @@ impl Pipeline {
             let f = self.batch.frame(i);
             let dst_mac = mac_key(&f[VNET_HDR_LEN..]);
             let src_mac = mac_key(&f[VNET_HDR_LEN + 6..]);
-            if !Self::anti_spoof(s, src_mac) {
+            if !Self::anti_spoof(s, macs, src, src_mac, now) {
                 continue;
             }
             if let Some(a) = admission.as_mut() {
@@ -122,20 +132,26 @@ impl Pipeline {
                     continue;
                 }
             }
-            let Some(dest) = Self::learn_and_lookup(s, macs, src, src_mac, dst_mac, now) else {
-                self.flood(ports, src, i);
-                packets += 1;
-                bytes += wire;
-                continue;
-            };
-            if dest == src {
-                s.c.drops.hairpin += 1;
-                continue;
+            match Self::lookup(macs, dst_mac, now) {
+                Some(d) if d == src => {
+                    s.c.drops[DropReason::Hairpin] += 1;
+                    continue;
+                }
+                Some(d) => {
+                    if !self.unicast(ports, i, d, src, wire, now) {
+                        continue;
+                    }
+                }
+                None => {
+                    if !Self::storm(s, now) {
+                        continue;
+                    }
+                    let to_vifs = src == 0 || is_group(dst_mac) || flood_unknown_to_vifs;
+                    self.flood(ports, src, i, wire, to_vifs, now);
+                }
             }
-            if self.unicast(ports, i, dest, src, wire, now) {
-                packets += 1;
-                bytes += wire;
-            }
+            packets += 1;
+            bytes += wire;
         }
         self.flush(ports, shaper, now);
         (packets, bytes)
@@ -150,40 +166,59 @@ impl Pipeline {
         let checked = frame::validate(f).map(|h| frame::wire_bytes(f, &h));
         // Valid frames count (and are charged) as the bytes they put on the wire.
         s.c.rx_bytes += *checked.as_ref().unwrap_or(&eth_len);
-        match checked {
+        let reason = match checked {
             Ok(wire) => {
                 self.wire_bytes[i] = wire;
                 // Smooth the frame size (1/8 weight), used only to size capacity-limited reads.
                 s.avg_frame_bytes = (s.avg_frame_bytes * 7 + wire) / 8;
-                Some(wire)
+                return Some(wire);
             }
-            Err(FrameError::Truncated) => {
-                s.c.drops.truncated += 1;
-                None
-            }
-            Err(FrameError::Oversized) => {
-                s.c.drops.oversized += 1;
-                None
-            }
-            Err(FrameError::BadVnetHdr(_)) => {
-                s.c.drops.bad_vnet_hdr += 1;
-                None
-            }
-        }
+            Err(FrameError::Truncated) => DropReason::Truncated,
+            Err(FrameError::Oversized) => DropReason::Oversized,
+            Err(FrameError::BadVnetHdr(_)) => DropReason::BadVnetHdr,
+        };
+        s.c.drops[reason] += 1;
+        None
     }
 
-    /// A group source address, or one outside the port's allow-list, is `spoofed`.
-    #[inline]
-    fn anti_spoof(s: &mut PortEntry, src_mac: MacKey) -> bool {
-        let allowed = s
-            .allowed
-            .as_ref()
-            .map_or(true, |a| a.binary_search(&src_mac).is_ok());
-        if !allowed || is_group(src_mac) {
-            s.c.drops.spoofed += 1;
-            return false;
+    /// May port `src` send from `src_mac`? Not from a group address, not from one outside its
+    /// configured list or beyond its learning lock (a new address within the lock is pinned to
+    /// it), and never from one that lives on another port. Learns the address; counts
+    /// `spoofed` when refused.
+    fn anti_spoof(
+        s: &mut PortEntry,
+        macs: &mut MacTable,
+        src: usize,
+        src_mac: MacKey,
+        now: u64,
+    ) -> bool {
+        let slot = src as u16;
+        let allowed = !is_group(src_mac)
+            && match &mut s.security {
+                Security::Any => true,
+                Security::Fixed(list) => list.binary_search(&src_mac).is_ok(),
+                Security::Learn { max, locked } => {
+                    locked.contains(&src_mac)
+                        || (locked.len() < *max
+                            && macs.pin(src_mac, slot, false, now) == Learnt::Yes
+                            && {
+                                locked.push(src_mac);
+                                true
+                            })
+                }
+            };
+        if allowed {
+            match macs.learn(src_mac, slot, now) {
+                Learnt::Yes => return true,
+                Learnt::Full => {
+                    s.c.mac_learn_refused += 1;
+                    return true;
+                }
+                Learnt::Owned(_) => {}
+            }
         }
-        true
+        s.c.drops[DropReason::Spoofed] += 1;
+        false
     }
 
     /// The engine's verdict on frame `i` of a vif batch: dropped (`policed`), forwarded, or
@@ -200,7 +235,7 @@ impl Pipeline {
         match a.sched.admit(a.granted, wire as u32, now) {
             Verdict::Forward => true,
             Verdict::Drop => {
-                s.c.drops.policed += 1;
+                s.c.drops[DropReason::Policed] += 1;
                 false
             }
             Verdict::MarkCe => {
@@ -215,24 +250,30 @@ impl Pipeline {
         }
     }
 
-    /// Learns where `src_mac` is and returns the slot `dst_mac` was learnt on; `None` for a
-    /// group or unknown destination (flooded).
+    /// The slot `dst_mac` lives on; `None` for a group or unknown destination.
     #[inline]
-    fn learn_and_lookup(
-        s: &mut PortEntry,
-        macs: &mut MacTable,
-        src: usize,
-        src_mac: MacKey,
-        dst_mac: MacKey,
-        now: u64,
-    ) -> Option<usize> {
-        if !macs.learn(src_mac, src as u16, now) {
-            s.c.mac_learn_refused += 1;
-        }
+    fn lookup(macs: &MacTable, dst_mac: MacKey, now: u64) -> Option<usize> {
         if is_group(dst_mac) {
             return None;
         }
         macs.lookup(dst_mac, now).map(usize::from)
+    }
+
+    /// Storm control on the source port: a frame to be flooded takes one token; none left →
+    /// `storm`.
+    #[inline]
+    fn storm(s: &mut PortEntry, now: u64) -> bool {
+        let Some(b) = &mut s.storm else {
+            return true;
+        };
+        b.refill(now);
+        if b.positive() {
+            b.consume(1);
+            true
+        } else {
+            s.c.drops[DropReason::Storm] += 1;
+            false
+        }
     }
 
     #[inline]
@@ -243,13 +284,44 @@ impl Pipeline {
         self.out[d].push(i as u8);
     }
 
-    /// Queues frame `i` for every port but its source.
-    fn flood(&mut self, ports: &PortTable, src: usize, i: usize) {
+    /// Queues frame `i` for every port but its source (only the uplink unless `to_vifs`);
+    /// copies from the uplink pass each receiving vif's downlink maximum.
+    fn flood(
+        &mut self,
+        ports: &mut PortTable,
+        src: usize,
+        i: usize,
+        wire: u64,
+        to_vifs: bool,
+        now: u64,
+    ) {
         for d in 0..ports.slot_count() {
-            if d != src && ports.get(d).is_some() {
-                self.push_out(d, i);
+            if d == src || (d != 0 && !to_vifs) {
+                continue;
             }
+            let Some(slot) = ports.get_mut(d) else {
+                continue;
+            };
+            if src == 0 && !Self::downlink_allows(slot, wire, now) {
+                continue;
+            }
+            self.push_out(d, i);
         }
+    }
+
+    /// The receiving vif's maximum on the uplink→vif direction: false (counted
+    /// `rate_limited`) when its bucket is empty.
+    #[inline]
+    fn downlink_allows(slot: &mut PortEntry, wire: u64, now: u64) -> bool {
+        if let Some(b) = &mut slot.down_bucket {
+            b.refill(now);
+            if !b.positive() {
+                slot.c.drops[DropReason::RateLimited] += 1;
+                return false;
+            }
+            b.consume(wire);
+        }
+        true
     }
 
     /// Queues frame `i` for slot `d`, applying the downlink maximum and ECN marking on
@@ -267,13 +339,8 @@ impl Pipeline {
             return false;
         };
         if src == 0 {
-            if let Some(b) = &mut slot.down_bucket {
-                b.refill(now);
-                if !b.positive() {
-                    slot.c.drops.rate_limited += 1;
-                    return false;
-                }
-                b.consume(wire);
+            if !Self::downlink_allows(slot, wire, now) {
+                return false;
             }
             let mark = slot.ecn_threshold;
             if mark > 0 && (self.next_random() >> 32) < mark {
@@ -302,7 +369,7 @@ impl Pipeline {
                     .sum();
                 slot.c.tx_frames += sent as u64;
                 slot.c.tx_bytes += sent_bytes;
-                slot.c.drops.tx_error += (idx.len() - sent) as u64;
+                slot.c.drops[DropReason::TxError] += (idx.len() - sent) as u64;
                 if d == 0 {
                     shaper.charge(sent_bytes, now);
                 }

@@ -9,6 +9,7 @@ use std::os::fd::RawFd;
 
 use vqos_sched::{PolicySet, TokenBucket, VifId, VifPolicy};
 
+use crate::config::MacPolicy;
 use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::port::Port;
@@ -40,6 +41,40 @@ pub(crate) struct PortCounters {
     pub ecn_not_ect: u64,
 }
 
+/// A port's source-address rule as the loop applies it ([`MacPolicy`], with its state).
+#[derive(Debug)]
+pub(crate) enum Security {
+    /// Any address not owned by another port.
+    Any,
+    /// Only these (sorted, pinned to the port when it was added).
+    Fixed(Vec<MacKey>),
+    /// Lock to the first `max` addresses seen (pinned as they are locked).
+    Learn {
+        /// Most addresses locked.
+        max: usize,
+        /// Locked so far.
+        locked: Vec<MacKey>,
+    },
+}
+
+impl Security {
+    fn new(policy: MacPolicy) -> Self {
+        match policy {
+            MacPolicy::Any => Security::Any,
+            MacPolicy::Fixed(mut macs) => {
+                // Sorted once, searched per frame.
+                macs.sort_unstable();
+                macs.dedup();
+                Security::Fixed(macs)
+            }
+            MacPolicy::Learn { max } => Security::Learn {
+                max,
+                locked: Vec::with_capacity(max.min(64)),
+            },
+        }
+    }
+}
+
 /// One port as the loop holds it.
 pub(crate) struct PortEntry {
     /// The port.
@@ -59,8 +94,11 @@ pub(crate) struct PortEntry {
     pub rx_failed: bool,
     /// Readiness descriptor (registered with epoll by the thread wrapper).
     pub fd: Option<RawFd>,
-    /// Allowed source MACs, sorted (binary search per frame).
-    pub allowed: Option<Vec<MacKey>>,
+    /// Which source addresses it may send from.
+    pub security: Security,
+    /// Storm control: broadcast, multicast and unknown-unicast frames it may still send
+    /// (tokens are frames).
+    pub storm: Option<TokenBucket>,
     /// Counters.
     pub c: PortCounters,
     /// The vif's maximum enforced on uplink→vif frames.
@@ -77,7 +115,12 @@ pub(crate) struct PortEntry {
 }
 
 impl PortEntry {
-    fn new(port: Box<dyn Port>, allowed: Option<Vec<MacKey>>, role: PortRole) -> Self {
+    fn new(
+        port: Box<dyn Port>,
+        macs: MacPolicy,
+        role: PortRole,
+        storm: Option<TokenBucket>,
+    ) -> Self {
         PortEntry {
             name: port.name().to_string(),
             fd: port.readiness_fd(),
@@ -88,12 +131,11 @@ impl PortEntry {
             // A new port may already hold frames: the edge may have passed before we watched.
             ready: true,
             rx_failed: false,
-            // Sorted once, searched per frame.
-            allowed: allowed.map(|mut a| {
-                a.sort_unstable();
-                a.dedup();
-                a
+            security: Security::new(match role {
+                PortRole::Uplink => MacPolicy::Any,
+                PortRole::Vif => macs,
             }),
+            storm,
             c: PortCounters::default(),
             down_bucket: None,
             ecn_threshold: 0,
@@ -118,12 +160,13 @@ pub(crate) struct PortTable {
 
 impl PortTable {
     /// Puts `port` in a slot (0 for the uplink, else the lowest free one) and returns it; the
-    /// port is handed back if its name is taken.
+    /// port is handed back if its name is taken. The uplink accepts any source address.
     pub fn insert(
         &mut self,
         port: Box<dyn Port>,
-        allowed: Option<Vec<MacKey>>,
+        macs: MacPolicy,
         role: PortRole,
+        storm: Option<TokenBucket>,
     ) -> Result<usize, (SwitchError, Box<dyn Port>)> {
         if self.by_name.contains_key(port.name()) {
             return Err((SwitchError::DuplicatePort(port.name().to_string()), port));
@@ -140,7 +183,7 @@ impl PortTable {
         if idx >= self.slots.len() {
             self.slots.resize_with(idx + 1, || None);
         }
-        let entry = PortEntry::new(port, allowed, role);
+        let entry = PortEntry::new(port, macs, role, storm);
         self.by_name.insert(entry.name.clone(), idx);
         self.slots[idx] = Some(entry);
         Ok(idx)

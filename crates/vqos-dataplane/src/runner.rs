@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use vqos_sched::{PolicySet, VifPolicy};
 
+use crate::config::MacPolicy;
 use crate::error::SwitchError;
-use crate::frame::MacKey;
 use crate::port::Port;
 use crate::stats::SwitchStats;
 use crate::switch::Switch;
@@ -52,7 +52,7 @@ pub(crate) enum Command {
     /// Add an opened vif port.
     AddPort {
         port: Box<dyn Port>,
-        allowed: Option<Vec<MacKey>>,
+        macs: MacPolicy,
         policy: VifPolicy,
         reply: SyncSender<Answer>,
     },
@@ -169,12 +169,12 @@ impl Runner {
                 }
                 Command::AddPort {
                     port,
-                    allowed,
+                    macs,
                     policy,
                     reply,
                 } => {
                     let name = port.name().to_string();
-                    match self.sw.add_opened(port, allowed, policy, now) {
+                    match self.sw.add_opened(port, macs, policy, now) {
                         Ok(slot) => match self.watch(slot) {
                             Ok(()) => (reply, Ok(()), None),
                             Err(e) => {

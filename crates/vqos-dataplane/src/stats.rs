@@ -5,39 +5,104 @@ use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
 
 use crate::port::PortIoCounters;
 
-/// Frames dropped, by reason. Ingress reasons are counted on the port the frame came from,
-/// egress reasons (`rate_limited`, `tx_error`) on the port it was going to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct DropCounters {
+/// Why a frame was dropped. Ingress reasons are counted on the port the frame came from,
+/// egress reasons (`rate_limited`, `tx_error`) on the port it was going to. This enum is the
+/// one list of reasons: the daemon's API, its metrics and the CLI take their names from
+/// [`DropReason::ALL`], so a new reason is one variant here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
     /// Shorter than the virtio-net header plus an Ethernet header.
-    pub truncated: u64,
+    Truncated,
     /// Longer than 64 KiB plus headers.
-    pub oversized: u64,
+    Oversized,
     /// Inconsistent virtio-net header (GSO type, flags, offsets).
-    pub bad_vnet_hdr: u64,
-    /// Source MAC not in the port's allow-list, or a group address as source.
-    pub spoofed: u64,
+    BadVnetHdr,
+    /// A source MAC the port may not use: a group address, one outside its configured list
+    /// or beyond its learning lock, or one that lives on another port.
+    Spoofed,
     /// The engine's `admit` said drop (policers).
-    pub policed: u64,
+    Policed,
     /// Over the destination vif's maximum on the uplink→vif direction.
-    pub rate_limited: u64,
+    RateLimited,
     /// The destination port refused the frame (ring full, link down).
-    pub tx_error: u64,
+    TxError,
     /// The destination was learnt on the port the frame came from.
-    pub hairpin: u64,
+    Hairpin,
+    /// Broadcast, multicast or unknown-unicast frames beyond the port's storm-control rate.
+    Storm,
 }
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::Truncated,
+        DropReason::Oversized,
+        DropReason::BadVnetHdr,
+        DropReason::Spoofed,
+        DropReason::Policed,
+        DropReason::RateLimited,
+        DropReason::TxError,
+        DropReason::Hairpin,
+        DropReason::Storm,
+    ];
+
+    /// The name used in the API, the metrics' `reason` label and the CLI.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::Oversized => "oversized",
+            DropReason::BadVnetHdr => "bad_vnet_hdr",
+            DropReason::Spoofed => "spoofed",
+            DropReason::Policed => "policed",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::TxError => "tx_error",
+            DropReason::Hairpin => "hairpin",
+            DropReason::Storm => "storm",
+        }
+    }
+}
+
+/// Frames dropped, one counter per [`DropReason`]; serialised as a map from reason name to
+/// count, every reason present.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounters([u64; DropReason::ALL.len()]);
 
 impl DropCounters {
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.truncated
-            + self.oversized
-            + self.bad_vnet_hdr
-            + self.spoofed
-            + self.policed
-            + self.rate_limited
-            + self.tx_error
-            + self.hairpin
+        self.0.iter().sum()
+    }
+
+    /// Every reason with its count, in [`DropReason::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().map(|&r| (r, self[r]))
+    }
+}
+
+impl std::ops::Index<DropReason> for DropCounters {
+    type Output = u64;
+    #[inline]
+    fn index(&self, r: DropReason) -> &u64 {
+        &self.0[r as usize]
+    }
+}
+
+impl std::ops::IndexMut<DropReason> for DropCounters {
+    #[inline]
+    fn index_mut(&mut self, r: DropReason) -> &mut u64 {
+        &mut self.0[r as usize]
+    }
+}
+
+impl Serialize for DropCounters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(DropReason::ALL.len()))?;
+        for (r, n) in self.iter() {
+            m.serialize_entry(r.name(), &n)?;
+        }
+        m.end()
     }
 }
 

@@ -20,11 +20,14 @@
 
 use std::sync::Arc;
 
-use vqos_sched::{Engine, EngineKind, PolicySet, Scheduler, Step, Usage, VifPolicy, VifSpec};
+use vqos_sched::{
+    Engine, EngineKind, PolicySet, Scheduler, Step, TokenBucket, Usage, VifPolicy, VifSpec,
+};
 
-use crate::config::{EmulatedWork, PortSpec, SwitchConfig};
+use crate::config::{EmulatedWork, MacPolicy, PortSpec, SwitchConfig};
 use crate::error::SwitchError;
-use crate::frame::MacKey;
+use crate::frame::format_mac;
+use crate::l2::Learnt;
 use crate::l2::MacTable;
 use crate::pipeline::{Admission, Parts, Pipeline};
 use crate::port::{Port, BATCH_FRAMES};
@@ -70,6 +73,10 @@ pub struct Switch {
     downlink_max: bool,
     /// Extra work per vif frame (experiments).
     emulated_work: Option<EmulatedWork>,
+    /// Storm control per port, frames per second (0 = off).
+    storm_pps: u64,
+    /// Unknown unicast from a vif is flooded to the other vifs too.
+    flood_unknown_to_vifs: bool,
     /// Loop counters.
     pub(crate) counters: LoopStats,
     /// When stats are next due, ns.
@@ -120,6 +127,8 @@ impl Switch {
             stats_interval_ns: config.stats_interval_ns.max(1_000_000),
             downlink_max: config.downlink_max,
             emulated_work: config.emulated_work,
+            storm_pps: config.storm_pps,
+            flood_unknown_to_vifs: config.flood_unknown_to_vifs,
             counters: LoopStats {
                 cycles_unit: CYCLES_UNIT,
                 ..Default::default()
@@ -127,8 +136,9 @@ impl Switch {
             next_stats_ns: now_ns,
             next_age_ns: now_ns.saturating_add(1_000_000_000),
         };
+        let storm = sw.storm_bucket(now_ns);
         sw.ports
-            .insert(uplink, None, PortRole::Uplink)
+            .insert(uplink, MacPolicy::Any, PortRole::Uplink, storm)
             .map_err(|(e, _)| e)?;
         sw.apply_policies(Arc::new(policies), now_ns)?;
         Ok(sw)
@@ -161,17 +171,24 @@ impl Switch {
         policy: VifPolicy,
         now_ns: u64,
     ) -> Result<usize, SwitchError> {
-        let (port, allowed) = spec.open()?;
-        self.add_opened(port, allowed, policy, now_ns)
+        let (port, macs) = spec.open()?;
+        self.add_opened(port, macs, policy, now_ns)
             .map_err(|(e, _)| e)
     }
 
+    /// A full storm-control bucket (frames), if storm control is on.
+    fn storm_bucket(&self, now_ns: u64) -> Option<TokenBucket> {
+        (self.storm_pps > 0).then(|| TokenBucket::new(self.storm_pps, self.storm_pps, 0, now_ns))
+    }
+
     /// Adds an opened port as a vif with `policy`, validated with every other vif; returns its
-    /// slot. On refusal nothing changed and the port is handed back.
+    /// slot. Its configured addresses ([`MacPolicy::Fixed`]) become its own at once (taken
+    /// from a port that only learnt them; refused if another port owns one). On refusal
+    /// nothing changed and the port is handed back.
     pub fn add_opened(
         &mut self,
         port: Box<dyn Port>,
-        allowed: Option<Vec<MacKey>>,
+        macs: MacPolicy,
         policy: VifPolicy,
         now_ns: u64,
     ) -> Result<usize, (SwitchError, Option<Box<dyn Port>>)> {
@@ -189,10 +206,27 @@ impl Switch {
         if let Err(e) = next.validate() {
             return Err((e.into(), Some(port)));
         }
+        let storm = self.storm_bucket(now_ns);
         let idx = self
             .ports
-            .insert(port, allowed, PortRole::Vif)
+            .insert(port, macs.clone(), PortRole::Vif, storm)
             .map_err(|(e, p)| (e, Some(p)))?;
+        if let MacPolicy::Fixed(list) = &macs {
+            for &mac in list {
+                let owner = match self.macs.pin(mac, idx as u16, true, now_ns) {
+                    Learnt::Yes => continue,
+                    Learnt::Owned(slot) => {
+                        self.ports.get(usize::from(slot)).map(|p| p.name.clone())
+                    }
+                    Learnt::Full => None,
+                };
+                let err = SwitchError::MacInUse {
+                    mac: format_mac(mac),
+                    owner,
+                };
+                return Err((err, self.release(idx)));
+            }
+        }
         match self.apply_policies(Arc::new(next), now_ns) {
             Ok(()) => Ok(idx),
             Err(e) => Err((e, self.release(idx))),
@@ -402,6 +436,7 @@ impl Switch {
             ports: &mut self.ports,
             macs: &mut self.macs,
             shaper: &mut self.shaper,
+            flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
         self.pipeline.forward(parts, 0, None, now_ns);
         got
@@ -434,6 +469,7 @@ impl Switch {
             ports: &mut self.ports,
             macs: &mut self.macs,
             shaper: &mut self.shaper,
+            flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
         let admission = Admission {
             sched: &mut self.sched,

@@ -1,7 +1,7 @@
 //! The switch's behaviour on in-memory ports, stepped in virtual time ([`common::VRig`]):
 //! learning, flooding, drops by reason, engine refusal as back-pressure, live policy changes,
 //! port removal, ECN marking, the capacity and downlink buckets, faults. No thread, no clock,
-//! no sleeps: each test is a function of its inputs. The thread wrapper has its own wall-clock
+//! nothing waits: each test is a function of its inputs. The thread wrapper has its own wall-clock
 //! tests in tests/thread.rs.
 
 mod common;
@@ -11,19 +11,19 @@ use vqos_dataplane::frame::{
     build_frame, ipv4_checksum, VnetHdr, MAX_FRAME_BYTES, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4,
 };
 use vqos_dataplane::{
-    EmulatedWork, FaultPlan, FaultPort, MemPort, PortSpec, Switch, SwitchConfig, SwitchError,
-    VNET_HDR_LEN,
+    DropReason, EmulatedWork, FaultPlan, FaultPort, MacPolicy, MemPort, PortSpec, Switch,
+    SwitchConfig, SwitchError, VNET_HDR_LEN,
 };
 use vqos_sched::{PolicyError, VifPolicy};
 
 #[test]
-fn learns_floods_unknown_and_broadcast_then_unicasts() {
+fn learns_sends_unknown_unicast_to_the_uplink_floods_broadcast_then_unicasts() {
     let mut r = VRig::new();
-    // Unknown destination: flooded to the uplink and b, not back to a.
+    // Unknown destination from a vif: to the uplink only, never to another tenant.
     r.a.inject(frame(MAC_U, MAC_A, 1));
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![1]);
-    assert_eq!(tags(&r.b.take_sent()), vec![1]);
+    assert!(r.b.take_sent().is_empty(), "a's unknown unicast reached b");
     // The uplink answers a: a was learnt, so only a gets it.
     r.u.inject(frame(MAC_A, MAC_U, 2));
     r.run();
@@ -53,14 +53,14 @@ fn learns_floods_unknown_and_broadcast_then_unicasts() {
 
 #[test]
 fn allow_list_drops_spoofed_sources() {
-    let mut r = VRig::with(|_| {}, Some(vec![MAC_A]));
+    let mut r = VRig::with(|_| {}, MacPolicy::Fixed(vec![MAC_A]));
     r.a.inject(frame(MAC_U, MAC_B, 1)); // pretends to be b
     r.a.inject(frame(MAC_U, 0x03_00_00_00_00_01, 2)); // group address as source
     r.a.inject(frame(MAC_U, MAC_A, 3));
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![3]);
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().drops.spoofed, 2);
+    assert_eq!(s.port("a").unwrap().drops[DropReason::Spoofed], 2);
     assert_eq!(s.port("a").unwrap().drops.total(), 2);
 }
 
@@ -96,7 +96,12 @@ fn malformed_frames_dropped_per_reason_and_others_still_forwarded() {
     assert_eq!(s.port("a").unwrap().rx_frames, 5);
     let d = s.port("a").unwrap().drops;
     assert_eq!(
-        (d.truncated, d.oversized, d.bad_vnet_hdr, d.total()),
+        (
+            d[DropReason::Truncated],
+            d[DropReason::Oversized],
+            d[DropReason::BadVnetHdr],
+            d.total()
+        ),
         (1, 1, 2, 4)
     );
     let json = serde_json::to_value(&s).unwrap();
@@ -118,7 +123,7 @@ fn refuser_rig_with(
             c.custom_engine = Some(Box::new(engine));
             config(c);
         },
-        None,
+        MacPolicy::default(),
     );
     (rig, log)
 }
@@ -283,7 +288,7 @@ fn gso_frames_are_charged_as_their_segments_and_tiny_gso_size_is_refused() {
     let wire = 10 * (54 + 1448);
     let s = r.stats();
     let a = s.port("a").unwrap();
-    assert_eq!(a.drops.bad_vnet_hdr, 1);
+    assert_eq!(a.drops[DropReason::BadVnetHdr], 1);
     assert_eq!(
         a.rx_bytes,
         (54 + 14_480) + wire,
@@ -381,7 +386,7 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
 #[test]
 fn allow_list_of_several_unsorted_addresses() {
     let allowed = vec![0x02_00_00_00_00_99, MAC_A, 0x02_00_00_00_00_03, MAC_A];
-    let mut r = VRig::with(|_| {}, Some(allowed));
+    let mut r = VRig::with(|_| {}, MacPolicy::Fixed(allowed));
     r.a.inject(frame(MAC_U, 0x02_00_00_00_00_03, 1));
     r.a.inject(frame(MAC_U, 0x02_00_00_00_00_04, 2));
     r.a.inject(frame(MAC_U, 0x02_00_00_00_00_99, 3));
@@ -390,7 +395,7 @@ fn allow_list_of_several_unsorted_addresses() {
     assert_eq!(tags(&r.u.take_sent()), vec![1, 3, 4]);
     let s = r.stats();
     assert_eq!(s.port("a").unwrap().rx_frames, 4);
-    assert_eq!(s.port("a").unwrap().drops.spoofed, 1);
+    assert_eq!(s.port("a").unwrap().drops[DropReason::Spoofed], 1);
 }
 
 #[test]
@@ -412,19 +417,19 @@ fn downlink_max_drops_excess_as_rate_limited() {
     // At one instant the full bucket (131 072 bytes) passes frames while it is positive:
     // 14 frames of 9014 bytes leave 4 876, the 15th takes it into debt, the rest drop.
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops.rate_limited), (15, 25));
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (15, 25));
     // 100 ms later 12 500 bytes have accrued: the debt (−4 138) is repaid and one more passes.
     for _ in 0..40 {
         r.u.inject(big.clone());
     }
     r.advance(100_000_000);
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops.rate_limited), (16, 64));
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (16, 64));
 }
 
 #[test]
 fn capacity_holds_vif_frames_back_without_dropping() {
-    let mut r = VRig::with(|c| c.capacity_bps = Some(8_000_000), None); // 1 MB/s, depth 128 KiB
+    let mut r = VRig::with(|c| c.capacity_bps = Some(8_000_000), MacPolicy::default()); // 1 MB/s, depth 128 KiB
     let big = build_frame(VnetHdr::default(), MAC_U, MAC_A, 0x0800, &[0; 16_000]);
     let wire = 16_014u64;
     for _ in 0..100 {
@@ -488,8 +493,8 @@ fn faulty_port_does_not_stop_the_switch() {
     let s = sw.stats(now);
     let d = s.port("fa").unwrap().drops;
     // Frames 4, 8, 12, 16, 20 corrupted; 5, 10, 15, 20 truncated (20 counts as truncated).
-    assert_eq!(d.truncated, 4);
-    assert_eq!(d.bad_vnet_hdr, 4);
+    assert_eq!(d[DropReason::Truncated], 4);
+    assert_eq!(d[DropReason::BadVnetHdr], 4);
     assert_eq!(u.take_sent().len(), 12);
     // Sends to the faulty port fail every other batch: counted, not fatal.
     for _ in 0..4 {
@@ -499,8 +504,8 @@ fn faulty_port_does_not_stop_the_switch() {
     let s = sw.stats(now);
     assert_eq!(s.port("up").unwrap().rx_frames, 4);
     let fa = s.port("fa").unwrap();
-    assert_eq!(fa.tx_frames + fa.drops.tx_error, 4);
-    assert!(fa.drops.tx_error >= 1);
+    assert_eq!(fa.tx_frames + fa.drops[DropReason::TxError], 4);
+    assert!(fa.drops[DropReason::TxError] >= 1);
 }
 
 #[test]
@@ -510,15 +515,18 @@ fn one_vif_cannot_fill_the_mac_table_for_the_others() {
             c.mac_capacity = 32;
             c.mac_capacity_per_vif = 8;
         },
-        None,
+        MacPolicy::Any,
     );
-    // a (no allow-list) sends from 100 addresses.
+    // a (port security off: a router) sends from 100 addresses.
     for m in 0..100u64 {
         r.a.inject(frame(MAC_U, 0x02_00_00_00_10_00 + m, 1));
     }
     r.run();
     assert_eq!(r.u.take_sent().len(), 100);
-    assert_eq!(r.b.take_sent().len(), 100); // flooded: the uplink's address is not known yet
+    assert!(
+        r.b.take_sent().is_empty(),
+        "unknown unicast stays off the other vifs"
+    );
     let s = r.stats();
     assert_eq!(s.port("a").unwrap().mac_learn_refused, 92);
     assert_eq!(s.mac_entries, 8);
@@ -588,7 +596,7 @@ fn a_port_reporting_a_length_past_its_buffer_does_not_stop_the_loop() {
     assert_eq!(tags(&r.u.take_sent()), vec![2]);
     let s = r.stats();
     assert_eq!(s.port("liar").unwrap().rx_frames, 3);
-    assert_eq!(s.port("liar").unwrap().drops.oversized, 1);
+    assert_eq!(s.port("liar").unwrap().drops[DropReason::Oversized], 1);
 }
 
 #[test]

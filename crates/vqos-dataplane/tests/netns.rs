@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use vqos_dataplane::{PortSpec, SwitchConfig, SwitchHandle};
+use vqos_dataplane::{DropReason, PortSpec, SwitchConfig, SwitchHandle};
 use vqos_sched::{allocate, Claim, EngineKind, VifPolicy};
 use vqos_testkit::{can_run, sleep_until, Netns, Proc};
 
@@ -195,7 +195,9 @@ fn tcp_flows_through_the_switch_and_counters_move() {
         assert!(p.rx_bytes > 10_000_000, "{tap}: {p:?}");
         assert!(p.tx_frames > 100, "ACKs and ARP reach the VM");
         assert_eq!(
-            p.drops.truncated + p.drops.oversized + p.drops.bad_vnet_hdr,
+            p.drops[DropReason::Truncated]
+                + p.drops[DropReason::Oversized]
+                + p.drops[DropReason::BadVnetHdr],
             0
         );
         // TSO: frames are super-frames, far above 1514 bytes on average.

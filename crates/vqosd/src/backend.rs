@@ -160,16 +160,15 @@ pub struct MockBackend {
 
 /// Drop reasons of the data plane; every port reports each of them (zero included), so each
 /// `drops{reason}` series exists from the start.
-pub const DROP_REASONS: [&str; 8] = [
-    "truncated",
-    "oversized",
-    "bad_vnet_hdr",
-    "spoofed",
-    "policed",
-    "rate_limited",
-    "tx_error",
-    "hairpin",
-];
+pub const DROP_REASONS: [&str; vqos_dataplane::DropReason::ALL.len()] = {
+    let mut names = [""; vqos_dataplane::DropReason::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = vqos_dataplane::DropReason::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 impl MockBackend {
     /// An empty mock switch.

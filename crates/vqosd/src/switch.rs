@@ -115,20 +115,11 @@ impl Backend for SwitchBackend {
             .ports
             .iter()
             .map(|p| {
-                let d = &p.drops;
-                let drops: BTreeMap<String, u64> = [
-                    ("truncated", d.truncated),
-                    ("oversized", d.oversized),
-                    ("bad_vnet_hdr", d.bad_vnet_hdr),
-                    ("spoofed", d.spoofed),
-                    ("policed", d.policed),
-                    ("rate_limited", d.rate_limited),
-                    ("tx_error", d.tx_error),
-                    ("hairpin", d.hairpin),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
+                let drops: BTreeMap<String, u64> = p
+                    .drops
+                    .iter()
+                    .map(|(r, n)| (r.name().to_string(), n))
+                    .collect();
                 let engine = p.engine.unwrap_or_default();
                 PortStats {
                     name: p.name.clone(),

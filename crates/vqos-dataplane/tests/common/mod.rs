@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use vqos_dataplane::frame::{build_frame, ipv4_header, VnetHdr, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4};
 use vqos_dataplane::{
-    Batch, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec, Switch, SwitchConfig,
-    SwitchStats, VNET_HDR_LEN,
+    Batch, MacPolicy, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec, Switch,
+    SwitchConfig, SwitchStats, VNET_HDR_LEN,
 };
 use vqos_sched::{
     Engine, EngineKind, Grant, PolicyError, PolicySet, ReadySet, Usage, VifId, VifPolicy, MAX_BURST,
@@ -72,19 +72,17 @@ pub struct VRig {
 
 impl VRig {
     pub fn new() -> Self {
-        Self::with(|_| {}, None)
+        Self::with(|_| {}, MacPolicy::default())
     }
 
-    pub fn with(config: impl FnOnce(&mut SwitchConfig), allow_a: Option<Vec<u64>>) -> Self {
+    /// Vif `a` gets the source-address policy `a_macs`, `b` the default.
+    pub fn with(config: impl FnOnce(&mut SwitchConfig), a_macs: MacPolicy) -> Self {
         let (up, u) = MemPort::pair("up", 10_000);
         let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
         config(&mut cfg);
         let mut sw = Switch::new(cfg, 0).unwrap();
         let (pa, a) = MemPort::pair("a", 10_000);
-        let mut spec = PortSpec::custom(Box::new(pa));
-        if let Some(macs) = allow_a {
-            spec = spec.with_allowed_macs(macs);
-        }
+        let spec = PortSpec::custom(Box::new(pa)).with_mac_policy(a_macs);
         sw.add_port(spec, VifPolicy::default(), 0).unwrap();
         let (pb, b) = MemPort::pair("b", 10_000);
         sw.add_port(PortSpec::custom(Box::new(pb)), VifPolicy::default(), 0)
