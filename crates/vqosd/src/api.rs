@@ -322,22 +322,42 @@ impl Api {
         #[derive(Serialize)]
         struct Health {
             status: &'static str,
+            /// Why the daemon is unhealthy (absent when it is healthy); named `error` so that
+            /// clients show it as they show any error answer.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<String>,
             version: &'static str,
             engine: String,
             capacity: String,
             ports: usize,
             uptime_s: u64,
+            #[serde(rename = "loop")]
+            forwarding: LoopView,
+        }
+        #[derive(Serialize)]
+        struct LoopView {
+            running: bool,
+            stats_age_ms: u64,
+            stale_after_ms: u64,
         }
         let v = self.snapshot();
+        let h = self.backend.loop_health();
+        let problem = h.problem();
         Response::json(
-            200,
+            if problem.is_some() { 503 } else { 200 },
             &Health {
-                status: "ok",
+                status: if problem.is_some() { "unhealthy" } else { "ok" },
+                error: problem,
                 version: env!("CARGO_PKG_VERSION"),
                 engine: self.engine.to_string(),
                 capacity: format_rate(v.set.capacity_bps),
                 ports: v.ports.len(),
                 uptime_s: self.started.elapsed().as_secs(),
+                forwarding: LoopView {
+                    running: h.running,
+                    stats_age_ms: h.stats_age_ns / 1_000_000,
+                    stale_after_ms: h.stale_after_ns() / 1_000_000,
+                },
             },
         )
     }

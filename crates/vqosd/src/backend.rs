@@ -104,6 +104,57 @@ pub struct SwitchStats {
     pub loops: Vec<LoopStats>,
 }
 
+/// The forwarding loop's liveness as the daemon judges it ([`Backend::loop_health`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopHealth {
+    /// The loop thread has not exited (stopped, or died of a panic).
+    pub running: bool,
+    /// Nanoseconds since the loop last published its stats.
+    pub stats_age_ns: u64,
+    /// How often a live loop publishes its stats, ns.
+    pub stats_interval_ns: u64,
+}
+
+/// A loop that has not published its stats for this many of its stats intervals is dead (hung
+/// in a call, spinning in a bug, starved). With the data plane's 25 ms interval that is 5 s:
+/// far above the longest legitimate pause (an `[emulate]` batch spins for under a second; a
+/// loaded host deschedules the thread for milliseconds), so a slow host is never taken for a
+/// dead loop, and short enough that systemd restarts a hung switch within seconds.
+pub const STALE_AFTER_INTERVALS: u64 = 200;
+
+impl LoopHealth {
+    /// A live loop that published just now (the mock's default).
+    pub fn alive(stats_interval_ns: u64) -> LoopHealth {
+        LoopHealth {
+            running: true,
+            stats_age_ns: 0,
+            stats_interval_ns,
+        }
+    }
+
+    /// The age beyond which the loop counts as dead, ns ([`STALE_AFTER_INTERVALS`] intervals).
+    pub fn stale_after_ns(&self) -> u64 {
+        self.stats_interval_ns
+            .max(1)
+            .saturating_mul(STALE_AFTER_INTERVALS)
+    }
+
+    /// Why the loop is not healthy, `None` when it is.
+    pub fn problem(&self) -> Option<String> {
+        if !self.running {
+            return Some("The forwarding loop has stopped".to_string());
+        }
+        if self.stats_age_ns > self.stale_after_ns() {
+            return Some(format!(
+                "The forwarding loop has not reported for {} ms (limit {} ms)",
+                self.stats_age_ns / 1_000_000,
+                self.stale_after_ns() / 1_000_000
+            ));
+        }
+        None
+    }
+}
+
 /// The switch as the daemon drives it. Implementations are shared between the API threads.
 pub trait Backend: Send + Sync {
     /// Adds a vif port with its policy.
@@ -117,6 +168,8 @@ pub trait Backend: Send + Sync {
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError>;
     /// Current counters.
     fn stats(&self) -> SwitchStats;
+    /// Whether the forwarding loop is alive and reporting (`/v1/health`, the watchdog).
+    fn loop_health(&self) -> LoopHealth;
     /// Stops forwarding; called once when the daemon leaves.
     fn stop(&self);
 }
@@ -150,7 +203,12 @@ struct MockState {
     fail_next_add: Option<String>,
     /// True once `stop` was called.
     stopped: bool,
+    /// What `loop_health` reports; `None`: a live loop (dead once stopped).
+    health: Option<LoopHealth>,
 }
+
+/// The stats interval the mock pretends its loop has, ns (the data plane's default).
+pub const MOCK_STATS_INTERVAL_NS: u64 = 25_000_000;
 
 /// An in-memory switch: remembers ports and policies, reports counters that tests set.
 #[derive(Debug, Default)]
@@ -210,6 +268,11 @@ impl MockBackend {
     /// True once `stop` was called.
     pub fn stopped(&self) -> bool {
         self.lock().stopped
+    }
+
+    /// Makes `loop_health` report `health` from now on (simulates a dead or hung loop).
+    pub fn set_loop_health(&self, health: LoopHealth) {
+        self.lock().health = Some(health);
     }
 }
 
@@ -304,6 +367,14 @@ impl Backend for MockBackend {
         }
     }
 
+    fn loop_health(&self) -> LoopHealth {
+        let s = self.lock();
+        s.health.unwrap_or(LoopHealth {
+            running: !s.stopped,
+            ..LoopHealth::alive(MOCK_STATS_INTERVAL_NS)
+        })
+    }
+
     fn stop(&self) {
         let mut s = self.lock();
         s.calls.push(MockCall::Stop);
@@ -345,7 +416,25 @@ mod tests {
         );
         let st = m.stats();
         assert_eq!(st.ports[0].drops.len(), DROP_REASONS.len());
+        assert_eq!(m.loop_health().problem(), None);
         m.stop();
         assert!(m.stopped());
+        assert_eq!(
+            m.loop_health().problem().as_deref(),
+            Some("The forwarding loop has stopped")
+        );
+    }
+
+    #[test]
+    fn a_loop_is_dead_past_its_staleness_limit_only() {
+        let mut h = LoopHealth::alive(25_000_000);
+        assert_eq!(h.stale_after_ns(), 5_000_000_000);
+        h.stats_age_ns = 5_000_000_000;
+        assert_eq!(h.problem(), None);
+        h.stats_age_ns += 1;
+        assert_eq!(
+            h.problem().as_deref(),
+            Some("The forwarding loop has not reported for 5000 ms (limit 5000 ms)")
+        );
     }
 }

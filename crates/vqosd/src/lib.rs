@@ -24,6 +24,10 @@
 //!   (408 beyond); every response closes the connection. Readers (GETs, stats, metrics) use a
 //!   snapshot of the committed state and never wait behind a change.
 //!
+//! - A [`watchdog`] checks the forwarding loop every second; `/v1/health` answers 503 with the
+//!   reason while the loop is dead, and the daemon exits with status 2 when it finds it dead, so
+//!   systemd restarts it.
+//!
 //! ## Limitations
 //! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
 //!   (TCP listens on loopback only).
@@ -41,4 +45,5 @@ pub mod server;
 pub mod signals;
 pub mod state;
 pub mod switch;
+pub mod watchdog;
 pub mod wire;

@@ -8,13 +8,17 @@ use vqos_dataplane::{PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandl
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::api::chain;
-use crate::backend::{Backend, BackendError, LoopStats, PortConfig, PortStats, SwitchStats};
+use crate::backend::{
+    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
+};
 use crate::config::Config;
 
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
     /// The running switch.
     handle: SwitchHandle,
+    /// How often the loop publishes its stats, ns (judges its staleness).
+    stats_interval_ns: u64,
 }
 
 /// A port spec of the data plane for a port of the daemon.
@@ -63,13 +67,22 @@ impl SwitchBackend {
         } else {
             Readiness::Epoll
         };
+        // The loop publishes at least every millisecond, whatever the config says.
+        let stats_interval_ns = sc.stats_interval_ns.max(1_000_000);
         let handle = SwitchHandle::start(sc).map_err(convert)?;
-        Ok(SwitchBackend { handle })
+        Ok(SwitchBackend {
+            handle,
+            stats_interval_ns,
+        })
     }
 
-    /// Wraps a switch started by the caller (tests start one on in-memory ports).
-    pub fn from_handle(handle: SwitchHandle) -> SwitchBackend {
-        SwitchBackend { handle }
+    /// Wraps a switch started by the caller (tests start one on in-memory ports) whose loop
+    /// publishes its stats every `stats_interval_ns`.
+    pub fn from_handle(handle: SwitchHandle, stats_interval_ns: u64) -> SwitchBackend {
+        SwitchBackend {
+            handle,
+            stats_interval_ns: stats_interval_ns.max(1_000_000),
+        }
     }
 
     /// The switch.
@@ -158,6 +171,15 @@ impl Backend for SwitchBackend {
         }
     }
 
+    fn loop_health(&self) -> LoopHealth {
+        let h = self.handle.loop_health();
+        LoopHealth {
+            running: h.running,
+            stats_age_ns: h.stats_age_ns,
+            stats_interval_ns: self.stats_interval_ns,
+        }
+    }
+
     fn stop(&self) {
         // A loop that already died has nothing left to stop.
         let _ = self.handle.stop();
@@ -177,7 +199,9 @@ mod tests {
         let mut sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
         sc.engine = EngineKind::Vqos;
         sc.capacity_bps = Some(1_000_000_000);
-        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap());
+        let interval_ns = sc.stats_interval_ns;
+        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap(), interval_ns);
+        assert_eq!(b.loop_health().problem(), None);
         // Custom (in-memory) vif ports go straight to the handle; the trait drives policies.
         let (vm1, _p1) = MemPort::pair("vm1", 64);
         b.handle()
@@ -240,6 +264,10 @@ mod tests {
         }
         b.remove_port("vm1").unwrap();
         b.stop();
+        assert_eq!(
+            b.loop_health().problem().as_deref(),
+            Some("The forwarding loop has stopped")
+        );
         assert!(b
             .set_policies(&PolicySet::new(Some(1_000_000_000)))
             .is_err());
