@@ -437,9 +437,7 @@ fn a_failed_state_write_undoes_the_change() {
     let d = start(dir.path());
     let before = d.snapshot();
     // Make the state directory unwritable for the temp file: a directory in its place.
-    let tmp = d
-        .state_file
-        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    let tmp = vqosd::state::temp_path(&d.state_file);
     fs::create_dir(&tmp).unwrap();
     fs::write(tmp.join("x"), "x").unwrap();
     let (status, body) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
@@ -471,9 +469,7 @@ fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
     let d = start(dir.path());
     let before = d.snapshot();
     let calls_before = d.mock.calls();
-    let tmp = d
-        .state_file
-        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    let tmp = vqosd::state::temp_path(&d.state_file);
     fs::create_dir(&tmp).unwrap();
     fs::write(tmp.join("x"), "x").unwrap();
     // vm1 is first: taking it out and adding it back would reorder the switch's ports (and
