@@ -39,6 +39,7 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod controllers;
+pub mod gate;
 pub mod http;
 pub mod metrics;
 pub mod server;
