@@ -5,7 +5,7 @@
 //! whole request must arrive within the I/O timeout (a deadline, not a timeout per read), and the
 //! answer must be taken within the same time. Unix peers are refused before they get a slot.
 //!
-//! The TCP port, which anyone on the host can reach, goes through the [gate](crate::gate) module:
+//! The TCP port, which anyone on the host can reach, goes through the [`crate::gate`]:
 //! one thread reads the heads of all TCP clients with poll(2) under a short head deadline,
 //! checks the token, and only then gives the connection one of [`MAX_TCP_CONNECTIONS`] slots and
 //! a thread, which reads the body and answers. Unauthenticated clients, however slow or many,
