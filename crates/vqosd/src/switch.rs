@@ -272,4 +272,37 @@ mod tests {
             .set_policies(&PolicySet::new(Some(1_000_000_000)))
             .is_err());
     }
+
+    #[test]
+    fn health_follows_the_real_loop() {
+        use crate::api::Api;
+        use crate::http::Request;
+        use std::sync::Arc;
+        let (uplink, _peer) = MemPort::pair("up0", 64);
+        let sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
+        let interval_ns = sc.stats_interval_ns;
+        let backend = Arc::new(SwitchBackend::from_handle(
+            SwitchHandle::start(sc).unwrap(),
+            interval_ns,
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("state_file = \"{}/state.json\"", dir.path().display());
+        let api = Api::start(&Config::parse(&text, |_| None).unwrap(), backend.clone()).unwrap();
+        let health = || {
+            let r = api.handle(&Request {
+                method: "GET".into(),
+                path: "/v1/health".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            });
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            (r.status, v["error"].as_str().unwrap_or("").to_string())
+        };
+        assert_eq!(health(), (200, String::new()));
+        backend.handle().stop().unwrap();
+        assert_eq!(
+            health(),
+            (503, "The forwarding loop has stopped".to_string())
+        );
+    }
 }
