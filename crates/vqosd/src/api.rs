@@ -31,7 +31,8 @@ use crate::http::{Request, Response};
 use crate::metrics;
 use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
 use crate::wire::{
-    check_port_name, PolicyPatch, PolicyView, PortRequest, PortStatsView, PortView, StatsView,
+    check_port_name, HealthView, LoopView, PolicyPatch, PolicyView, PortRequest, PortStatsView,
+    PortView, StatsView,
 };
 
 /// Why the API could not start.
@@ -353,36 +354,15 @@ impl Api {
     }
 
     fn health(&self) -> Response {
-        #[derive(Serialize)]
-        struct Health {
-            status: &'static str,
-            /// Why the daemon is unhealthy (absent when it is healthy); named `error` so that
-            /// clients show it as they show any error answer.
-            #[serde(skip_serializing_if = "Option::is_none")]
-            error: Option<String>,
-            version: &'static str,
-            engine: String,
-            capacity: String,
-            ports: usize,
-            uptime_s: u64,
-            #[serde(rename = "loop")]
-            forwarding: LoopView,
-        }
-        #[derive(Serialize)]
-        struct LoopView {
-            running: bool,
-            stats_age_ms: u64,
-            stale_after_ms: u64,
-        }
         let v = self.snapshot();
         let h = self.backend.loop_health();
         let problem = h.problem();
         Response::json(
             if problem.is_some() { 503 } else { 200 },
-            &Health {
-                status: if problem.is_some() { "unhealthy" } else { "ok" },
+            &HealthView {
+                status: if problem.is_some() { "unhealthy" } else { "ok" }.to_string(),
                 error: problem,
-                version: env!("CARGO_PKG_VERSION"),
+                version: env!("CARGO_PKG_VERSION").to_string(),
                 engine: self.engine.to_string(),
                 capacity: format_rate(v.set.capacity_bps),
                 ports: v.ports.len(),

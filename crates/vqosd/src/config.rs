@@ -52,9 +52,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use vqos_dataplane::{EmulatedWork, BATCH_FRAMES};
 use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
+use vqos_sched::engine::MAX_BURST;
 use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
@@ -62,7 +62,7 @@ use crate::backend::PortConfig;
 use crate::wire::{check_port_name, PortRequest, Rate, WireError};
 
 /// Default path of the API socket.
-pub const DEFAULT_SOCKET: &str = "/run/vqos/vqosd.sock";
+pub use vqos_api::DEFAULT_SOCKET;
 /// Default path of the state file.
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/vqos/state.json";
 /// Default of `max_ports`: most vif ports of one switch.
@@ -167,6 +167,19 @@ struct RawPid {
     ki: Option<f64>,
     kd: Option<f64>,
     capacity: Option<Rate>,
+}
+
+/// `[emulate]`: a least cost per vif frame, to emulate a slower core (experiments only; the
+/// switch backend hands it to the data plane's `EmulatedWork`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmulatedWork {
+    /// Cycles (counter units: TSC on x86_64) per frame read.
+    pub per_frame_cycles: u64,
+    /// Cycles per on-wire byte forwarded.
+    pub per_byte_cycles: f64,
+    /// Most frames per vif batch while emulating (0: the engine's grant), at most
+    /// [`MAX_BURST`].
+    pub batch_frames: usize,
 }
 
 /// The controllers the daemon runs beside the switch, with their parameters.
@@ -450,9 +463,9 @@ impl Config {
                         e.frame_cycles, e.byte_cycles
                     )));
                 }
-                if e.batch > BATCH_FRAMES {
+                if e.batch > usize::from(MAX_BURST) {
                     return Err(ConfigError::Emulate(format!(
-                        "emulate: batch must be 0..={BATCH_FRAMES} frames (got {})",
+                        "emulate: batch must be 0..={MAX_BURST} frames (got {})",
                         e.batch
                     )));
                 }

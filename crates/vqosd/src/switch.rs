@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use vqos_dataplane::frame::mac_key;
-use vqos_dataplane::{PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
+use vqos_dataplane::{EmulatedWork, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::api::chain;
@@ -61,7 +61,11 @@ impl SwitchBackend {
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
-        sc.emulated_work = config.emulated_work;
+        sc.emulated_work = config.emulated_work.map(|e| EmulatedWork {
+            per_frame_cycles: e.per_frame_cycles,
+            per_byte_cycles: e.per_byte_cycles,
+            batch_frames: e.batch_frames,
+        });
         sc.readiness = if config.busy_poll {
             Readiness::BusyPoll
         } else {
@@ -271,6 +275,14 @@ mod tests {
         assert!(b
             .set_policies(&PolicySet::new(Some(1_000_000_000)))
             .is_err());
+    }
+
+    #[test]
+    fn the_configs_batch_limit_is_the_data_planes() {
+        assert_eq!(
+            usize::from(vqos_sched::engine::MAX_BURST),
+            vqos_dataplane::BATCH_FRAMES
+        );
     }
 
     #[test]
