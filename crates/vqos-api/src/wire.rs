@@ -254,6 +254,13 @@ pub struct PortView {
     pub policy: PolicyView,
 }
 
+/// The answer of `DELETE /v1/ports/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedView {
+    /// The port removed.
+    pub removed: String,
+}
+
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

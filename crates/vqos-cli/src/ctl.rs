@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
-use vqos_api::wire::{MacAddr, PolicyView, PortView, StatsView, MAX_PRIORITY};
+use vqos_api::wire::{MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY};
 use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::units::{format_rate, parse_rate};
 
@@ -224,8 +224,9 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             )?;
         }
         PortCommand::Del { name } => {
-            let _: Value = c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
-            writeln!(out, "Removed port {name}")?;
+            let r: RemovedView =
+                c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
+            writeln!(out, "Removed port {}", r.removed)?;
         }
     }
     Ok(())

@@ -20,7 +20,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
-use serde::Serialize;
 use thiserror::Error;
 use vqos_sched::units::format_rate;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
@@ -32,7 +31,7 @@ use crate::metrics;
 use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
 use crate::wire::{
     check_port_name, HealthView, LoopView, PolicyPatch, PolicyView, PortRequest, PortStatsView,
-    PortView, StatsView,
+    PortView, RemovedView, StatsView,
 };
 
 /// Why the API could not start.
@@ -480,11 +479,12 @@ impl Api {
             });
         }
         self.commit(&mut v, next);
-        #[derive(Serialize)]
-        struct Removed<'a> {
-            removed: &'a str,
-        }
-        Ok(Response::json(200, &Removed { removed: name }))
+        Ok(Response::json(
+            200,
+            &RemovedView {
+                removed: name.to_string(),
+            },
+        ))
     }
 
     fn set_policy(&self, name: &str, body: &[u8]) -> Result<Response, Fail> {
