@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
+use vqos_api::client::Client;
+use vqos_api::wire::{MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY};
+use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::units::{format_rate, parse_rate};
-use vqosd::client::Client;
-use vqosd::config::DEFAULT_SOCKET;
-use vqosd::wire::{MacAddr, PolicyView, PortView, StatsView, MAX_PRIORITY};
 
 /// How to reach vqosd (global options).
 #[derive(Args, Debug, Clone, Default)]
@@ -47,7 +47,7 @@ impl ConnArgs {
             .clone()
             .or_else(|| std::env::var_os("VQOS_SOCKET").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
-        Ok(Client::new(vqosd::client::Endpoint::Unix(socket)))
+        Ok(Client::new(vqos_api::client::Endpoint::Unix(socket)))
     }
 }
 
@@ -180,7 +180,7 @@ pub struct StatsArgs {
 
 /// Percent-free path segment check: port names never need escaping, anything else is refused.
 fn segment(name: &str) -> Result<&str> {
-    vqosd::wire::check_port_name(name)?;
+    vqos_api::wire::check_port_name(name)?;
     Ok(name)
 }
 
@@ -224,8 +224,9 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             )?;
         }
         PortCommand::Del { name } => {
-            let _: Value = c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
-            writeln!(out, "Removed port {name}")?;
+            let r: RemovedView =
+                c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
+            writeln!(out, "Removed port {}", r.removed)?;
         }
     }
     Ok(())
@@ -396,8 +397,9 @@ mod tests {
     use super::*;
     use clap::Parser;
     use std::sync::Arc;
+    use vqos_api::stats::PortStats;
     use vqosd::api::Api;
-    use vqosd::backend::{MockBackend, PortStats};
+    use vqosd::backend::MockBackend;
     use vqosd::config::Config;
     use vqosd::server::{Server, ServerConfig};
 
@@ -413,7 +415,7 @@ mod tests {
         let mock = Arc::new(MockBackend::new());
         let api = Arc::new(Api::start(&config, mock.clone()).unwrap());
         let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
-        let client = Client::new(vqosd::client::Endpoint::Unix(config.socket_path));
+        let client = Client::new(vqos_api::client::Endpoint::Unix(config.socket_path));
         (server, mock, client)
     }
 
@@ -553,7 +555,9 @@ mod tests {
         assert_eq!(sock.client().unwrap().endpoint().to_string(), "/tmp/x.sock");
         // An unreachable daemon is a clear error.
         let dir = tempfile::tempdir().unwrap();
-        let missing = Client::new(vqosd::client::Endpoint::Unix(dir.path().join("none.sock")));
+        let missing = Client::new(vqos_api::client::Endpoint::Unix(
+            dir.path().join("none.sock"),
+        ));
         let e = run(&missing, "port list").unwrap_err();
         assert!(e.to_string().starts_with("Cannot connect to"), "{e}");
     }

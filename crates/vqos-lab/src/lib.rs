@@ -46,6 +46,7 @@
 //!   scheduler, not the switch, decides what the VMs get (docs/experiments.md, C2QoS).
 #![deny(missing_docs)]
 
+pub mod outcome;
 pub mod output;
 pub mod ovs;
 pub mod paper;

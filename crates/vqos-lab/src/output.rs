@@ -7,7 +7,7 @@ use std::path::Path;
 
 use vqos_sim::{Report, Scenario, BIN_NS};
 
-use crate::run::{LabOptions, LabOutcome, LAB_BIN_NS};
+use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
 use crate::LabError;
 
 /// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,

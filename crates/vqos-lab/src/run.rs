@@ -14,16 +14,14 @@ use vqos_probe::flood::{self, run_flood, FloodConfig, FloodSummary};
 
 use vqos_sched::VifPolicy;
 use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
-use vqos_sim::{build_report, simulate, Report, BIN_NS};
+use vqos_sim::{build_report, simulate, BIN_NS};
 
+pub use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
 use crate::output;
 use crate::probe::{self, ProbeResult, ProbeSpec, Probes};
 use crate::sys::{self, spawn, Cleanup, Proc};
 use crate::topo::{self, Baseline, Topology};
 use crate::LabError;
-
-/// Width of the lab's time bins, ns (the sampling period).
-pub const LAB_BIN_NS: u64 = 100_000_000;
 
 /// First iperf3 server port; VM `i` uses `BASE + 2i` and `BASE + 2i + 1` (alternately, so a
 /// restarted client never meets a server still busy with the previous test).
@@ -34,56 +32,6 @@ const FLOOD_BASE_PORT: u16 = 9100;
 
 /// Nice value of a flood thread while it is greedy (see [`start_flood`]).
 const FLOOD_GREEDY_NICE: i32 = 19;
-
-/// What to run and how.
-#[derive(Debug, Clone)]
-pub struct LabOptions {
-    /// The scenario file.
-    pub scenario: PathBuf,
-    /// Which switch carries the traffic.
-    pub baseline: Baseline,
-    /// Where to write the results (default `lab-out/NAME-TIMESTAMP`).
-    pub out_dir: Option<PathBuf>,
-    /// Multiplies every time of the scenario (0.5 = twice as fast).
-    pub duration_scale: f64,
-    /// The vqosd binary (default: found or built, see [`crate::topo::find_vqosd`]).
-    pub vqosd_bin: Option<PathBuf>,
-    /// Print a progress line on stderr.
-    pub progress: bool,
-}
-
-impl LabOptions {
-    /// Options with defaults for `scenario`.
-    pub fn new(scenario: impl Into<PathBuf>) -> LabOptions {
-        LabOptions {
-            scenario: scenario.into(),
-            baseline: Baseline::Vqos,
-            out_dir: None,
-            duration_scale: 1.0,
-            vqosd_bin: None,
-            progress: false,
-        }
-    }
-}
-
-/// What a run produced.
-#[derive(Debug, Clone)]
-pub struct LabOutcome {
-    /// Where the files are.
-    pub out_dir: PathBuf,
-    /// The contents of `results.json`.
-    pub results: serde_json::Value,
-    /// The measured report.
-    pub report: Report,
-    /// The simulator's report of the same scenario.
-    pub simulated: Report,
-    /// vqosd's CPU over the run, % of one core (0 for the baselines).
-    pub vqosd_percent: f64,
-    /// The kernel's softirq time over the run, % of one core (all cores summed).
-    pub softirq_percent: f64,
-    /// The latency probes' per-phase results (`[[probe]]`; empty without probes).
-    pub latency: Vec<ProbeResult>,
-}
 
 /// Multiplies every time of `sc` by `f`.
 pub fn scale_scenario(sc: &mut Scenario, f: f64) {

@@ -37,9 +37,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use vqos_api::client::{Client, Endpoint};
 use vqos_sched::{CostModel, VifPolicy};
 use vqos_sim::scenario::{Direction, Scenario};
-use vqosd::client::{Client, Endpoint};
 
 use crate::ovs::{MeterMatch, Ovs, OvsTools};
 use crate::sys::{self, run, run_quiet, spawn, Cleanup, NetnsCounters};

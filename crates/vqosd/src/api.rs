@@ -20,7 +20,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
-use serde::Serialize;
 use thiserror::Error;
 use vqos_sched::units::format_rate;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
@@ -31,7 +30,8 @@ use crate::http::{Request, Response};
 use crate::metrics;
 use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
 use crate::wire::{
-    check_port_name, PolicyPatch, PolicyView, PortRequest, PortStatsView, PortView, StatsView,
+    check_port_name, HealthView, LoopView, PolicyPatch, PolicyView, PortRequest, PortStatsView,
+    PortView, RemovedView, StatsView,
 };
 
 /// Why the API could not start.
@@ -48,6 +48,16 @@ pub enum ApiError {
         /// What is wrong.
         #[source]
         source: PolicyError,
+    },
+    /// The config's and the state file's ports are more than `max_ports`.
+    #[error("{ports} ports (config and {path}) exceed max_ports = {max}")]
+    TooManyPorts {
+        /// The state file.
+        path: PathBuf,
+        /// How many ports there would be.
+        ports: usize,
+        /// The config's `max_ports`.
+        max: usize,
     },
     /// The switch refused a restored port.
     #[error("Cannot restore port '{name}'")]
@@ -136,6 +146,10 @@ pub struct Api {
     state_file: PathBuf,
     /// Names of the config's ports (a deletion of one of them is persisted).
     config_ports: Vec<String>,
+    /// Most vif ports; an addition beyond is refused with a 409.
+    max_ports: usize,
+    /// The warnings of the start (state file fallbacks), as printed.
+    warnings: Vec<String>,
     /// When the API started, for `uptime_s`.
     started: Instant,
     /// Ports and policies; held for the whole of a change so changes are serialised.
@@ -191,7 +205,12 @@ impl Api {
     /// added through the API, with the state file's policies winning), adds every port to
     /// `backend`, and writes the state back.
     pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
-        let saved = state::load(&config.state_file)?;
+        let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
+        let restored = state::restore(&config.state_file, uplink, config.expect_state)?;
+        for w in &restored.warnings {
+            eprintln!("vqosd: WARNING: {w}");
+        }
+        let saved = restored.state;
         let mut set = config.policy_set();
         let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
         let mut removed = Vec::new();
@@ -223,6 +242,13 @@ impl Api {
             path: config.state_file.clone(),
             source,
         })?;
+        if ports.len() > config.max_ports {
+            return Err(ApiError::TooManyPorts {
+                path: config.state_file.clone(),
+                ports: ports.len(),
+                max: config.max_ports,
+            });
+        }
         for (p, v) in ports.iter().zip(&set.vifs) {
             if let Err(source) = backend.add_port(p, &v.policy) {
                 // Leave the switch as we found it.
@@ -249,6 +275,8 @@ impl Api {
             uplink: config.uplink.as_ref().map(|u| u.name.clone()),
             state_file: config.state_file.clone(),
             config_ports: config.ports.iter().map(|(p, _)| p.name.clone()).collect(),
+            max_ports: config.max_ports,
+            warnings: restored.warnings,
             started: Instant::now(),
             published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
@@ -278,6 +306,12 @@ impl Api {
     /// The current policy set (for tests and the daemon's startup message).
     pub fn policies(&self) -> PolicySet {
         self.snapshot().set.clone()
+    }
+
+    /// The warnings printed at start (a state file restored from its last-good copy, a missing
+    /// state file that was expected); empty on a clean start.
+    pub fn startup_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The switch behind the API.
@@ -319,25 +353,24 @@ impl Api {
     }
 
     fn health(&self) -> Response {
-        #[derive(Serialize)]
-        struct Health {
-            status: &'static str,
-            version: &'static str,
-            engine: String,
-            capacity: String,
-            ports: usize,
-            uptime_s: u64,
-        }
         let v = self.snapshot();
+        let h = self.backend.loop_health();
+        let problem = h.problem();
         Response::json(
-            200,
-            &Health {
-                status: "ok",
-                version: env!("CARGO_PKG_VERSION"),
+            if problem.is_some() { 503 } else { 200 },
+            &HealthView {
+                status: if problem.is_some() { "unhealthy" } else { "ok" }.to_string(),
+                error: problem,
+                version: env!("CARGO_PKG_VERSION").to_string(),
                 engine: self.engine.to_string(),
                 capacity: format_rate(v.set.capacity_bps),
                 ports: v.ports.len(),
                 uptime_s: self.started.elapsed().as_secs(),
+                forwarding: LoopView {
+                    running: h.running,
+                    stats_age_ms: h.stats_age_ns / 1_000_000,
+                    stale_after_ms: h.stale_after_ns() / 1_000_000,
+                },
             },
         )
     }
@@ -382,6 +415,16 @@ impl Api {
             .apply(&VifPolicy::default(), &req.name)
             .map_err(|e| (422, e.to_string()))?;
         let mut v = self.lock();
+        if v.ports.len() >= self.max_ports {
+            return Err((
+                409,
+                format!(
+                    "Port limit reached: {} ports (max_ports = {})",
+                    v.ports.len(),
+                    self.max_ports
+                ),
+            ));
+        }
         let mut next = v.clone();
         next.set = next.set.with_vif(&req.name, policy.clone());
         next.set
@@ -436,11 +479,12 @@ impl Api {
             });
         }
         self.commit(&mut v, next);
-        #[derive(Serialize)]
-        struct Removed<'a> {
-            removed: &'a str,
-        }
-        Ok(Response::json(200, &Removed { removed: name }))
+        Ok(Response::json(
+            200,
+            &RemovedView {
+                removed: name.to_string(),
+            },
+        ))
     }
 
     fn set_policy(&self, name: &str, body: &[u8]) -> Result<Response, Fail> {

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
-use crate::wire::MacAddr;
+pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
+use vqos_api::wire::MacAddr;
 
 /// Why the switch refused or failed a change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -50,58 +51,55 @@ pub struct PortConfig {
     pub macs: Vec<MacAddr>,
 }
 
-/// Counters and gauges of one port.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PortStats {
-    /// Interface name.
-    pub name: String,
-    /// Frames read from the port (sent by the VM).
-    pub rx_frames: u64,
-    /// Bytes read from the port.
-    pub rx_bytes: u64,
-    /// Frames written to the port (delivered to the VM).
-    pub tx_frames: u64,
-    /// Bytes written to the port.
-    pub tx_bytes: u64,
-    /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
-    pub drops: BTreeMap<String, u64>,
-    /// Frames marked ECN CE on their way to the port.
-    pub ecn_marked: u64,
-    /// Recent rate read from the port (what the VM sends), bit/s.
-    pub rate_bps: u64,
-    /// Recent rate written to the port (what the VM receives), bit/s.
-    pub tx_rate_bps: u64,
-    /// Credit or tokens left in the engine's cost unit (negative: debt).
-    pub credit: i64,
-    /// True while the engine refuses to serve the port.
-    pub throttled: bool,
+/// The forwarding loop's liveness as the daemon judges it ([`Backend::loop_health`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopHealth {
+    /// The loop thread has not exited (stopped, or died of a panic).
+    pub running: bool,
+    /// Nanoseconds since the loop last published its stats.
+    pub stats_age_ns: u64,
+    /// How often a live loop publishes its stats, ns.
+    pub stats_interval_ns: u64,
 }
 
-/// Counters of one poll loop.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoopStats {
-    /// Loop name (e.g. `pmd0`).
-    pub name: String,
-    /// Cycles spent in bursts that moved frames.
-    pub busy_cycles: u64,
-    /// Cycles spent polling without work.
-    pub idle_cycles: u64,
-    /// Bursts served.
-    pub bursts: u64,
-}
+/// A loop that has not published its stats for this many of its stats intervals is dead (hung
+/// in a call, spinning in a bug, starved). With the data plane's 25 ms interval that is 5 s:
+/// far above the longest legitimate pause (an `[emulate]` batch spins for under a second; a
+/// loaded host deschedules the thread for milliseconds), so a slow host is never taken for a
+/// dead loop, and short enough that systemd restarts a hung switch within seconds.
+pub const STALE_AFTER_INTERVALS: u64 = 200;
 
-/// Everything the switch reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SwitchStats {
-    /// When the switch took this snapshot, ns on the switch's own monotonic clock (`None`: the
-    /// backend has no clock of its own, as the mock). The controllers measure the counters at
-    /// this time, so the publication delay does not distort their windows.
-    #[serde(default)]
-    pub time_ns: Option<u64>,
-    /// Per port (vifs and the uplink).
-    pub ports: Vec<PortStats>,
-    /// Per poll loop.
-    pub loops: Vec<LoopStats>,
+impl LoopHealth {
+    /// A live loop that published just now (the mock's default).
+    pub fn alive(stats_interval_ns: u64) -> LoopHealth {
+        LoopHealth {
+            running: true,
+            stats_age_ns: 0,
+            stats_interval_ns,
+        }
+    }
+
+    /// The age beyond which the loop counts as dead, ns ([`STALE_AFTER_INTERVALS`] intervals).
+    pub fn stale_after_ns(&self) -> u64 {
+        self.stats_interval_ns
+            .max(1)
+            .saturating_mul(STALE_AFTER_INTERVALS)
+    }
+
+    /// Why the loop is not healthy, `None` when it is.
+    pub fn problem(&self) -> Option<String> {
+        if !self.running {
+            return Some("The forwarding loop has stopped".to_string());
+        }
+        if self.stats_age_ns > self.stale_after_ns() {
+            return Some(format!(
+                "The forwarding loop has not reported for {} ms (limit {} ms)",
+                self.stats_age_ns / 1_000_000,
+                self.stale_after_ns() / 1_000_000
+            ));
+        }
+        None
+    }
 }
 
 /// The switch as the daemon drives it. Implementations are shared between the API threads.
@@ -117,6 +115,8 @@ pub trait Backend: Send + Sync {
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError>;
     /// Current counters.
     fn stats(&self) -> SwitchStats;
+    /// Whether the forwarding loop is alive and reporting (`/v1/health`, the watchdog).
+    fn loop_health(&self) -> LoopHealth;
     /// Stops forwarding; called once when the daemon leaves.
     fn stop(&self);
 }
@@ -150,25 +150,18 @@ struct MockState {
     fail_next_add: Option<String>,
     /// True once `stop` was called.
     stopped: bool,
+    /// What `loop_health` reports; `None`: a live loop (dead once stopped).
+    health: Option<LoopHealth>,
 }
+
+/// The stats interval the mock pretends its loop has, ns (the data plane's default).
+pub const MOCK_STATS_INTERVAL_NS: u64 = 25_000_000;
 
 /// An in-memory switch: remembers ports and policies, reports counters that tests set.
 #[derive(Debug, Default)]
 pub struct MockBackend {
     state: Mutex<MockState>,
 }
-
-/// Drop reasons of the data plane; every port reports each of them (zero included), so each
-/// `drops{reason}` series exists from the start.
-pub const DROP_REASONS: [&str; vqos_dataplane::DropReason::ALL.len()] = {
-    let mut names = [""; vqos_dataplane::DropReason::ALL.len()];
-    let mut i = 0;
-    while i < names.len() {
-        names[i] = vqos_dataplane::DropReason::ALL[i].name();
-        i += 1;
-    }
-    names
-};
 
 impl MockBackend {
     /// An empty mock switch.
@@ -209,6 +202,11 @@ impl MockBackend {
     /// True once `stop` was called.
     pub fn stopped(&self) -> bool {
         self.lock().stopped
+    }
+
+    /// Makes `loop_health` report `health` from now on (simulates a dead or hung loop).
+    pub fn set_loop_health(&self, health: LoopHealth) {
+        self.lock().health = Some(health);
     }
 }
 
@@ -303,6 +301,14 @@ impl Backend for MockBackend {
         }
     }
 
+    fn loop_health(&self) -> LoopHealth {
+        let s = self.lock();
+        s.health.unwrap_or(LoopHealth {
+            running: !s.stopped,
+            ..LoopHealth::alive(MOCK_STATS_INTERVAL_NS)
+        })
+    }
+
     fn stop(&self) {
         let mut s = self.lock();
         s.calls.push(MockCall::Stop);
@@ -344,7 +350,25 @@ mod tests {
         );
         let st = m.stats();
         assert_eq!(st.ports[0].drops.len(), DROP_REASONS.len());
+        assert_eq!(m.loop_health().problem(), None);
         m.stop();
         assert!(m.stopped());
+        assert_eq!(
+            m.loop_health().problem().as_deref(),
+            Some("The forwarding loop has stopped")
+        );
+    }
+
+    #[test]
+    fn a_loop_is_dead_past_its_staleness_limit_only() {
+        let mut h = LoopHealth::alive(25_000_000);
+        assert_eq!(h.stale_after_ns(), 5_000_000_000);
+        h.stats_age_ns = 5_000_000_000;
+        assert_eq!(h.problem(), None);
+        h.stats_age_ns += 1;
+        assert_eq!(
+            h.problem().as_deref(),
+            Some("The forwarding loop has not reported for 5000 ms (limit 5000 ms)")
+        );
     }
 }

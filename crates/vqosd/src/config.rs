@@ -7,6 +7,8 @@
 //! cycles_per_sec = 2000000000 # the core's cycle budget for cost = "cycles"
 //! busy_poll = false           # poll without sleeping (default false: epoll readiness)
 //! state_file = "/var/lib/vqos/state.json"
+//! expect_state = false        # true: warn loudly when the state file is missing at start
+//! max_ports = 1024            # most vif ports (config and API together); default 1024
 //!
 //! [api]
 //! socket = "/run/vqos/vqosd.sock"
@@ -50,9 +52,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use vqos_dataplane::{EmulatedWork, BATCH_FRAMES};
 use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
+use vqos_sched::engine::MAX_BURST;
 use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
@@ -60,9 +62,11 @@ use crate::backend::PortConfig;
 use crate::wire::{check_port_name, PortRequest, Rate, WireError};
 
 /// Default path of the API socket.
-pub const DEFAULT_SOCKET: &str = "/run/vqos/vqosd.sock";
+pub use vqos_api::DEFAULT_SOCKET;
 /// Default path of the state file.
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/vqos/state.json";
+/// Default of `max_ports`: most vif ports of one switch.
+pub const DEFAULT_MAX_PORTS: usize = 1024;
 
 /// Why a configuration was refused.
 #[derive(Debug, Error)]
@@ -97,6 +101,9 @@ pub enum ConfigError {
     /// A controller name or parameter that is not valid.
     #[error("Invalid config: {0}")]
     Controllers(String),
+    /// `max_ports` is 0 or below the number of configured ports.
+    #[error("Invalid config: {0}")]
+    MaxPorts(String),
     /// An `[emulate]` value out of range.
     #[error("Invalid config: {0}")]
     Emulate(String),
@@ -120,6 +127,8 @@ struct RawConfig {
     cycles_per_sec: Option<u64>,
     busy_poll: Option<bool>,
     state_file: Option<PathBuf>,
+    expect_state: Option<bool>,
+    max_ports: Option<usize>,
     #[serde(default)]
     api: RawApi,
     uplink: Option<RawUplink>,
@@ -158,6 +167,19 @@ struct RawPid {
     ki: Option<f64>,
     kd: Option<f64>,
     capacity: Option<Rate>,
+}
+
+/// `[emulate]`: a least cost per vif frame, to emulate a slower core (experiments only; the
+/// switch backend hands it to the data plane's `EmulatedWork`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmulatedWork {
+    /// Cycles (counter units: TSC on x86_64) per frame read.
+    pub per_frame_cycles: u64,
+    /// Cycles per on-wire byte forwarded.
+    pub per_byte_cycles: f64,
+    /// Most frames per vif batch while emulating (0: the engine's grant), at most
+    /// [`MAX_BURST`].
+    pub batch_frames: usize,
 }
 
 /// The controllers the daemon runs beside the switch, with their parameters.
@@ -322,6 +344,11 @@ pub struct Config {
     pub tcp: Option<TcpConfig>,
     /// Path of the state file.
     pub state_file: PathBuf,
+    /// The state file must exist at start (ports were made through the API before): a missing
+    /// one is warned about loudly.
+    pub expect_state: bool,
+    /// Most vif ports (config and API together); more are refused.
+    pub max_ports: usize,
     /// The uplink port, if any.
     pub uplink: Option<PortConfig>,
     /// The initial vif ports and their policies, in order.
@@ -371,6 +398,14 @@ impl Config {
             ));
         }
         set.validate()?;
+        let max_ports = raw.max_ports.unwrap_or(DEFAULT_MAX_PORTS);
+        if max_ports == 0 || ports.len() > max_ports {
+            return Err(ConfigError::MaxPorts(format!(
+                "max_ports = {max_ports} but the config has {} port(s) (max_ports must be at \
+                 least 1 and at least the number of [[port]])",
+                ports.len()
+            )));
+        }
         let controllers = controllers(
             &raw.controllers,
             raw.fairness,
@@ -428,9 +463,9 @@ impl Config {
                         e.frame_cycles, e.byte_cycles
                     )));
                 }
-                if e.batch > BATCH_FRAMES {
+                if e.batch > usize::from(MAX_BURST) {
                     return Err(ConfigError::Emulate(format!(
-                        "emulate: batch must be 0..={BATCH_FRAMES} frames (got {})",
+                        "emulate: batch must be 0..={MAX_BURST} frames (got {})",
                         e.batch
                     )));
                 }
@@ -450,6 +485,8 @@ impl Config {
             socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             tcp,
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
+            expect_state: raw.expect_state.unwrap_or(false),
+            max_ports,
             uplink,
             ports,
             controllers,
@@ -596,6 +633,9 @@ create = false
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         assert!(c.tcp.is_none() && c.uplink.is_none() && c.ports.is_empty());
+        assert_eq!((c.max_ports, c.expect_state), (DEFAULT_MAX_PORTS, false));
+        let c = Config::parse("max_ports = 2\nexpect_state = true", env).unwrap();
+        assert_eq!((c.max_ports, c.expect_state), (2, true));
     }
 
     #[test]
@@ -646,6 +686,11 @@ create = false
             .contains("Invalid MAC address '02:00'"));
         assert!(err("[[port]]\nname = \"a/b\"").contains("Invalid port name 'a/b'"));
         assert!(err("[uplink]\nname = \"a\"\n[[port]]\nname = \"a\"").contains("Duplicate vif 'a'"));
+        assert!(err("max_ports = 0").contains("max_ports = 0 but the config has 0 port(s)"));
+        assert!(
+            err("max_ports = 1\n[[port]]\nname = \"a\"\n[[port]]\nname = \"b\"")
+                .contains("max_ports = 1 but the config has 2 port(s)")
+        );
     }
 
     #[test]

@@ -5,8 +5,13 @@
 //! token-protected loopback TCP port, Prometheus [`metrics`], the persisted policy [`state`],
 //! and the [`backend`] boundary to the switch (the real data plane through [`switch`], or an
 //! in-memory mock that ships with the crate for tests), and the [`controllers`] (fairness
-//! adjuster, PID-ECN) that run beside the switch when the config enables them. A small
-//! [`client`] speaks the same protocol; the `vqos` CLI and the tests use it.
+//! adjuster, PID-ECN) that run beside the switch when the config enables them. The wire types,
+//! the HTTP subset and the [`client`] live in the `vqos-api` crate (re-exported here), which the
+//! `vqos` CLI and the lab use without linking the daemon or the data plane.
+//!
+//! The `switch` feature (default) brings the real data plane and the `vqosd` binary; without it
+//! the crate is the API, the server, the state and the mock switch (the CLI's and the lab's
+//! tests run a daemon in-process that way).
 //!
 //! ## Behavior
 //! - Every change (add or remove a port, set a policy) is validated as a whole policy set first;
@@ -24,21 +29,29 @@
 //!   (408 beyond); every response closes the connection. Readers (GETs, stats, metrics) use a
 //!   snapshot of the committed state and never wait behind a change.
 //!
+//! - A [`watchdog`] checks the forwarding loop every second; `/v1/health` answers 503 with the
+//!   reason while the loop is dead, and the daemon exits with status 2 when it finds it dead, so
+//!   systemd restarts it.
+//!
 //! ## Limitations
 //! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
 //!   (TCP listens on loopback only).
 //! - Capacity, engine and cost model come from the config only; changing them needs a restart.
 #![deny(missing_docs)]
 
+// The wire types, the HTTP subset and the client live in `vqos-api`, which the CLI and the lab
+// use without the daemon; they are re-exported here under their old paths.
+pub use vqos_api::{client, http, wire};
+
 pub mod api;
 pub mod backend;
-pub mod client;
 pub mod config;
 pub mod controllers;
-pub mod http;
+pub mod gate;
 pub mod metrics;
 pub mod server;
 pub mod signals;
 pub mod state;
+#[cfg(feature = "switch")]
 pub mod switch;
-pub mod wire;
+pub mod watchdog;

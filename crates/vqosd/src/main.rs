@@ -1,16 +1,18 @@
 //! `vqosd`: the vqos switch daemon.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use vqos_sched::units::format_rate;
 use vqosd::api::Api;
-use vqosd::backend::{Backend, MockBackend};
+use vqosd::backend::{Backend, LoopHealth, MockBackend, MOCK_STATS_INTERVAL_NS};
 use vqosd::config::Config;
 use vqosd::server::{Server, ServerConfig};
 use vqosd::switch::SwitchBackend;
+use vqosd::watchdog::CHECK_PERIOD;
 
 /// Which switch the daemon drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -54,16 +56,51 @@ struct Args {
     /// Which switch to drive.
     #[arg(long, value_enum, default_value_t = BackendKind::Switch)]
     backend: BackendKind,
+    /// Tests only: the mock's forwarding loop dies this many ms after the start.
+    #[arg(long, hide = true, value_name = "MS")]
+    mock_loop_dies_after_ms: Option<u64>,
 }
 
-fn build_backend(kind: BackendKind, config: &Config) -> Result<Arc<dyn Backend>> {
-    Ok(match kind {
-        BackendKind::Mock => Arc::new(MockBackend::new()),
-        BackendKind::Switch => Arc::new(SwitchBackend::start(config)?),
+/// Exit status when the forwarding loop died (1 is a startup or runtime error).
+const EXIT_LOOP_DEAD: i32 = 2;
+
+/// What ends the daemon.
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signal(i32),
+    /// The watchdog found the forwarding loop dead.
+    LoopDead(String),
+    /// Waiting for signals failed.
+    Failed(vqosd::signals::SignalError),
+}
+
+fn build_backend(args: &Args, config: &Config) -> Result<Arc<dyn Backend>> {
+    Ok(match args.backend {
+        BackendKind::Mock => {
+            let mock = Arc::new(MockBackend::new());
+            if let Some(ms) = args.mock_loop_dies_after_ms {
+                let m = mock.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    m.set_loop_health(LoopHealth {
+                        running: false,
+                        ..LoopHealth::alive(MOCK_STATS_INTERVAL_NS)
+                    });
+                });
+            }
+            mock
+        }
+        BackendKind::Switch => {
+            if args.mock_loop_dies_after_ms.is_some() {
+                anyhow::bail!("--mock-loop-dies-after-ms needs --backend mock");
+            }
+            Arc::new(SwitchBackend::start(config)?)
+        }
     })
 }
 
-fn run(args: Args) -> Result<()> {
+/// Runs the daemon; `Ok(Some(reason))` when it stopped because the forwarding loop died.
+fn run(args: Args) -> Result<Option<String>> {
     let config = Config::load(&args.config)?;
     if args.check {
         println!(
@@ -73,11 +110,11 @@ fn run(args: Args) -> Result<()> {
             config.engine,
             format_rate(config.capacity_bps)
         );
-        return Ok(());
+        return Ok(None);
     }
     // Installed first, so a signal during startup is not lost: it is read after startup.
     let signals = vqosd::signals::install()?;
-    let backend = build_backend(args.backend, &config).context("Cannot start the switch")?;
+    let backend = build_backend(&args, &config).context("Cannot start the switch")?;
     let api = match Api::start(&config, backend.clone()) {
         Ok(api) => Arc::new(api),
         Err(e) => {
@@ -126,20 +163,55 @@ fn run(args: Args) -> Result<()> {
             names.join(", ")
         }
     );
-    let sig = signals.wait()?;
-    eprintln!("vqosd: signal {sig}, stopping");
+    // Signals and the watchdog both end the wait below.
+    let (tx, rx) = mpsc::channel();
+    let signal_tx = tx.clone();
+    std::thread::spawn(move || {
+        let _ = signal_tx.send(match signals.wait() {
+            Ok(sig) => Stop::Signal(sig),
+            Err(e) => Stop::Failed(e),
+        });
+    });
+    let watchdog = vqosd::watchdog::spawn(backend.clone(), CHECK_PERIOD, move |why| {
+        let _ = tx.send(Stop::LoopDead(why));
+    });
+    let mut watchdog = match watchdog {
+        Ok(w) => w,
+        Err(e) => {
+            server.shutdown();
+            backend.stop();
+            return Err(anyhow::Error::from(e).context("Cannot start the watchdog"));
+        }
+    };
+    let stop = rx.recv().unwrap_or(Stop::Signal(0));
+    watchdog.stop();
+    let outcome = match stop {
+        Stop::Signal(sig) => {
+            eprintln!("vqosd: signal {sig}, stopping");
+            Ok(None)
+        }
+        Stop::LoopDead(why) => {
+            eprintln!("vqosd: {why}; exiting so that the supervisor restarts the switch");
+            Ok(Some(why))
+        }
+        Stop::Failed(e) => Err(e.into()),
+    };
     if let Some(c) = controllers.as_mut() {
         c.stop();
     }
     server.shutdown();
     backend.stop();
-    Ok(())
+    outcome
 }
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(args) {
-        eprintln!("vqosd: {e:#}");
-        std::process::exit(1);
+    match run(args) {
+        Ok(None) => {}
+        Ok(Some(_)) => std::process::exit(EXIT_LOOP_DEAD),
+        Err(e) => {
+            eprintln!("vqosd: {e:#}");
+            std::process::exit(1);
+        }
     }
 }

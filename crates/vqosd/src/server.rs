@@ -1,15 +1,18 @@
 //! The listeners: the root-only unix socket and the optional token-protected loopback TCP port.
 //!
-//! Each listener has an accept thread; each connection gets its own thread that reads one request,
-//! answers it, and closes. Each listener has its own connection limit ([`MAX_CONNECTIONS`] on the
-//! unix socket, [`MAX_TCP_CONNECTIONS`] on TCP; beyond it the client gets a 503), so clients of
-//! the TCP port, which anyone on the host can reach, cannot take the slots root needs on the unix
-//! socket. The whole request must arrive within the I/O timeout (a deadline, not a timeout per
-//! read, so a client trickling bytes cannot hold a slot), and the answer must be taken within
-//! the same time. Peers are refused as early as possible: unix peers before they get a slot, TCP
-//! clients right after the head, before their body is read. An error answered before the whole
-//! request was read is followed by a half-close and a short, bounded drain of the input, so the
-//! client reads the status instead of a connection reset.
+//! The unix socket has an accept thread; each of its connections gets its own thread that reads
+//! one request, answers it, and closes, at most [`MAX_CONNECTIONS`] at once (503 beyond). The
+//! whole request must arrive within the I/O timeout (a deadline, not a timeout per read), and the
+//! answer must be taken within the same time. Unix peers are refused before they get a slot.
+//!
+//! The TCP port, which anyone on the host can reach, goes through the [`crate::gate`]:
+//! one thread reads the heads of all TCP clients with poll(2) under a short head deadline,
+//! checks the token, and only then gives the connection one of [`MAX_TCP_CONNECTIONS`] slots and
+//! a thread, which reads the body and answers. Unauthenticated clients, however slow or many,
+//! hold no slot, and the two listeners' slots are separate, so TCP clients cannot take the slots
+//! root needs on the unix socket. An error answered before the whole request was read is
+//! followed by a half-close and a short, bounded drain of the input, so the client reads the
+//! status instead of a connection reset.
 //!
 //! The unix socket is bound inside a fresh private directory (mode 0700) next to its final path,
 //! given mode 0600 and owner root (when running as root), and only then renamed into place, so
@@ -33,7 +36,8 @@ use thiserror::Error;
 
 use crate::api::Api;
 use crate::config::{Config, TcpConfig};
-use crate::http::{read_request_head, HttpError, Response, MAX_BODY_BYTES};
+use crate::gate::{self, Admit, Gate, HEAD_TIMEOUT, MAX_PENDING_HEADS};
+use crate::http::{read_request_head, HttpError, RequestHead, Response, MAX_BODY_BYTES};
 
 /// Most connections served at once on the unix socket.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -91,8 +95,12 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Most connections at once on the unix socket.
     pub max_unix_connections: usize,
-    /// Most connections at once on the TCP port.
+    /// Most connections at once on the TCP port (after their head and token were checked).
     pub max_tcp_connections: usize,
+    /// Time a TCP client has to send its complete head (at most `io_timeout`).
+    pub head_timeout: Duration,
+    /// Most TCP connections waiting for their heads; a new one evicts the oldest.
+    pub max_pending_heads: usize,
 }
 
 impl ServerConfig {
@@ -105,6 +113,8 @@ impl ServerConfig {
             max_body_bytes: MAX_BODY_BYTES,
             max_unix_connections: MAX_CONNECTIONS,
             max_tcp_connections: MAX_TCP_CONNECTIONS,
+            head_timeout: HEAD_TIMEOUT,
+            max_pending_heads: MAX_PENDING_HEADS,
         }
     }
 }
@@ -163,15 +173,6 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Who may use a connection.
-#[derive(Clone)]
-enum Auth {
-    /// Unix socket: root or the daemon's user, checked with SO_PEERCRED.
-    PeerCred,
-    /// TCP: `Authorization: Bearer <token>`.
-    Bearer(Arc<String>),
-}
-
 impl Server {
     /// Binds the listeners and starts serving `api`.
     pub fn start(config: &ServerConfig, api: Arc<Api>) -> Result<Server, ServerError> {
@@ -222,20 +223,30 @@ impl Server {
                 &shared,
                 "unix socket",
                 || unix.accept().map(|(s, _)| s),
-                |s| dispatch(&shared, s, Listener::Unix, Auth::PeerCred),
+                |s| dispatch(&shared, s),
             )
         }));
         if let Some((listener, token)) = tcp {
             server.tcp_addr = listener.local_addr().ok();
             server.listener_fds.push(listener.as_raw_fd());
             let shared = server.shared.clone();
+            let gate = Gate {
+                head_timeout: config.head_timeout.min(config.io_timeout),
+                max_pending: config.max_pending_heads,
+            };
             server.threads.push(std::thread::spawn(move || {
-                accept_loop(
-                    &shared,
-                    "tcp",
-                    || listener.accept().map(|(s, _)| s),
-                    |s| dispatch(&shared, s, Listener::Tcp, Auth::Bearer(token.clone())),
-                )
+                let mut last_log = None;
+                let result = gate::run(
+                    &listener,
+                    gate,
+                    &shared.stopping,
+                    ACCEPT_BACKOFF,
+                    |e| note_accept_error(&shared, "tcp", e, &mut last_log),
+                    |stream, head| admit_tcp(&shared, stream, head, &token),
+                );
+                if let Err(e) = result {
+                    eprintln!("vqosd: the tcp listener stopped: {e}");
+                }
             }));
         }
         Ok(server)
@@ -406,19 +417,57 @@ fn accept_loop<C>(
                     io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
                 ) => {}
             Err(e) => {
-                let n = shared.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
-                if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    eprintln!(
-                        "vqosd: accept on the {what} failed: {e} ({n} failures so far); \
-                         retrying every {} ms",
-                        ACCEPT_BACKOFF.as_millis()
-                    );
-                    last_log = Some(Instant::now());
-                }
+                note_accept_error(shared, what, &e, &mut last_log);
                 std::thread::sleep(ACCEPT_BACKOFF);
             }
         }
     }
+}
+
+/// Counts a failed accept and logs it, at most every 10 s per listener.
+fn note_accept_error(shared: &Shared, what: &str, e: &io::Error, last_log: &mut Option<Instant>) {
+    let n = shared.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
+    if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+        eprintln!(
+            "vqosd: accept on the {what} failed: {e} ({n} failures so far); \
+             retrying every {} ms",
+            ACCEPT_BACKOFF.as_millis()
+        );
+        *last_log = Some(Instant::now());
+    }
+}
+
+/// Runs in the TCP gate's thread, so it never blocks: a TCP client whose head arrived is
+/// refused (wrong token, no free slot) or given a slot and a thread that reads its body and
+/// answers.
+fn admit_tcp(shared: &Arc<Shared>, stream: TcpStream, head: RequestHead, token: &str) -> Admit {
+    if !bearer_ok(head.header("authorization"), token) {
+        let resp = Response::error(401, "Missing or wrong bearer token")
+            .with_header("WWW-Authenticate", "Bearer");
+        return Admit::Refuse(stream, resp);
+    }
+    let slots = &shared.connections[Listener::Tcp as usize];
+    if slots.open.fetch_add(1, Ordering::SeqCst) >= slots.max {
+        slots.open.fetch_sub(1, Ordering::SeqCst);
+        return Admit::Refuse(stream, Response::error(503, "Too many connections"));
+    }
+    let guard = ConnGuard(shared.clone(), Listener::Tcp);
+    let spawned = std::thread::Builder::new()
+        .name("vqosd-conn".into())
+        .spawn(move || {
+            let shared = guard.0.clone();
+            let mut stream = stream;
+            if stream.set_nonblocking(false).is_ok() {
+                // The body gets the request deadline, from now.
+                let until = Instant::now() + shared.io_timeout;
+                serve_head(&shared, &mut stream, head, until);
+            }
+            drop(guard);
+        });
+    // On spawn failure the closure (guard and stream) is dropped: the slot is freed and the
+    // client sees the connection close.
+    drop(spawned);
+    Admit::Taken
 }
 
 /// A connected stream of either listener.
@@ -539,16 +588,15 @@ impl Drop for ConnGuard {
     }
 }
 
-/// Runs in the accept thread, so it never blocks: refuses the peer or takes a slot and hands
-/// the connection to a new thread.
-fn dispatch<C: Conn>(shared: &Arc<Shared>, mut stream: C, listener: Listener, auth: Auth) {
-    // Refuse an unknown unix peer before it holds a slot.
-    if matches!(auth, Auth::PeerCred) {
-        if let Some(resp) = stream.peer_refused() {
-            refuse_now(&mut stream, &resp);
-            return;
-        }
+/// Runs in the unix socket's accept thread, so it never blocks: refuses the peer (only root
+/// and the daemon's user, checked with SO_PEERCRED, before it holds a slot) or takes a slot
+/// and hands the connection to a new thread.
+fn dispatch(shared: &Arc<Shared>, mut stream: UnixStream) {
+    if let Some(resp) = stream.peer_refused() {
+        refuse_now(&mut stream, &resp);
+        return;
     }
+    let listener = Listener::Unix;
     let slots = &shared.connections[listener as usize];
     if slots.open.fetch_add(1, Ordering::SeqCst) >= slots.max {
         slots.open.fetch_sub(1, Ordering::SeqCst);
@@ -560,7 +608,7 @@ fn dispatch<C: Conn>(shared: &Arc<Shared>, mut stream: C, listener: Listener, au
         .name("vqosd-conn".into())
         .spawn(move || {
             let shared = guard.0.clone();
-            serve(&shared, stream, &auth);
+            serve(&shared, stream);
             drop(guard);
         });
     // On spawn failure the closure (and so the guard and the stream) is dropped: the slot is
@@ -630,7 +678,8 @@ fn bearer_ok(authorization: Option<&str>, token: &str) -> bool {
         .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
 }
 
-fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
+/// Serves a unix socket connection: reads its head, then as [`serve_head`].
+fn serve<C: Conn>(shared: &Shared, mut stream: C) {
     // One deadline for the whole request, head and body.
     let until = Instant::now() + shared.io_timeout;
     let mut input = Timed {
@@ -646,20 +695,21 @@ fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
             return;
         }
     };
-    // The token is checked before the body is read.
-    if let Auth::Bearer(token) = auth {
-        if !bearer_ok(head.header("authorization"), token) {
-            let resp = Response::error(401, "Missing or wrong bearer token")
-                .with_header("WWW-Authenticate", "Bearer");
-            refuse(shared, &mut stream, &resp);
-            return;
-        }
-    }
+    serve_head(shared, &mut stream, head, until);
+}
+
+/// Reads the body of a request whose head (already authorised) arrived, by `until`, and
+/// answers it.
+fn serve_head<C: Conn>(shared: &Shared, stream: &mut C, head: RequestHead, until: Instant) {
+    let mut input = Timed {
+        conn: &mut *stream,
+        until,
+    };
     let req = match head.read_body(&mut input, shared.max_body_bytes) {
         Ok(r) => r,
         Err(e) => {
             if let Some(resp) = read_failure(&e) {
-                refuse(shared, &mut stream, &resp);
+                refuse(shared, stream, &resp);
             }
             return;
         }
@@ -669,7 +719,7 @@ fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
         if shared.stopping.load(Ordering::SeqCst) {
             drop(count);
             let resp = Response::error(503, "Shutting down");
-            let _ = resp.write_to(&mut Timed::new(&mut stream, shared.io_timeout));
+            let _ = resp.write_to(&mut Timed::new(stream, shared.io_timeout));
             return;
         }
         *count += 1;
@@ -681,7 +731,7 @@ fn serve<C: Conn>(shared: &Shared, mut stream: C, auth: &Auth) {
         shared.in_flight.done.notify_all();
     }
     // The answer gets a deadline of its own, from now.
-    let _ = resp.write_to(&mut Timed::new(&mut stream, shared.io_timeout));
+    let _ = resp.write_to(&mut Timed::new(stream, shared.io_timeout));
 }
 
 #[cfg(test)]

@@ -4,17 +4,21 @@
 use std::collections::BTreeMap;
 
 use vqos_dataplane::frame::mac_key;
-use vqos_dataplane::{PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
+use vqos_dataplane::{EmulatedWork, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::api::chain;
-use crate::backend::{Backend, BackendError, LoopStats, PortConfig, PortStats, SwitchStats};
+use crate::backend::{
+    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
+};
 use crate::config::Config;
 
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
     /// The running switch.
     handle: SwitchHandle,
+    /// How often the loop publishes its stats, ns (judges its staleness).
+    stats_interval_ns: u64,
 }
 
 /// A port spec of the data plane for a port of the daemon.
@@ -57,19 +61,32 @@ impl SwitchBackend {
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
-        sc.emulated_work = config.emulated_work;
+        sc.emulated_work = config.emulated_work.map(|e| EmulatedWork {
+            per_frame_cycles: e.per_frame_cycles,
+            per_byte_cycles: e.per_byte_cycles,
+            batch_frames: e.batch_frames,
+        });
         sc.readiness = if config.busy_poll {
             Readiness::BusyPoll
         } else {
             Readiness::Epoll
         };
+        // The loop publishes at least every millisecond, whatever the config says.
+        let stats_interval_ns = sc.stats_interval_ns.max(1_000_000);
         let handle = SwitchHandle::start(sc).map_err(convert)?;
-        Ok(SwitchBackend { handle })
+        Ok(SwitchBackend {
+            handle,
+            stats_interval_ns,
+        })
     }
 
-    /// Wraps a switch started by the caller (tests start one on in-memory ports).
-    pub fn from_handle(handle: SwitchHandle) -> SwitchBackend {
-        SwitchBackend { handle }
+    /// Wraps a switch started by the caller (tests start one on in-memory ports) whose loop
+    /// publishes its stats every `stats_interval_ns`.
+    pub fn from_handle(handle: SwitchHandle, stats_interval_ns: u64) -> SwitchBackend {
+        SwitchBackend {
+            handle,
+            stats_interval_ns: stats_interval_ns.max(1_000_000),
+        }
     }
 
     /// The switch.
@@ -149,6 +166,15 @@ impl Backend for SwitchBackend {
         }
     }
 
+    fn loop_health(&self) -> LoopHealth {
+        let h = self.handle.loop_health();
+        LoopHealth {
+            running: h.running,
+            stats_age_ns: h.stats_age_ns,
+            stats_interval_ns: self.stats_interval_ns,
+        }
+    }
+
     fn stop(&self) {
         // A loop that already died has nothing left to stop.
         let _ = self.handle.stop();
@@ -168,7 +194,9 @@ mod tests {
         let mut sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
         sc.engine = EngineKind::Vqos;
         sc.capacity_bps = Some(1_000_000_000);
-        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap());
+        let interval_ns = sc.stats_interval_ns;
+        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap(), interval_ns);
+        assert_eq!(b.loop_health().problem(), None);
         // Custom (in-memory) vif ports go straight to the handle; the trait drives policies.
         let (vm1, _p1) = MemPort::pair("vm1", 64);
         b.handle()
@@ -231,8 +259,62 @@ mod tests {
         }
         b.remove_port("vm1").unwrap();
         b.stop();
+        assert_eq!(
+            b.loop_health().problem().as_deref(),
+            Some("The forwarding loop has stopped")
+        );
         assert!(b
             .set_policies(&PolicySet::new(Some(1_000_000_000)))
             .is_err());
+    }
+
+    #[test]
+    fn the_configs_batch_limit_is_the_data_planes() {
+        assert_eq!(
+            usize::from(vqos_sched::engine::MAX_BURST),
+            vqos_dataplane::BATCH_FRAMES
+        );
+    }
+
+    #[test]
+    fn health_follows_the_real_loop() {
+        use crate::api::Api;
+        use crate::http::Request;
+        use std::sync::Arc;
+        let (uplink, _peer) = MemPort::pair("up0", 64);
+        let sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
+        let interval_ns = sc.stats_interval_ns;
+        let backend = Arc::new(SwitchBackend::from_handle(
+            SwitchHandle::start(sc).unwrap(),
+            interval_ns,
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("state_file = \"{}/state.json\"", dir.path().display());
+        let api = Api::start(&Config::parse(&text, |_| None).unwrap(), backend.clone()).unwrap();
+        let health = || {
+            let r = api.handle(&Request {
+                method: "GET".into(),
+                path: "/v1/health".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            });
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            (r.status, v["error"].as_str().unwrap_or("").to_string())
+        };
+        assert_eq!(health(), (200, String::new()));
+        backend.handle().stop().unwrap();
+        assert_eq!(
+            health(),
+            (503, "The forwarding loop has stopped".to_string())
+        );
+    }
+
+    #[test]
+    fn the_api_names_exactly_the_data_planes_drop_reasons() {
+        let names: Vec<&str> = vqos_dataplane::DropReason::ALL
+            .iter()
+            .map(|r| r.name())
+            .collect();
+        assert_eq!(names, DROP_REASONS.to_vec());
     }
 }

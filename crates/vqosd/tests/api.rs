@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use vqosd::api::Api;
-use vqosd::backend::{MockBackend, MockCall, PortStats};
+use vqosd::backend::{LoopHealth, MockBackend, MockCall, PortStats};
 use vqosd::client::{Client, ClientError, Endpoint};
 use vqosd::config::Config;
 use vqosd::metrics::{self, Exposition};
@@ -125,6 +125,41 @@ fn health_ports_and_policies() {
         (2, 400_000_000, Some(500_000_000), 3)
     );
     assert_eq!((p.min.as_str(), p.max.as_str()), ("400Mbit", "500Mbit"));
+}
+
+#[test]
+fn health_reflects_the_forwarding_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (status, h) = d.send("GET", "/v1/health", None);
+    assert_eq!((status, &h["status"]), (200, &json!("ok")));
+    assert_eq!(h["loop"]["running"], true);
+    assert!(h.get("error").is_none(), "{h}");
+    // Hung: alive but silent for longer than 200 stats intervals.
+    d.mock.set_loop_health(LoopHealth {
+        running: true,
+        stats_age_ns: 7_000_000_000,
+        stats_interval_ns: 25_000_000,
+    });
+    let (status, h) = d.send("GET", "/v1/health", None);
+    assert_eq!((status, &h["status"]), (503, &json!("unhealthy")));
+    assert_eq!(
+        h["error"],
+        "The forwarding loop has not reported for 7000 ms (limit 5000 ms)"
+    );
+    // Dead: the thread exited. The client reports the reason as the error.
+    d.mock.set_loop_health(LoopHealth {
+        running: false,
+        ..LoopHealth::alive(25_000_000)
+    });
+    let e = d
+        .client
+        .call::<Value>("GET", "/v1/health", None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("The forwarding loop has stopped"), "{e}");
+    // The rest of the API still answers (an operator can look before the restart).
+    assert_eq!(d.get("/v1/ports").as_array().unwrap().len(), 2);
 }
 
 #[test]
@@ -402,9 +437,7 @@ fn a_failed_state_write_undoes_the_change() {
     let d = start(dir.path());
     let before = d.snapshot();
     // Make the state directory unwritable for the temp file: a directory in its place.
-    let tmp = d
-        .state_file
-        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    let tmp = vqosd::state::temp_path(&d.state_file);
     fs::create_dir(&tmp).unwrap();
     fs::write(tmp.join("x"), "x").unwrap();
     let (status, body) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
@@ -436,9 +469,7 @@ fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
     let d = start(dir.path());
     let before = d.snapshot();
     let calls_before = d.mock.calls();
-    let tmp = d
-        .state_file
-        .with_file_name(format!(".state.json.tmp.{}", std::process::id()));
+    let tmp = vqosd::state::temp_path(&d.state_file);
     fs::create_dir(&tmp).unwrap();
     fs::write(tmp.join("x"), "x").unwrap();
     // vm1 is first: taking it out and adding it back would reorder the switch's ports (and
@@ -821,6 +852,9 @@ impl vqosd::backend::Backend for SlowSwitch {
     }
     fn stats(&self) -> vqosd::backend::SwitchStats {
         self.mock.stats()
+    }
+    fn loop_health(&self) -> LoopHealth {
+        self.mock.loop_health()
     }
     fn stop(&self) {
         self.mock.stop()

@@ -19,10 +19,14 @@ struct Proc {
 
 impl Proc {
     fn start(config: &Path, backend: &str) -> Proc {
+        Proc::start_with(config, &["--backend", backend])
+    }
+
+    fn start_with(config: &Path, args: &[&str]) -> Proc {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
-            .args(["--backend", backend])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -157,6 +161,26 @@ fn sigterm_and_sigint_leave_cleanly() {
         assert!(!socket.exists(), "the socket outlived the daemon");
         assert!(dir.path().join("state.json").exists());
     }
+}
+
+/// A dead forwarding loop makes the daemon exit non-zero (status 2), so systemd restarts it;
+/// until then `/v1/health` says why it is unhealthy.
+#[test]
+fn a_dead_forwarding_loop_makes_the_daemon_exit_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let mut p = Proc::start_with(
+        &cfg,
+        &["--backend", "mock", "--mock-loop-dies-after-ms", "300"],
+    );
+    p.wait_ready();
+    let (status, err) = p.wait();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("The forwarding loop has stopped; exiting so that the supervisor restarts"),
+        "{err}"
+    );
+    assert!(!socket.exists(), "the socket outlived the daemon");
 }
 
 /// The controllers' thread runs beside the API and stops with the daemon.

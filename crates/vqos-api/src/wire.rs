@@ -14,7 +14,7 @@ use vqos_sched::policy::PRIORITY_LEVELS;
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::VifPolicy;
 
-use crate::backend::{LoopStats, PortStats};
+use crate::stats::{LoopStats, PortStats};
 
 /// Why a request body or a config entry could not be turned into a policy or a port.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -254,6 +254,13 @@ pub struct PortView {
     pub policy: PolicyView,
 }
 
+/// The answer of `DELETE /v1/ports/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedView {
+    /// The port removed.
+    pub removed: String,
+}
+
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -292,6 +299,41 @@ pub struct StatsView {
     pub ports: Vec<PortStatsView>,
     /// Per poll loop.
     pub loops: Vec<LoopStats>,
+}
+
+/// How the forwarding loop is doing, in `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopView {
+    /// The loop thread is alive.
+    pub running: bool,
+    /// Time since the loop last published its stats, ms.
+    pub stats_age_ms: u64,
+    /// Beyond this age the loop counts as dead, ms.
+    pub stale_after_ms: u64,
+}
+
+/// The body of `GET /v1/health` (status 200 when healthy, 503 when not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthView {
+    /// `"ok"` or `"unhealthy"`.
+    pub status: String,
+    /// Why the daemon is unhealthy (absent when healthy); named `error` so clients show it as
+    /// any error answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The daemon's version.
+    pub version: String,
+    /// The scheduling engine.
+    pub engine: String,
+    /// Uplink capacity, e.g. `"940Mbit"`.
+    pub capacity: String,
+    /// Number of vif ports.
+    pub ports: usize,
+    /// Seconds since the daemon started.
+    pub uptime_s: u64,
+    /// The forwarding loop.
+    #[serde(rename = "loop")]
+    pub forwarding: LoopView,
 }
 
 /// Highest valid priority, re-exported for the CLI's help text.

@@ -1,0 +1,27 @@
+//! # vqos-api
+//!
+//! The vqos control API as its clients see it, in the manner of Cloud Hypervisor's
+//! `api_client`: the request and answer types ([`wire`]), the statistics the daemon reports
+//! ([`stats`]), the HTTP/1.1 subset both ends speak ([`http`]) and a small [`client`] over the
+//! unix socket or loopback TCP. The daemon (`vqosd`) serves these types; the `vqos` CLI and the
+//! lab use them without linking the daemon or the data plane.
+//!
+//! ## API
+//! - [`client::Client`]`::new(`[`client::Endpoint`]`)` / `from_url`, then `call::<T>(method,
+//!   path, body)` (2xx JSON decoded, an error answer becomes `ClientError::Api` with the
+//!   daemon's message), `request` (raw status and body), `text` (`/metrics`).
+//! - [`wire`]: `PolicyPatch` (a partial policy in a request), `PortRequest`, `PolicyView`,
+//!   `PortView`, `StatsView`, `HealthView`, `ErrorBody`, `MacAddr`, `Rate`,
+//!   `check_port_name`.
+//! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
+//! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod http;
+pub mod stats;
+pub mod wire;
+
+/// Default path of the daemon's API socket.
+pub const DEFAULT_SOCKET: &str = "/run/vqos/vqosd.sock";

@@ -1,0 +1,77 @@
+//! The statistics the API reports (`GET /v1/stats`, `/metrics`): per port and per poll loop.
+//! The daemon fills them from its switch (the data plane's own stats types are converted), so
+//! clients need nothing of the data plane.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Counters and gauges of one port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStats {
+    /// Interface name.
+    pub name: String,
+    /// Frames read from the port (sent by the VM).
+    pub rx_frames: u64,
+    /// Bytes read from the port.
+    pub rx_bytes: u64,
+    /// Frames written to the port (delivered to the VM).
+    pub tx_frames: u64,
+    /// Bytes written to the port.
+    pub tx_bytes: u64,
+    /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
+    pub drops: BTreeMap<String, u64>,
+    /// Frames marked ECN CE on their way to the port.
+    pub ecn_marked: u64,
+    /// Recent rate read from the port (what the VM sends), bit/s.
+    pub rate_bps: u64,
+    /// Recent rate written to the port (what the VM receives), bit/s.
+    pub tx_rate_bps: u64,
+    /// Credit or tokens left in the engine's cost unit (negative: debt).
+    pub credit: i64,
+    /// True while the engine refuses to serve the port.
+    pub throttled: bool,
+}
+
+/// Counters of one poll loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopStats {
+    /// Loop name (e.g. `pmd0`).
+    pub name: String,
+    /// Cycles spent in bursts that moved frames.
+    pub busy_cycles: u64,
+    /// Cycles spent polling without work.
+    pub idle_cycles: u64,
+    /// Bursts served.
+    pub bursts: u64,
+}
+
+/// Everything the switch reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchStats {
+    /// When the switch took this snapshot, ns on the switch's own monotonic clock (`None`: the
+    /// backend has no clock of its own, as the mock). The controllers measure the counters at
+    /// this time, so the publication delay does not distort their windows.
+    #[serde(default)]
+    pub time_ns: Option<u64>,
+    /// Per port (vifs and the uplink).
+    pub ports: Vec<PortStats>,
+    /// Per poll loop.
+    pub loops: Vec<LoopStats>,
+}
+
+/// Drop reasons of the data plane; every port reports each of them (zero included), so each
+/// `drops{reason}` series exists from the start. The data plane's `DropReason::ALL` is the
+/// source; vqosd's tests check that this list names exactly those (this crate does not link
+/// the data plane).
+pub const DROP_REASONS: [&str; 9] = [
+    "truncated",
+    "oversized",
+    "bad_vnet_hdr",
+    "spoofed",
+    "policed",
+    "rate_limited",
+    "tx_error",
+    "hairpin",
+    "storm",
+];
