@@ -195,9 +195,15 @@ pub struct PortRequest {
     /// priority 7).
     #[serde(default)]
     pub policy: PolicyPatch,
-    /// Source MAC addresses the vif may send from; empty = any.
+    /// Source MAC addresses the vif may send from (pinned to it at once); empty = decided
+    /// by `port_security`.
     #[serde(default)]
     pub macs: Vec<MacAddr>,
+    /// Without `macs`: `true` (default) locks the vif to the first few source addresses it
+    /// sends from; `false` lets it use any address no other port owns (routers, nested
+    /// bridges). No port ever takes an address another port owns.
+    #[serde(default = "default_true")]
+    pub port_security: bool,
 }
 
 /// A policy as the daemon reports it: human rates and exact numbers.
@@ -248,8 +254,11 @@ pub struct PortView {
     pub name: String,
     /// Whether vqosd created the TAP (`false`: attached to an existing one).
     pub create: bool,
-    /// The MAC allow-list (empty = any).
+    /// The MAC allow-list (empty: see `port_security`).
     pub macs: Vec<MacAddr>,
+    /// Without `macs`: locked to its first source addresses (`true`) or any it may use.
+    #[serde(default = "default_true")]
+    pub port_security: bool,
     /// The vif's policy.
     pub policy: PolicyView,
 }

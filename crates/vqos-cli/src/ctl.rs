@@ -116,9 +116,14 @@ enum PortCommand {
         /// Attach to an existing TAP instead of creating one.
         #[arg(long)]
         attach: bool,
-        /// Source MAC the vif may send from (repeat; default: any).
+        /// Source MAC the vif may send from, its own from now on (repeat). Without --mac the
+        /// vif locks to the first 4 MACs it sends from.
         #[arg(long = "mac", value_name = "MAC")]
         macs: Vec<String>,
+        /// Port security off: without --mac, the vif may send from any MAC no other port
+        /// owns (a router or a nested bridge behind the port).
+        #[arg(long, conflicts_with = "macs")]
+        no_port_security: bool,
         #[command(flatten)]
         policy: PolicyOpts,
     },
@@ -203,6 +208,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             name,
             attach,
             macs,
+            no_port_security,
             policy,
         } => {
             for m in &macs {
@@ -212,6 +218,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 "name": segment(&name)?,
                 "create": !attach,
                 "macs": macs,
+                "port_security": !no_port_security,
                 "policy": Value::Object(policy.patch()?),
             });
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;

@@ -117,6 +117,7 @@ impl View {
                     name: p.name.clone(),
                     create: p.create,
                     macs: p.macs.clone(),
+                    port_security: p.port_security,
                     policy: v.policy.clone(),
                 })
                 .collect(),
@@ -129,6 +130,7 @@ impl View {
             name: self.ports[i].name.clone(),
             create: self.ports[i].create,
             macs: self.ports[i].macs.clone(),
+            port_security: self.ports[i].port_security,
             policy: PolicyView::from(&self.set.vifs[i].policy),
         }
     }
@@ -175,7 +177,7 @@ fn backend_fail(e: BackendError) -> Fail {
     let status = match &e {
         BackendError::Policy(p) => policy_status(p),
         BackendError::UnknownPort(_) => 404,
-        BackendError::PortExists(_) => 409,
+        BackendError::PortExists(_) | BackendError::MacInUse(_) => 409,
         BackendError::Port { .. } | BackendError::Switch(_) => 500,
     };
     (status, e.to_string())
@@ -233,6 +235,7 @@ impl Api {
                             name: sp.name,
                             create: sp.create,
                             macs: sp.macs,
+                            port_security: sp.port_security,
                         });
                     }
                 }
@@ -425,6 +428,19 @@ impl Api {
                 ),
             ));
         }
+        // A configured address belongs to one port (the data plane refuses a second owner
+        // too; checking here answers before a TAP is made).
+        if let Some((mac, owner)) = req.macs.iter().find_map(|m| {
+            v.ports
+                .iter()
+                .find(|p| p.macs.contains(m))
+                .map(|p| (m, p.name.clone()))
+        }) {
+            return Err((
+                409,
+                format!("MAC address {mac} is in use by port '{owner}'"),
+            ));
+        }
         let mut next = v.clone();
         next.set = next.set.with_vif(&req.name, policy.clone());
         next.set
@@ -434,6 +450,7 @@ impl Api {
             name: req.name,
             create: req.create,
             macs: req.macs,
+            port_security: req.port_security,
         };
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != port.name);

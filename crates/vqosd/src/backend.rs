@@ -27,6 +27,9 @@ pub enum BackendError {
     /// A port of that name already exists.
     #[error("Port '{0}' already exists")]
     PortExists(String),
+    /// A configured MAC address belongs to another port.
+    #[error("{0}")]
+    MacInUse(String),
     /// The switch failed as a whole (stopped, unresponsive loop).
     #[error("Switch: {0}")]
     Switch(String),
@@ -47,8 +50,11 @@ pub struct PortConfig {
     pub name: String,
     /// `true`: create the TAP; `false`: attach to an existing one.
     pub create: bool,
-    /// Source MACs the port may send from; empty = any.
+    /// Source MACs the port may send from; empty: see `port_security`.
     pub macs: Vec<MacAddr>,
+    /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
+    /// accept any address no other port owns (`false`: routers, nested bridges).
+    pub port_security: bool,
 }
 
 /// The forwarding loop's liveness as the daemon judges it ([`Backend::loop_health`]).
@@ -325,6 +331,7 @@ mod tests {
             name: name.into(),
             create: true,
             macs: vec![],
+            port_security: true,
         }
     }
 

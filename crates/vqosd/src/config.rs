@@ -9,6 +9,8 @@
 //! state_file = "/var/lib/vqos/state.json"
 //! expect_state = false        # true: warn loudly when the state file is missing at start
 //! max_ports = 1024            # most vif ports (config and API together); default 1024
+//! storm_pps = 1000            # broadcast/multicast/unknown-unicast frames/s per port; 0 = off
+//! flood_unknown_to_vifs = false # true: a vif's unknown unicast reaches the other vifs too
 //!
 //! [api]
 //! socket = "/run/vqos/vqosd.sock"
@@ -22,7 +24,9 @@
 //! [[port]]
 //! name = "vm1"
 //! create = true               # false: attach to an existing TAP
-//! macs = ["02:00:00:00:00:01"]
+//! macs = ["02:00:00:00:00:01"]   # the only source MACs it may use (pinned to it)
+//! # port_security = false    # without macs: false lets it use any MAC no other port owns
+//! #                          # (default true: it locks to the first 4 it sends from)
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
 //!
 //! [emulate]                   # optional, experiments only: a least cost per vif frame
@@ -65,6 +69,9 @@ use crate::wire::{check_port_name, PortRequest, Rate, WireError};
 pub use vqos_api::DEFAULT_SOCKET;
 /// Default path of the state file.
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/vqos/state.json";
+/// Default of `storm_pps`: broadcast, multicast and unknown-unicast frames per second a port
+/// may send.
+pub const DEFAULT_STORM_PPS: u64 = 1_000;
 /// Default of `max_ports`: most vif ports of one switch.
 pub const DEFAULT_MAX_PORTS: usize = 1024;
 
@@ -126,6 +133,8 @@ struct RawConfig {
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
     busy_poll: Option<bool>,
+    storm_pps: Option<u64>,
+    flood_unknown_to_vifs: Option<bool>,
     state_file: Option<PathBuf>,
     expect_state: Option<bool>,
     max_ports: Option<usize>,
@@ -338,6 +347,11 @@ pub struct Config {
     pub cycles_per_sec: u64,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
+    /// Storm control: most broadcast, multicast and unknown-unicast frames per second and
+    /// port (0 = off).
+    pub storm_pps: u64,
+    /// Unknown unicast from a vif is flooded to the other vifs too, not only the uplink.
+    pub flood_unknown_to_vifs: bool,
     /// Path of the API's unix socket.
     pub socket_path: PathBuf,
     /// Optional TCP listener.
@@ -393,6 +407,7 @@ impl Config {
                     name: p.name,
                     create: p.create,
                     macs: p.macs,
+                    port_security: p.port_security,
                 },
                 policy,
             ));
@@ -422,6 +437,7 @@ impl Config {
                     name: u.name,
                     create: u.create,
                     macs: Vec::new(),
+                    port_security: false,
                 })
             }
             None => None,
@@ -482,6 +498,8 @@ impl Config {
             cost: set.cost,
             cycles_per_sec: set.cycles_per_sec,
             busy_poll: raw.busy_poll.unwrap_or(false),
+            storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
+            flood_unknown_to_vifs: raw.flood_unknown_to_vifs.unwrap_or(false),
             socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             tcp,
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),

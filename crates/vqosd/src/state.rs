@@ -109,6 +109,9 @@ pub struct SavedPort {
     /// MAC allow-list.
     #[serde(default)]
     pub macs: Vec<MacAddr>,
+    /// Port security without `macs` (absent in older state files: on).
+    #[serde(default = "default_true")]
+    pub port_security: bool,
     /// The vif's policy.
     pub policy: VifPolicy,
 }
@@ -413,6 +416,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     Ok(())
 }
 
+/// Serde default of `port_security`.
+fn default_true() -> bool {
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +441,7 @@ mod tests {
                 name: "vm1".into(),
                 create: false,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
+                port_security: true,
                 policy: VifPolicy {
                     weight: 3,
                     min_bps: 200_000_000,

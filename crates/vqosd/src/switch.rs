@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use vqos_dataplane::frame::mac_key;
-use vqos_dataplane::{EmulatedWork, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle};
+use vqos_dataplane::{
+    EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle,
+};
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::api::chain;
@@ -28,11 +30,14 @@ fn spec(port: &PortConfig) -> PortSpec {
     } else {
         PortSpec::tap_attach(&port.name)
     };
-    if port.macs.is_empty() {
-        spec
+    let macs = if !port.macs.is_empty() {
+        MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
+    } else if port.port_security {
+        MacPolicy::default()
     } else {
-        spec.with_allowed_macs(port.macs.iter().map(|m| mac_key(&m.0)).collect())
-    }
+        MacPolicy::Any
+    };
+    spec.with_mac_policy(macs)
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).
@@ -41,6 +46,7 @@ fn convert(e: SwitchError) -> BackendError {
         SwitchError::Policy(p) => BackendError::Policy(p),
         SwitchError::DuplicatePort(name) => BackendError::PortExists(name),
         SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
+        e @ SwitchError::MacInUse { .. } => BackendError::MacInUse(e.to_string()),
         SwitchError::Port { name, source } => BackendError::Port {
             name,
             message: chain(&source),
@@ -66,6 +72,8 @@ impl SwitchBackend {
             per_byte_cycles: e.per_byte_cycles,
             batch_frames: e.batch_frames,
         });
+        sc.storm_pps = config.storm_pps;
+        sc.flood_unknown_to_vifs = config.flood_unknown_to_vifs;
         sc.readiness = if config.busy_poll {
             Readiness::BusyPoll
         } else {

@@ -233,6 +233,44 @@ fn add_and_remove_ports() {
 }
 
 #[test]
+fn port_security_is_on_by_default_and_a_configured_mac_has_one_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "vm3", "macs": ["02:00:00:00:00:03"]})),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["port_security"], true);
+    // The same address on a second port: refused before the switch is touched.
+    let calls = d.mock.calls().len();
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "vm4", "macs": ["02:00:00:00:00:03"]})),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["error"],
+        "MAC address 02:00:00:00:00:03 is in use by port 'vm3'"
+    );
+    assert_eq!(d.mock.calls().len(), calls);
+    // The opt-out reaches the switch, the listing and the state file.
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "rtr", "port_security": false})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (p, _) = d.mock.ports().pop().unwrap();
+    assert!(!p.port_security);
+    assert_eq!(d.get("/v1/ports/rtr")["port_security"], false);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert_eq!(saved["ports"][3]["port_security"], false);
+}
+
+#[test]
 fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
