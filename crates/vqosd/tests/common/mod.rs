@@ -1,0 +1,352 @@
+//! Shared by vqosd's real-traffic tests: the daemon as a child process, a lab of namespace
+//! VMs on its TAP ports, iperf3 reports and the reference allocation.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vqos_sched::{allocate, Claim, VifPolicy};
+use vqos_testkit::{poll, Netns, Proc};
+use vqosd::client::{Client, Endpoint};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vqosd");
+pub const CAPACITY_BPS: u64 = 940_000_000;
+
+/// Tolerance and least aggregate for the checks beyond issue 3's numbers (5 %, 97 %, held by
+/// `weights_then_live_policies`): wide enough for a busy machine, far narrower than the failures
+/// they catch (an idle share not handed on, or policies not restored, are off by ≥ 30 %).
+pub const LOOSE_TOL: f64 = 0.10;
+pub const LOOSE_AGGREGATE: f64 = 0.93;
+
+/// A running vqosd; stopped with SIGTERM (SIGKILL past 5 s) on drop.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub socket: PathBuf,
+    /// Everything it printed after "listening on" (drained so it never blocks on a pipe).
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, socket: &Path) -> Daemon {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        if !line.contains("listening on") {
+            let mut err = String::new();
+            let _ = stderr.read_to_string(&mut err);
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vqosd did not start: stdout {line:?}, stderr {err:?}");
+        }
+        let log = Arc::new(Mutex::new(String::new()));
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Daemon {
+            child: Some(child),
+            socket: socket.to_path_buf(),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(Endpoint::Unix(self.socket.clone()))
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        self.client()
+            .call("GET", path, None)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}; vqosd: {}", self.log()))
+    }
+
+    pub fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        self.client()
+            .call(method, path, Some(&body))
+            .unwrap_or_else(|e| panic!("{method} {path} {body}: {e}"))
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: kill on the PID of our own, not yet reaped, child.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGKILL) }, 0);
+        let status = c.wait().unwrap();
+        assert!(status.code().is_none(), "vqosd exited with {status}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        // SAFETY: kill on the PID of our own, not yet reaped, child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Ok(None) = c.try_wait() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.wait();
+    }
+}
+
+/// The port called `name` in a `/v1/stats` answer.
+pub fn port<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name} in {stats}"))
+}
+
+pub fn counter(stats: &Value, name: &str, key: &str) -> u64 {
+    port(stats, name)[key].as_u64().unwrap()
+}
+
+pub fn drop_count(stats: &Value, name: &str, reason: &str) -> u64 {
+    port(stats, name)["drops"][reason].as_u64().unwrap()
+}
+
+/// vqosd (capacity 940 Mbit/s, engine vqos) with `weights.len()` vifs in namespace VMs and a sink
+/// namespace on the uplink. Fields drop in order: the daemon, then the namespaces, then files.
+pub struct Lab {
+    pub daemon: Daemon,
+    pub sink: Netns,
+    pub uplink: String,
+    /// (TAP name, its VM).
+    pub vms: Vec<(String, Netns)>,
+    pub net: String,
+    pub config: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn lab(test_id: u8, weights: &[u32]) -> Lab {
+    let pid = std::process::id() % 100_000;
+    let prefix = format!("q{pid}{}", char::from(b'a' + test_id));
+    let net = format!("10.{}.{test_id}", 200 + pid % 50);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("vqosd.sock");
+    let uplink = format!("{prefix}u");
+    let mut text = format!(
+        "capacity = \"940Mbit\"\nengine = \"vqos\"\nstate_file = \"{}\"\n\
+         [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n",
+        dir.path().join("state.json").display(),
+        socket.display()
+    );
+    let taps: Vec<String> = (1..=weights.len())
+        .map(|i| format!("{prefix}v{i}"))
+        .collect();
+    for (tap, w) in taps.iter().zip(weights) {
+        text.push_str(&format!(
+            "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n"
+        ));
+    }
+    let config = dir.path().join("vqosd.toml");
+    fs::write(&config, text).unwrap();
+    let daemon = Daemon::start(&config, &socket);
+    let sink = Netns::new(format!("{prefix}-sink")).without_ipv6();
+    sink.take_link(&uplink, &format!("{net}.254/24"));
+    let vms = taps
+        .into_iter()
+        .enumerate()
+        .map(|(i, tap)| {
+            let ns = Netns::new(format!("{prefix}-vm{}", i + 1)).without_ipv6();
+            ns.take_link(&tap, &format!("{net}.{}/24", i + 1));
+            (tap, ns)
+        })
+        .collect();
+    Lab {
+        daemon,
+        sink,
+        uplink,
+        vms,
+        net,
+        config,
+        dir,
+    }
+}
+
+impl Lab {
+    pub fn tap(&self, vm: usize) -> &str {
+        &self.vms[vm].0
+    }
+
+    pub fn sink_addr(&self) -> String {
+        format!("{}.254", self.net)
+    }
+
+    /// An iperf3 server for one test on `port` in the sink (JSON report on exit).
+    pub fn server(&self, port: u16) -> Proc {
+        let port = port.to_string();
+        let bind = self.sink_addr();
+        self.sink
+            .spawn(&["iperf3", "-s", "-1", "-J", "-p", &port, "-B", &bind])
+    }
+
+    /// One greedy TCP stream from VM `vm` to the sink's `port` for `secs`.
+    pub fn client(&self, vm: usize, port: u16, secs: u32) -> Proc {
+        let (port, secs) = (port.to_string(), secs.to_string());
+        let dst = self.sink_addr();
+        self.vms[vm]
+            .1
+            .spawn(&["iperf3", "-c", &dst, "-p", &port, "-t", &secs, "-J"])
+    }
+
+    pub fn stats(&self) -> Value {
+        self.daemon.get("/v1/stats")
+    }
+}
+
+/// An iperf3 server's report.
+pub struct Report(pub Value);
+
+impl Report {
+    pub fn of(server: Proc, limit: Duration) -> Report {
+        let out = server.output_within(limit);
+        let v: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 output ({e}): {out}"));
+        assert!(
+            v["intervals"].as_array().is_some_and(|a| !a.is_empty()),
+            "iperf3 failed: {out}"
+        );
+        Report(v)
+    }
+
+    /// Mbit/s received over the 1 s intervals inside [`from_s`, `to_s`] of the run.
+    pub fn mbit(&self, from_s: f64, to_s: f64) -> f64 {
+        let (mut bytes, mut secs) = (0.0, 0.0);
+        for i in self.0["intervals"].as_array().unwrap() {
+            let s = &i["sum"];
+            let (start, end) = (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap());
+            if start >= from_s - 0.05 && end <= to_s + 0.05 {
+                bytes += s["bytes"].as_f64().unwrap();
+                secs += s["seconds"].as_f64().unwrap();
+            }
+        }
+        assert!(
+            secs >= 0.8 * (to_s - from_s),
+            "the run does not cover {from_s}..{to_s} s: {}",
+            self.0["intervals"]
+        );
+        bytes * 8.0 / secs / 1e6
+    }
+
+    /// The received bytes of every (whole) 1 s interval from `from_s` on.
+    pub fn interval_bytes_from(&self, from_s: f64) -> Vec<u64> {
+        self.0["intervals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            // The last interval may be a sliver of a second.
+            .filter(|i| {
+                i["sum"]["start"].as_f64().unwrap() >= from_s - 0.05
+                    && i["sum"]["seconds"].as_f64().unwrap() >= 0.5
+            })
+            .map(|i| i["sum"]["bytes"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// The reference allocation (Mbit/s) of 940 Mbit/s among greedy vifs with `policies`.
+pub fn reference(policies: &[VifPolicy]) -> Vec<f64> {
+    let claims: Vec<Claim> = policies.iter().map(|p| Claim::new(p, None)).collect();
+    allocate(CAPACITY_BPS, &claims)
+        .unwrap()
+        .into_iter()
+        .map(|r| r as f64 / 1e6)
+        .collect()
+}
+
+pub fn weights(ws: &[u32]) -> Vec<VifPolicy> {
+    ws.iter()
+        .map(|&weight| VifPolicy {
+            weight,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// On-wire bytes per TCP payload byte as the switch charges them: a 1448-byte segment (MSS
+/// with timestamps) travels in a 1514-byte frame (Ethernet 14 + IPv4 20 + TCP 32 bytes of
+/// headers; the switch charges every segment of a TSO super-frame its headers, as the kernel's
+/// qdisc layer does, and no preamble, gap or FCS). The capacity is such an L2 rate.
+pub const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
+
+/// Every rate within `tol` of the reference, and the sum at least `min_aggregate` of capacity.
+/// `goodputs` are iperf3's received payload rates, converted to the L2 rate they took on the
+/// switch before they are compared with the reference allocation of the L2 capacity.
+pub fn check(what: &str, goodputs: &[f64], want: &[f64], tol: f64, min_aggregate: f64) {
+    let rates: Vec<f64> = goodputs.iter().map(|g| g * WIRE_PER_PAYLOAD).collect();
+    let rates = rates.as_slice();
+    let total: f64 = rates.iter().sum();
+    println!("{what}: measured {rates:.1?} (Σ {total:.1}) Mbit/s, reference {want:.1?}");
+    for (got, want) in rates.iter().zip(want) {
+        assert!(
+            (got - want).abs() <= tol * want,
+            "{what}: measured {rates:.1?} vs reference {want:.1?} (±{:.0} %)",
+            tol * 100.0
+        );
+    }
+    let cap = CAPACITY_BPS as f64 / 1e6;
+    assert!(
+        total >= min_aggregate * cap,
+        "{what}: aggregate {total:.1} < {:.0} % of {cap}",
+        min_aggregate * 100.0
+    );
+}
+
+/// PUTs `patch` on `vif`'s policy and polls /v1/stats until its policy shows `field` = `want`;
+/// returns the time from the call to the first stats answer showing it.
+pub fn set_and_watch(lab: &Lab, vif: &str, patch: Value, field: &str, want: Value) -> Duration {
+    let before = port(&lab.stats(), vif)["policy"][field].clone();
+    assert_ne!(before, want, "{vif}: {field} is already {want}");
+    let t = Instant::now();
+    let answer = lab
+        .daemon
+        .call("PUT", &format!("/v1/policies/{vif}"), patch);
+    let answered = t.elapsed();
+    assert_eq!(answer[field], want, "{answer}");
+    let visible = poll(Duration::from_secs(5), || {
+        (port(&lab.stats(), vif)["policy"][field] == want).then(|| t.elapsed())
+    })
+    .unwrap_or_else(|| panic!("{vif}: the stats never showed {field} = {want}"));
+    println!(
+        "{vif} {field} = {want}: PUT answered in {answered:?}, in /v1/stats after {visible:?}"
+    );
+    visible
+}
