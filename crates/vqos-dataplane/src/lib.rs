@@ -2,51 +2,58 @@
 //!
 //! The data plane of vqos: ports that carry frames with a virtio-net header (Linux TAP with
 //! TCP segmentation offload, in-memory ports for tests, a fault-injecting wrapper), an L2
-//! learning switch between vif ports and one uplink, and the poll loop that asks a
-//! [`vqos_sched::Engine`] which vif to serve next.
+//! learning switch between vif ports and one uplink with port security, and the poll loop that
+//! asks a [`vqos_sched::Engine`] (through [`vqos_sched::Scheduler`]) which vif to serve next.
 //!
 //! ## API
+//! - [`Switch`]: the switch as a deterministic step function. [`Switch::new`]`(config, now)`,
+//!   [`Switch::poll`]`(now) -> `[`Poll`], control calls (`add_port`, `remove_port`,
+//!   `set_policies`, `set_policy`, `set_ecn_probabilities`) and [`Switch::stats`]`(now)`; it
+//!   never reads a clock nor waits, so tests step it in virtual time.
 //! - [`SwitchHandle::start`]`(`[`SwitchConfig`]`) -> Result<SwitchHandle, SwitchError>` (also
-//!   [`start`]): opens the uplink, builds the engine, starts the loop thread.
+//!   [`start`]): the same switch on a loop thread that owns the clock and epoll.
 //! - [`SwitchHandle::add_port`]`(`[`PortSpec`]`, VifPolicy)`: a vif port ([`PortSpec::tap`]
 //!   creates a TAP, [`PortSpec::tap_attach`] attaches to a persistent one,
-//!   [`PortSpec::custom`] takes any [`Port`]; [`PortSpec::with_allowed_macs`] sets the
-//!   anti-spoofing allow-list).
+//!   [`PortSpec::custom`] takes any [`Port`]; [`PortSpec::with_mac_policy`] /
+//!   [`PortSpec::with_allowed_macs`] set its port security, [`MacPolicy`]).
 //! - [`SwitchHandle::remove_port`]`(name)`: only that port is affected.
 //! - [`SwitchHandle::set_policies`]`(PolicySet)` / [`SwitchHandle::set_policy`]`(name,
-//!   VifPolicy)`: validated (→ [`SwitchError::Policy`] wrapping `PolicyError`, nothing changes),
-//!   then handed to the loop as an immutable snapshot and applied between batches; the call
-//!   returns once the engine's `configure` accepted it. The set's `capacity_bps` is the uplink
-//!   capacity.
+//!   VifPolicy)`: validated by the loop as a whole (→ [`SwitchError::Policy`], nothing
+//!   changes), applied between batches; the call returns once the engine accepted it. The set's
+//!   `capacity_bps` is the uplink capacity.
 //! - [`SwitchHandle::set_ecn_probabilities`]`(Vec<f64>)`: per-vif CE marking probability on the
 //!   uplink→vif direction (the PID-ECN controller's output).
 //! - [`SwitchHandle::stats`]`() -> Arc<`[`SwitchStats`]`>` (serde `Serialize`): per port rx/tx
-//!   frames and bytes, [`DropCounters`] by reason, ECN marks, engine state (`vif_state`), rx/tx
-//!   rate over the last ~100 ms, the policy; per loop busy/idle cycles, bursts, iterations.
-//!   Published by the loop every 25 ms and right after every policy change.
+//!   frames and bytes, [`DropCounters`] by [`DropReason`], ECN marks, engine state, rx/tx rate
+//!   over the last ~100 ms, the policy; per loop busy/idle cycles, bursts, iterations.
+//!   Published every 25 ms and right after every change. [`SwitchHandle::loop_health`]: is the
+//!   loop alive, how old are its stats.
 //! - [`SwitchHandle::stop`]`()`; dropping the handle stops too.
 //!
 //! ## Behavior
-//! A frame travels: port → [`Batch`] buffer (read by the loop, at most the engine's grant) →
-//! [`frame::validate`] (`truncated`, `oversized`, `bad_vnet_hdr`) → allow-list (`spoofed`) →
-//! engine `admit` (`policed`, or CE marking) → MAC learning and lookup (unknown, broadcast and
-//! multicast destinations are flooded to every other port) → destination port, virtio-net header
-//! unchanged. The switch holds no packet queue: a vif the engine refuses, or every vif while
-//! the uplink capacity bucket is empty, is simply not read and its frames wait in its own queue
-//! (the TAP's), so the guest's TCP feels back-pressure. The uplink→vif direction is always
-//! served; frames above a vif's maximum there are dropped (`rate_limited`), and CE is set with
+//! A frame travels (docs/dataplane.md names each function): port → [`Batch`] buffer (read by
+//! the loop, at most the engine's grant) → [`frame::validate`] (`truncated`, `oversized`,
+//! `bad_vnet_hdr`) → port security and address ownership (`spoofed`) → engine `admit`
+//! (`policed`, or CE marking) → lookup → destination port, virtio-net header unchanged;
+//! broadcast, multicast and unknown destinations pass storm control (`storm`) and are flooded,
+//! except a vif's unknown unicast, which goes to the uplink only. The switch holds no packet
+//! queue: a vif the engine refuses, or every vif while the uplink capacity bucket is empty, is
+//! simply not read and its frames wait in its own queue (the TAP's), so the guest's TCP feels
+//! back-pressure. The uplink→vif direction is always served; frames above a vif's maximum there
+//! (flooded copies included) are dropped (`rate_limited`), and unicast ones are CE-marked with
 //! the vif's ECN probability. Every drop reason has its own counter.
 //!
 //! ## Limitations
 //! - One loop thread, one queue per TAP, one `read`/`write` per frame.
 //! - The capacity bucket gates all vif batches, vif-to-vif traffic included (it is meant for
 //!   the vif→uplink direction, which is what vifs normally send).
-//! - Flooded frames are not subject to the downlink maximum nor to ECN marking.
+//! - Flooded copies are not CE-marked (one buffer shared by the copies).
 //! - Every port must use the 12-byte virtio-net header ([`frame::VNET_HDR_LEN`]).
 //! - Bytes are counted and charged as they are on the wire ([`frame::wire_bytes`]: a GSO
 //!   super-frame's headers once per segment), without preamble, inter-frame gap and FCS.
-//! - At most 64 MAC addresses are learnt per vif port (`mac_capacity_per_vif`); beyond that
-//!   frames to its addresses are flooded (`mac_learn_refused`).
+//! - An address stays with the port it was seen on until it ages out (300 s): a station that
+//!   moves between ports (a migrated VM) is reachable at once only if its new port is
+//!   configured with its address.
 #![deny(missing_docs)]
 
 pub mod config;
