@@ -208,7 +208,7 @@ pub struct EmulatedWork {
     /// Cycles per on-wire byte forwarded.
     pub per_byte_cycles: f64,
     /// Most frames per vif batch while emulating (0: the engine's grant, at most
-    /// [`BATCH_FRAMES`]). A core slowed down a hundredfold that kept its batches of 32 frames
+    /// [`BATCH_FRAMES`](crate::BATCH_FRAMES)). A core slowed down a hundredfold that kept its batches of 32 frames
     /// would hold every other vif, a latency-sensitive one too, a hundred times longer behind
     /// a batch in progress; smaller batches keep a batch as short, relative to the traffic's
     /// round trips, as on the core being emulated.
