@@ -200,9 +200,11 @@ impl PolicySet {
         if self.cost == CostModel::Cycles && self.cycles_per_sec == 0 {
             return Err(PolicyError::NeedsCycleBudget);
         }
-        for (i, v) in self.vifs.iter().enumerate() {
+        // Linear in the vifs: the data plane validates every snapshot on its forwarding thread.
+        let mut seen = std::collections::HashSet::with_capacity(self.vifs.len());
+        for v in &self.vifs {
             v.policy.validate(&v.name)?;
-            if self.vifs[..i].iter().any(|o| o.name == v.name) {
+            if !seen.insert(v.name.as_str()) {
                 return Err(PolicyError::DuplicateVif(v.name.clone()));
             }
         }
