@@ -2,6 +2,7 @@
 //!
 //! Offline commands (`alloc`, `sim`) need no daemon and no root; the control commands talk to a
 //! running `vqosd` over its API socket.
+#![forbid(unsafe_code)]
 
 mod alloc;
 mod ctl;

@@ -10,10 +10,11 @@
 //! Queues are behind a mutex: fine for tests, not a fast path.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::port::{Batch, Port, PortError, PortIoCounters};
+use crate::sys::EventFd;
 
 /// State shared by the port and its peer.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ struct Shared {
     /// Most frames `from_switch` holds; further sends fail (as a full ring would).
     tx_capacity_frames: usize,
     /// Signalled on every injection.
-    event: OwnedFd,
+    event: EventFd,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -53,15 +54,7 @@ pub struct MemPortPeer {
 impl MemPort {
     /// A port and its peer; the switch may queue up to `tx_capacity_frames` frames for the peer.
     pub fn pair(name: &str, tx_capacity_frames: usize) -> (MemPort, MemPortPeer) {
-        // SAFETY: eventfd has no memory arguments; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(
-            fd >= 0,
-            "eventfd failed: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let event = unsafe { OwnedFd::from_raw_fd(fd) };
+        let event = EventFd::new().unwrap_or_else(|e| panic!("MemPort {name}: {e}"));
         let shared = Arc::new(Shared {
             to_switch: Mutex::new(VecDeque::new()),
             from_switch: Mutex::new(VecDeque::new()),
@@ -83,9 +76,7 @@ impl MemPortPeer {
     /// Queues a frame (virtio-net header + Ethernet frame) for the switch to read.
     pub fn inject(&self, frame: Vec<u8>) {
         lock(&self.shared.to_switch).push_back(frame);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
-        unsafe { libc::write(self.shared.event.as_raw_fd(), one.as_ptr().cast(), 8) };
+        self.shared.event.signal();
     }
 
     /// Frames injected and not yet read by the switch.
@@ -115,9 +106,7 @@ impl Port for MemPort {
             n += 1;
         }
         if q.is_empty() {
-            let mut buf = [0u8; 8];
-            // SAFETY: reads at most 8 bytes into a live buffer; resets the eventfd counter.
-            unsafe { libc::read(self.shared.event.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+            self.shared.event.clear();
         }
         Ok(n)
     }
@@ -140,7 +129,7 @@ impl Port for MemPort {
     }
 
     fn readiness_fd(&self) -> Option<RawFd> {
-        Some(self.shared.event.as_raw_fd())
+        Some(self.shared.event.raw())
     }
 
     fn counters(&self) -> PortIoCounters {

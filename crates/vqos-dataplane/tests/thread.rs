@@ -79,7 +79,7 @@ fn rig() -> Rig {
 fn the_loop_thread_forwards_in_both_readiness_modes_and_counts_its_cycles() {
     for readiness in [Readiness::Epoll, Readiness::BusyPoll] {
         let r = rig_with(|c| c.readiness = readiness);
-        r.a.inject(frame(MAC_U, MAC_A, 1));
+        r.a.inject(frame(BCAST, MAC_A, 1));
         assert_eq!(tag_of(&collect(&r.u, 1)[0]), 1);
         assert_eq!(tag_of(&collect(&r.b, 1)[0]), 1);
         r.u.inject(frame(MAC_A, MAC_U, 2));

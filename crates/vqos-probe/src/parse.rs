@@ -20,35 +20,21 @@ fn number(s: &str, what: &str, full: &str) -> Result<f64, ProbeError> {
 }
 
 /// Parses a duration with a unit: `10s`, `1.5s`, `500ms`, `250us` (or `µs`), `100ns`, `2m`,
-/// `1h`. A bare number is refused (ambiguous); zero and negative values too.
+/// `1h` — the workspace's one duration syntax (`vqos_sched::units::parse_duration_ns`), except
+/// that a bare number is refused here (ambiguous on a command line) and so is zero.
 pub fn parse_duration(s: &str) -> Result<Duration, ProbeError> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| {
-            invalid(format!(
-                "duration `{s}` needs a unit: ns, us, ms, s, m or h"
-            ))
-        })?;
-    let (num, unit) = t.split_at(split);
-    let scale_ns = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        u => {
-            return Err(invalid(format!(
-                "duration `{s}`: unknown unit `{u}` (use ns, us, ms, s, m or h)"
-            )))
-        }
-    };
-    let ns = number(num, "duration", s)? * scale_ns;
-    if !(1.0..=1e18).contains(&ns) {
-        return Err(invalid(format!("duration `{s}` is out of range")));
+    if !t.ends_with(|c: char| c.is_alphabetic()) {
+        return Err(invalid(format!(
+            "duration `{s}` needs a unit: ns, us, ms, s, m or h"
+        )));
     }
-    Ok(Duration::from_nanos(ns.round() as u64))
+    let ns = vqos_sched::units::parse_duration_ns(t)
+        .map_err(|e| invalid(format!("duration `{s}`: {e}")))?;
+    if ns == 0 {
+        return Err(invalid(format!("duration `{s}` must be positive")));
+    }
+    Ok(Duration::from_nanos(ns))
 }
 
 /// Parses a rate `N/s` (or a bare `N`, per second) and returns the interval between requests.

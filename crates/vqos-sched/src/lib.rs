@@ -14,6 +14,7 @@
 //! Engines schedule one shared resource (the uplink or one forwarding core). Several cores are
 //! several engines.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod alloc;
 pub mod bucket;

@@ -31,7 +31,7 @@ pub enum UnitError {
 }
 
 const RATE_UNITS: &str = "bit, Kbit, Mbit, Gbit, or 'unlimited'";
-const TIME_UNITS: &str = "ns, us, ms, s";
+const TIME_UNITS: &str = "ns, us, ms, s, m, h";
 
 /// Splits `"12.5Mbit"` into `(12.5 as a decimal, "Mbit")`, parsing the number exactly as an
 /// integer numerator over a power of ten so that `0.1Gbit` is exactly 100 000 000 bit/s.
@@ -102,6 +102,8 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
         "" | "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => return Err(bad()),
     };
     scale(value, frac, mult).ok_or_else(|| UnitError::Overflow {
@@ -155,7 +157,10 @@ mod tests {
         assert_eq!(parse_duration_ns("2s"), Ok(2_000_000_000));
         assert_eq!(parse_duration_ns("0.5s"), Ok(500_000_000));
         assert_eq!(parse_duration_ns("50us"), Ok(50_000));
-        assert!(parse_duration_ns("5min").is_err());
+        assert_eq!(parse_duration_ns("5min"), Ok(300_000_000_000));
+        assert_eq!(parse_duration_ns("2m"), Ok(120_000_000_000));
+        assert_eq!(parse_duration_ns("1h"), Ok(3_600_000_000_000));
+        assert!(parse_duration_ns("5d").is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! ## Limitations
 //! See [`sim`]: one forwarding core, no TSO, no timeouts; download runs the upload pipeline.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod report;
 pub mod scenario;
