@@ -25,3 +25,16 @@ pub mod wire;
 
 /// Default path of the daemon's API socket.
 pub const DEFAULT_SOCKET: &str = "/run/vqos/vqosd.sock";
+
+/// An error and its sources on one line, `a: b: c` (for answers and logs that cannot carry a
+/// chain).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -33,6 +33,7 @@ use crate::wire::{
     check_port_name, HealthView, LoopView, PolicyPatch, PolicyView, PortRequest, PortStatsView,
     PortView, RemovedView, StatsView,
 };
+use vqos_api::chain;
 
 /// Why the API could not start.
 #[derive(Debug, Error)]
@@ -188,18 +189,6 @@ fn save_fail(e: StateError) -> Fail {
         500,
         format!("Change not saved, nothing changed: {}", chain(&e)),
     )
-}
-
-/// An error and its sources on one line, `a: b: c` (for answers that cannot carry a chain).
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 impl Api {

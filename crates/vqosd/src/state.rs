@@ -370,7 +370,7 @@ pub fn save(path: &Path, state: &SavedState) -> Result<(), StateError> {
             "vqosd: warning: state saved to {} but its last-good copy {} was not: {}",
             path.display(),
             copy.display(),
-            crate::api::chain(&e)
+            vqos_api::chain(&e)
         );
     }
     Ok(())

@@ -9,11 +9,11 @@ use vqos_dataplane::{
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
-use crate::api::chain;
 use crate::backend::{
     Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
 };
 use crate::config::Config;
+use vqos_api::chain;
 
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
