@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use vqosd::api::{chain, Api};
+use vqos_api::chain;
+use vqosd::api::Api;
 use vqosd::backend::MockBackend;
 use vqosd::config::Config;
 use vqosd::http::Request;
