@@ -724,7 +724,7 @@ fn restored_state_that_breaks_the_config_is_a_clear_error() {
         config_text(dir.path(), "").replace("capacity = \"1Gbit\"", "capacity = \"800Mbit\"");
     let config = Config::parse(&text, |_| None).unwrap();
     let mock = Arc::new(MockBackend::new());
-    let err = vqosd::api::chain(&Api::start(&config, mock.clone()).err().unwrap());
+    let err = vqos_api::chain(&Api::start(&config, mock.clone()).err().unwrap());
     assert!(err.contains("Restored policies from"), "{err}");
     assert!(
         err.contains("Sum of minimums 900Mbit exceeds capacity 800Mbit"),
