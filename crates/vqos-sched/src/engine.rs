@@ -308,24 +308,6 @@ pub trait Engine: Send {
     }
 }
 
-/// Builds an engine of `kind`, configured with `policies` at `now_ns`.
-pub fn build(
-    kind: EngineKind,
-    policies: &PolicySet,
-    now_ns: u64,
-) -> Result<Box<dyn Engine>, PolicyError> {
-    let mut engine: Box<dyn Engine> = match kind {
-        EngineKind::Rr => Box::new(crate::engines::rr::RoundRobin::new()),
-        EngineKind::Ancs => Box::new(crate::engines::ancs::Ancs::new()),
-        EngineKind::Policer => Box::new(crate::engines::policer::Policer::new()),
-        EngineKind::Tcm => Box::new(crate::engines::tcm::Tcm::new()),
-        EngineKind::C2qos => Box::new(crate::engines::c2qos::C2qos::new()),
-        EngineKind::Vqos => Box::new(crate::engines::vqos::Vqos::new()),
-    };
-    engine.configure(policies, now_ns)?;
-    Ok(engine)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

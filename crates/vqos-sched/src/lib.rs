@@ -29,7 +29,6 @@ pub mod units;
 pub use alloc::{allocate, allocate_set, Claim};
 pub use bucket::TokenBucket;
 pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};
-pub use engine::{
-    build, Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST,
-};
+pub use engine::{Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST};
+pub use engines::build;
 pub use policy::{CostModel, PolicyError, PolicySet, VifId, VifPolicy, VifSpec};

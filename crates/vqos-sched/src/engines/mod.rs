@@ -7,11 +7,31 @@ pub mod rr;
 pub mod tcm;
 pub mod vqos;
 
-// Helpers shared by the engines.
-
 use std::collections::HashMap;
 
+use crate::engine::{Engine, EngineKind};
+use crate::policy::{PolicyError, PolicySet};
 use crate::units::NS_PER_SEC;
+
+/// Builds an engine of `kind`, configured with `policies` at `now_ns`.
+pub fn build(
+    kind: EngineKind,
+    policies: &PolicySet,
+    now_ns: u64,
+) -> Result<Box<dyn Engine>, PolicyError> {
+    let mut engine: Box<dyn Engine> = match kind {
+        EngineKind::Rr => Box::new(rr::RoundRobin::new()),
+        EngineKind::Ancs => Box::new(ancs::Ancs::new()),
+        EngineKind::Policer => Box::new(policer::Policer::new()),
+        EngineKind::Tcm => Box::new(tcm::Tcm::new()),
+        EngineKind::C2qos => Box::new(c2qos::C2qos::new()),
+        EngineKind::Vqos => Box::new(vqos::Vqos::new()),
+    };
+    engine.configure(policies, now_ns)?;
+    Ok(engine)
+}
+
+// Helpers shared by the engines.
 
 /// Largest credit a single quantity may hold; sums of a few such values stay far inside `i64`.
 pub(crate) const CREDIT_LIMIT: i64 = i64::MAX / 8;
