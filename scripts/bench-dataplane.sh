@@ -8,6 +8,8 @@
 #           (weights 1..8, floors of 100 Mbit/s on vm5..vm8, caps of 30 Gbit/s on the measured
 #           vm1..vm4 and 1–2 Gbit/s on the others, priorities 0..7), capacity unlimited
 #           (-C RATE: a capacity for this variant, e.g. 40Gbit, so the uplink bucket runs too)
+#   rr-base, vqos-base  the same two with another vqosd binary (-B PATH): a build before a
+#           change, side by side with the current one in one run
 #   ovs     Open vSwitch userspace datapath: ovs-vswitchd, datapath_type=netdev,
 #           other_config:userspace-tso-enable=true, ports of type "tap"
 #
@@ -24,11 +26,12 @@
 # senders' system time (counted in "all CPUs").
 #
 # Run as root:  scripts/bench-dataplane.sh [-t SECONDS] [-n VMS] [-s bridge,rr,vqos,ovs]
-#                                          [-C CAPACITY] [-w MINUTES] [-o DIR]
+#                                          [-C CAPACITY] [-B VQOSD] [-w MINUTES] [-o DIR]
 #   -t  seconds per iperf3 run (default 8; ≥ 3)
 #   -n  VM namespaces (default 8; ≥ 4: the vqos variant has one vif per VM)
 #   -s  the switches to run, in this order (default bridge,rr,vqos,ovs)
 #   -C  capacity of the vqos variant (default unlimited)
+#   -B  the vqosd binary of the rr-base and vqos-base switches (e.g. a copy built before a change)
 #   -w  first wait until the 1-minute load average is below 1.0, re-checking every 2 minutes,
 #       for at most MINUTES (then exit with status 3 without measuring)
 #   -o  output directory (default lab-out/, gitignored): bench-dataplane-DATE.csv and .md, and
@@ -51,12 +54,14 @@ usage() {
     sed -n '/^# Run as root/,/^# It installs/p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
-while getopts 't:n:s:C:w:o:h' opt; do
+BASE_VQOSD=
+while getopts 't:n:s:C:B:w:o:h' opt; do
     case $opt in
         t) SECS=$OPTARG ;;
         n) NVM=$OPTARG ;;
         s) SWITCHES=$OPTARG ;;
         C) VQOS_CAPACITY=$OPTARG ;;
+        B) BASE_VQOSD=$OPTARG ;;
         w) WAIT_MIN=$OPTARG ;;
         o) OUTDIR=$OPTARG ;;
         *) usage ;;
@@ -68,7 +73,13 @@ case $WAIT_MIN in '' | *[!0-9]*) usage ;; esac
 [ "$SECS" -ge 3 ] && [ "$NVM" -ge 4 ] && [ "$NVM" -le 99 ] || usage
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
-    case $s in bridge | rr | vqos | ovs) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+    case $s in
+        bridge | rr | vqos | ovs) ;;
+        rr-base | vqos-base)
+            [ -x "$BASE_VQOSD" ] || { echo "switch '$s' needs -B with an executable vqosd" >&2; usage; }
+            ;;
+        *) echo "unknown switch '$s'" >&2; usage ;;
+    esac
 done
 if [ "$(id -u)" -ne 0 ]; then
     echo "bench-dataplane.sh: run as root (namespaces, TAPs, bridges)" >&2
@@ -76,6 +87,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# Never beside a real-traffic test or another benchmark (the tests take the same lock,
+# vqos_testkit::MACHINE_LOCK): they would share the two cores.
+exec 9>>/run/lock/vqos-real-traffic.lock
+flock 9
 
 # --- tools -----------------------------------------------------------------------------------
 apt_install() { # packages...: without starting any service they ship
@@ -248,15 +264,16 @@ stop_bridge() {
     ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
 }
 
-start_vqosd() { # engine
-    local engine=$1 cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
+start_vqosd() { # rr | vqos | rr-base | vqos-base
+    local kind=$1 engine=${1%-base} bin=$VQOSD cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
+    [ "$kind" = "$engine" ] || bin=$BASE_VQOSD
     [ "$engine" = vqos ] && capacity=$VQOS_CAPACITY
     {
         echo "capacity = \"$capacity\""
         echo "engine = \"$engine\""
-        echo "state_file = \"$TMP/state-$engine.json\""
+        echo "state_file = \"$TMP/state-$kind.json\""
         echo '[api]'
-        echo "socket = \"$TMP/vqosd-$engine.sock\""
+        echo "socket = \"$TMP/vqosd-$kind.sock\""
         echo '[uplink]'
         echo "name = \"$SINK_DEV\""
         for i in $(seq "$NVM"); do
@@ -270,16 +287,16 @@ start_vqosd() { # engine
             printf '[[port]]\nname = "%s"\npolicy = %s\n' "$(vm_dev "$i")" "$pol"
         done
     } >"$cfg"
-    ip netns exec "$SW_NS" "$VQOSD" --config "$cfg" >"$TMP/vqosd-$engine.log" 2>&1 &
+    ip netns exec "$SW_NS" "$bin" --config "$cfg" >"$TMP/vqosd-$kind.log" 2>&1 &
     SWPID=$!
     PIDS+=("$SWPID")
     for _ in $(seq 100); do
-        grep -q 'listening on' "$TMP/vqosd-$engine.log" && break
+        grep -q 'listening on' "$TMP/vqosd-$kind.log" && break
         kill -0 "$SWPID" 2>/dev/null || break
         sleep 0.1
     done
-    grep -q 'listening on' "$TMP/vqosd-$engine.log" || {
-        cat "$TMP/vqosd-$engine.log" >&2
+    grep -q 'listening on' "$TMP/vqosd-$kind.log" || {
+        cat "$TMP/vqosd-$kind.log" >&2
         return 1
     }
     plug_all
@@ -345,14 +362,14 @@ start_switch() {
     SW_KIND=$1
     case $1 in
         bridge) start_bridge ;;
-        rr | vqos) start_vqosd "$1" ;;
+        rr | vqos | rr-base | vqos-base) start_vqosd "$1" ;;
         ovs) start_ovs ;;
     esac
 }
 stop_switch() {
     case $SW_KIND in
         bridge) stop_bridge ;;
-        rr | vqos) stop_vqosd ;;
+        rr | vqos | rr-base | vqos-base) stop_vqosd ;;
         ovs) stop_ovs ;;
     esac
     SWPID=
@@ -492,6 +509,8 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
         if (s == "bridge") return "Linux bridge"
         if (s == "rr") return "vqosd `rr`"
         if (s == "vqos") return "vqosd `vqos`, 8 policies" (cap == "unlimited" ? "" : ", " cap)
+        if (s == "rr-base") return "vqosd `rr` (-B build)"
+        if (s == "vqos-base") return "vqosd `vqos`, 8 policies (-B build)" (cap == "unlimited" ? "" : ", " cap)
         if (s == "ovs") return "OVS userspace (netdev, TSO)"
         return s
     }
@@ -510,14 +529,16 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(sw[i]), cname(m[i]),
                 (o[i] == "on" ? "on (TSO/GSO/GRO)" : "off (1514-byte frames)"), g[i], pc[i], si[i], all[i], per[i], pall[i], rt[i]
         print ""
-        print "| case | offloads | rr / bridge | rr / OVS | vqos 8 policies / rr |"
-        print "|---|---|---|---|---|"
+        print "| case | offloads | rr / bridge | rr / OVS | vqos 8 policies / rr | rr / rr (-B build) | vqos / vqos (-B build) |"
+        print "|---|---|---|---|---|---|---|"
         for (i = 1; i <= nc; i++) {
             k = cm[i] SUBSEP co[i]
-            printf "| %s | %s | %s | %s | %s |\n", cname(cm[i]), co[i],
+            printf "| %s | %s | %s | %s | %s | %s | %s |\n", cname(cm[i]), co[i],
                 ratio(G["rr", cm[i], co[i]], G["bridge", cm[i], co[i]]),
                 ratio(G["rr", cm[i], co[i]], G["ovs", cm[i], co[i]]),
-                ratio(G["vqos", cm[i], co[i]], G["rr", cm[i], co[i]])
+                ratio(G["vqos", cm[i], co[i]], G["rr", cm[i], co[i]]),
+                ratio(G["rr", cm[i], co[i]], G["rr-base", cm[i], co[i]]),
+                ratio(G["vqos", cm[i], co[i]], G["vqos-base", cm[i], co[i]])
         }
     }' >"$MD"
 echo
