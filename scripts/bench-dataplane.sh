@@ -272,6 +272,8 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base
         echo "capacity = \"$capacity\""
         echo "engine = \"$engine\""
         echo "state_file = \"$TMP/state-$kind.json\""
+        # The current build's TAPs would outlive it (a -B build may not know the key).
+        [ "$kind" = "$engine" ] && echo 'remove_taps_on_exit = true'
         echo '[api]'
         echo "socket = \"$TMP/vqosd-$kind.sock\""
         echo '[uplink]'

@@ -70,6 +70,7 @@ trap 'exit 143' TERM
     echo 'capacity = "940Mbit"'
     echo 'engine = "vqos"'
     echo "state_file = \"$TMP/state.json\""
+    echo 'remove_taps_on_exit = true   # the demo leaves nothing behind'
     echo '[api]'
     echo "socket = \"$SOCK\""
     echo '[uplink]'

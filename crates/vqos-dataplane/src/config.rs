@@ -24,6 +24,10 @@ pub enum Readiness {
 pub enum PortBackend {
     /// Create a TAP of the spec's name (owned by the switch, removed with the port).
     TapCreate,
+    /// Create a persistent TAP of the spec's name, or re-attach to the one a previous run left
+    /// ([`TapMode::Own`]): it survives a restart of the daemon and goes when the port is
+    /// removed.
+    TapOwn,
     /// Attach to the existing persistent TAP of the spec's name.
     TapAttach,
     /// A ready-made port (in-memory, fault-injecting, ...).
@@ -35,6 +39,7 @@ impl std::fmt::Debug for PortBackend {
         match self {
             PortBackend::TapCreate => f.write_str("TapCreate"),
             PortBackend::TapAttach => f.write_str("TapAttach"),
+            PortBackend::TapOwn => f.write_str("TapOwn"),
             PortBackend::Custom(p) => write!(f, "Custom({})", p.name()),
         }
     }
@@ -96,6 +101,15 @@ impl PortSpec {
         }
     }
 
+    /// A TAP the switch owns across restarts ([`PortBackend::TapOwn`]).
+    pub fn tap_owned(name: &str) -> Self {
+        PortSpec {
+            name: name.to_string(),
+            backend: PortBackend::TapOwn,
+            macs: MacPolicy::default(),
+        }
+    }
+
     /// An existing persistent TAP.
     pub fn tap_attach(name: &str) -> Self {
         PortSpec {
@@ -139,6 +153,7 @@ impl PortSpec {
             PortBackend::TapAttach => {
                 Box::new(TapPort::open(&name, TapMode::Attach).map_err(wrap)?)
             }
+            PortBackend::TapOwn => Box::new(TapPort::open(&name, TapMode::Own).map_err(wrap)?),
             PortBackend::Custom(p) => p,
         };
         Ok((port, self.macs))

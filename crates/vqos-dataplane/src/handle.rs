@@ -140,7 +140,11 @@ impl SwitchHandle {
         // would leave the handle's view and the loop's disagreeing. A loop that exits (stop,
         // panic) drops the command and its sender, which ends the wait.
         match reply_rx.recv() {
-            Ok(answer) => {
+            Ok(mut answer) => {
+                if let Some(port) = answer.released.as_mut().filter(|_| answer.result.is_ok()) {
+                    // Removed for good: a persistent TAP the switch made goes too.
+                    port.release();
+                }
                 drop(answer.released);
                 control.policies = answer.policies;
                 answer.result
@@ -259,13 +263,24 @@ impl SwitchHandle {
         }
     }
 
-    /// Stops the loop and closes every port. Idempotent.
+    /// Stops the loop and closes every port; TAPs the switch owns persistently
+    /// ([`crate::TapMode::Own`]) stay for the next run. Idempotent.
     pub fn stop(&self) -> Result<(), SwitchError> {
+        self.stop_with(false)
+    }
+
+    /// Stops the loop and releases every port ([`crate::Port::release`]): the switch's own
+    /// TAPs go too (an operator's explicit "remove everything").
+    pub fn stop_and_release(&self) -> Result<(), SwitchError> {
+        self.stop_with(true)
+    }
+
+    fn stop_with(&self, release: bool) -> Result<(), SwitchError> {
         let mut control = lock(&self.control);
         let Some(thread) = control.thread.take() else {
             return Ok(());
         };
-        let _ = control.tx.send(Command::Stop);
+        let _ = control.tx.send(Command::Stop { release });
         self.pending.store(true, Ordering::Release);
         self.wake.signal();
         thread.join().map_err(|_| SwitchError::Stopped)

@@ -193,6 +193,11 @@ pub trait Port: Send {
 
     /// The port's own I/O counters.
     fn counters(&self) -> PortIoCounters;
+
+    /// The port is being removed for good (not dropped for a shutdown or restart): a resource
+    /// meant to outlive the daemon (a persistent TAP the switch made) goes too. Called off the
+    /// loop thread, before the port is dropped.
+    fn release(&mut self) {}
 }
 
 #[cfg(test)]

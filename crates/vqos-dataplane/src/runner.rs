@@ -75,8 +75,8 @@ pub(crate) enum Command {
     },
     /// New CE marking probabilities (validated by the handle).
     SetEcn { probabilities: Vec<f64> },
-    /// Exit the loop.
-    Stop,
+    /// Exit the loop; with `release`, every port is released first.
+    Stop { release: bool },
 }
 
 /// The thread's state.
@@ -161,7 +161,12 @@ impl Runner {
             self.sw.counters.commands += 1;
             let now = self.now_ns();
             let (reply, result, released) = match cmd {
-                Command::Stop => return false,
+                Command::Stop { release } => {
+                    if release {
+                        self.sw.release_ports();
+                    }
+                    return false;
+                }
                 Command::SetEcn { probabilities } => {
                     // Validated by the handle against the same policy set.
                     let _ = self.sw.set_ecn_probabilities(&probabilities, now);

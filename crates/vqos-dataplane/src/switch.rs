@@ -255,6 +255,13 @@ impl Switch {
         Ok(port)
     }
 
+    /// Releases every port ([`Port::release`]) ahead of a shutdown that removes them for good.
+    pub fn release_ports(&mut self) {
+        for s in self.ports.iter_mut() {
+            s.port.release();
+        }
+    }
+
     /// Empties slot `idx` and forgets what was learnt there.
     fn release(&mut self, idx: usize) -> Option<Box<dyn Port>> {
         let entry = self.ports.remove(idx)?;

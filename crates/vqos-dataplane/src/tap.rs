@@ -7,10 +7,13 @@
 //! 64 KiB with a partial checksum, and accepts the same back, so bulk TCP crosses the switch in
 //! few, large frames and the header travels unchanged from port to port.
 //!
-//! A port is either *created* (the switch owns the interface: not persistent, it disappears
-//! when the port is dropped) or *attached* to an existing persistent TAP (which stays). The
-//! link is brought up with `SIOCSIFFLAGS`. The file descriptor keeps working when the interface
-//! is moved to another network namespace.
+//! A port is *created* (the switch owns the interface: not persistent, it disappears when the
+//! port is dropped), *owned* (the switch creates it persistent, so it outlives a restart of the
+//! daemon with its guest's configuration, and re-attaches to it by name at the next start —
+//! also when the interface was moved into a named network namespace under `/run/netns`; only
+//! [`Port::release`], i.e. removing the port, deletes it), or *attached* to an existing
+//! persistent TAP (which stays). The link is brought up with `SIOCSIFFLAGS`. The file
+//! descriptor keeps working when the interface is moved to another network namespace.
 //!
 //! ## Limitations
 //! One queue per TAP (no `IFF_MULTI_QUEUE`); one `read`/`write` system call per frame.
@@ -30,6 +33,10 @@ pub enum TapMode {
     Create,
     /// Attach to an existing (persistent) TAP; it stays when the port is dropped.
     Attach,
+    /// Create it persistent, or re-attach to the one a previous run left (here or in a named
+    /// network namespace); it stays when the port is dropped (a daemon restart) and goes when
+    /// the port is released (removed).
+    Own,
 }
 
 /// A TAP device opened for the switch.
@@ -41,6 +48,8 @@ pub struct TapPort {
     fd: OwnedFd,
     /// I/O counters.
     counters: PortIoCounters,
+    /// The switch made it (Create, Own): releasing the port deletes it.
+    owned: bool,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -89,13 +98,71 @@ pub fn set_link_up(name: &str) -> Result<(), PortError> {
     Ok(())
 }
 
+/// Whether interface `name` exists in the calling thread's network namespace (asked through
+/// a socket made there: `/sys` shows the namespace it was mounted in, not the thread's).
+fn exists_here(name: &str) -> Result<bool, PortError> {
+    let mut req = ifreq(name, 0)?;
+    // SAFETY: socket() has no memory arguments; checked below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io_err(name, "socket"));
+    }
+    // SAFETY: sock is a fresh descriptor we own.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: req is a valid ifreq that outlives the call.
+    Ok(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFINDEX, &mut req) } == 0)
+}
+
+/// Runs `f` on a thread that entered the network namespace at `path`; `None` if it cannot be
+/// entered.
+fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Option<T> {
+    let ns = std::fs::File::open(path).ok()?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: setns on a namespace file we hold open; it affects this thread only.
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return None;
+                }
+                Some(f())
+            })
+            .join()
+            .ok()
+            .flatten()
+    })
+}
+
 impl TapPort {
-    /// Creates (or attaches to, per `mode`) TAP `name`, configures header and offloads, and
-    /// brings the link up.
+    /// Opens TAP `name` per `mode`, configures header and offloads, and brings the link up.
     pub fn open(name: &str, mode: TapMode) -> Result<TapPort, PortError> {
+        if mode != TapMode::Own || exists_here(name)? {
+            return Self::open_here(name, mode);
+        }
+        // A TAP this switch owned may have been moved into a guest's namespace since: find it
+        // there and attach from inside (TUNSETIFF looks names up in the caller's namespace;
+        // the descriptor then works from anywhere).
+        if let Ok(dir) = std::fs::read_dir("/run/netns") {
+            for entry in dir.flatten() {
+                let found = in_netns(&entry.path(), || {
+                    if exists_here(name).unwrap_or(false) {
+                        Some(Self::open_here(name, TapMode::Own))
+                    } else {
+                        None
+                    }
+                });
+                if let Some(Some(opened)) = found {
+                    return opened;
+                }
+            }
+        }
+        Self::open_here(name, TapMode::Own)
+    }
+
+    /// [`TapPort::open`] in the calling thread's network namespace.
+    fn open_here(name: &str, mode: TapMode) -> Result<TapPort, PortError> {
         let flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
         let mut req = ifreq(name, flags)?;
-        let exists = Path::new("/sys/class/net").join(name).exists();
+        let exists = exists_here(name)?;
         match (mode, exists) {
             (TapMode::Create, true) => return Err(PortError::Exists(name.to_string())),
             (TapMode::Attach, false) => return Err(PortError::Missing(name.to_string())),
@@ -119,10 +186,16 @@ impl TapPort {
         if unsafe { libc::ioctl(raw, libc::TUNSETIFF, &mut req) } < 0 {
             return Err(io_err(name, "TUNSETIFF"));
         }
-        if mode == TapMode::Create {
+        let persist = match mode {
             // The switch owns the interface: it must vanish with the port.
+            TapMode::Create => Some(0),
+            // It must outlive the daemon (a restart under running guests).
+            TapMode::Own => Some(1),
+            TapMode::Attach => None,
+        };
+        if let Some(p) = persist {
             // SAFETY: TUNSETPERSIST takes an integer argument.
-            if unsafe { libc::ioctl(raw, libc::TUNSETPERSIST, 0 as libc::c_ulong) } < 0 {
+            if unsafe { libc::ioctl(raw, libc::TUNSETPERSIST, p as libc::c_ulong) } < 0 {
                 return Err(io_err(name, "TUNSETPERSIST"));
             }
         }
@@ -141,6 +214,7 @@ impl TapPort {
             name: name.to_string(),
             fd,
             counters: PortIoCounters::default(),
+            owned: mode != TapMode::Attach,
         })
     }
 
@@ -229,6 +303,15 @@ impl Port for TapPort {
     fn counters(&self) -> PortIoCounters {
         self.counters
     }
+
+    fn release(&mut self) {
+        if self.owned {
+            // Not persistent any more: the interface goes when the descriptor closes. A failure
+            // leaves it behind (persistent), which is all this can do.
+            // SAFETY: TUNSETPERSIST takes an integer argument.
+            unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNSETPERSIST, 0 as libc::c_ulong) };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -264,6 +347,55 @@ mod tests {
         assert_eq!(
             (c.tx_frames, c.tx_bytes, c.tx_errors),
             (1, good.len() as u64, 2)
+        );
+    }
+
+    #[test]
+    fn an_owned_tap_outlives_its_port_is_found_again_in_a_namespace_and_goes_on_release() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIP: needs root");
+            return;
+        }
+        let pid = std::process::id() % 100_000;
+        let name = format!("vqt{pid}o");
+        let ns = format!("vqt{pid}ns");
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        /// Deletes the namespace (and the TAP, if it is in it) even if the test fails.
+        struct Cleanup(String, String);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &self.1])
+                    .output();
+                let _ = std::process::Command::new("ip")
+                    .args(["link", "del", &self.0])
+                    .output();
+            }
+        }
+        let _cleanup = Cleanup(name.clone(), ns.clone());
+        assert!(ip(&["netns", "add", &ns]));
+        drop(TapPort::open(&name, TapMode::Own).unwrap());
+        assert!(
+            exists_here(&name).unwrap(),
+            "an owned TAP outlives its port"
+        );
+        // Moved into a guest's namespace, it is found there and attached again.
+        assert!(ip(&["link", "set", &name, "netns", &ns]));
+        assert!(!exists_here(&name).unwrap());
+        let mut again = TapPort::open(&name, TapMode::Own).unwrap();
+        assert!(!exists_here(&name).unwrap(), "a second TAP was made here");
+        assert!(ip(&["-n", &ns, "link", "show", &name]));
+        again.release();
+        drop(again);
+        assert!(
+            !ip(&["-n", &ns, "link", "show", &name]),
+            "released, yet it stayed"
         );
     }
 }

@@ -291,7 +291,7 @@ pub fn vqosd_config(
     }
     let mut s = format!(
         "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\n\
-         state_file = \"{}\"\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
+         state_file = \"{}\"\nremove_taps_on_exit = true\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
         sc.capacity_bps,
         sc.engine,
         sc.cpu_hz,

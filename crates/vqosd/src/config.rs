@@ -11,6 +11,8 @@
 //! max_ports = 1024            # most vif ports (config and API together); default 1024
 //! storm_pps = 1000            # broadcast/multicast/unknown-unicast frames/s per port; 0 = off
 //! flood_unknown_to_vifs = false # true: a vif's unknown unicast reaches the other vifs too
+//! remove_taps_on_exit = false # true: delete the TAPs vqosd created when it stops (default:
+//!                             # they persist and the next start re-attaches to them)
 //!
 //! [api]
 //! socket = "/run/vqos/vqosd.sock"
@@ -23,7 +25,8 @@
 //!
 //! [[port]]
 //! name = "vm1"
-//! create = true               # false: attach to an existing TAP
+//! create = true               # vqosd creates the TAP (persistent: it outlives a restart and
+//!                             # goes with `vqos port del`); false: attach to an existing one
 //! macs = ["02:00:00:00:00:01"]   # the only source MACs it may use (pinned to it)
 //! # port_security = false    # without macs: false lets it use any MAC no other port owns
 //! #                          # (default true: it locks to the first 4 it sends from)
@@ -134,6 +137,7 @@ struct RawConfig {
     cycles_per_sec: Option<u64>,
     busy_poll: Option<bool>,
     storm_pps: Option<u64>,
+    remove_taps_on_exit: Option<bool>,
     flood_unknown_to_vifs: Option<bool>,
     state_file: Option<PathBuf>,
     expect_state: Option<bool>,
@@ -352,6 +356,9 @@ pub struct Config {
     pub storm_pps: u64,
     /// Unknown unicast from a vif is flooded to the other vifs too, not only the uplink.
     pub flood_unknown_to_vifs: bool,
+    /// Delete the TAPs vqosd created when it stops; by default they persist (with their
+    /// guests' configuration) and the next start re-attaches to them.
+    pub remove_taps_on_exit: bool,
     /// Path of the API's unix socket.
     pub socket_path: PathBuf,
     /// Optional TCP listener.
@@ -500,6 +507,7 @@ impl Config {
             busy_poll: raw.busy_poll.unwrap_or(false),
             storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
             flood_unknown_to_vifs: raw.flood_unknown_to_vifs.unwrap_or(false),
+            remove_taps_on_exit: raw.remove_taps_on_exit.unwrap_or(false),
             socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             tcp,
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),

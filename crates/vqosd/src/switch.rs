@@ -21,12 +21,15 @@ pub struct SwitchBackend {
     handle: SwitchHandle,
     /// How often the loop publishes its stats, ns (judges its staleness).
     stats_interval_ns: u64,
+    /// Delete the TAPs vqosd made when it stops (config `remove_taps_on_exit`); by default
+    /// they stay, with their guests' configuration, for the next start to re-attach.
+    remove_taps_on_exit: bool,
 }
 
 /// A port spec of the data plane for a port of the daemon.
 fn spec(port: &PortConfig) -> PortSpec {
     let spec = if port.create {
-        PortSpec::tap(&port.name)
+        PortSpec::tap_owned(&port.name)
     } else {
         PortSpec::tap_attach(&port.name)
     };
@@ -85,6 +88,7 @@ impl SwitchBackend {
         Ok(SwitchBackend {
             handle,
             stats_interval_ns,
+            remove_taps_on_exit: config.remove_taps_on_exit,
         })
     }
 
@@ -94,6 +98,7 @@ impl SwitchBackend {
         SwitchBackend {
             handle,
             stats_interval_ns: stats_interval_ns.max(1_000_000),
+            remove_taps_on_exit: false,
         }
     }
 
@@ -185,7 +190,11 @@ impl Backend for SwitchBackend {
 
     fn stop(&self) {
         // A loop that already died has nothing left to stop.
-        let _ = self.handle.stop();
+        let _ = if self.remove_taps_on_exit {
+            self.handle.stop_and_release()
+        } else {
+            self.handle.stop()
+        };
     }
 }
 

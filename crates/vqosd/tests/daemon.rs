@@ -225,6 +225,18 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
         format!("vqa{tag}"),
         format!("vqb{tag}"),
     );
+    /// The TAPs persist by design: removed here even if the test fails.
+    struct Links(Vec<String>);
+    impl Drop for Links {
+        fn drop(&mut self) {
+            for l in &self.0 {
+                let _ = std::process::Command::new("ip")
+                    .args(["link", "del", l])
+                    .output();
+            }
+        }
+    }
+    let _links = Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
     let (cfg, socket) = write_config(
         dir.path(),
         &format!(
@@ -281,8 +293,32 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
     p.signal(libc::SIGTERM);
     let (status, err) = p.wait();
     assert_eq!(status.code(), Some(0), "{err}");
+    // The TAPs vqosd made outlive it (a restart under running guests)...
+    assert!(
+        exists(&vm1) && exists(&up),
+        "created TAPs did not outlive the daemon"
+    );
+    // ...and the next start re-attaches to them, with the policies it had.
+    fs::write(
+        &cfg,
+        format!(
+            "remove_taps_on_exit = true
+{}",
+            fs::read_to_string(&cfg).unwrap()
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::start(&cfg, "switch");
+    p.wait_ready();
+    let c = Client::new(Endpoint::Unix(dir.path().join("run/vqosd.sock")));
+    let policy: Value = c.call("GET", &format!("/v1/policies/{vm1}"), None).unwrap();
+    assert_eq!(policy["min"], "200Mbit");
+    // With remove_taps_on_exit they go when it stops.
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert_eq!(status.code(), Some(0), "{err}");
     assert!(
         !exists(&vm1) && !exists(&up),
-        "created TAPs outlived the daemon"
+        "remove_taps_on_exit left TAPs behind"
     );
 }

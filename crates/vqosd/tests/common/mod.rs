@@ -163,7 +163,7 @@ pub fn lab(test_id: u8, weights: &[u32]) -> Lab {
     let socket = dir.path().join("vqosd.sock");
     let uplink = format!("{prefix}u");
     let mut text = format!(
-        "capacity = \"940Mbit\"\nengine = \"vqos\"\nstate_file = \"{}\"\n\
+        "capacity = \"940Mbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
          [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n",
         dir.path().join("state.json").display(),
         socket.display()
