@@ -59,6 +59,7 @@ pub mod stats;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod vhost_user;
 
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
@@ -70,3 +71,7 @@ pub use switch::{
     SwitchHandle,
 };
 pub use tap::{TapMode, TapPort};
+pub use vhost_user::{
+    VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,
+    VhostUserPort, VhostUserStatus,
+};
