@@ -345,7 +345,11 @@ impl DataPath {
             // The header as the guest gets it: `num_buffers` set, legacy guests get 10 bytes.
             let mut hdr = [0u8; VNET_HDR_LEN];
             hdr.copy_from_slice(&frame[..VNET_HDR_LEN]);
-            let buffers = if mergeable { self.chains.len() as u16 } else { 1 };
+            let buffers = if mergeable {
+                self.chains.len() as u16
+            } else {
+                1
+            };
             hdr[10..12].copy_from_slice(&buffers.to_le_bytes());
             let hdr = &hdr[..hdr_len];
             let mut off = 0usize;

@@ -283,13 +283,15 @@ impl VhostUserPort {
             source,
         };
         let listener = match config.mode {
-            VhostUserMode::Server => Some(Listener::new(&config.socket, true).map_err(|e| {
-                VhostUserError::Listen {
-                    port: name.to_string(),
-                    path: config.socket.display().to_string(),
-                    source: e,
-                }
-            })?),
+            VhostUserMode::Server => {
+                Some(
+                    Listener::new(&config.socket, true).map_err(|e| VhostUserError::Listen {
+                        port: name.to_string(),
+                        path: config.socket.display().to_string(),
+                        source: e,
+                    })?,
+                )
+            }
             VhostUserMode::Client => None,
         };
         let shared = Shared::new(name, config).map_err(|e| {

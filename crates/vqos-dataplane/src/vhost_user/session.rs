@@ -36,12 +36,12 @@ pub(crate) fn spawn(
     listener: Option<Listener>,
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("vhu-{}", shared.name);
-    std::thread::Builder::new().name(name).spawn(move || {
-        match (shared.mode(), listener) {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || match (shared.mode(), listener) {
             (VhostUserMode::Server, Some(l)) => run_server(&shared, l),
             _ => run_client(&shared),
-        }
-    })
+        })
 }
 
 /// Waits until `fd` is readable or the port is stopped, at most `timeout_ms` (-1: forever).
@@ -82,8 +82,8 @@ fn wait_readable(shared: &Shared, fd: Option<RawFd>, timeout_ms: i32) -> bool {
 fn new_session(shared: &Arc<Shared>, id: u64) -> Option<Daemon> {
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let backend = Arc::new(NetBackend::new(shared.clone(), id));
-    let daemon = VhostUserDaemon::new(format!("vhu-{}-{id}", shared.name), backend, mem.clone())
-        .ok()?;
+    let daemon =
+        VhostUserDaemon::new(format!("vhu-{}-{id}", shared.name), backend, mem.clone()).ok()?;
     *lock(&shared.session) = Some(Session {
         id,
         mem,
