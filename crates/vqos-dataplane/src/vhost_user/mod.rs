@@ -15,7 +15,7 @@
 //! ## Behavior
 //! See docs/vhost-user.md. In short: one queue pair; the guest's rings are read and written
 //! by the poll loop, once locked per batch; the vhost-user messages are answered by the
-//! `vhost-user-backend` daemon's thread, one daemon per session ([`session`]); a frame the
+//! `vhost-user-backend` daemon's thread, one daemon per session; a frame the
 //! loop does not take stays in the guest's avail ring; every guest misbehaviour has a counter
 //! ([`VhostUserCounters`]), and a broken ring quarantines the session until the guest
 //! reconnects. Guest memory is unmapped when the session ends.

@@ -134,7 +134,11 @@ fn a_legacy_guest_gets_and_gives_a_10_byte_header() {
     assert_eq!(recv_n(&mut port, &mut b, 1), 1);
     assert_eq!(b.frame(0), &f[..], "widened to 12 bytes, num_buffers 0");
     fe.post_rx(2, 2048);
-    assert_eq!(port.send_batch(&batch_of(&[f.clone()]), &[0]).unwrap(), 1);
+    assert_eq!(
+        port.send_batch(&batch_of(std::slice::from_ref(&f)), &[0])
+            .unwrap(),
+        1
+    );
     assert_eq!(fe.received(), vec![as_guest(&f, 10, 0)]);
 }
 
@@ -280,7 +284,9 @@ fn client_mode_connects_late_and_reconnects_after_the_frontend_restarts() {
     fe.post_rx(1, 2048);
     let f = frame(5, 60);
     wait_until("the new session's ring", || {
-        port.send_batch(&batch_of(&[f.clone()]), &[0]).unwrap() == 1
+        port.send_batch(&batch_of(std::slice::from_ref(&f)), &[0])
+            .unwrap()
+            == 1
     });
     assert_eq!(fe.received(), vec![as_guest(&f, 12, 1)]);
     assert!(h.counters().sessions >= 2);
