@@ -149,7 +149,8 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    fn new(q: usize) -> Ring {
+    /// The default layout of queue `q`.
+    pub(crate) fn new(q: usize) -> Ring {
         let desc = ring_base(q);
         let avail = desc + 16 * u64::from(RING);
         let used = (avail + 6 + 2 * u64::from(RING) + 3) & !3;
@@ -248,17 +249,26 @@ pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 impl TestFrontend {
     /// Connects to a server-role port at `path`, negotiating `features` (masked by the offer).
     pub(crate) fn connect(path: &Path, features: u64) -> TestFrontend {
+        Self::connect_with_rings(path, features, [Ring::new(0), Ring::new(1)])
+    }
+
+    /// As [`TestFrontend::connect`], with rings placed by the caller.
+    pub(crate) fn connect_with_rings(path: &Path, features: u64, rings: [Ring; 2]) -> TestFrontend {
         let fe = Frontend::connect(path, 2).expect("connect");
-        Self::setup(fe, features)
+        Self::setup(fe, features, rings)
     }
 
     /// Accepts one client-role port on `listener`.
     pub(crate) fn accept(listener: &UnixListener, features: u64) -> TestFrontend {
         let (stream, _) = listener.accept().expect("accept");
-        Self::setup(Frontend::from_stream(stream, 2), features)
+        Self::setup(
+            Frontend::from_stream(stream, 2),
+            features,
+            [Ring::new(0), Ring::new(1)],
+        )
     }
 
-    fn setup(mut fe: Frontend, want: u64) -> TestFrontend {
+    fn setup(mut fe: Frontend, want: u64, rings: [Ring; 2]) -> TestFrontend {
         let mem = GuestMem::new();
         fe.set_owner().unwrap();
         let offered = fe.get_features().unwrap();
@@ -280,7 +290,6 @@ impl TestFrontend {
             mmap_handle: mem.fd.as_raw_fd(),
         };
         fe.set_mem_table(&[region]).unwrap();
-        let rings = [Ring::new(0), Ring::new(1)];
         let kick = [EventFd::new(0).unwrap(), EventFd::new(0).unwrap()];
         let call = [
             EventFd::new(libc::EFD_NONBLOCK).unwrap(),

@@ -259,3 +259,22 @@ fn too_many_malformed_chains_quarantine_the_session() {
     let c = port.vhost_counters();
     assert_eq!((c.zero_length_desc, c.quarantines), (3, 1));
 }
+
+#[test]
+fn avail_ring_outside_guest_memory_quarantines() {
+    let (_d, path) = socket_path();
+    let mut port = VhostUserPort::server("vm1", &path).unwrap();
+    let mut tx = Ring::new(1);
+    tx.avail = MEM_BYTES as u64 - 4; // flags and idx inside, the ring entries outside
+    let fe = TestFrontend::connect_with_rings(&path, ALL, [Ring::new(0), tx]);
+    let h = port.handle();
+    wait_ready(&h);
+    fe.mem.put_u16(fe.tx.avail + 2, 1);
+    let mut b = Batch::new();
+    wait_until("quarantine", || {
+        port.recv_batch(&mut b, 8).unwrap();
+        h.is_quarantined()
+    });
+    let c = h.counters();
+    assert_eq!((c.bad_ring_address, c.quarantines, b.len()), (1, 1, 0));
+}
