@@ -128,6 +128,13 @@ impl RingLayout {
         Ok(pending)
     }
 
+    /// Without `EVENT_IDX`: the guest set `VRING_AVAIL_F_NO_INTERRUPT` (a polling driver such
+    /// as DPDK's does), so no interrupt is due. (`virtio-queue` does not look at this flag.)
+    pub(crate) fn no_interrupt(&self, mem: &GuestMemoryMmap) -> bool {
+        mem.load::<u16>(self.avail_ring, Ordering::Relaxed)
+            .is_ok_and(|f| u16::from_le(f) & 1 != 0)
+    }
+
     /// The chain head at avail position `pos` (not range-checked: see [`RingLayout::walk`]).
     pub(crate) fn head(&self, mem: &GuestMemoryMmap, pos: u16) -> Result<u16, RingError> {
         let off = 4 + 2 * u64::from(pos % self.size.max(1));

@@ -75,6 +75,16 @@ fn layout(q: &virtio_queue::Queue) -> RingLayout {
     }
 }
 
+/// Whether the guest wants an interrupt for the used entries added since the last call:
+/// `used_event` with `EVENT_IDX`, else the avail ring's `NO_INTERRUPT` flag.
+fn interrupt_due(q: &mut virtio_queue::Queue, mem: &GuestMemoryMmap, ring: &RingLayout) -> bool {
+    if q.event_idx_enabled() {
+        q.needs_notification(mem).unwrap_or(true)
+    } else {
+        !ring.no_interrupt(mem)
+    }
+}
+
 /// The vring `index` if the session has it started and enabled.
 fn live_vring(vrings: Option<&Vec<VringRwLock>>, index: usize) -> Option<&VringRwLock> {
     let v = vrings?.get(index)?;
@@ -207,7 +217,7 @@ impl DataPath {
             shared.quarantine(health);
         }
         let drained = taken == pending && !broken && !health.quarantined;
-        let notify = used > 0 && q.needs_notification(mem).unwrap_or(true);
+        let notify = used > 0 && interrupt_due(q, mem, &ring);
         if drained {
             // Let the guest kick again; if it queued frames since `pending` was read, come
             // back without waiting for a kick that will not come.
@@ -391,7 +401,7 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
-        if used > 0 && q.needs_notification(mem).unwrap_or(true) && st.signal_used_queue().is_ok() {
+        if used > 0 && interrupt_due(q, mem, &ring) && st.signal_used_queue().is_ok() {
             bump(&c.interrupts, 1);
         }
         io.tx_frames += sent as u64;

@@ -180,9 +180,16 @@ fn without_event_idx_kicks_are_suppressed_while_the_loop_polls() {
     assert_eq!(recv_n(&mut port, &mut b, 2), 2);
     assert_eq!(fe.tx.used_flags(&fe.mem), 0, "drained: kicks back on");
     // Receive-queue kicks are off for the whole session.
-    fe.post_rx(1, 2048);
+    fe.post_rx(2, 2048);
+    fe.calls(0);
     port.send_batch(&batch_of(&[frame(1, 60)]), &[0]).unwrap();
     assert_eq!(fe.rx.used_flags(&fe.mem), 1);
+    assert_eq!(fe.calls(0), 1);
+    // A polling guest (VRING_AVAIL_F_NO_INTERRUPT) gets no interrupt.
+    fe.mem.put_u16(fe.rx.avail, 1);
+    port.send_batch(&batch_of(&[frame(2, 60)]), &[0]).unwrap();
+    assert_eq!(fe.calls(0), 0);
+    assert_eq!(fe.received().len(), 2);
 }
 
 #[test]
