@@ -33,6 +33,11 @@ use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
 use crate::port::{Batch, PortIoCounters};
 
+/// Most guest buffers one received frame may take (Linux's vhost-net has the same bound,
+/// `UIO_MAXIOV`): a guest posting 1-byte buffers cannot make one frame cost 64 K descriptor
+/// reads and copies. A frame that would need more is lost as `guest_rx_buffer_too_small_frames`.
+const MAX_FRAME_SEGS: usize = 1024;
+
 /// One guest receive chain gathered for a frame.
 #[derive(Debug, Clone, Copy)]
 struct RxChain {
@@ -49,7 +54,7 @@ struct RxChain {
 enum RxShortage {
     /// Not enough chains posted.
     NoBuffers,
-    /// One chain, too small, and no `MRG_RXBUF`.
+    /// One chain, too small, and no `MRG_RXBUF`; or more than [`MAX_FRAME_SEGS`] buffers.
     TooSmall,
     /// The ring broke (quarantined).
     Ring,
@@ -296,7 +301,7 @@ impl DataPath {
             let mut start = q.next_avail();
             let mut cap = 0u64;
             while cap < need {
-                if !mergeable && !self.chains.is_empty() {
+                if (!mergeable && !self.chains.is_empty()) || self.rx_segs.len() > MAX_FRAME_SEGS {
                     shortage = Some(RxShortage::TooSmall);
                 } else if left == 0 {
                     shortage = Some(RxShortage::NoBuffers);

@@ -37,6 +37,8 @@ mod test_frontend;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_fuzz;
+#[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
 mod tests_switch;

@@ -278,3 +278,34 @@ fn avail_ring_outside_guest_memory_quarantines() {
     let c = h.counters();
     assert_eq!((c.bad_ring_address, c.quarantines, b.len()), (1, 1, 0));
 }
+
+#[test]
+fn a_frame_may_not_take_more_than_1024_guest_buffers() {
+    let (_d, mut port, mut fe) = connected_with(|_| {});
+    // One chain of 200 one-byte buffers, offered 8 times: 1600 buffers for 1600 bytes.
+    for i in 0..200u16 {
+        let flags = if i < 199 { WRITE | NEXT } else { WRITE };
+        fe.rx.set_desc(&fe.mem, i, buf_addr(0, i), 1, flags, i + 1);
+    }
+    for _ in 0..8 {
+        fe.rx.publish(&fe.mem, 0);
+    }
+    let f = build_frame(
+        VnetHdr::default(),
+        0x02_00_00_00_00_0b,
+        0x02_00_00_00_00_0a,
+        0x0800,
+        &[7; 1500],
+    );
+    let mut b = Batch::new();
+    b.push(&f);
+    assert_eq!(port.send_batch(&b, &[0]).unwrap(), 0);
+    assert_eq!(port.vhost_counters().guest_rx_buffer_too_small_frames, 1);
+    assert!(fe.received().is_empty(), "the chains were put back");
+    // A frame that fits in 1024 buffers goes through.
+    let small = frame(3);
+    b.clear();
+    b.push(&small);
+    assert_eq!(port.send_batch(&b, &[0]).unwrap(), 1);
+    assert_eq!(fe.rx.take_used(&fe.mem), vec![(0, small.len() as u32)]);
+}
