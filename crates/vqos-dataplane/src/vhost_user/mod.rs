@@ -136,6 +136,14 @@ pub enum VhostUserError {
         #[source]
         source: vhost::vhost_user::Error,
     },
+    /// Something other than a socket exists at the server socket's path (it is not replaced).
+    #[error("Port '{port}': {path} exists and is not a socket")]
+    NotASocket {
+        /// Port name.
+        port: String,
+        /// Socket path.
+        path: String,
+    },
     /// The ring size is not a power of two in 1..=32768.
     #[error("Port '{0}': max_queue_size must be a power of two up to 32768")]
     QueueSize(String),
@@ -285,15 +293,7 @@ impl VhostUserPort {
             source,
         };
         let listener = match config.mode {
-            VhostUserMode::Server => {
-                Some(
-                    Listener::new(&config.socket, true).map_err(|e| VhostUserError::Listen {
-                        port: name.to_string(),
-                        path: config.socket.display().to_string(),
-                        source: e,
-                    })?,
-                )
-            }
+            VhostUserMode::Server => Some(bind(name, &config.socket)?),
             VhostUserMode::Client => None,
         };
         let shared = Shared::new(name, config).map_err(|e| {
@@ -332,6 +332,25 @@ impl VhostUserPort {
     pub fn vhost_counters(&self) -> VhostUserCounters {
         self.shared.counters.snapshot()
     }
+}
+
+/// Binds the server socket at `path`, replacing a stale socket file but nothing else.
+fn bind(name: &str, path: &Path) -> Result<Listener, VhostUserError> {
+    use std::os::unix::fs::FileTypeExt;
+    let text = || path.display().to_string();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(VhostUserError::NotASocket {
+                port: name.to_string(),
+                path: text(),
+            });
+        }
+    }
+    Listener::new(path, true).map_err(|e| VhostUserError::Listen {
+        port: name.to_string(),
+        path: text(),
+        source: e,
+    })
 }
 
 impl Drop for VhostUserPort {

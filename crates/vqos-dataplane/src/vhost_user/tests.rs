@@ -320,4 +320,14 @@ fn bad_configuration_is_refused() {
     ));
     let e = VhostUserPort::server("x", "/nonexistent-dir/vhu.sock").unwrap_err();
     assert!(e.to_string().starts_with("Port 'x': cannot listen"));
+    // A regular file is never replaced by the socket; a stale socket file is.
+    let file = _d.path().join("precious");
+    std::fs::write(&file, b"data").unwrap();
+    let e = VhostUserPort::server("x", &file).unwrap_err();
+    assert!(matches!(e, VhostUserError::NotASocket { .. }), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"data");
+    let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(stale);
+    assert!(path.exists());
+    drop(VhostUserPort::server("x", &path).unwrap());
 }
