@@ -1,30 +1,24 @@
-//! The state a vhost-user port shares between its threads, and the `vhost-user-backend`
-//! device ([`NetBackend`]) the protocol thread drives.
+//! The state a vhost-user port shares between its threads.
 //!
 //! ## Threads
 //! - The **poll loop** (the switch's thread) owns the [`super::VhostUserPort`] and moves frames:
 //!   it locks [`Shared::session`] once per batch, then the one vring it serves (`get_mut`, once
 //!   per batch), and loads the guest memory snapshot once per batch. Never per frame.
-//! - The **supervisor** thread of the port ([`super::session`]) accepts or connects, builds one
-//!   `VhostUserDaemon` per session and tears it down when the frontend goes away.
-//! - The daemon's own threads: the **protocol thread** answers vhost-user messages
-//!   (`SET_MEM_TABLE`, `SET_VRING_*`, ...) and the **vring worker** waits on the guest's kick
-//!   eventfds and calls [`NetBackend`]'s `handle_event`, which signals the port's readiness
-//!   eventfd.
+//! - The **protocol** thread of the port ([`super::session`]) accepts or connects, then answers
+//!   the frontend's vhost-user messages (`SET_MEM_TABLE`, `SET_VRING_*`, ...) through
+//!   [`super::protocol::NetHandler`], one per session, and tears the session down when the
+//!   frontend goes away.
+//! - The **kick worker** of a session ([`super::kick`]) waits on the guest's kick eventfds and
+//!   signals the port's readiness eventfd on every guest TX kick.
 
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VringRwLock};
+use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
 
 use super::counters::{bump, AtomicCounters};
-use super::features::{offered_protocol_features, OFFERED_FEATURES};
 use super::{VhostUserConfig, VhostUserMode};
 use crate::sys::EventFd;
 
@@ -32,8 +26,6 @@ use crate::sys::EventFd;
 pub(crate) const RX_QUEUE: usize = 0;
 /// Queue index of the guest's transmit queue (frames the switch reads from the guest).
 pub(crate) const TX_QUEUE: usize = 1;
-/// Queues of one queue pair.
-pub(crate) const NUM_QUEUES: usize = 2;
 
 /// Whether a session still deserves service.
 #[derive(Debug, Default)]
@@ -49,13 +41,10 @@ pub(crate) struct Health {
 
 /// One connection with one frontend; dropped (guest memory unmapped) when it ends.
 pub(crate) struct Session {
-    /// Sequence number of the session within the port.
-    pub(crate) id: u64,
     /// The guest's memory, as mapped by `SET_MEM_TABLE` (empty before).
     pub(crate) mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    /// The session's vrings `[rx, tx]`, known from the vring worker's first event (the
-    /// worker reports every vring as soon as it is started and enabled).
-    pub(crate) vrings: Option<Vec<VringRwLock>>,
+    /// The session's vrings `[rx, tx]` (shared with the protocol thread's handler).
+    pub(crate) vrings: Vec<VringRwLock>,
     /// Quarantine state and malformed-chain count.
     pub(crate) health: Health,
 }
@@ -86,8 +75,11 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     /// Signalled when the port is dropped (wakes the supervisor's poll).
     pub(crate) stop_event: EventFd,
-    /// Closes the current connection (for the port's drop).
-    pub(crate) shutdown: Mutex<Option<ShutdownHandle>>,
+    /// A clone of the current connection, shut down by the port's drop to end the session.
+    pub(crate) shutdown: Mutex<Option<UnixStream>>,
+    /// Why the last session ended, when the library reported an error (a refused message,
+    /// a failed mapping): for the operator.
+    pub(crate) last_error: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -121,6 +113,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
             shutdown: Mutex::new(None),
+            last_error: Mutex::new(None),
         })
     }
 
@@ -145,89 +138,5 @@ impl Shared {
         if limit > 0 && health.bad_chains >= limit {
             self.quarantine(health);
         }
-    }
-}
-
-/// The virtio-net device as `vhost-user-backend` sees it: one per session.
-pub(crate) struct NetBackend {
-    /// State shared with the port.
-    shared: Arc<Shared>,
-    /// The session this backend serves.
-    session_id: u64,
-    /// The session's vrings were handed to the port.
-    vrings_known: AtomicBool,
-}
-
-impl NetBackend {
-    /// A backend for session `session_id`.
-    pub(crate) fn new(shared: Arc<Shared>, session_id: u64) -> NetBackend {
-        NetBackend {
-            shared,
-            session_id,
-            vrings_known: AtomicBool::new(false),
-        }
-    }
-}
-
-impl VhostUserBackend for NetBackend {
-    type Bitmap = ();
-    type Vring = VringRwLock;
-
-    fn num_queues(&self) -> usize {
-        NUM_QUEUES
-    }
-
-    fn max_queue_size(&self) -> usize {
-        usize::from(self.shared.config.max_queue_size)
-    }
-
-    fn features(&self) -> u64 {
-        OFFERED_FEATURES
-    }
-
-    fn acked_features(&self, features: u64) {
-        self.shared.features.store(features, Ordering::Release);
-    }
-
-    fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        offered_protocol_features()
-    }
-
-    fn set_event_idx(&self, _enabled: bool) {
-        // The library sets the queues' event-index mode itself; the port reads the acked
-        // features.
-    }
-
-    fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
-        // The session's GuestMemoryAtomic is the one the library updates in place; the port
-        // loads it once per batch.
-        Ok(())
-    }
-
-    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        // Without an exit event the library's vring worker would never stop and dropping the
-        // daemon would hang; one pair per worker thread.
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
-    }
-
-    fn handle_event(
-        &self,
-        device_event: u16,
-        _evset: EventSet,
-        vrings: &[VringRwLock],
-        _thread_id: usize,
-    ) -> std::io::Result<()> {
-        if !self.vrings_known.load(Ordering::Acquire) && vrings.len() == NUM_QUEUES {
-            let mut guard = lock(&self.shared.session);
-            if let Some(s) = guard.as_mut().filter(|s| s.id == self.session_id) {
-                s.vrings = Some(vrings.to_vec());
-            }
-            self.vrings_known.store(true, Ordering::Release);
-        }
-        if usize::from(device_event) == TX_QUEUE {
-            bump(&self.shared.counters.kicks, 1);
-            self.shared.ready.signal();
-        }
-        Ok(())
     }
 }

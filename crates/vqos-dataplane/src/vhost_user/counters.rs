@@ -27,6 +27,9 @@ pub struct VhostUserCounters {
     pub kicks: u64,
     /// Interrupts (call eventfd writes) sent to the guest after used-ring updates.
     pub interrupts: u64,
+    /// vhost-user messages refused and skipped because a feature they need was not yet
+    /// negotiated (QEMU's `SET_VRING_ENABLE` before `SET_FEATURES`).
+    pub refused_messages: u64,
     /// The avail index ran more than a ring size ahead of us (ring corrupt: quarantine).
     pub bad_avail_index: u64,
     /// A ring (avail or used) or its index lies outside guest memory (quarantine).
@@ -108,6 +111,7 @@ atomic_counters!(
     quarantines,
     kicks,
     interrupts,
+    refused_messages,
     bad_avail_index,
     bad_ring_address,
     head_out_of_range,

@@ -47,7 +47,8 @@ pub const F_PROTOCOL_FEATURES: u64 = VhostUserVirtioFeatures::PROTOCOL_FEATURES.
 /// Every virtio feature the port offers. The offloads are exactly those of the TAP ports
 /// (partial checksum, TCP segmentation with ECN), so frames cross the switch unchanged.
 /// Not offered: `INDIRECT_DESC`, `MQ` (one queue pair), `CTRL_VQ`, `MAC`, `STATUS`, UFO,
-/// `LOG_ALL` (no live migration).
+/// `LOG_ALL` (no live migration). `VHOST_USER_F_PROTOCOL_FEATURES` is offered: QEMU 7.2 fails
+/// to start a vhost-user net device without it (`vhost_set_vring_enable` returns EINVAL).
 pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_MRG_RXBUF
     | F_CSUM
@@ -62,8 +63,8 @@ pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_PROTOCOL_FEATURES;
 
 /// vhost-user protocol features offered: only `REPLY_ACK` (the frontend may ask for an
-/// acknowledgement of every message). Guest memory comes whole with `SET_MEM_TABLE`
-/// (no `CONFIGURE_MEM_SLOTS`), one queue pair (no `MQ`), no dirty log.
+/// acknowledgement of every message). Guest memory comes whole with `SET_MEM_TABLE` (no
+/// `CONFIGURE_MEM_SLOTS`), one queue pair (no `MQ`), no dirty log, no config space.
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::REPLY_ACK
 }

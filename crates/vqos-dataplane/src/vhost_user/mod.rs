@@ -30,6 +30,8 @@ mod chain;
 mod counters;
 mod datapath;
 pub mod features;
+mod kick;
+mod protocol;
 mod session;
 
 #[cfg(test)]
@@ -185,6 +187,9 @@ pub struct VhostUserStatus {
     pub tx_frames: u64,
     /// Bytes the switch wrote to the guest, virtio-net headers included.
     pub tx_bytes: u64,
+    /// Why the last session ended, if the vhost-user library reported an error (a message it
+    /// refused, a mapping that failed); `None` after clean disconnects.
+    pub last_error: Option<String>,
     /// Counters.
     pub counters: VhostUserCounters,
 }
@@ -243,6 +248,7 @@ impl VhostUserHandle {
             rx_bytes: io(1),
             tx_frames: io(2),
             tx_bytes: io(3),
+            last_error: lock(&self.shared.last_error).clone(),
             counters: self.counters(),
         }
     }
@@ -357,9 +363,7 @@ impl Drop for VhostUserPort {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.stop_event.signal();
-        if let Some(h) = lock(&self.shared.shutdown).take() {
-            h.shutdown();
-        }
+        session::shutdown(&self.shared);
         if let Some(t) = self.supervisor.take() {
             let _ = t.join();
         }
@@ -380,7 +384,7 @@ impl Port for VhostUserPort {
         let mem = s.mem.memory();
         Ok(self.datapath.recv(
             &self.shared,
-            s.vrings.as_ref(),
+            Some(&s.vrings),
             &mem,
             &mut s.health,
             features,
@@ -402,7 +406,7 @@ impl Port for VhostUserPort {
         let mem = s.mem.memory();
         Ok(self.datapath.send(
             &self.shared,
-            s.vrings.as_ref(),
+            Some(&s.vrings),
             &mem,
             &mut s.health,
             features,

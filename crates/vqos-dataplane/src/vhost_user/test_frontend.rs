@@ -255,7 +255,24 @@ impl TestFrontend {
     /// As [`TestFrontend::connect`], with rings placed by the caller.
     pub(crate) fn connect_with_rings(path: &Path, features: u64, rings: [Ring; 2]) -> TestFrontend {
         let fe = Frontend::connect(path, 2).expect("connect");
-        Self::setup(fe, features, rings)
+        Self::setup(fe, features, rings, true)
+    }
+
+    /// Connects as QEMU 7.2 does: `SET_VRING_ENABLE` for both rings first (before
+    /// `SET_FEATURES`, written raw: the `vhost` crate's frontend would not send it), and never
+    /// again after `SET_FEATURES`.
+    pub(crate) fn connect_qemu_style(path: &Path, features: u64) -> TestFrontend {
+        use std::io::Write;
+        let mut stream = std::os::unix::net::UnixStream::connect(path).expect("connect");
+        for q in 0..2u32 {
+            let mut msg = Vec::new();
+            for word in [18u32, 1, 8, q, 1] {
+                msg.extend_from_slice(&word.to_le_bytes());
+            }
+            stream.write_all(&msg).unwrap();
+        }
+        let fe = Frontend::from_stream(stream, 2);
+        Self::setup(fe, features, [Ring::new(0), Ring::new(1)], false)
     }
 
     /// Accepts one client-role port on `listener`.
@@ -265,10 +282,11 @@ impl TestFrontend {
             Frontend::from_stream(stream, 2),
             features,
             [Ring::new(0), Ring::new(1)],
+            true,
         )
     }
 
-    fn setup(mut fe: Frontend, want: u64, rings: [Ring; 2]) -> TestFrontend {
+    fn setup(mut fe: Frontend, want: u64, rings: [Ring; 2], enable: bool) -> TestFrontend {
         let mem = GuestMem::new();
         fe.set_owner().unwrap();
         let offered = fe.get_features().unwrap();
@@ -310,7 +328,7 @@ impl TestFrontend {
             fe.set_vring_base(q, 0).unwrap();
             fe.set_vring_call(q, &call[q]).unwrap();
             fe.set_vring_kick(q, &kick[q]).unwrap();
-            if features & F_PROTOCOL_FEATURES != 0 {
+            if enable && features & F_PROTOCOL_FEATURES != 0 {
                 fe.set_vring_enable(q, true).unwrap();
             }
         }
@@ -374,12 +392,20 @@ impl TestFrontend {
     }
 }
 
-/// Waits until the port's session has both vrings (the worker reported them).
+/// Waits until the port's session has both vrings started and enabled (needed only when the
+/// frontend did not negotiate `REPLY_ACK`).
 pub(crate) fn wait_ready(h: &VhostUserHandle) {
+    use vhost_user_backend::VringT;
+    use virtio_queue::QueueT;
     wait_until("a started session", || {
         super::backend::lock(&h.shared.session)
             .as_ref()
-            .is_some_and(|s| s.vrings.is_some())
+            .is_some_and(|s| {
+                s.vrings.iter().all(|v| {
+                    let st = v.get_ref();
+                    st.is_enabled() && st.get_queue().ready()
+                })
+            })
     });
 }
 

@@ -300,6 +300,40 @@ fn client_mode_connects_late_and_reconnects_after_the_frontend_restarts() {
 }
 
 #[test]
+fn an_early_vring_enable_as_qemu_sends_it_takes_effect() {
+    let (_d, path) = socket_path();
+    let mut port = VhostUserPort::server("vm1", &path).unwrap();
+    let h = port.handle();
+    let mut fe = TestFrontend::connect_qemu_style(&path, ALL);
+    wait_ready(&h);
+    assert_eq!(h.counters().refused_messages, 2);
+    assert!(h.is_connected() && h.status().last_error.is_none());
+    fe.send(&frame(1, 60));
+    let mut b = Batch::new();
+    assert_eq!(recv_n(&mut port, &mut b, 1), 1);
+    fe.post_rx(1, 2048);
+    assert_eq!(port.send_batch(&b, &[0]).unwrap(), 1);
+    assert_eq!(fe.received().len(), 1);
+}
+
+#[test]
+fn a_refused_message_ends_the_session_and_says_why() {
+    let (_d, path) = socket_path();
+    let port = VhostUserPort::server("vm1", &path).unwrap();
+    let h = port.handle();
+    // A message of an unknown type.
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let mut msg = Vec::new();
+    for word in [0xffffu32, 1, 0] {
+        msg.extend_from_slice(&word.to_le_bytes());
+    }
+    std::io::Write::write_all(&mut s, &msg).unwrap();
+    wait_until("the session's end", || h.counters().disconnects == 1);
+    let why = h.status().last_error.expect("an error");
+    assert!(!why.is_empty());
+}
+
+#[test]
 fn dropping_the_port_ends_every_thread_in_each_state() {
     let (_d, path) = socket_path();
     drop(VhostUserPort::server("idle", &path).unwrap());
