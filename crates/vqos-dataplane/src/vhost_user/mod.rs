@@ -15,7 +15,7 @@
 //! ## Behavior
 //! See docs/vhost-user.md. In short: one queue pair; the guest's rings are read and written
 //! by the poll loop, once locked per batch; the vhost-user messages are answered by the
-//! `vhost-user-backend` daemon's thread, one daemon per session; a frame the
+//! port's protocol thread (the `vhost` crate parses them), one handler per session; a frame the
 //! loop does not take stays in the guest's avail ring; every guest misbehaviour has a counter
 //! ([`VhostUserCounters`]), and a broken ring quarantines the session until the guest
 //! reconnects. Guest memory is unmapped when the session ends.
@@ -418,7 +418,7 @@ impl Port for VhostUserPort {
 
     /// The port's own eventfd, stable for the port's life. Not the guest's kick eventfd: that
     /// one changes with every session (and may be replaced within one by `SET_VRING_KICK`),
-    /// while the loop registers a port's descriptor once; and the library's vring worker
+    /// while the loop registers a port's descriptor once; and the session's kick worker
     /// already consumes the kick. The worker signals this eventfd on every guest TX kick, and
     /// the loop's own `recv_batch` signals it when frames slipped in while notifications were
     /// being re-enabled.

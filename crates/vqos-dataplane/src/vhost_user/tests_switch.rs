@@ -97,6 +97,10 @@ fn two_guests_and_an_uplink_through_a_real_switch() {
     let c1 = h1.counters();
     let c2 = h2.counters();
     assert_eq!(c1.malformed() + c2.malformed(), 0);
+    assert!(
+        c1.kicks > 0,
+        "the loop (epoll) was woken by the guest's kicks"
+    );
     assert_eq!(c2.guest_rx_no_buffers_frames, 0);
     assert_eq!(h2.status().tx_frames, total as u64 + 1);
     sw.stop().unwrap();
