@@ -100,6 +100,10 @@ pub struct VhostUserConfig {
     /// Malformed chains in one session before it is quarantined; 0: never for that reason
     /// (a broken ring always quarantines).
     pub quarantine_after_bad_chains: u64,
+    /// Server role: permission bits given to the socket file after binding (e.g. `0o660`, so
+    /// that a QEMU running as another user in the socket's group can connect); `None` keeps
+    /// what the process umask gave.
+    pub socket_mode: Option<u32>,
 }
 
 impl VhostUserConfig {
@@ -112,6 +116,7 @@ impl VhostUserConfig {
             reconnect_min_ms: 10,
             reconnect_max_ms: 1000,
             quarantine_after_bad_chains: 1024,
+            socket_mode: None,
         }
     }
 
@@ -299,7 +304,7 @@ impl VhostUserPort {
             source,
         };
         let listener = match config.mode {
-            VhostUserMode::Server => Some(bind(name, &config.socket)?),
+            VhostUserMode::Server => Some(bind(name, &config.socket, config.socket_mode)?),
             VhostUserMode::Client => None,
         };
         let shared = Shared::new(name, config).map_err(|e| {
@@ -340,9 +345,10 @@ impl VhostUserPort {
     }
 }
 
-/// Binds the server socket at `path`, replacing a stale socket file but nothing else.
-fn bind(name: &str, path: &Path) -> Result<Listener, VhostUserError> {
-    use std::os::unix::fs::FileTypeExt;
+/// Binds the server socket at `path`, replacing a stale socket file but nothing else, and
+/// gives it `mode` if set.
+fn bind(name: &str, path: &Path, mode: Option<u32>) -> Result<Listener, VhostUserError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let text = || path.display().to_string();
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -352,11 +358,21 @@ fn bind(name: &str, path: &Path) -> Result<Listener, VhostUserError> {
             });
         }
     }
-    Listener::new(path, true).map_err(|e| VhostUserError::Listen {
+    let listener = Listener::new(path, true).map_err(|e| VhostUserError::Listen {
         port: name.to_string(),
         path: text(),
         source: e,
-    })
+    })?;
+    if let Some(mode) = mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+            VhostUserError::Os {
+                port: name.to_string(),
+                op: "chmod",
+                source: e,
+            }
+        })?;
+    }
+    Ok(listener)
 }
 
 impl Drop for VhostUserPort {

@@ -363,5 +363,11 @@ fn bad_configuration_is_refused() {
     let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
     drop(stale);
     assert!(path.exists());
-    drop(VhostUserPort::server("x", &path).unwrap());
+    let mut cfg = VhostUserConfig::server(&path);
+    cfg.socket_mode = Some(0o660);
+    let port = VhostUserPort::with_config("x", cfg).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o660);
+    drop(port);
 }
