@@ -334,6 +334,18 @@ fn a_refused_message_ends_the_session_and_says_why() {
 }
 
 #[test]
+fn a_request_the_port_refuses_ends_the_session_with_its_reason() {
+    let (_d, path) = socket_path();
+    let port = VhostUserPort::server("vm1", &path).unwrap();
+    let h = port.handle();
+    let fe = TestFrontend::connect(&path, ALL);
+    use vhost::VhostBackend;
+    assert!(fe.fe.set_vring_num(0, 3).is_err(), "not a power of two");
+    wait_until("the session's end", || h.counters().disconnects == 1);
+    assert!(h.status().last_error.is_some());
+}
+
+#[test]
 fn dropping_the_port_ends_every_thread_in_each_state() {
     let (_d, path) = socket_path();
     drop(VhostUserPort::server("idle", &path).unwrap());
