@@ -192,6 +192,32 @@ fn without_event_idx_kicks_are_suppressed_while_the_loop_polls() {
     assert_eq!(fe.received().len(), 2);
 }
 
+/// Whether `fd` is readable now.
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+#[test]
+fn a_guest_kick_makes_the_readiness_fd_readable() {
+    let (_d, mut port, mut fe) = connected(ALL);
+    let fd = port.readiness_fd().unwrap();
+    let mut b = Batch::new();
+    assert_eq!(port.recv_batch(&mut b, 32).unwrap(), 0);
+    assert!(!readable(fd), "drained and nothing pending: quiet");
+    let kicks = port.vhost_counters().kicks;
+    fe.send(&frame(1, 60));
+    wait_until("the kick to reach the readiness fd", || readable(fd));
+    assert_eq!(port.vhost_counters().kicks, kicks + 1);
+    assert_eq!(port.recv_batch(&mut b, 32).unwrap(), 1);
+    assert!(!readable(fd));
+}
+
 #[test]
 fn back_pressure_leaves_frames_in_the_avail_ring() {
     let (_d, mut port, mut fe) = connected(ALL);
