@@ -1,0 +1,230 @@
+//! The protocol thread of a vhost-user port: connections, sessions, the request loop.
+//!
+//! ## Behavior
+//! - **Server** role: the socket is bound when the port is created; the thread waits (`poll`)
+//!   until a frontend connects or the port is dropped, serves that one connection, and when it
+//!   ends waits for the next. Each connection is a fresh session: new handler, new vrings, new
+//!   (empty) guest memory, new kick worker; nothing carries over but the counters.
+//! - **Client** role: the thread connects to the frontend's socket; when that fails, or when a
+//!   session ends, it retries after a backoff that doubles from `reconnect_min_ms` to
+//!   `reconnect_max_ms` (reset by every successful connection).
+//! - The request loop hands each message to the `vhost` crate's `BackendReqHandler`, which
+//!   parses it and calls [`NetHandler`]. A message refused because a feature is not yet
+//!   negotiated is skipped (counted in `refused_messages`), and QEMU's early
+//!   `SET_VRING_ENABLE` (see [`super::protocol`]), seen with `MSG_PEEK` before the `vhost`
+//!   crate refuses it, is applied all the same; any other error, or the frontend closing the
+//!   socket, ends the session (the error is kept for
+//!   [`super::VhostUserStatus::last_error`]).
+//!
+//! When a session ends, the kick worker is joined, the port's [`Session`] is taken out under
+//! its lock (so no batch is using it), and with the last reference to its `GuestMemoryAtomic`
+//! the guest memory is unmapped.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use vhost::vhost_user::{
+    BackendListener, BackendReqHandler, Error, Listener, VhostUserBackendReqHandlerMut,
+};
+use vhost_user_backend::{VringRwLock, VringT};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::backend::{lock, Session, Shared};
+use super::counters::bump;
+use super::kick::KickWorker;
+use super::protocol::NetHandler;
+use super::VhostUserMode;
+
+/// The `vhost` crate's request parser over our handler.
+type Requests = BackendReqHandler<Mutex<NetHandler>>;
+
+/// Starts the protocol thread; `listener` is the bound socket in the server role.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    listener: Option<Listener>,
+) -> std::io::Result<JoinHandle<()>> {
+    let name = format!("vhu-{}", shared.name);
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || match (shared.mode(), listener) {
+            (VhostUserMode::Server, Some(l)) => run_server(&shared, l),
+            _ => run_client(&shared),
+        })
+}
+
+/// Waits until `fd` is readable or the port is stopped, at most `timeout_ms` (-1: forever).
+/// True when `fd` is readable and the port not stopped.
+fn wait_readable(shared: &Shared, fd: Option<RawFd>, timeout_ms: i32) -> bool {
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: shared.stop_event.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: fd.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: fds is a live array of 2 pollfd; a negative fd is ignored by poll.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        if shared.stop.load(Ordering::Acquire) || fds[0].revents != 0 {
+            return false;
+        }
+        return fd.is_some() && fds[1].revents != 0;
+    }
+}
+
+/// A fresh session installed in `shared`: its handler (for the request parser) and its kick
+/// worker.
+fn new_session(shared: &Arc<Shared>) -> Option<(Arc<Mutex<NetHandler>>, KickWorker)> {
+    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let max = shared.config.max_queue_size;
+    let vrings: Vec<VringRwLock> = (0..2)
+        .map(|_| VringRwLock::new(mem.clone(), max))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let worker = KickWorker::start(shared.clone(), vrings.clone()).ok()?;
+    let handler = NetHandler::new(shared.clone(), mem.clone(), vrings.clone(), worker.rearm());
+    *lock(&shared.session) = Some(Session {
+        mem,
+        vrings,
+        health: Default::default(),
+    });
+    Some((Arc::new(Mutex::new(handler)), worker))
+}
+
+/// Runs the request loop of one connected session, then tears it down.
+fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, worker: KickWorker) {
+    let conn = requests.try_clone_connection().ok();
+    let conn_fd = conn.as_ref().map_or(-1, |c| c.as_raw_fd());
+    *lock(&shared.shutdown) = conn;
+    shared.connected.store(true, Ordering::Release);
+    bump(&shared.counters.sessions, 1);
+    if shared.stop.load(Ordering::Acquire) {
+        shutdown(shared);
+    }
+    let error = loop {
+        // Before SET_FEATURES, look at the next message: QEMU's early SET_VRING_ENABLE is
+        // refused by the `vhost` crate but must still take effect.
+        let early_enable = if shared.features.load(Ordering::Acquire) == 0 {
+            peek_vring_enable(conn_fd)
+        } else {
+            None
+        };
+        match requests.handle_request() {
+            Ok(()) => {}
+            // Refused before any state changed (the message was read whole): skip it.
+            Err(Error::InactiveFeature(_)) | Err(Error::InactiveOperation(_)) => {
+                bump(&shared.counters.refused_messages, 1);
+                if let Some((index, enable)) = early_enable {
+                    let _ = lock(handler).set_vring_enable(index, enable);
+                }
+            }
+            Err(Error::Disconnected) | Err(Error::PartialMessage) => break None,
+            Err(Error::SocketBroken(_)) => break None,
+            Err(e) => break Some(e.to_string()),
+        }
+    };
+    if let Some(e) = error.filter(|_| !shared.stop.load(Ordering::Acquire)) {
+        *lock(&shared.last_error) = Some(e);
+    }
+    lock(&shared.shutdown).take();
+    drop(requests);
+    end_session(shared, Some(worker));
+    bump(&shared.counters.disconnects, 1);
+}
+
+/// `VHOST_USER_SET_VRING_ENABLE` (request 18).
+const SET_VRING_ENABLE: u32 = 18;
+
+/// The `(index, enable)` of a `SET_VRING_ENABLE` message waiting whole at the head of the
+/// connection `fd`, without consuming it (`MSG_PEEK`; blocks until a message arrives, as the
+/// request loop would).
+fn peek_vring_enable(fd: RawFd) -> Option<(u32, bool)> {
+    let mut buf = [0u8; 20];
+    // SAFETY: peeks at most 20 bytes into a live buffer.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK) };
+    if n != 20 {
+        return None;
+    }
+    let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+    (word(0) == SET_VRING_ENABLE && word(8) == 8).then(|| (word(12), word(16) != 0))
+}
+
+/// Closes the current connection (the request loop then ends).
+pub(crate) fn shutdown(shared: &Shared) {
+    if let Some(s) = lock(&shared.shutdown).as_ref() {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Stops the kick worker and drops the session (unmapping guest memory).
+fn end_session(shared: &Shared, worker: Option<KickWorker>) {
+    drop(worker);
+    let session = lock(&shared.session).take();
+    shared.connected.store(false, Ordering::Release);
+    shared.features.store(0, Ordering::Release);
+    shared.quarantined.store(false, Ordering::Relaxed);
+    drop(session);
+}
+
+fn run_server(shared: &Arc<Shared>, mut listener: Listener) {
+    let fd = listener.as_raw_fd();
+    while wait_readable(shared, Some(fd), -1) {
+        let Some((handler, worker)) = new_session(shared) else {
+            end_session(shared, None);
+            continue;
+        };
+        // poll said a connection waits: accept does not block.
+        let accepted = BackendListener::new(&mut listener, handler.clone())
+            .and_then(|mut l| l.accept())
+            .ok()
+            .flatten();
+        match accepted {
+            Some(requests) => serve(shared, &handler, requests, worker),
+            None => end_session(shared, Some(worker)),
+        }
+    }
+    // Dropping the listener removes the socket file.
+}
+
+fn run_client(shared: &Arc<Shared>) {
+    let min_ms = shared.config.reconnect_min_ms.max(1);
+    let max_ms = shared.config.reconnect_max_ms.max(min_ms);
+    let ms = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
+    let path = shared.config.socket.to_string_lossy().into_owned();
+    let mut backoff_ms = min_ms;
+    while !shared.stop.load(Ordering::Acquire) {
+        if let Some((handler, worker)) = new_session(shared) {
+            if let Ok(requests) = BackendReqHandler::connect(&path, handler.clone()) {
+                serve(shared, &handler, requests, worker);
+                backoff_ms = min_ms;
+                // Even after a clean session, wait a little: a frontend that accepts and
+                // closes at once must not make us spin.
+                wait_readable(shared, None, ms(min_ms));
+                continue;
+            }
+            end_session(shared, Some(worker));
+        } else {
+            end_session(shared, None);
+        }
+        bump(&shared.counters.connect_failures, 1);
+        // Returns early (false) when the port is stopped; the loop condition ends it.
+        wait_readable(shared, None, ms(backoff_ms));
+        backoff_ms = (backoff_ms * 2).min(max_ms);
+    }
+}
