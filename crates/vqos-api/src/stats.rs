@@ -31,6 +31,10 @@ pub struct PortStats {
     pub credit: i64,
     /// True while the engine refuses to serve the port.
     pub throttled: bool,
+    /// vhost-user ports: connected, socket role and path, negotiated features, the guest's
+    /// misbehaviour counters (the data plane's `VhostUserStatus`); absent for TAPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost_user: Option<serde_json::Value>,
 }
 
 /// Counters of one poll loop.

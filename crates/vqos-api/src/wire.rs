@@ -182,15 +182,50 @@ fn default_true() -> bool {
     true
 }
 
+/// What kind of port a vif is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PortKind {
+    /// A Linux TAP device (namespaces, containers, VMs whose TAP vqosd holds).
+    #[default]
+    #[serde(rename = "tap")]
+    Tap,
+    /// A vhost-user socket: a VM's virtio-net rings in shared memory (QEMU, libvirt, Cloud
+    /// Hypervisor).
+    #[serde(rename = "vhost-user")]
+    VhostUser,
+}
+
+/// Which side of a vhost-user socket vqosd is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VhostUserRole {
+    /// vqosd listens, the VM's frontend connects (OVS `dpdkvhostuser`).
+    #[default]
+    Server,
+    /// The frontend listens, vqosd connects and reconnects (OVS `dpdkvhostuserclient`): vqosd
+    /// can restart under running guests.
+    Client,
+}
+
 /// `POST /v1/ports` body, and one `[[port]]` of the config.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortRequest {
     /// Interface name.
     pub name: String,
+    /// `tap` (default) or `vhost-user`.
+    #[serde(default)]
+    pub kind: PortKind,
     /// `true` (default): vqosd creates the TAP; `false`: it attaches to an existing one.
+    /// (TAPs only.)
     #[serde(default = "default_true")]
     pub create: bool,
+    /// vhost-user: the unix socket's path.
+    #[serde(default)]
+    pub socket: Option<String>,
+    /// vhost-user: `server` (default) or `client`.
+    #[serde(default)]
+    pub mode: Option<VhostUserRole>,
     /// The vif's policy; fields left out take the defaults (weight 1, no min, no max,
     /// priority 7).
     #[serde(default)]
@@ -252,8 +287,17 @@ impl From<&PolicyView> for VifPolicy {
 pub struct PortView {
     /// Interface name.
     pub name: String,
+    /// `tap` or `vhost-user`.
+    #[serde(default)]
+    pub kind: PortKind,
     /// Whether vqosd created the TAP (`false`: attached to an existing one).
     pub create: bool,
+    /// vhost-user: the socket's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// vhost-user: the socket role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<VhostUserRole>,
     /// The MAC allow-list (empty: see `port_security`).
     pub macs: Vec<MacAddr>,
     /// Without `macs`: locked to its first source addresses (`true`) or any it may use.

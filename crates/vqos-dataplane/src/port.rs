@@ -198,6 +198,13 @@ pub trait Port: Send {
     /// meant to outlive the daemon (a persistent TAP the switch made) goes too. Called off the
     /// loop thread, before the port is dropped.
     fn release(&mut self) {}
+
+    /// What the port kind has to say beyond its counters, for operators (a vhost-user port:
+    /// connected, negotiated features, its guest's misbehaviour counters); `None` for most.
+    /// Called when stats are published, never per frame.
+    fn status(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 #[cfg(test)]

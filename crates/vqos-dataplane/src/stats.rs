@@ -158,6 +158,10 @@ pub struct PortStats {
     pub tx_rate_bps: u64,
     /// The port's own I/O counters.
     pub io: PortIoCounters,
+    /// The port kind's own status ([`crate::Port::status`]; vhost-user: connection, features,
+    /// the guest's misbehaviour counters); absent for TAPs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
 }
 
 /// The poll loop's counters.

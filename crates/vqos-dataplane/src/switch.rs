@@ -546,6 +546,7 @@ impl Switch {
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),
                 tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
                 io: s.port.counters(),
+                status: s.port.status(),
             });
         }
         SwitchStats {

@@ -117,6 +117,9 @@ impl View {
                 .map(|(p, v)| SavedPort {
                     name: p.name.clone(),
                     create: p.create,
+                    kind: p.kind,
+                    socket: p.socket.clone(),
+                    mode: p.mode,
                     macs: p.macs.clone(),
                     port_security: p.port_security,
                     policy: v.policy.clone(),
@@ -129,7 +132,10 @@ impl View {
     fn port_view(&self, i: usize) -> PortView {
         PortView {
             name: self.ports[i].name.clone(),
+            kind: self.ports[i].kind,
             create: self.ports[i].create,
+            socket: self.ports[i].socket.clone(),
+            mode: self.ports[i].mode,
             macs: self.ports[i].macs.clone(),
             port_security: self.ports[i].port_security,
             policy: PolicyView::from(&self.set.vifs[i].policy),
@@ -222,7 +228,10 @@ impl Api {
                         set = set.with_vif(&sp.name, sp.policy);
                         ports.push(PortConfig {
                             name: sp.name,
+                            kind: sp.kind,
                             create: sp.create,
+                            socket: sp.socket,
+                            mode: sp.mode,
                             macs: sp.macs,
                             port_security: sp.port_security,
                         });
@@ -435,12 +444,7 @@ impl Api {
         next.set
             .validate()
             .map_err(|e| (policy_status(&e), e.to_string()))?;
-        let port = PortConfig {
-            name: req.name,
-            create: req.create,
-            macs: req.macs,
-            port_security: req.port_security,
-        };
+        let port = PortConfig::from_request(&req).map_err(|e| (422, e))?;
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != port.name);
         self.backend

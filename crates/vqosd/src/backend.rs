@@ -13,7 +13,7 @@ use thiserror::Error;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::MacAddr;
+use vqos_api::wire::{MacAddr, PortKind, PortRequest, VhostUserRole};
 
 /// Why the switch refused or failed a change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -48,13 +48,68 @@ pub enum BackendError {
 pub struct PortConfig {
     /// Interface name.
     pub name: String,
-    /// `true`: create the TAP; `false`: attach to an existing one.
+    /// TAP or vhost-user.
+    pub kind: PortKind,
+    /// `true`: create the TAP; `false`: attach to an existing one (TAPs only).
     pub create: bool,
+    /// vhost-user: the socket's path.
+    pub socket: Option<String>,
+    /// vhost-user: the socket role (server when `None`).
+    pub mode: Option<VhostUserRole>,
     /// Source MACs the port may send from; empty: see `port_security`.
     pub macs: Vec<MacAddr>,
     /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
     /// accept any address no other port owns (`false`: routers, nested bridges).
     pub port_security: bool,
+}
+
+impl PortConfig {
+    /// The port a `POST /v1/ports` body or a `[[port]]` entry describes, checked: a vhost-user
+    /// port needs its socket (an absolute path) and has no TAP to create or attach; a TAP has
+    /// no socket nor socket role.
+    pub fn from_request(req: &PortRequest) -> Result<PortConfig, String> {
+        match req.kind {
+            PortKind::Tap => {
+                if req.socket.is_some() || req.mode.is_some() {
+                    return Err(format!(
+                        "Port '{}': socket and mode are for kind = \"vhost-user\"",
+                        req.name
+                    ));
+                }
+            }
+            PortKind::VhostUser => {
+                let Some(socket) = &req.socket else {
+                    return Err(format!(
+                        "Port '{}': a vhost-user port needs its socket path",
+                        req.name
+                    ));
+                };
+                if !socket.starts_with('/') || socket.contains('\0') || socket.len() > 107 {
+                    return Err(format!(
+                        "Port '{}': socket '{socket}' must be an absolute path of at most 107 \
+                         bytes",
+                        req.name
+                    ));
+                }
+                if !req.create {
+                    return Err(format!(
+                        "Port '{}': create = false is for TAPs (a vhost-user port has its \
+                         socket)",
+                        req.name
+                    ));
+                }
+            }
+        }
+        Ok(PortConfig {
+            name: req.name.clone(),
+            kind: req.kind,
+            create: req.create,
+            socket: req.socket.clone(),
+            mode: req.mode,
+            macs: req.macs.clone(),
+            port_security: req.port_security,
+        })
+    }
 }
 
 /// The forwarding loop's liveness as the daemon judges it ([`Backend::loop_health`]).
@@ -329,7 +384,10 @@ mod tests {
     fn port(name: &str) -> PortConfig {
         PortConfig {
             name: name.into(),
+            kind: PortKind::Tap,
             create: true,
+            socket: None,
+            mode: None,
             macs: vec![],
             port_security: true,
         }

@@ -66,7 +66,7 @@ use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::PortConfig;
-use crate::wire::{check_port_name, PortRequest, Rate, WireError};
+use crate::wire::{check_port_name, PortKind, PortRequest, Rate, WireError};
 
 /// Default path of the API socket.
 pub use vqos_api::DEFAULT_SOCKET;
@@ -111,6 +111,9 @@ pub enum ConfigError {
     /// A controller name or parameter that is not valid.
     #[error("Invalid config: {0}")]
     Controllers(String),
+    /// A `[[port]]` whose kind and settings do not fit together.
+    #[error("Invalid config: {0}")]
+    Port(String),
     /// `max_ports` is 0 or below the number of configured ports.
     #[error("Invalid config: {0}")]
     MaxPorts(String),
@@ -409,15 +412,8 @@ impl Config {
             check_port_name(&p.name)?;
             let policy = p.policy.apply(&VifPolicy::default(), &p.name)?;
             set = set.with_vif(&p.name, policy.clone());
-            ports.push((
-                PortConfig {
-                    name: p.name,
-                    create: p.create,
-                    macs: p.macs,
-                    port_security: p.port_security,
-                },
-                policy,
-            ));
+            let port = PortConfig::from_request(&p).map_err(ConfigError::Port)?;
+            ports.push((port, policy));
         }
         set.validate()?;
         let max_ports = raw.max_ports.unwrap_or(DEFAULT_MAX_PORTS);
@@ -442,7 +438,10 @@ impl Config {
                 }
                 Some(PortConfig {
                     name: u.name,
+                    kind: PortKind::Tap,
                     create: u.create,
+                    socket: None,
+                    mode: None,
                     macs: Vec::new(),
                     port_security: false,
                 })

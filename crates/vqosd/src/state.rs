@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use vqos_sched::VifPolicy;
 
-use crate::wire::{check_port_name, MacAddr};
+use crate::wire::{check_port_name, MacAddr, PortKind, VhostUserRole};
 
 /// Version of the state file format written by this build.
 pub const STATE_VERSION: u32 = 1;
@@ -104,8 +104,17 @@ pub enum StateError {
 pub struct SavedPort {
     /// Interface name.
     pub name: String,
+    /// TAP (absent in older state files) or vhost-user.
+    #[serde(default)]
+    pub kind: PortKind,
     /// Created (`true`) or attached.
     pub create: bool,
+    /// vhost-user: the socket's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// vhost-user: the socket role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<VhostUserRole>,
     /// MAC allow-list.
     #[serde(default)]
     pub macs: Vec<MacAddr>,
@@ -439,7 +448,10 @@ mod tests {
             version: STATE_VERSION,
             ports: vec![SavedPort {
                 name: "vm1".into(),
+                kind: PortKind::Tap,
                 create: false,
+                socket: None,
+                mode: None,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
                 port_security: true,
                 policy: VifPolicy {

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::mac_key;
+use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
     EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle,
 };
@@ -26,12 +28,25 @@ pub struct SwitchBackend {
     remove_taps_on_exit: bool,
 }
 
-/// A port spec of the data plane for a port of the daemon.
-fn spec(port: &PortConfig) -> PortSpec {
-    let spec = if port.create {
-        PortSpec::tap_owned(&port.name)
-    } else {
-        PortSpec::tap_attach(&port.name)
+/// A port spec of the data plane for a port of the daemon. A vhost-user port is made here
+/// (its server socket is bound at once: a path that cannot be used fails the call).
+fn spec(port: &PortConfig) -> Result<PortSpec, BackendError> {
+    let spec = match port.kind {
+        PortKind::Tap if port.create => PortSpec::tap_owned(&port.name),
+        PortKind::Tap => PortSpec::tap_attach(&port.name),
+        PortKind::VhostUser => {
+            let socket = port.socket.as_deref().unwrap_or_default();
+            let config = match port.mode.unwrap_or_default() {
+                VhostUserRole::Server => VhostUserConfig::server(socket),
+                VhostUserRole::Client => VhostUserConfig::client(socket),
+            };
+            let vhu =
+                VhostUserPort::with_config(&port.name, config).map_err(|e| BackendError::Port {
+                    name: port.name.clone(),
+                    message: chain(&e),
+                })?;
+            PortSpec::custom(Box::new(vhu))
+        }
     };
     let macs = if !port.macs.is_empty() {
         MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
@@ -40,7 +55,7 @@ fn spec(port: &PortConfig) -> PortSpec {
     } else {
         MacPolicy::Any
     };
-    spec.with_mac_policy(macs)
+    Ok(spec.with_mac_policy(macs))
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).
@@ -65,7 +80,7 @@ impl SwitchBackend {
         let uplink = config.uplink.as_ref().ok_or_else(|| {
             BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
         })?;
-        let mut sc = SwitchConfig::new(spec(uplink));
+        let mut sc = SwitchConfig::new(spec(uplink)?);
         sc.engine = config.engine;
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
@@ -111,7 +126,7 @@ impl SwitchBackend {
 impl Backend for SwitchBackend {
     fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
         self.handle
-            .add_port(spec(port), policy.clone())
+            .add_port(spec(port)?, policy.clone())
             .map_err(convert)
     }
 
@@ -163,6 +178,7 @@ impl Backend for SwitchBackend {
                     tx_rate_bps: p.tx_rate_bps,
                     credit: engine.credit,
                     throttled: engine.throttled,
+                    vhost_user: p.status.clone(),
                 }
             })
             .collect();

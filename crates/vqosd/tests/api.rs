@@ -751,6 +751,7 @@ fn stats_and_metrics() {
         tx_rate_bps: 1_000,
         credit: -1200,
         throttled: true,
+        vhost_user: None,
     });
     let stats: StatsView = d.client.call("GET", "/v1/stats", None).unwrap();
     assert_eq!(stats.engine, "vqos");

@@ -445,4 +445,8 @@ impl Port for VhostUserPort {
     fn counters(&self) -> PortIoCounters {
         self.io
     }
+
+    fn status(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(self.handle().status()).ok()
+    }
 }
