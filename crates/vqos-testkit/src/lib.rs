@@ -31,6 +31,10 @@
 //! their PID in them); this crate does not choose them.
 #![deny(missing_docs)]
 
+mod testpmd;
+
+pub use testpmd::{testpmd_missing, Testpmd};
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};

@@ -232,6 +232,18 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
         let v = self.vring(u32::from(index))?;
         v.set_kick(fd);
+        // A frontend that outlived its previous backend (our client mode after a restart of
+        // vqosd; DPDK's virtio-user sends a base of 0 whatever its rings hold) has rings that
+        // are far along: continue from where the used ring says the last backend finished, as
+        // DPDK's vhost library does. Chains the old backend took but never completed are read
+        // again (a frame may be sent twice, none is lost for good); without this the avail
+        // index looks a ring ahead and the session is quarantined.
+        if let Ok(used) = v.queue_used_idx() {
+            if v.queue_next_avail() != used {
+                v.set_queue_next_avail(used);
+                v.set_queue_next_used(used);
+            }
+        }
         // The ring starts with its kick eventfd (vhost-user: "start ring upon receiving a
         // kick").
         v.set_queue_ready(true);
