@@ -9,7 +9,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
-use vqos_api::wire::{MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY};
+use vqos_api::wire::{
+    MacAddr, PolicyView, PortKind, PortView, RemovedView, StatsView, VhostUserRole, MAX_PRIORITY,
+};
 use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::units::{format_rate, parse_rate};
 
@@ -109,13 +111,22 @@ enum PortCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Add a vif port (creates the TAP unless --attach).
+    /// Add a vif port: a TAP vqosd creates (default), an existing TAP (--attach), or a
+    /// vhost-user socket for a VM (--vhost-user).
     Add {
         /// Interface name.
         name: String,
         /// Attach to an existing TAP instead of creating one.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "vhost_user")]
         attach: bool,
+        /// A vhost-user port on this unix socket (QEMU `-chardev socket,path=...`); vqosd
+        /// listens on it unless --client.
+        #[arg(long, value_name = "SOCKET")]
+        vhost_user: Option<PathBuf>,
+        /// With --vhost-user: connect to the socket the VM's frontend listens on, and reconnect
+        /// (QEMU `server=on`): vqosd can restart under running guests.
+        #[arg(long, requires = "vhost_user")]
+        client: bool,
         /// Source MAC the vif may send from, its own from now on (repeat). Without --mac the
         /// vif locks to the first 4 MACs it sends from.
         #[arg(long = "mac", value_name = "MAC")]
@@ -201,12 +212,16 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&ports)?)?;
             } else {
-                write_ports(out, &ports)?;
+                // The vhost-user ports' connection state lives in the stats.
+                let stats: Option<StatsView> = c.call("GET", "/v1/stats", None).ok();
+                write_ports(out, &ports, stats.as_ref())?;
             }
         }
         PortCommand::Add {
             name,
             attach,
+            vhost_user,
+            client,
             macs,
             no_port_security,
             policy,
@@ -214,18 +229,29 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             for m in &macs {
                 m.parse::<MacAddr>()?;
             }
-            let body = json!({
+            let mut body = json!({
                 "name": segment(&name)?,
                 "create": !attach,
                 "macs": macs,
                 "port_security": !no_port_security,
                 "policy": Value::Object(policy.patch()?),
             });
+            if let Some(socket) = &vhost_user {
+                let socket = std::path::absolute(socket)
+                    .with_context(|| format!("Socket path {}", socket.display()))?;
+                body["kind"] = json!("vhost-user");
+                body["socket"] = json!(socket.to_string_lossy());
+                body["mode"] = json!(if client { "client" } else { "server" });
+            }
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;
             writeln!(
                 out,
                 "{} port {}: {}",
-                if attach { "Attached" } else { "Created" },
+                match (&vhost_user, attach) {
+                    (Some(_), _) => "Added vhost-user",
+                    (None, true) => "Attached",
+                    (None, false) => "Created",
+                },
                 p.name,
                 describe(&p.policy)
             )?;
@@ -307,29 +333,54 @@ fn describe(p: &PolicyView) -> String {
     )
 }
 
-fn write_ports(out: &mut impl Write, ports: &[PortView]) -> Result<()> {
+fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsView>) -> Result<()> {
     writeln!(
         out,
-        "{:<16} {:<7} {:>6} {:>10} {:>10} {:>4}  MACS",
-        "PORT", "MODE", "WEIGHT", "MIN", "MAX", "PRIO"
+        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  MACS",
+        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "PRIO"
     )?;
     for p in ports {
         let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
+        let kind = match (p.kind, p.create) {
+            (PortKind::VhostUser, _) => "vhost-user",
+            (PortKind::Tap, true) => "tap",
+            (PortKind::Tap, false) => "tap-attach",
+        };
+        let macs = match (macs.is_empty(), p.port_security) {
+            (false, _) => macs.join(","),
+            (true, true) => "locked to the first 4".to_string(),
+            (true, false) => "any (port security off)".to_string(),
+        };
         writeln!(
             out,
-            "{:<16} {:<7} {:>6} {:>10} {:>10} {:>4}  {}",
-            p.name,
-            if p.create { "create" } else { "attach" },
-            p.policy.weight,
-            p.policy.min,
-            p.policy.max,
-            p.policy.priority,
-            if macs.is_empty() {
-                "any".to_string()
-            } else {
-                macs.join(",")
-            }
+            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  {}",
+            p.name, kind, p.policy.weight, p.policy.min, p.policy.max, p.policy.priority, macs
         )?;
+        if let Some(socket) = &p.socket {
+            let status = stats
+                .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.name))
+                .and_then(|s| s.stats.vhost_user.as_ref());
+            let state = match status {
+                Some(v) if v["connected"] == true => {
+                    let features: Vec<&str> = v["feature_names"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    format!("connected, features {}", features.join(","))
+                }
+                Some(v) if v["quarantined"] == true => "quarantined".to_string(),
+                Some(v) => match v["last_error"].as_str() {
+                    Some(e) => format!("not connected (last error: {e})"),
+                    None => "not connected".to_string(),
+                },
+                None => "state unknown".to_string(),
+            };
+            let mode = p.mode.map_or("server", |m| match m {
+                VhostUserRole::Server => "server",
+                VhostUserRole::Client => "client",
+            });
+            writeln!(out, "{:<16} {mode} {socket}: {state}", "")?;
+        }
     }
     Ok(())
 }
@@ -503,6 +554,27 @@ mod tests {
         assert!(e.to_string().contains("out of range"));
         let e = run(&c, "port add vm4 --mac zz").unwrap_err();
         assert!(e.to_string().contains("Invalid MAC address 'zz'"));
+
+        // A vhost-user port: kind, socket and role reach the daemon, the listing shows them.
+        let out = run(&c, "port add vm5 --vhost-user /run/vqos/vm5.sock --client").unwrap();
+        assert!(out.starts_with("Added vhost-user port vm5"), "{out}");
+        let (p, _) = mock.ports().pop().unwrap();
+        assert_eq!(
+            (p.kind, p.socket.as_deref(), p.mode),
+            (
+                PortKind::VhostUser,
+                Some("/run/vqos/vm5.sock"),
+                Some(VhostUserRole::Client)
+            )
+        );
+        let list = run(&c, "port list").unwrap();
+        assert!(
+            list.contains("vm5") && list.contains("client /run/vqos/vm5.sock: state unknown"),
+            "{list}"
+        );
+        let e = run(&c, "port add vm6 --client").unwrap_err();
+        assert!(e.to_string().contains("--vhost-user"), "{e}");
+        assert_eq!(run(&c, "port del vm5").unwrap(), "Removed port vm5\n");
 
         assert_eq!(run(&c, "port del vm3").unwrap(), "Removed port vm3\n");
         let e = run(&c, "port del vm3").unwrap_err();
