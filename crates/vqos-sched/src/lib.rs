@@ -21,6 +21,8 @@ pub mod controllers;
 pub mod engine;
 pub mod engines;
 pub mod policy;
+#[cfg(test)]
+mod proptest_config;
 pub mod testing;
 pub mod units;
 
