@@ -540,6 +540,10 @@ impl Scenario {
             Some(b) => rate("topology.bottleneck", b)?,
             None => None,
         };
+        if bottleneck_bps == Some(0) {
+            // Found by fuzzing: a 0 bit/s router divided the simulator by zero.
+            return Err(invalid("topology.bottleneck: must be greater than 0"));
+        }
         let mut fairness = false;
         let mut pid_ecn = false;
         for c in &topo.controllers {
@@ -944,6 +948,11 @@ near_reference_pct = 3
                 "longer than the 3600 s",
             ),
             ("duration = \"30s\"", "duration = \"1e9\"", "duration"),
+            (
+                "engine = \"vqos\"",
+                "engine = \"vqos\"\n[topology]\nbottleneck = \"000Mbit\"",
+                "topology.bottleneck: must be greater than 0",
+            ),
             (
                 "duration = \"30s\"",
                 "duration = \"30s\"\nsettle = \"30s\"",
