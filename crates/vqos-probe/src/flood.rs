@@ -300,6 +300,8 @@ mod tests {
     struct Sink {
         addr: SocketAddr,
         stop: Arc<AtomicBool>,
+        /// Datagrams received so far.
+        received: Arc<std::sync::atomic::AtomicU64>,
         thread: Option<std::thread::JoinHandle<(u64, u64, usize)>>,
     }
 
@@ -311,12 +313,15 @@ mod tests {
             let addr = sock.local_addr().unwrap();
             let stop = Arc::new(AtomicBool::new(false));
             let st = stop.clone();
+            let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let rc = received.clone();
             let thread = std::thread::spawn(move || {
                 let (mut n, mut bytes, mut last) = (0u64, 0u64, 0usize);
                 let mut buf = [0u8; 2048];
                 while !st.load(Ordering::Relaxed) {
                     if let Ok(len) = sock.recv(&mut buf) {
                         n += 1;
+                        rc.store(n, Ordering::Relaxed);
                         bytes += len as u64;
                         last = len;
                     }
@@ -326,6 +331,7 @@ mod tests {
             Sink {
                 addr,
                 stop,
+                received,
                 thread: Some(thread),
             }
         }
@@ -368,15 +374,19 @@ mod tests {
         cfg.duration = Duration::from_secs(30);
         cfg.batch = 16;
         let stop = AtomicBool::new(false);
-        let t = Instant::now();
         let s = std::thread::scope(|scope| {
             let h = scope.spawn(|| run_flood(&cfg, Some(&stop)));
-            std::thread::sleep(Duration::from_millis(200));
+            // Stopped once the sink has seen it send (however busy the machine is); if the
+            // flag were ignored, the flood would run its 30 s and the join below would show
+            // a full duration.
+            while sink.received.load(Ordering::Relaxed) == 0 && !h.is_finished() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap().unwrap()
         });
         sink.finish();
-        assert!(t.elapsed() < Duration::from_secs(10), "the flag stops it");
+        assert!(s.elapsed_s < 29.0, "the flag stops it: {s:?}");
         assert!(s.calls > 0 && s.sent_frames + s.send_failures == s.calls * 16);
         assert_eq!(s.skipped, 0);
     }
