@@ -120,7 +120,7 @@ const EXACT: Short = Short {
 /// round-robin is sometimes not found empty in a period, so that period its unused credit is
 /// cut as arrears instead of handed on as CreditNext, and CreditNext starts its climb again;
 /// the vifs on the level fall short. This bound is empirical: the worst cases seen in some
-/// 16 000 random cases (scripts/proptest-deep.sh) are −2.9 % of the reference (2 % of the capacity,
+/// 24 000 random cases (scripts/proptest-deep.sh) are −2.9 % of the reference (2 % of the capacity,
 /// weights 33 : 23 at 291 Mbit/s) and −4.8 % for shares of a few tens of Mbit/s. It is
 /// checked only when no demand-limited vif has a floor above its demand: such a vif's unused
 /// floor credit is what is cut, and the shortfall grows with it (−8 % seen); the derived
