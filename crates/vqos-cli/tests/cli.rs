@@ -137,3 +137,41 @@ fn sim_reports_a_bad_scenario_with_file_and_line() {
         "{err}"
     );
 }
+
+/// Before: above 2^53 bit/s the allocator's f64 level handed out more than the capacity
+/// (+1793 bit/s here), and the text output's total could overflow.
+#[test]
+fn alloc_never_hands_out_more_than_a_huge_capacity() {
+    let mut args = vec!["alloc", "--capacity", "18446744073709551615bit", "--json"];
+    let vifs = [
+        "a:weight=5",
+        "b:weight=13",
+        "c:weight=17",
+        "d:weight=19",
+        "e:weight=23",
+    ];
+    for v in &vifs {
+        args.extend(["--vif", v]);
+    }
+    let out = vqos(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sum: u128 = v["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| u128::from(x["rate_bps"].as_u64().unwrap()))
+        .sum();
+    assert!(sum <= u128::from(u64::MAX), "{sum}");
+    args.retain(|a| *a != "--json");
+    let out = vqos(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

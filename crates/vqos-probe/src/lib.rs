@@ -70,6 +70,7 @@ use serde::Serialize;
 
 pub mod client;
 pub mod flood;
+mod pace;
 pub mod parse;
 pub mod server;
 pub mod stats;

@@ -23,6 +23,8 @@ pub mod driver;
 pub mod engine;
 pub mod engines;
 pub mod policy;
+#[cfg(test)]
+mod proptest_config;
 pub mod testing;
 pub mod units;
 

@@ -4,6 +4,10 @@
 //! (`ancs` with one documented exception: demand-limited vifs holding most of the weight).
 
 use proptest::prelude::*;
+
+#[path = "../src/proptest_config.rs"]
+mod proptest_config;
+use proptest_config::config_beside_source as config;
 use vqos_sched::alloc::{allocate, check_allocation, Claim};
 use vqos_sched::testing::{run_link, Demand};
 use vqos_sched::{build, EngineKind, PolicySet, VifPolicy};
@@ -47,7 +51,7 @@ fn claims(capacity: u64, max_len: usize) -> impl Strategy<Value = Vec<Claim>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(config(512))]
 
     #[test]
     fn reference_is_work_conserving_bounded_and_max_min_fair(
@@ -95,11 +99,51 @@ fn demands(vifs: &[Claim]) -> Vec<Demand> {
         .collect()
 }
 
-/// Runs `kind` on the virtual link and compares each vif with the reference. A vif may be off
-/// by 2 % of its reference rate, or by 0.2 % of the capacity for tiny shares (one 32-frame
-/// batch is 48 KB; a vif entitled to a few hundred kbit/s gets only a handful of batches in
-/// the measurement window, so its rate is quantised).
+/// How far below its reference a vif may fall: a fraction of the reference rate, and at least a
+/// fraction of the capacity.
+#[derive(Debug, Clone, Copy)]
+struct Short {
+    of_reference: f64,
+    of_capacity: f64,
+}
+
+/// The tolerance of every engine in every case: 2 % of the reference rate, or 0.2 % of the
+/// capacity for tiny shares (one 32-frame batch is 48 KB; a vif entitled to a few hundred
+/// kbit/s gets only a handful of batches in the measurement window, so its rate is quantised).
+const EXACT: Short = Short {
+    of_reference: 0.02,
+    of_capacity: 0.002,
+};
+
+/// ANCS with demand-limited vifs, below the reference (docs/design.md, "ANCS with
+/// demand-limited vifs"): a demand-limited vif whose arrivals fall in step with the
+/// round-robin is sometimes not found empty in a period, so that period its unused credit is
+/// cut as arrears instead of handed on as CreditNext, and CreditNext starts its climb again;
+/// the vifs on the level fall short. This bound is empirical: the worst cases seen in some
+/// 24 000 random cases (scripts/proptest-deep.sh) are −2.9 % of the reference (2 % of the capacity,
+/// weights 33 : 23 at 291 Mbit/s) and −4.8 % for shares of a few tens of Mbit/s. It is
+/// checked only when no demand-limited vif has a floor above its demand: such a vif's unused
+/// floor credit is what is cut, and the shortfall grows with it (−8 % seen); the derived
+/// bound of `ancs_never_does_worse_than_no_redistribution` covers those. Above the
+/// reference the 2 % of [`EXACT`] holds in every case.
+const ANCS_DEMAND_SHORT: Short = Short {
+    of_reference: 0.06,
+    of_capacity: 0.005,
+};
+
+/// Runs `kind` on the virtual link and compares each vif with the reference: never more than
+/// [`EXACT`] above it, never more than `short` below it.
 fn converges(kind: EngineKind, capacity: u64, vifs: &[Claim]) -> Result<(), TestCaseError> {
+    converges_within(kind, capacity, vifs, EXACT)
+}
+
+/// [`converges`] with `short` as the tolerance below the reference.
+fn converges_within(
+    kind: EngineKind,
+    capacity: u64,
+    vifs: &[Claim],
+    short: Short,
+) -> Result<(), TestCaseError> {
     let set = policy_set(capacity, vifs);
     let want = allocate(capacity, vifs).unwrap();
     let mut engine = build(kind, &set, 0).unwrap();
@@ -115,9 +159,10 @@ fn converges(kind: EngineKind, capacity: u64, vifs: &[Claim]) -> Result<(), Test
     );
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let w = *w as f64;
-        let tol = (0.02 * w).max(0.002 * capacity as f64);
+        let over = (EXACT.of_reference * w).max(EXACT.of_capacity * capacity as f64);
+        let under = (short.of_reference * w).max(short.of_capacity * capacity as f64);
         prop_assert!(
-            (g - w).abs() <= tol,
+            *g <= w + over && *g >= w - under,
             "{kind}: vif {i} got {:.2} Mbit/s, reference {:.2} (claims {vifs:?})",
             g / 1e6,
             w / 1e6
@@ -127,7 +172,7 @@ fn converges(kind: EngineKind, capacity: u64, vifs: &[Claim]) -> Result<(), Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases_or(48)))]
+    #![proptest_config(config(48))]
 
     #[test]
     fn vqos_engine_converges_to_the_reference(vifs in claims(1_000 * MBIT, 64)) {
@@ -143,16 +188,8 @@ fn greedy(mut vifs: Vec<Claim>) -> Vec<Claim> {
     vifs
 }
 
-/// `default` cases, or `PROPTEST_CASES` when set (an explicit `cases` ignores the variable).
-fn cases_or(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases_or(48)))]
+    #![proptest_config(config(48))]
 
     /// ANCS meets the reference whenever every vif is backlogged: weights, floors and caps in
     /// any combination, 1–64 vifs.
@@ -161,15 +198,72 @@ proptest! {
         converges(EngineKind::Ancs, 1_000 * MBIT, &greedy(vifs))?;
     }
 
-    /// ANCS meets the reference with demand-limited vifs too, as long as the vifs the
+    /// ANCS nears the reference with demand-limited vifs too, as long as the vifs the
     /// reference satisfies (rate = demand) hold at most half the weight of the vifs that share
-    /// CreditNext: beyond that, it takes longer than the settling time to converge (see
-    /// `ancs_credit_next_converges_slowly_when_satisfied_vifs_hold_most_weight`).
+    /// CreditNext (beyond that, it takes longer than the settling time to converge: see
+    /// `ancs_credit_next_converges_slowly_when_satisfied_vifs_hold_most_weight`) and no
+    /// demand-limited vif has a floor above its demand. Below the reference within
+    /// [`ANCS_DEMAND_SHORT`], not [`EXACT`] (see there and
+    /// `ancs_demand_limited_vif_in_step_with_the_round_robin`).
     #[test]
-    fn ancs_engine_converges_with_demand_limited_vifs(vifs in claims(1_000 * MBIT, 64)) {
+    fn ancs_engine_converges_with_demand_limited_vifs(
+        vifs in claims(1_000 * MBIT, 64).prop_map(floors_at_most_demand)
+    ) {
         prop_assume!(satisfied_weight_fraction(1_000 * MBIT, &vifs) <= 0.5);
-        converges(EngineKind::Ancs, 1_000 * MBIT, &vifs)?;
+        converges_within(EngineKind::Ancs, 1_000 * MBIT, &vifs, ANCS_DEMAND_SHORT)?;
     }
+
+    /// What ANCS guarantees with demand-limited vifs, whatever their weights and floors: no
+    /// vif gets less than it would if no unused credit were ever redistributed (the
+    /// reference with every vif greedy, at most its demand), nor more than the reference.
+    #[test]
+    fn ancs_never_does_worse_than_no_redistribution(vifs in claims(1_000 * MBIT, 64)) {
+        prop_assume!(satisfied_weight_fraction(1_000 * MBIT, &vifs) <= 0.5);
+        no_worse_than_no_redistribution(1_000 * MBIT, &vifs)?;
+    }
+}
+
+/// The same vifs with every demand-limited vif's floor lowered to its demand if above.
+fn floors_at_most_demand(mut vifs: Vec<Claim>) -> Vec<Claim> {
+    for c in &mut vifs {
+        if let Some(d) = c.demand_bps {
+            c.min_bps = c.min_bps.min(d);
+        }
+    }
+    vifs
+}
+
+/// ANCS's rates are within [`EXACT`] above the reference and within [`EXACT`] below the
+/// no-redistribution split (the reference with every vif greedy, at most the vif's demand).
+fn no_worse_than_no_redistribution(capacity: u64, vifs: &[Claim]) -> Result<(), TestCaseError> {
+    let want = allocate(capacity, vifs).unwrap();
+    let alone = allocate(capacity, &greedy(vifs.to_vec())).unwrap();
+    let set = policy_set(capacity, vifs);
+    let mut engine = build(EngineKind::Ancs, &set, 0).unwrap();
+    let d = demands(vifs);
+    run_link(engine.as_mut(), capacity, &d, 1500, 0, 500_000_000);
+    let got = run_link(
+        engine.as_mut(),
+        capacity,
+        &d,
+        1500,
+        500_000_000,
+        3_000_000_000,
+    );
+    let tol = |w: f64| (EXACT.of_reference * w).max(EXACT.of_capacity * capacity as f64);
+    for (i, c) in vifs.iter().enumerate() {
+        let w = want[i] as f64;
+        let floor = alone[i].min(c.demand_bps.unwrap_or(u64::MAX)) as f64;
+        prop_assert!(
+            got[i] <= w + tol(w) && got[i] >= floor - tol(floor),
+            "ancs: vif {i} got {:.2} Mbit/s, reference {:.2}, no redistribution {:.2} \
+             (claims {vifs:?})",
+            got[i] / 1e6,
+            w / 1e6,
+            floor / 1e6
+        );
+    }
+    Ok(())
 }
 
 /// CreditNext's convergence ratio at the reference allocation: among the vifs that share it
@@ -249,4 +343,50 @@ fn ancs_credit_next_converges_slowly_when_satisfied_vifs_hold_most_weight() {
 
     converges(EngineKind::Vqos, capacity, &vifs).unwrap();
     assert!(converges(EngineKind::Ancs, capacity, &vifs).is_err());
+}
+
+/// Regression (issue 11): weights 33 (greedy) and 23 (291 Mbit/s) on 1 Gbit/s. The reference
+/// is 709 / 291 Mbit/s; ANCS gives 688.7 / 291.0, 20 Mbit/s of the link idle. The demand-limited
+/// vif's arrivals fall in step with the round-robin so that in about one period of twelve it is
+/// never found empty while holding credit: that period its unused credit is kept as arrears,
+/// which the busy link cannot carry and which are cut, and CreditNext restarts its geometric
+/// climb (ratio 23/56 per period) from zero. Documented in docs/design.md; the `vqos` engine
+/// meets the reference.
+#[test]
+fn ancs_demand_limited_vif_in_step_with_the_round_robin() {
+    let capacity = 1_000 * MBIT;
+    let vifs = [
+        Claim {
+            weight: 33,
+            min_bps: 0,
+            max_bps: None,
+            demand_bps: None,
+        },
+        Claim {
+            weight: 23,
+            min_bps: 0,
+            max_bps: None,
+            demand_bps: Some(291 * MBIT),
+        },
+    ];
+    assert!(satisfied_weight_fraction(capacity, &vifs) <= 0.5);
+    assert_eq!(allocate(capacity, &vifs).unwrap(), [709 * MBIT, 291 * MBIT]);
+    let set = policy_set(capacity, &vifs);
+    let d = demands(&vifs);
+    let mut ancs = build(EngineKind::Ancs, &set, 0).unwrap();
+    run_link(ancs.as_mut(), capacity, &d, 1500, 0, 500_000_000);
+    let got = run_link(
+        ancs.as_mut(),
+        capacity,
+        &d,
+        1500,
+        500_000_000,
+        3_000_000_000,
+    );
+    // The behaviour documented, exactly (the virtual link is deterministic).
+    assert!((got[0] / 1e6 - 688.7).abs() < 0.1, "{got:?}");
+    assert!((got[1] / 1e6 - 291.0).abs() < 0.1, "{got:?}");
+    assert!(converges(EngineKind::Ancs, capacity, &vifs).is_err());
+    converges_within(EngineKind::Ancs, capacity, &vifs, ANCS_DEMAND_SHORT).unwrap();
+    converges(EngineKind::Vqos, capacity, &vifs).unwrap();
 }

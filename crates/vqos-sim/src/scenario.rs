@@ -31,6 +31,10 @@ pub enum ScenarioError {
     },
 }
 
+/// The longest scenario: one hour. The simulator keeps 10 ms bins per VM for the whole run
+/// and the lab runs in real time; a longer run is almost surely a typo (`"36000"` for `"3600"`).
+pub const MAX_DURATION_NS: u64 = 3_600 * 1_000_000_000;
+
 fn invalid(msg: impl Into<String>) -> ScenarioError {
     ScenarioError::Invalid(msg.into())
 }
@@ -488,6 +492,13 @@ impl Scenario {
         if duration_ns == 0 {
             return Err(invalid("duration: must be greater than 0"));
         }
+        if duration_ns > MAX_DURATION_NS {
+            return Err(invalid(format!(
+                "duration: {} is longer than the {} s a scenario may last",
+                raw.duration,
+                MAX_DURATION_NS / 1_000_000_000
+            )));
+        }
         let capacity_bps = rate("capacity", &raw.capacity)?
             .ok_or_else(|| invalid("capacity: the simulated link needs a finite rate"))?;
         if capacity_bps == 0 {
@@ -498,6 +509,13 @@ impl Scenario {
             Some(s) => time("settle", s)?,
             None => 2_000_000_000,
         };
+        if raw.settle.is_some() && settle_ns >= duration_ns {
+            return Err(invalid(format!(
+                "settle: {} leaves nothing of the {} run to measure (must be shorter)",
+                raw.settle.as_deref().unwrap_or_default(),
+                raw.duration
+            )));
+        }
         let cost = match raw.cost.as_deref() {
             None if engine == EngineKind::C2qos => CostModel::Cycles,
             None | Some("bytes") => CostModel::Bytes,
@@ -522,6 +540,10 @@ impl Scenario {
             Some(b) => rate("topology.bottleneck", b)?,
             None => None,
         };
+        if bottleneck_bps == Some(0) {
+            // Found by fuzzing: a 0 bit/s router divided the simulator by zero.
+            return Err(invalid("topology.bottleneck: must be greater than 0"));
+        }
         let mut fairness = false;
         let mut pid_ecn = false;
         for c in &topo.controllers {
@@ -920,6 +942,27 @@ near_reference_pct = 3
             ("min = \"200Mbit\"", "min = \"950Mbit\"", "Sum of minimums"),
             ("near_reference_pct = 3", "", "exactly one check"),
             ("phase = 3", "phase = 7", "phase must be"),
+            (
+                "duration = \"30s\"",
+                "duration = \"3601s\"",
+                "longer than the 3600 s",
+            ),
+            ("duration = \"30s\"", "duration = \"1e9\"", "duration"),
+            (
+                "engine = \"vqos\"",
+                "engine = \"vqos\"\n[topology]\nbottleneck = \"000Mbit\"",
+                "topology.bottleneck: must be greater than 0",
+            ),
+            (
+                "duration = \"30s\"",
+                "duration = \"30s\"\nsettle = \"30s\"",
+                "settle: 30s",
+            ),
+            (
+                "duration = \"30s\"",
+                "duration = \"30s\"\nsettle = \"1h\"",
+                "settle",
+            ),
         ] {
             let err = Scenario::parse(&FIG5.replace(from, to))
                 .unwrap_err()

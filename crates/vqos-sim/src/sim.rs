@@ -369,7 +369,9 @@ impl<'a> Sim<'a> {
     /// Turns UDP credit accrued up to `t` into datagrams in the ring (overflow is lost).
     fn fill_udp(&mut self, vm: usize, t: u64) {
         let v = &mut self.vms[vm];
-        if !v.active || v.settings.traffic != Traffic::Udp || t <= v.udp_last_ns {
+        // `<`, not `<=`: an unlimited source tops its queue up whenever it is asked, also at the
+        // instant of its last fill (at its start nothing else would wake the loop for it).
+        if !v.active || v.settings.traffic != Traffic::Udp || t < v.udp_last_ns {
             return;
         }
         if !v.settings.is_on(v.start_ns, t) {

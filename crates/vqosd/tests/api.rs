@@ -858,14 +858,15 @@ fn concurrent_changes_are_serialised() {
     assert!(d.mock.calls().contains(&MockCall::SetPolicies(2)));
 }
 
-/// The mock switch, slow to install policies (a switch loop that takes long to pick a
-/// snapshot up).
-struct SlowSwitch {
+/// The mock switch, stuck installing policies until the test lets it go (a switch loop that
+/// takes long to pick a snapshot up): it says when a change has reached it, then waits.
+struct GatedSwitch {
     mock: MockBackend,
-    delay: std::time::Duration,
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
-impl vqosd::backend::Backend for SlowSwitch {
+impl vqosd::backend::Backend for GatedSwitch {
     fn add_port(
         &self,
         port: &vqosd::backend::PortConfig,
@@ -880,7 +881,8 @@ impl vqosd::backend::Backend for SlowSwitch {
         &self,
         policies: &vqos_sched::PolicySet,
     ) -> Result<(), vqosd::backend::BackendError> {
-        std::thread::sleep(self.delay);
+        let _ = self.entered.lock().unwrap().send(());
+        let _ = self.release.lock().unwrap().recv();
         self.mock.set_policies(policies)
     }
     fn set_ecn_probabilities(
@@ -900,17 +902,24 @@ impl vqosd::backend::Backend for SlowSwitch {
     }
 }
 
+/// Reads answer while a change is stuck in the switch: the reads run while the change is
+/// held at the switch, so if they waited for it they would never finish (no timing: the
+/// 60 s only turns that deadlock into a failure).
 #[test]
 fn reads_do_not_wait_for_a_change_in_progress() {
-    use std::time::{Duration, Instant};
+    use std::sync::mpsc;
+    use std::time::Duration;
     use vqosd::http::Request;
     let dir = tempfile::tempdir().unwrap();
     let config = Config::parse(&config_text(dir.path(), ""), |_| None).unwrap();
-    let slow = Arc::new(SlowSwitch {
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let gated = Arc::new(GatedSwitch {
         mock: MockBackend::new(),
-        delay: Duration::from_millis(1500),
+        entered: std::sync::Mutex::new(entered_tx),
+        release: std::sync::Mutex::new(release_rx),
     });
-    let api = Arc::new(Api::start(&config, slow).unwrap());
+    let api = Arc::new(Api::start(&config, gated).unwrap());
     let req = |method: &str, path: &str, body: &str| Request {
         method: method.into(),
         path: path.into(),
@@ -922,28 +931,36 @@ fn reads_do_not_wait_for_a_change_in_progress() {
         let put = req("PUT", "/v1/policies/vm1", r#"{"weight": 6}"#);
         std::thread::spawn(move || api.handle(&put).status)
     };
-    std::thread::sleep(Duration::from_millis(200));
-    for path in [
-        "/v1/stats",
-        "/metrics",
-        "/v1/health",
-        "/v1/ports",
-        "/v1/policies/vm1",
-    ] {
-        let t0 = Instant::now();
-        let r = api.handle(&req("GET", path, ""));
-        assert_eq!(r.status, 200, "{path}");
-        assert!(
-            t0.elapsed() < Duration::from_millis(500),
-            "GET {path} waited {:?} for the change",
-            t0.elapsed()
-        );
+    // The change holds the changers' lock and is stuck in the switch.
+    entered.recv().unwrap();
+    let (done_tx, done) = mpsc::channel();
+    {
+        let api = api.clone();
+        std::thread::spawn(move || {
+            for path in [
+                "/v1/stats",
+                "/metrics",
+                "/v1/health",
+                "/v1/ports",
+                "/v1/policies/vm1",
+            ] {
+                let r = api.handle(&req("GET", path, ""));
+                let _ = done_tx.send((path, r.status, r.body));
+            }
+        });
+    }
+    for _ in 0..5 {
+        let (path, status, body) = done
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a read waited for the change in progress");
+        assert_eq!(status, 200, "{path}");
         // The change is not committed yet: the reader sees the state before it.
         if path == "/v1/policies/vm1" {
-            let p: Value = serde_json::from_slice(&r.body).unwrap();
+            let p: Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(p["weight"], 1);
         }
     }
+    release.send(()).unwrap();
     assert_eq!(changer.join().unwrap(), 200);
     let r = api.handle(&req("GET", "/v1/stats", ""));
     let stats: StatsView = serde_json::from_slice(&r.body).unwrap();

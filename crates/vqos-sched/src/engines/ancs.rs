@@ -1298,7 +1298,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(200))]
+        #![proptest_config(crate::proptest_config::config(200))]
         #[test]
         fn passes_reach_weighted_max_min(
             raw in prop::collection::vec((1u32..10, 0u64..400, prop::option::of(1u64..1000)), 1..12)

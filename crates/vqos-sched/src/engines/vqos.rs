@@ -14,7 +14,8 @@
 //!   (work-conserving). A vif that becomes ready after being idle starts at the system's
 //!   virtual time: idleness earns no credit.
 //! - **Caps.** A token bucket at the vif's maximum; a vif with no tokens is not eligible (it is
-//!   not read, its frames wait in its own queue: back-pressure).
+//!   not read, its frames wait in its own queue: back-pressure). A cap set or changed starts
+//!   with at most 5 ms of its rate in the bucket (a cap of 0 sends nothing).
 //! - **Floors.** A token bucket at the vif's minimum; a ready vif with floor tokens is served
 //!   first (the one owed the most time first, not by priority: a guarantee must not wait
 //!   behind another vif's burst of owed service), and that service advances its tag like any
@@ -191,13 +192,21 @@ impl Engine for Vqos {
             state.tag = state.tag.min(self.vtime + self.lead_limit(p.weight));
             state.cap = cap_rate.map(|r| {
                 let depth = self.cap_depth(r);
-                match state.cap.take() {
+                let (mut b, changed) = match state.cap.take() {
                     Some(mut b) => {
+                        let changed = b.rate_per_sec() != r;
                         b.reconfigure(r, depth, debt, now_ns);
-                        b
+                        (b, changed)
                     }
-                    None => TokenBucket::new(r, depth, debt, now_ns),
+                    None => (TokenBucket::new(r, depth, debt, now_ns), true),
+                };
+                // A new or changed cap starts with at most its own burst: the depth's floor of
+                // two batches is room to charge big batches, not an allowance (a 0 or 1 Mbit/s
+                // cap would otherwise send two 2 MB batches at once; found by fuzzing).
+                if changed {
+                    b.limit(burst(r, CAP_BURST_NS));
                 }
+                b
             });
             state.floor = floor_rate.map(|r| {
                 let depth = self.floor_depth(r);
@@ -510,6 +519,46 @@ mod tests {
         }
         ready.set(0, true);
         assert_eq!(e.select(&ready, now).unwrap().vif, 0);
+    }
+
+    /// Found by fuzzing (fuzz/ engine_sequence): after big batches raised the bucket depth's
+    /// two-batch floor, a vif given a cap of 0 (or a tiny one) started with two batches of
+    /// tokens and sent 3.4 MB against a cap of 0.
+    #[test]
+    fn a_new_cap_starts_with_its_own_burst_only() {
+        let set = |max: u64| {
+            PolicySet::new(Some(1_000_000_000)).with_vif(
+                "a",
+                VifPolicy {
+                    max_bps: Some(max),
+                    ..Default::default()
+                },
+            )
+        };
+        let mut e = Vqos::new();
+        e.configure(&set(1_000_000_000), 0).unwrap();
+        let mut ready = ReadySet::new(1);
+        ready.set(0, true);
+        let big = Usage {
+            packets: 32,
+            bytes: 32 * 65_000,
+            cycles: 0,
+        };
+        let g = e.select(&ready, 0).unwrap();
+        e.charge(g.vif, big, 0);
+        // Cap 0: nothing, now or later.
+        e.configure(&set(0), 1_000_000_000).unwrap();
+        assert!(e.select(&ready, 1_000_000_000).is_none());
+        assert!(e.select(&ready, 60_000_000_000).is_none());
+        assert_eq!(e.eligible_at(60_000_000_000), u64::MAX);
+        // Cap 8 Mbit/s (1 MB/s), from an empty bucket: eligible once it earned a token, then
+        // one batch, and nothing until its 2 MB of debt is repaid.
+        e.configure(&set(8_000_000), 60_000_000_000).unwrap();
+        assert!(e.select(&ready, 60_000_000_000).is_none());
+        let g = e.select(&ready, 60_001_000_000).unwrap();
+        e.charge(g.vif, big, 60_001_000_000);
+        assert!(e.select(&ready, 61_000_000_000).is_none());
+        assert!(e.select(&ready, 62_000_000_000).is_none());
     }
 
     #[test]

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target (fuzz/, see docs/reliability.md) for SECONDS each (default 60),
+# one at a time on one core, from the committed seeds (fuzz/seeds/TARGET) plus the local
+# corpus (fuzz/corpus/TARGET, not committed). Installs cargo-fuzz and the nightly toolchain if
+# missing. Prints executions per target; a crash leaves its input in fuzz/artifacts/TARGET/
+# and makes the script fail after the other targets ran.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+secs=${1:-60}
+shift || true
+export PATH="$HOME/.cargo/bin:$PATH"
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+
+targets=("$@")
+((${#targets[@]})) || mapfile -t targets < <(cargo +nightly fuzz list)
+
+# -a: debug assertions, so arithmetic overflow panics too.
+cargo +nightly fuzz build -a
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t" "seeds/$t"
+  log=$(mktemp)
+  rc=0
+  cargo +nightly fuzz run -a "$t" "corpus/$t" "seeds/$t" -- \
+    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  if ((rc == 0)); then
+    summary+=("$(printf '%-16s %12s executions  ok' "$t" "${execs:-?}")")
+  else
+    failed+=("$t")
+    summary+=("$(printf '%-16s %12s executions  CRASH (exit %d)' "$t" "${execs:-?}" "$rc")")
+    grep -m1 -A12 -E "panicked|ERROR: libFuzzer|SUMMARY" "$log" || tail -20 "$log"
+    ls -t "artifacts/$t" 2>/dev/null | head -3 | sed "s|^|  reproducer: fuzz/artifacts/$t/|"
+  fi
+  rm -f "$log"
+done
+printf '\nfuzz: %ss per target\n' "$secs"
+printf '%s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+  echo "fuzz: crashes in: ${failed[*]} (reproduce: cd fuzz && cargo +nightly fuzz run -a TARGET ARTIFACT)"
+  exit 1
+fi
