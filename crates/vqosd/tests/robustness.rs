@@ -339,9 +339,11 @@ fn accept_failure_child() {
     let errors = d.server.accept_errors();
     // SAFETY: restores the saved limit.
     unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &old), 0) };
-    assert!(errors >= 3, "accept errors counted: {errors}");
-    assert!(errors <= 20, "accept retried {errors} times in 1 s");
-    assert!(used < Duration::from_millis(300), "{used:?} of CPU in 1 s");
+    // Counted, and retried with a back-off rather than in a spin (a spinning accept loop
+    // fails thousands of times a second). No CPU bound: getrusage counts every thread of this
+    // test binary, and the others run beside this one.
+    assert!(errors >= 1, "accept errors counted: {errors}");
+    assert!(errors <= 20, "accept retried {errors} times in 1 s (CPU {used:?})");
     // Once fds are available again the waiting client is served.
     // SAFETY: fd is an open, connected socket that nothing else owns.
     let mut s = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
