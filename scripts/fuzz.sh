@@ -4,7 +4,7 @@
 # corpus (fuzz/corpus/TARGET, not committed). Installs cargo-fuzz and the nightly toolchain if
 # missing. Prints executions per target; a crash leaves its input in fuzz/artifacts/TARGET/
 # and makes the script fail after the other targets ran.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (FUZZ_SEED=N: a fixed libFuzzer seed, as in CI)
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
@@ -25,7 +25,11 @@ for t in "${targets[@]}"; do
   mkdir -p "corpus/$t" "seeds/$t"
   log=$(mktemp)
   rc=0
-  cargo +nightly fuzz run -a "$t" "corpus/$t" "seeds/$t" -- \
+  # FUZZ_SEED (CI sets it): libFuzzer's random seed, so that a run explores a fixed sequence
+  # of inputs (how far it gets still depends on the machine's speed).
+  seed_arg=()
+  [[ -z ${FUZZ_SEED:-} ]] || seed_arg=(-seed="$FUZZ_SEED")
+  cargo +nightly fuzz run -a "$t" "corpus/$t" "seeds/$t" -- "${seed_arg[@]}" \
     -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((rc == 0)); then
