@@ -295,6 +295,10 @@ CSV=$OUTDIR/bench-vhost-$STAMP.csv
 MD=$OUTDIR/bench-vhost-$STAMP.md
 { echo "switch,frame_bytes,mpps,gbps,cycles_per_packet,load1"; printf '%s\n' "${ROWS[@]}"; } >"$CSV"
 printf '%s\n' "${ROWS[@]}" | awk -F, '
+    function ratio(a, b, f) {
+        if (!N[a, f] || !N[b, f] || M[b, f] <= 0) return "–"
+        return sprintf("%.2f", (M[a, f] / N[a, f]) / (M[b, f] / N[b, f]))
+    }
     { n++; sw[n] = $1; fb[n] = $2; m[n] = $3; g[n] = $4; c[n] = $5; l[n] = $6
       M[$1, $2] += $3; N[$1, $2]++ }
     END {
@@ -307,9 +311,7 @@ printf '%s\n' "${ROWS[@]}" | awk -F, '
         split("64 1518", F, " ")
         for (k = 1; k <= 2; k++) {
             f = F[k]
-            r = (N["ovs", f] && M["ovs", f] > 0) ? sprintf("%.2f", (M["vqos-rr", f] / N["vqos-rr", f]) / (M["ovs", f] / N["ovs", f])) : "–"
-            q = (N["vqos-rr", f] && M["vqos-rr", f] > 0) ? sprintf("%.2f", (M["vqos-8", f] / N["vqos-8", f]) / (M["vqos-rr", f] / N["vqos-rr", f])) : "–"
-            o = (N["ovs", f] && M["ovs", f] > 0) ? sprintf("%.2f", (M["ovs-trtcm", f] / N["ovs-trtcm", f]) / (M["ovs", f] / N["ovs", f])) : "–"
+            r = ratio("vqos-rr", "ovs", f); q = ratio("vqos-8", "vqos-rr", f); o = ratio("ovs-trtcm", "ovs", f)
             printf "| %s B | %s | %s | %s | |\n", f, r, q, o
         }
     }' >"$MD"
