@@ -343,7 +343,10 @@ fn accept_failure_child() {
     // fails thousands of times a second). No CPU bound: getrusage counts every thread of this
     // test binary, and the others run beside this one.
     assert!(errors >= 1, "accept errors counted: {errors}");
-    assert!(errors <= 20, "accept retried {errors} times in 1 s (CPU {used:?})");
+    assert!(
+        errors <= 20,
+        "accept retried {errors} times in 1 s (CPU {used:?})"
+    );
     // Once fds are available again the waiting client is served.
     // SAFETY: fd is an open, connected socket that nothing else owns.
     let mut s = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
