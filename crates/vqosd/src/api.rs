@@ -615,6 +615,7 @@ impl Api {
             capacity_bps: set.capacity_bps,
             ports,
             loops: raw.loops,
+            mac_entries: raw.mac_entries,
         }
     }
 }
