@@ -17,6 +17,9 @@
 //! tcp = "127.0.0.1:7451"      # optional, loopback only, needs a token
 //! token_file = "/etc/vqos/token"   # or token_env = "VQOS_TOKEN"
 //!
+//! [metrics]                  # optional: GET /metrics only, no token, on its own address
+//! listen = "127.0.0.1:9469"
+//!
 //! [uplink]
 //! name = "vqos-up"
 //! create = true
@@ -140,6 +143,8 @@ struct RawConfig {
     max_ports: Option<usize>,
     #[serde(default)]
     api: RawApi,
+    #[serde(default)]
+    metrics: RawMetrics,
     uplink: Option<RawUplink>,
     #[serde(default)]
     port: Vec<PortRequest>,
@@ -313,6 +318,12 @@ struct RawApi {
     token_env: Option<String>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<SocketAddr>,
+}
+
 fn default_true() -> bool {
     true
 }
@@ -356,6 +367,8 @@ pub struct Config {
     pub socket_path: PathBuf,
     /// Optional TCP listener.
     pub tcp: Option<TcpConfig>,
+    /// Optional read-only listener for `GET /metrics` (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
     /// Path of the state file.
     pub state_file: PathBuf,
     /// The state file must exist at start (ports were made through the API before): a missing
@@ -502,6 +515,7 @@ impl Config {
             flood_unknown_to_vifs: raw.flood_unknown_to_vifs.unwrap_or(false),
             socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             tcp,
+            metrics_listen: raw.metrics.listen,
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
             expect_state: raw.expect_state.unwrap_or(false),
             max_ports,

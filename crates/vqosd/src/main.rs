@@ -145,6 +145,9 @@ fn run(args: Args) -> Result<Option<String>> {
     if let Some(addr) = server.tcp_addr() {
         listening.push_str(&format!(" tcp:{addr}"));
     }
+    if let Some(addr) = server.metrics_addr() {
+        listening.push_str(&format!(" metrics:{addr}"));
+    }
     let mut names = Vec::new();
     if config.controllers.fairness.is_some() {
         names.push("fairness");

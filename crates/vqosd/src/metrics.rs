@@ -174,8 +174,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Reads one counter out of a port's or a loop's stats.
+type Counter<T> = fn(&T) -> u64;
+
 /// The per-port counters: family and value.
-const PORT_COUNTERS: &[(&str, fn(&PortStats) -> u64)] = &[
+const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
     ("vqos_port_rx_frames_total", |s| s.rx_frames),
     ("vqos_port_rx_bytes_total", |s| s.rx_bytes),
     ("vqos_port_tx_frames_total", |s| s.tx_frames),
@@ -187,7 +190,7 @@ const PORT_COUNTERS: &[(&str, fn(&PortStats) -> u64)] = &[
 ];
 
 /// The per-loop counters (the cycle counters also carry their unit).
-const LOOP_COUNTERS: &[(&str, fn(&LoopStats) -> u64)] = &[
+const LOOP_COUNTERS: &[(&str, Counter<LoopStats>)] = &[
     ("vqos_loop_busy_cycles_total", |l| l.busy_cycles),
     ("vqos_loop_idle_cycles_total", |l| l.idle_cycles),
     ("vqos_loop_iterations_total", |l| l.iterations),

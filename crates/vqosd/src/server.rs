@@ -1,4 +1,5 @@
-//! The listeners: the root-only unix socket and the optional token-protected loopback TCP port.
+//! The listeners: the root-only unix socket, the optional token-protected loopback TCP port, and
+//! the optional read-only metrics port (`GET /metrics` only, no token).
 //!
 //! The unix socket has an accept thread; each of its connections gets its own thread that reads
 //! one request, answers it, and closes, at most [`MAX_CONNECTIONS`] at once (503 beyond). The
@@ -89,6 +90,8 @@ pub struct ServerConfig {
     pub socket_path: PathBuf,
     /// Optional TCP listener with its token.
     pub tcp: Option<TcpConfig>,
+    /// Optional read-only metrics listener.
+    pub metrics: Option<SocketAddr>,
     /// Time allowed to receive a whole request, and again to send the whole answer.
     pub io_timeout: Duration,
     /// Largest request body.
@@ -109,6 +112,7 @@ impl ServerConfig {
         ServerConfig {
             socket_path: c.socket_path.clone(),
             tcp: c.tcp.clone(),
+            metrics: c.metrics_listen,
             io_timeout: Duration::from_secs(5),
             max_body_bytes: MAX_BODY_BYTES,
             max_unix_connections: MAX_CONNECTIONS,
@@ -133,8 +137,9 @@ struct Shared {
     api: Arc<Api>,
     /// Set once shutdown begins: accept loops exit, new requests get a 503.
     stopping: AtomicBool,
-    /// Open connections of the unix socket and of the TCP port, each bounded by its own limit.
-    connections: [Slots; 2],
+    /// Open connections of the unix socket, the TCP port and the metrics port, each bounded by
+    /// its own limit.
+    connections: [Slots; 3],
     /// Failed accept calls (both listeners).
     accept_errors: AtomicU64,
     /// Requests being processed.
@@ -158,6 +163,7 @@ struct Slots {
 enum Listener {
     Unix = 0,
     Tcp = 1,
+    Metrics = 2,
 }
 
 /// Running listeners; dropping it shuts them down.
@@ -167,6 +173,8 @@ pub struct Server {
     socket: Option<(PathBuf, (u64, u64))>,
     /// The TCP address actually bound.
     tcp_addr: Option<SocketAddr>,
+    /// The metrics address actually bound.
+    metrics_addr: Option<SocketAddr>,
     /// Raw fds of the listeners, to wake their accept calls.
     listener_fds: Vec<i32>,
     /// Accept threads.
@@ -188,6 +196,10 @@ impl Server {
                     open: AtomicUsize::new(0),
                     max: config.max_tcp_connections,
                 },
+                Slots {
+                    open: AtomicUsize::new(0),
+                    max: config.max_tcp_connections,
+                },
             ],
             accept_errors: AtomicU64::new(0),
             in_flight: InFlight::default(),
@@ -204,6 +216,12 @@ impl Server {
             )),
             None => None,
         };
+        let metrics = match config.metrics {
+            Some(addr) => {
+                Some(TcpListener::bind(addr).map_err(|source| ServerError::Tcp { addr, source })?)
+            }
+            None => None,
+        };
         let unix = bind_private(&config.socket_path)?;
         let meta = fs::metadata(&config.socket_path).map_err(|source| ServerError::Unix {
             path: config.socket_path.clone(),
@@ -213,6 +231,7 @@ impl Server {
             shared,
             socket: Some((config.socket_path.clone(), (meta.dev(), meta.ino()))),
             tcp_addr: None,
+            metrics_addr: None,
             listener_fds: Vec::new(),
             threads: Vec::new(),
         };
@@ -226,30 +245,49 @@ impl Server {
                 |s| dispatch(&shared, s),
             )
         }));
+        let gate = Gate {
+            head_timeout: config.head_timeout.min(config.io_timeout),
+            max_pending: config.max_pending_heads,
+        };
         if let Some((listener, token)) = tcp {
             server.tcp_addr = listener.local_addr().ok();
-            server.listener_fds.push(listener.as_raw_fd());
-            let shared = server.shared.clone();
-            let gate = Gate {
-                head_timeout: config.head_timeout.min(config.io_timeout),
-                max_pending: config.max_pending_heads,
-            };
-            server.threads.push(std::thread::spawn(move || {
-                let mut last_log = None;
-                let result = gate::run(
-                    &listener,
-                    gate,
-                    &shared.stopping,
-                    ACCEPT_BACKOFF,
-                    |e| note_accept_error(&shared, "tcp", e, &mut last_log),
-                    |stream, head| admit_tcp(&shared, stream, head, &token),
-                );
-                if let Err(e) = result {
-                    eprintln!("vqosd: the tcp listener stopped: {e}");
-                }
-            }));
+            server.gated(listener, gate, "tcp", move |shared, stream, head| {
+                admit_tcp(shared, stream, head, Some(&token))
+            });
+        }
+        if let Some(listener) = metrics {
+            server.metrics_addr = listener.local_addr().ok();
+            server.gated(listener, gate, "metrics", |shared, stream, head| {
+                admit_tcp(shared, stream, head, None)
+            });
         }
         Ok(server)
+    }
+
+    /// Serves a TCP listener through the gate; `admit` decides on each complete head.
+    fn gated(
+        &mut self,
+        listener: TcpListener,
+        gate: Gate,
+        what: &'static str,
+        admit: impl Fn(&Arc<Shared>, TcpStream, RequestHead) -> Admit + Send + 'static,
+    ) {
+        self.listener_fds.push(listener.as_raw_fd());
+        let shared = self.shared.clone();
+        self.threads.push(std::thread::spawn(move || {
+            let mut last_log = None;
+            let result = gate::run(
+                &listener,
+                gate,
+                &shared.stopping,
+                ACCEPT_BACKOFF,
+                |e| note_accept_error(&shared, what, e, &mut last_log),
+                |stream, head| admit(&shared, stream, head),
+            );
+            if let Err(e) = result {
+                eprintln!("vqosd: the {what} listener stopped: {e}");
+            }
+        }));
     }
 
     /// How many accept calls failed so far (both listeners); each failure pauses its listener
@@ -266,6 +304,11 @@ impl Server {
     /// The TCP address bound (with the real port when the config asked for port 0).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
+    }
+
+    /// The metrics address bound (with the real port when the config asked for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Stops accepting, waits for the requests being processed, and removes the socket.
@@ -437,21 +480,41 @@ fn note_accept_error(shared: &Shared, what: &str, e: &io::Error, last_log: &mut 
     }
 }
 
-/// Runs in the TCP gate's thread, so it never blocks: a TCP client whose head arrived is
+/// Runs in a TCP gate's thread, so it never blocks: a TCP client whose head arrived is
 /// refused (wrong token, no free slot) or given a slot and a thread that reads its body and
-/// answers.
-fn admit_tcp(shared: &Arc<Shared>, stream: TcpStream, head: RequestHead, token: &str) -> Admit {
-    if !bearer_ok(head.header("authorization"), token) {
-        let resp = Response::error(401, "Missing or wrong bearer token")
-            .with_header("WWW-Authenticate", "Bearer");
-        return Admit::Refuse(stream, resp);
-    }
-    let slots = &shared.connections[Listener::Tcp as usize];
+/// answers. `token: None` is the read-only metrics port: only `GET /metrics`, no token.
+fn admit_tcp(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    head: RequestHead,
+    token: Option<&str>,
+) -> Admit {
+    let listener = match token {
+        Some(token) => {
+            if !bearer_ok(head.header("authorization"), token) {
+                let resp = Response::error(401, "Missing or wrong bearer token")
+                    .with_header("WWW-Authenticate", "Bearer");
+                return Admit::Refuse(stream, resp);
+            }
+            Listener::Tcp
+        }
+        None => {
+            if head.path != "/metrics" {
+                return Admit::Refuse(stream, Response::error(404, "Only /metrics is served here"));
+            }
+            if head.method != "GET" {
+                let resp = Response::error(405, "Only GET is allowed").with_header("Allow", "GET");
+                return Admit::Refuse(stream, resp);
+            }
+            Listener::Metrics
+        }
+    };
+    let slots = &shared.connections[listener as usize];
     if slots.open.fetch_add(1, Ordering::SeqCst) >= slots.max {
         slots.open.fetch_sub(1, Ordering::SeqCst);
         return Admit::Refuse(stream, Response::error(503, "Too many connections"));
     }
-    let guard = ConnGuard(shared.clone(), Listener::Tcp);
+    let guard = ConnGuard(shared.clone(), listener);
     let spawned = std::thread::Builder::new()
         .name("vqosd-conn".into())
         .spawn(move || {

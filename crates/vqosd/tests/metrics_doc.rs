@@ -175,3 +175,49 @@ fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
         .map(|(_, v)| v.clone());
     assert!(matches!(unit.as_deref(), Some("tsc" | "ns")), "{unit:?}");
 }
+
+#[test]
+fn the_metrics_listener_serves_get_metrics_only_and_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "state_file = \"{d}/state.json\"\n[api]\nsocket = \"{d}/vqosd.sock\"\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n",
+        d = dir.path().display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
+    let addr = server.metrics_addr().expect("metrics listener bound");
+    let client = Client::new(Endpoint::Tcp {
+        addr: addr.to_string(),
+        token: None,
+    });
+    let e = scrape(&client);
+    assert!(emitted(&e).contains("vqos_info"));
+    let status = |method: &str, path: &str| client.request(method, path, None).unwrap().status;
+    assert_eq!(status("GET", "/v1/ports"), 404);
+    assert_eq!(status("GET", "/v1/health"), 404);
+    assert_eq!(status("DELETE", "/metrics"), 405);
+    assert_eq!(status("POST", "/metrics"), 405);
+}
+
+#[test]
+fn the_grafana_dashboard_uses_only_emitted_families() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana/vqos.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let families: BTreeSet<&str> = metrics::FAMILIES.iter().map(|f| f.0).collect();
+    let mut used = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("vqos_") {
+                    assert!(families.contains(word), "dashboard uses unknown {word}");
+                    used += 1;
+                }
+            }
+        }
+    }
+    assert!(used > 5);
+}
