@@ -49,6 +49,7 @@ pub mod config;
 pub mod controllers;
 pub mod gate;
 pub mod metrics;
+pub mod notify;
 pub mod server;
 pub mod signals;
 pub mod state;

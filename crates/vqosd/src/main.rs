@@ -48,7 +48,7 @@ Then: vqos port list; vqos policy set vm1 --max 300Mbit; vqos stats --watch"
 )]
 struct Args {
     /// The config file (TOML).
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE", default_value = DEFAULT_CONFIG)]
     config: PathBuf,
     /// Check the config and exit without starting anything.
     #[arg(long)]
@@ -60,6 +60,9 @@ struct Args {
     #[arg(long, hide = true, value_name = "MS")]
     mock_loop_dies_after_ms: Option<u64>,
 }
+
+/// The config read when `--config` is not given.
+const DEFAULT_CONFIG: &str = "/etc/vqos/vqosd.toml";
 
 /// Exit status when the forwarding loop died (1 is a startup or runtime error).
 const EXIT_LOOP_DEAD: i32 = 2;
@@ -166,6 +169,10 @@ fn run(args: Args) -> Result<Option<String>> {
             names.join(", ")
         }
     );
+    // Ports are up and the API answers: tell systemd (Type=notify), if it started us.
+    if let Err(e) = vqosd::notify::notify("READY=1") {
+        eprintln!("vqosd: {:#}", anyhow::Error::from(e));
+    }
     // Signals and the watchdog both end the wait below.
     let (tx, rx) = mpsc::channel();
     let signal_tx = tx.clone();
@@ -199,6 +206,7 @@ fn run(args: Args) -> Result<Option<String>> {
         }
         Stop::Failed(e) => Err(e.into()),
     };
+    let _ = vqosd::notify::notify("STOPPING=1");
     if let Some(c) = controllers.as_mut() {
         c.stop();
     }

@@ -23,10 +23,15 @@ impl Proc {
     }
 
     fn start_with(config: &Path, args: &[&str]) -> Proc {
+        Proc::start_env(config, args, &[])
+    }
+
+    fn start_env(config: &Path, args: &[&str], env: &[(&str, &Path)]) -> Proc {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -285,4 +290,46 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
         !exists(&vm1) && !exists(&up),
         "created TAPs outlived the daemon"
     );
+}
+
+#[test]
+fn readiness_is_sent_to_notify_socket_once_the_api_answers() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    // Only a bound on a hung daemon, never a timing assertion.
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut p = Proc::start_env(
+        &cfg,
+        &["--backend", "mock"],
+        &[("NOTIFY_SOCKET", &notify_path)],
+    );
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("no READY=1 from vqosd");
+    assert_eq!(&buf[..n], b"READY=1");
+    // Ready means serving: the API answers with the config's port at once.
+    let client = Client::new(Endpoint::Unix(socket));
+    let ports: Value = client.call("GET", "/v1/ports", None).unwrap();
+    assert_eq!(ports[0]["name"], "vm1");
+    p.signal(libc::SIGTERM);
+    let n = notify.recv(&mut buf).expect("no STOPPING=1 from vqosd");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn without_config_the_default_path_is_read() {
+    let (code, _, err) = run(&["--check"]);
+    // The test machine has no /etc/vqos/vqosd.toml (or has one that parses): either way the
+    // default path is the one named.
+    if code != 0 {
+        assert!(err.contains("/etc/vqos/vqosd.toml"), "{err}");
+    }
+    let (_, out, _) = run(&["--help"]);
+    assert!(out.contains("/etc/vqos/vqosd.toml"), "{out}");
 }
