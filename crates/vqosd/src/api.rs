@@ -199,7 +199,7 @@ impl Api {
         let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
         let restored = state::restore(&config.state_file, uplink, config.expect_state)?;
         for w in &restored.warnings {
-            eprintln!("vqosd: WARNING: {w}");
+            tracing::warn!("{w}");
         }
         let saved = restored.state;
         let mut set = config.policy_set();
@@ -252,6 +252,7 @@ impl Api {
                     source,
                 });
             }
+            tracing::info!("Port {} up ({})", p.name, port_how(p));
         }
         let view = View {
             set,
@@ -451,6 +452,7 @@ impl Api {
             return Err(save_fail(e));
         }
         self.commit(&mut v, next);
+        tracing::info!("Port {} up ({})", port.name, port_how(&port));
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -485,6 +487,7 @@ impl Api {
             });
         }
         self.commit(&mut v, next);
+        tracing::info!("Port {name} down (removed)");
         Ok(Response::json(
             200,
             &RemovedView {
@@ -617,6 +620,15 @@ impl Api {
             loops: raw.loops,
             mac_entries: raw.mac_entries,
         }
+    }
+}
+
+/// How a port was brought up, for the log.
+fn port_how(p: &PortConfig) -> &'static str {
+    if p.create {
+        "TAP created"
+    } else {
+        "attached to an existing TAP"
     }
 }
 

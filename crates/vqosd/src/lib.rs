@@ -48,6 +48,7 @@ pub mod backend;
 pub mod config;
 pub mod controllers;
 pub mod gate;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod server;

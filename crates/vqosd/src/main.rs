@@ -53,6 +53,10 @@ struct Args {
     /// Check the config and exit without starting anything.
     #[arg(long)]
     check: bool,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+    /// `info,vqosd::audit=warn`; overrides RUST_LOG (default info). Logs go to stderr.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
     /// Which switch to drive.
     #[arg(long, value_enum, default_value_t = BackendKind::Switch)]
     backend: BackendKind,
@@ -104,6 +108,7 @@ fn build_backend(args: &Args, config: &Config) -> Result<Arc<dyn Backend>> {
 
 /// Runs the daemon; `Ok(Some(reason))` when it stopped because the forwarding loop died.
 fn run(args: Args) -> Result<Option<String>> {
+    vqosd::logging::init(args.log_level.as_deref()).map_err(anyhow::Error::msg)?;
     let config = Config::load(&args.config)?;
     if args.check {
         println!(
@@ -171,7 +176,7 @@ fn run(args: Args) -> Result<Option<String>> {
     );
     // Ports are up and the API answers: tell systemd (Type=notify), if it started us.
     if let Err(e) = vqosd::notify::notify("READY=1") {
-        eprintln!("vqosd: {:#}", anyhow::Error::from(e));
+        tracing::warn!("{:#}", anyhow::Error::from(e));
     }
     // Signals and the watchdog both end the wait below.
     let (tx, rx) = mpsc::channel();
@@ -197,11 +202,11 @@ fn run(args: Args) -> Result<Option<String>> {
     watchdog.stop();
     let outcome = match stop {
         Stop::Signal(sig) => {
-            eprintln!("vqosd: signal {sig}, stopping");
+            tracing::info!("Signal {sig}, stopping");
             Ok(None)
         }
         Stop::LoopDead(why) => {
-            eprintln!("vqosd: {why}; exiting so that the supervisor restarts the switch");
+            tracing::error!("{why}; exiting so that the supervisor restarts the switch");
             Ok(Some(why))
         }
         Stop::Failed(e) => Err(e.into()),

@@ -285,7 +285,7 @@ impl Server {
                 |stream, head| admit(&shared, stream, head),
             );
             if let Err(e) = result {
-                eprintln!("vqosd: the {what} listener stopped: {e}");
+                tracing::error!("The {what} listener stopped: {e}");
             }
         }));
     }
@@ -471,9 +471,8 @@ fn accept_loop<C>(
 fn note_accept_error(shared: &Shared, what: &str, e: &io::Error, last_log: &mut Option<Instant>) {
     let n = shared.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
     if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-        eprintln!(
-            "vqosd: accept on the {what} failed: {e} ({n} failures so far); \
-             retrying every {} ms",
+        tracing::warn!(
+            "Accept on the {what} failed: {e} ({n} failures so far); retrying every {} ms",
             ACCEPT_BACKOFF.as_millis()
         );
         *last_log = Some(Instant::now());
@@ -545,6 +544,8 @@ trait Conn: Read + Write + Send + 'static {
     fn shutdown_write(&self) -> io::Result<()>;
     /// A 403 to send when the peer's credentials are not acceptable.
     fn peer_refused(&self) -> Option<Response>;
+    /// Who is calling, for the audit log: `uid=N` on the unix socket, `token` on TCP.
+    fn caller(&self) -> String;
 }
 
 impl Conn for UnixStream {
@@ -572,6 +573,10 @@ impl Conn for UnixStream {
             _ => Some(Response::error(403, "Only root may use the vqosd socket")),
         }
     }
+
+    fn caller(&self) -> String {
+        peer_uid(self).map_or_else(|| "uid=unknown".to_string(), |u| format!("uid={u}"))
+    }
 }
 
 impl Conn for TcpStream {
@@ -593,6 +598,12 @@ impl Conn for TcpStream {
 
     fn peer_refused(&self) -> Option<Response> {
         None
+    }
+
+    fn caller(&self) -> String {
+        // Only a client that presented the token gets this far on the control port (the
+        // metrics port changes nothing, so it is never audited).
+        "token".to_string()
     }
 }
 
@@ -788,6 +799,7 @@ fn serve_head<C: Conn>(shared: &Shared, stream: &mut C, head: RequestHead, until
         *count += 1;
     }
     let resp = shared.api.handle(&req);
+    crate::logging::audit(&stream.caller(), &req, &resp);
     {
         let mut count = lock(&shared.in_flight.count);
         *count -= 1;

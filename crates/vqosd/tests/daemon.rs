@@ -333,3 +333,46 @@ fn without_config_the_default_path_is_read() {
     let (_, out, _) = run(&["--help"]);
     assert!(out.contains("/etc/vqos/vqosd.toml"), "{out}");
 }
+
+#[test]
+fn every_change_leaves_an_audit_line_with_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    let client = Client::new(Endpoint::Unix(socket));
+    let _: Value = client
+        .call("PUT", "/v1/policies/vm1", Some(&json!({"weight": 3})))
+        .unwrap();
+    let r = client
+        .request("PUT", "/v1/policies/vm1", Some(&json!({"weight": 0})))
+        .unwrap();
+    assert_eq!(r.status, 422);
+    let _: Value = client.call("GET", "/v1/ports", None).unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    // SAFETY: geteuid has no preconditions.
+    let uid = format!("caller=\"uid={}\"", unsafe { libc::geteuid() });
+    let audit: Vec<&str> = err.lines().filter(|l| l.contains("vqosd::audit")).collect();
+    assert_eq!(audit.len(), 2, "{err}");
+    assert!(
+        audit
+            .iter()
+            .all(|l| l.contains(" INFO ") && l.contains(&uid)),
+        "{err}"
+    );
+    assert!(audit[0].contains("PUT /v1/policies/vm1") && audit[0].contains("status=200"));
+    assert!(audit[1].contains("refused: ") && audit[1].contains("weight must be greater than 0"));
+    // A timestamp first, and no colours on a pipe.
+    assert!(audit[0].as_bytes()[0].is_ascii_digit(), "{}", audit[0]);
+    assert!(!err.contains('\u{1b}'), "{err}");
+    assert!(err.contains("Port vm1 up (TAP created)"), "{err}");
+
+    // --log-level warn silences info (the audit included).
+    let mut p = Proc::start_with(&cfg, &["--backend", "mock", "--log-level", "warn"]);
+    p.wait_ready();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success() && !err.contains(" INFO "), "{err}");
+}
