@@ -44,7 +44,7 @@ pub fn changes(req: &Request) -> bool {
 }
 
 /// Logs the audit line of a changing request once it is answered: caller, method, path, status,
-/// the body (at most [`AUDIT_BODY_BYTES`], escaped) and, for a refusal, the error.
+/// the body (its first 256 bytes, escaped) and, for a refusal, the error.
 pub fn audit(caller: &str, req: &Request, resp: &Response) {
     if !changes(req) {
         return;
