@@ -97,10 +97,10 @@ pub enum ConfigError {
     #[error("Invalid config: {0}")]
     Engine(String),
     /// A port entry or MAC that is not valid.
-    #[error("Invalid config: {0}")]
+    #[error("Invalid config")]
     Wire(#[from] WireError),
     /// The ports' policies do not form a valid set.
-    #[error("Invalid config: {0}")]
+    #[error("Invalid config")]
     Policy(#[from] PolicyError),
     /// The TCP listener would be reachable from outside the host.
     #[error("Invalid config: api.tcp {0} is not a loopback address (use 127.0.0.1 or [::1])")]
@@ -400,7 +400,7 @@ impl Config {
     /// Parses and validates config text; `env` looks up the variable named by `api.token_env`.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Syntax(toml_message(&e)))?;
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(toml_message(&e, text)))?;
         let engine = match raw.engine {
             Some(name) => name.parse::<EngineKind>().map_err(ConfigError::Engine)?,
             None => EngineKind::Vqos,
@@ -538,11 +538,17 @@ impl Config {
     }
 }
 
-/// The toml error on one line (its multi-line rendering quotes the source).
-fn toml_message(e: &toml::de::Error) -> String {
+/// The toml error on one line (its multi-line rendering quotes the source), with the line and
+/// column of `text` it points at.
+fn toml_message(e: &toml::de::Error, text: &str) -> String {
     let msg = e.message().trim().to_string();
     match e.span() {
-        Some(span) => format!("{msg} (at byte {})", span.start),
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
+            format!("{msg} (line {line}, column {column})")
+        }
         None => msg,
     }
 }
@@ -630,7 +636,7 @@ create = false
     }
 
     fn err(text: &str) -> String {
-        Config::parse(text, env).unwrap_err().to_string()
+        vqos_api::chain(&Config::parse(text, env).unwrap_err())
     }
 
     #[test]
@@ -700,6 +706,25 @@ create = false
         assert!(err("[[port]]\nname = \"a\"\nweight = 2").contains("unknown field `weight`"));
         assert!(err("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }")
             .contains("unknown field `wieght`"));
+        // The line of the key is named.
+        for (text, line) in [
+            ("capacity = \"1Gbit\"\n\ncapcity = 1", 3),
+            ("[api]\nsocket = \"/x\"\nsockett = \"/x\"", 3),
+            (
+                "[[port]]\nname = \"a\"\n[[port]]\nname = \"b\"\nweight = 2",
+                5,
+            ),
+            ("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }", 3),
+        ] {
+            let e = err(text);
+            assert!(
+                e.contains(&format!("(line {line}, column ")),
+                "{text:?}: {e}"
+            );
+        }
+        // A policy error is told once, not repeated by its wrapper.
+        let e = err("capacity = \"1Gbit\"\n[[port]]\nname = \"a\"\npolicy = { min = \"2Gbit\" }");
+        assert_eq!(e.matches("exceeds capacity").count(), 1, "{e}");
     }
 
     #[test]
