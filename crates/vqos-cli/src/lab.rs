@@ -68,7 +68,7 @@ struct RunArgs {
     /// Multiply every time of the scenario by F (0.5 = twice as fast).
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     duration_scale: f64,
-    /// Exit with status 2 when an expectation of the scenario fails.
+    /// Exit with status 5 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
 }
@@ -98,7 +98,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         println!("results in {}", outcome.out_dir.display());
     }
     if a.check && !outcome.report.passed() {
-        std::process::exit(2);
+        std::process::exit(crate::exit::CHECK_FAILED);
     }
     Ok(())
 }
