@@ -78,6 +78,10 @@ pub struct LoopStats {
     /// Epoll waits that failed.
     #[serde(default)]
     pub epoll_errors: u64,
+    /// The kernel refused `epoll_pwait2`: the loop waits with `epoll_wait` and millisecond
+    /// timeouts (rounded up) instead.
+    #[serde(default)]
+    pub epoll_wait_fallback: bool,
 }
 
 /// Everything the switch reports.

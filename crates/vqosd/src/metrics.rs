@@ -172,6 +172,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Epoll waits that failed.",
     ),
+    (
+        "vqos_loop_epoll_wait_fallback",
+        "gauge",
+        "1 when the kernel refused epoll_pwait2 and the loop waits in whole milliseconds.",
+    ),
 ];
 
 /// Reads one counter out of a port's or a loop's stats.
@@ -286,6 +291,12 @@ pub fn render(stats: &StatsView) -> String {
                 }
             }
             "vqos_mac_entries" => sample("", &stats.mac_entries),
+            "vqos_loop_epoll_wait_fallback" => {
+                for l in &stats.loops {
+                    let labels = format!("loop=\"{}\"", esc(&l.name));
+                    sample(&labels, &u8::from(l.epoll_wait_fallback));
+                }
+            }
             _ if name.starts_with("vqos_loop_") => {
                 let Some((_, get)) = LOOP_COUNTERS.iter().find(|(n, _)| *n == name) else {
                     continue;

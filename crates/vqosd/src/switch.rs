@@ -181,6 +181,7 @@ impl Backend for SwitchBackend {
                 capacity_waits: l.capacity_waits,
                 commands: l.commands,
                 epoll_errors: l.epoll_errors,
+                epoll_wait_fallback: l.epoll_wait_fallback,
             }],
             mac_entries: raw.mac_entries as u64,
         }

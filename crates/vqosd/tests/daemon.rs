@@ -369,6 +369,42 @@ fn every_change_leaves_an_audit_line_with_its_caller() {
     assert!(!err.contains('\u{1b}'), "{err}");
     assert!(err.contains("Port vm1 up (TAP created)"), "{err}");
 
+    // Over TCP the caller is "token".
+    let tcp_cfg = dir.path().join("tcp.toml");
+    fs::write(
+        &tcp_cfg,
+        fs::read_to_string(&cfg).unwrap().replace(
+            "[api]\n",
+            "[api]\ntcp = \"127.0.0.1:0\"\ntoken_env = \"VQOSD_AUDIT_TOKEN\"\n",
+        ),
+    )
+    .unwrap();
+    let token = "audit-token-0123456789";
+    let mut p = Proc::start_env(
+        &tcp_cfg,
+        &["--backend", "mock"],
+        &[("VQOSD_AUDIT_TOKEN", Path::new(token))],
+    );
+    let line = p.wait_ready();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp:"))
+        .map(|w| w.trim_end_matches(';').to_string())
+        .unwrap_or_else(|| panic!("no tcp address in {line:?}"));
+    let tcp = Client::new(Endpoint::Tcp {
+        addr,
+        token: Some(token.to_string()),
+    });
+    let _: Value = tcp
+        .call("PUT", "/v1/policies/vm1", Some(&json!({"weight": 2})))
+        .unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    let audit: Vec<&str> = err.lines().filter(|l| l.contains("vqosd::audit")).collect();
+    assert_eq!(audit.len(), 1, "{err}");
+    assert!(audit[0].contains("caller=\"token\""), "{err}");
+
     // --log-level warn silences info (the audit included).
     let mut p = Proc::start_with(&cfg, &["--backend", "mock", "--log-level", "warn"]);
     p.wait_ready();
