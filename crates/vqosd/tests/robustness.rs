@@ -369,5 +369,8 @@ fn a_failing_accept_backs_off_instead_of_spinning() {
     );
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
-    assert!(text.contains("WARN vqosd::server: Accept on the tcp failed"), "{text}");
+    assert!(
+        text.contains("WARN vqosd::server: Accept on the tcp failed"),
+        "{text}"
+    );
 }
