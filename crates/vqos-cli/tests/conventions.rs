@@ -147,3 +147,30 @@ fn completions_and_man_pages() {
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
     }
 }
+
+#[test]
+fn every_subcommand_accepts_json() {
+    // Parsing only: each command line is refused for another reason (or prints its help), never
+    // because of --json.
+    for args in [
+        vec!["alloc", "--json", "--help"],
+        vec!["sim", "--json", "--help"],
+        vec!["lab", "run", "--json", "--help"],
+        vec!["lab", "paper", "--json", "--help"],
+        vec!["port", "list", "--json", "--help"],
+        vec!["port", "add", "--json", "--help"],
+        vec!["port", "del", "--json", "--help"],
+        vec!["policy", "get", "--json", "--help"],
+        vec!["policy", "set", "--json", "--help"],
+        vec!["stats", "--json", "--help"],
+    ] {
+        let out = vqos(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = vqos(&["lab", "paper", "no-such-paper", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+}
