@@ -329,7 +329,7 @@ impl Api {
             (["metrics"], "GET") => Ok(Response::text(
                 200,
                 metrics::CONTENT_TYPE,
-                metrics::render(&self.stats()),
+                metrics::render(&self.stats(), self.start_time_s()),
             )),
             (s, _) => Err(match allowed(s) {
                 Some(allow) => {
@@ -576,6 +576,15 @@ impl Api {
         };
         self.commit(&mut v, next);
         Ok(())
+    }
+
+    /// When the daemon started, seconds since the Unix epoch (wall clock now minus the
+    /// monotonic time since the start, so a clock step moves it as it moves the scrape).
+    fn start_time_s(&self) -> f64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        now.saturating_sub(self.started.elapsed()).as_secs_f64()
     }
 
     /// The body of `GET /v1/stats`.

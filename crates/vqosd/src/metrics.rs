@@ -32,6 +32,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Uplink capacity in bit/s (absent when unlimited).",
     ),
     (
+        "vqos_start_time_seconds",
+        "gauge",
+        "When the daemon started, seconds since the Unix epoch.",
+    ),
+    (
         "vqos_mac_entries",
         "gauge",
         "MAC addresses in the switch's learning table.",
@@ -262,8 +267,8 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
     }
 }
 
-/// Renders the exposition of `stats`.
-pub fn render(stats: &StatsView) -> String {
+/// Renders the exposition of `stats`; `start_time_s` is the daemon's start, Unix seconds.
+pub fn render(stats: &StatsView, start_time_s: f64) -> String {
     let mut out = String::new();
     for &(name, kind, help) in FAMILIES {
         // Writing to a String cannot fail.
@@ -291,6 +296,7 @@ pub fn render(stats: &StatsView) -> String {
                 }
             }
             "vqos_mac_entries" => sample("", &stats.mac_entries),
+            "vqos_start_time_seconds" => sample("", &start_time_s),
             "vqos_loop_epoll_wait_fallback" => {
                 for l in &stats.loops {
                     let labels = format!("loop=\"{}\"", esc(&l.name));
@@ -504,7 +510,7 @@ mod tests {
 
     #[test]
     fn every_declared_family_is_emitted_and_parses() {
-        let text = render(&full());
+        let text = render(&full(), 1_700_000_000.5);
         let Exposition { samples, types } = parse(&text).unwrap();
         assert_eq!(types.len(), FAMILIES.len());
         for (name, kind) in &types {
@@ -527,6 +533,11 @@ mod tests {
             .unwrap();
         assert_eq!(drop.labels[0], ("port".to_string(), "vm\"1".to_string()));
         assert_eq!(drop.value, 3.0);
+        let start = samples
+            .iter()
+            .find(|s| s.name == "vqos_start_time_seconds")
+            .unwrap();
+        assert_eq!(start.value, 1_700_000_000.5);
         let credit = samples
             .iter()
             .find(|s| s.name == "vqos_port_credit")
