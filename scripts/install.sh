@@ -28,10 +28,11 @@ case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be absolute" >&2; ex
 dest="${DESTDIR:-}"
 
 if [ "$build" = 1 ]; then
-  # cargo install replaces binaries of an older install (idempotent); --locked: Cargo.lock.
-  cargo install --locked --root "$dest$prefix" --path crates/vqosd
-  cargo install --locked --root "$dest$prefix" --path crates/vqos-cli
-  rm -f "$dest$prefix/.crates.toml" "$dest$prefix/.crates2.json"
+  # --force replaces the binaries of an earlier install (idempotent); --locked: Cargo.lock.
+  cargo install --locked --force --root "$dest$prefix" --path crates/vqosd
+  cargo install --locked --force --root "$dest$prefix" --path crates/vqos-cli
+  # cargo's record of what it installed belongs to the real root, not to a staged tree.
+  if [ -n "$dest" ]; then rm -f "$dest$prefix/.crates.toml" "$dest$prefix/.crates2.json"; fi
 fi
 
 unit_dir="$dest/etc/systemd/system"
