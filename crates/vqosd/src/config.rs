@@ -700,6 +700,15 @@ create = false
     }
 
     #[test]
+    fn the_metrics_listener_is_optional() {
+        assert_eq!(Config::parse("", env).unwrap().metrics_listen, None);
+        let c = Config::parse("[metrics]\nlisten = \"0.0.0.0:9469\"", env).unwrap();
+        assert_eq!(c.metrics_listen, Some("0.0.0.0:9469".parse().unwrap()));
+        assert!(err("[metrics]\nport = 9469").contains("unknown field `port`"));
+        assert!(err("[metrics]\nlisten = \"nowhere\"").contains("line 2"));
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         assert!(err("capcity = \"1Gbit\"").contains("unknown field `capcity`"));
         assert!(err("[api]\nsockett = \"/x\"").contains("unknown field `sockett`"));
