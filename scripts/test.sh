@@ -27,6 +27,9 @@ for f in scenarios/*.toml; do
   echo "ok  $f"
 done
 
+step "systemd unit and install (systemd-analyze verify, staged install)"
+scripts/verify-unit.sh
+
 step "benchmark smoke run (each benchmark once, no timing)"
 cargo bench --workspace --benches -- --test >/dev/null
 echo "ok"

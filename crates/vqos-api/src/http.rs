@@ -18,7 +18,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Debug, Error)]
 pub enum HttpError {
     /// The peer closed or the socket failed (including read timeouts).
-    #[error("Connection failed: {0}")]
+    #[error("Connection failed")]
     Io(#[from] io::Error),
     /// Not HTTP/1.x as we speak it.
     #[error("Malformed HTTP: {0}")]

@@ -23,6 +23,16 @@ pub struct PortStats {
     pub drops: BTreeMap<String, u64>,
     /// Frames marked ECN CE on their way to the port.
     pub ecn_marked: u64,
+    /// Frames chosen for CE marking but not ECN-capable (left unmarked).
+    #[serde(default)]
+    pub ecn_not_ect: u64,
+    /// Reads from the port that failed.
+    #[serde(default)]
+    pub rx_errors: u64,
+    /// Source MACs from the port not learnt because its share of the MAC table was full
+    /// (frames to them are flooded; not a drop).
+    #[serde(default)]
+    pub mac_learn_refused: u64,
     /// Recent rate read from the port (what the VM sends), bit/s.
     pub rate_bps: u64,
     /// Recent rate written to the port (what the VM receives), bit/s.
@@ -48,6 +58,34 @@ pub struct LoopStats {
     pub idle_cycles: u64,
     /// Bursts served.
     pub bursts: u64,
+    /// Unit of the cycle counters: `tsc` (x86_64 time-stamp counter) or `ns`.
+    #[serde(default)]
+    pub cycles_unit: String,
+    /// Loop iterations.
+    #[serde(default)]
+    pub iterations: u64,
+    /// Frames read in the bursts.
+    #[serde(default)]
+    pub burst_frames: u64,
+    /// Engine ticks run.
+    #[serde(default)]
+    pub engine_ticks: u64,
+    /// Times the engine refused every ready vif.
+    #[serde(default)]
+    pub engine_refusals: u64,
+    /// Times the uplink capacity bucket held vif traffic back.
+    #[serde(default)]
+    pub capacity_waits: u64,
+    /// Control commands applied (policy snapshots, port changes, ...).
+    #[serde(default)]
+    pub commands: u64,
+    /// Epoll waits that failed.
+    #[serde(default)]
+    pub epoll_errors: u64,
+    /// The kernel refused `epoll_pwait2`: the loop waits with `epoll_wait` and millisecond
+    /// timeouts (rounded up) instead.
+    #[serde(default)]
+    pub epoll_wait_fallback: bool,
 }
 
 /// Everything the switch reports.
@@ -62,6 +100,9 @@ pub struct SwitchStats {
     pub ports: Vec<PortStats>,
     /// Per poll loop.
     pub loops: Vec<LoopStats>,
+    /// Learnt MAC addresses (0 for a backend without a MAC table, as the mock).
+    #[serde(default)]
+    pub mac_entries: u64,
 }
 
 /// Drop reasons of the data plane; every port reports each of them (zero included), so each

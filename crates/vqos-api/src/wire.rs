@@ -352,6 +352,9 @@ pub struct StatsView {
     pub ports: Vec<PortStatsView>,
     /// Per poll loop.
     pub loops: Vec<LoopStats>,
+    /// Learnt MAC addresses.
+    #[serde(default)]
+    pub mac_entries: u64,
 }
 
 /// How the forwarding loop is doing, in `GET /v1/health`.

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
@@ -14,6 +14,8 @@ use vqos_api::wire::{
 };
 use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::units::{format_rate, parse_rate};
+
+use crate::exit::UsageError;
 
 /// How to reach vqosd (global options).
 #[derive(Args, Debug, Clone, Default)]
@@ -25,13 +27,16 @@ pub struct ConnArgs {
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
     /// File holding the bearer token for --url.
-    #[arg(long, global = true, value_name = "FILE", requires = "url")]
+    #[arg(long, global = true, value_name = "FILE")]
     token_file: Option<PathBuf>,
 }
 
 impl ConnArgs {
     /// The client these options describe.
     fn client(&self) -> Result<Client> {
+        if self.token_file.is_some() && self.url.is_none() {
+            return Err(UsageError("--token-file needs --url".into()).into());
+        }
         if let Some(url) = &self.url {
             let token = match &self.token_file {
                 Some(f) => Some(
@@ -79,13 +84,14 @@ impl PolicyOpts {
         }
         for (key, rate) in [("min", &self.min), ("max", &self.max)] {
             if let Some(r) = rate {
-                parse_rate(r).with_context(|| format!("--{key}"))?;
+                parse_rate(r).map_err(|e| UsageError(format!("--{key}: {e}")))?;
                 m.insert(key.into(), json!(r));
             }
         }
         if let Some(p) = self.priority {
             if p > MAX_PRIORITY {
-                bail!("--priority {p} is out of range 0..={MAX_PRIORITY}");
+                let msg = format!("--priority {p} is out of range 0..={MAX_PRIORITY}");
+                return Err(UsageError(msg).into());
             }
             m.insert("priority".into(), json!(p));
         }
@@ -96,9 +102,6 @@ impl PolicyOpts {
 /// Arguments of `vqos port`.
 #[derive(Args, Debug)]
 pub struct PortArgs {
-    /// How to reach vqosd.
-    #[command(flatten)]
-    pub conn: ConnArgs,
     #[command(subcommand)]
     command: PortCommand,
 }
@@ -137,20 +140,23 @@ enum PortCommand {
         no_port_security: bool,
         #[command(flatten)]
         policy: PolicyOpts,
+        /// Print the daemon's JSON answer (the port as listed).
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a vif port.
     Del {
         /// Interface name.
         name: String,
+        /// Print the daemon's JSON answer.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 /// Arguments of `vqos policy`.
 #[derive(Args, Debug)]
 pub struct PolicyArgs {
-    /// How to reach vqosd.
-    #[command(flatten)]
-    pub conn: ConnArgs,
     #[command(subcommand)]
     command: PolicyCommand,
 }
@@ -174,15 +180,15 @@ enum PolicyCommand {
         vif: String,
         #[command(flatten)]
         policy: PolicyOpts,
+        /// Print the daemon's JSON answer (the new policy).
+        #[arg(long)]
+        json: bool,
     },
 }
 
 /// Arguments of `vqos stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// How to reach vqosd.
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// Refresh the table until interrupted.
     #[arg(long)]
     watch: bool,
@@ -225,6 +231,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             macs,
             no_port_security,
             policy,
+            json,
         } => {
             for m in &macs {
                 m.parse::<MacAddr>()?;
@@ -244,6 +251,10 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 body["mode"] = json!(if client { "client" } else { "server" });
             }
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
+                return Ok(());
+            }
             writeln!(
                 out,
                 "{} port {}: {}",
@@ -256,10 +267,14 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 describe(&p.policy)
             )?;
         }
-        PortCommand::Del { name } => {
+        PortCommand::Del { name, json } => {
             let r: RemovedView =
                 c.call("DELETE", &format!("/v1/ports/{}", segment(&name)?), None)?;
-            writeln!(out, "Removed port {}", r.removed)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                writeln!(out, "Removed port {}", r.removed)?;
+            }
         }
     }
     Ok(())
@@ -280,14 +295,19 @@ fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
                 writeln!(out, "{vif}: {}", describe(&p))?;
             }
         }
-        PolicyCommand::Set { vif, policy } => {
+        PolicyCommand::Set { vif, policy, json } => {
             let patch = policy.patch()?;
             if patch.is_empty() {
-                bail!("Nothing to set: give --weight, --min, --max or --priority");
+                let msg = "Nothing to set: give --weight, --min, --max or --priority";
+                return Err(UsageError(msg.into()).into());
             }
             let path = format!("/v1/policies/{}", segment(&vif)?);
             let p: PolicyView = c.call("PUT", &path, Some(&Value::Object(patch)))?;
-            writeln!(out, "{vif}: {}", describe(&p))?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
+            } else {
+                writeln!(out, "{vif}: {}", describe(&p))?;
+            }
         }
     }
     Ok(())
@@ -297,7 +317,8 @@ fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
 pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
     let c = conn.client()?;
     if !(args.interval > 0.0 && args.interval.is_finite()) {
-        bail!("--interval must be a positive number of seconds");
+        let msg = "--interval must be a positive number of seconds";
+        return Err(UsageError(msg.into()).into());
     }
     let mut stdout = std::io::stdout().lock();
     loop {

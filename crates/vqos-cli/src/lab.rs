@@ -48,6 +48,10 @@ struct PaperArgs {
     /// Multiply every time of the scenarios by F.
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     duration_scale: f64,
+    /// Print `{"experiment", "out_dir", "summary_md"}` instead of the summary (each run's
+    /// results.json is under out_dir).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -68,7 +72,7 @@ struct RunArgs {
     /// Multiply every time of the scenario by F (0.5 = twice as fast).
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     duration_scale: f64,
-    /// Exit with status 2 when an expectation of the scenario fails.
+    /// Exit with status 5 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
 }
@@ -98,7 +102,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         println!("results in {}", outcome.out_dir.display());
     }
     if a.check && !outcome.report.passed() {
-        std::process::exit(2);
+        std::process::exit(crate::exit::CHECK_FAILED);
     }
     Ok(())
 }
@@ -106,11 +110,12 @@ pub fn run(args: LabArgs) -> Result<()> {
 fn paper(p: PaperArgs) -> Result<()> {
     if !PAPERS.iter().any(|(n, _)| *n == p.name) {
         let names: Vec<&str> = PAPERS.iter().map(|x| x.0).collect();
-        anyhow::bail!(
+        let msg = format!(
             "Unknown experiment '{}': expected one of {}",
             p.name,
             names.join(", ")
         );
+        return Err(crate::exit::UsageError(msg).into());
     }
     let baselines = p
         .baseline
@@ -131,7 +136,16 @@ fn paper(p: PaperArgs) -> Result<()> {
     };
     install_interrupt_handler();
     let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
-    print!("{md}");
-    println!("results in {}", out.display());
+    if p.json {
+        let v = serde_json::json!({
+            "experiment": p.name,
+            "out_dir": out.display().to_string(),
+            "summary_md": md,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{md}");
+        println!("results in {}", out.display());
+    }
     Ok(())
 }

@@ -1,20 +1,35 @@
 //! `vqos`: the command line of the vqos virtual switch.
 //!
 //! Offline commands (`alloc`, `sim`) need no daemon and no root; the control commands talk to a
-//! running `vqosd` over its API socket.
+//! running `vqosd` over its API socket. Exit statuses: see [`exit`].
 #![forbid(unsafe_code)]
 
 mod alloc;
 mod ctl;
+mod exit;
 mod lab;
 mod sim;
 
-use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// vqos — network QoS for the VMs and containers of one host.
 #[derive(Parser, Debug)]
-#[command(name = "vqos", version, about, long_about = None)]
+#[command(
+    name = "vqos",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 ok, 1 failure, 2 usage, 3 vqosd unreachable, \
+                  4 request refused by vqosd, 5 a --check expectation failed."
+)]
 struct Cli {
+    /// How to reach vqosd (before or after the subcommand).
+    #[command(flatten)]
+    conn: ctl::ConnArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,20 +48,66 @@ enum Command {
     Stats(ctl::StatsArgs),
     /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
     Lab(lab::LabArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Example: vqos completions bash > /etc/bash_completion.d/vqos")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (vqos.1 and one per subcommand) into DIR, or print vqos.1.
+    Man {
+        /// Directory to write the pages into; without it vqos.1 goes to stdout.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Writes `vqos.1` and `vqos-SUB.1` for every subcommand into `dir`, or `vqos.1` to stdout.
+fn man(dir: Option<PathBuf>) -> Result<()> {
+    let cmd = Cli::command();
+    let Some(dir) = dir else {
+        let mut out = std::io::stdout().lock();
+        clap_mangen::Man::new(cmd).render(&mut out)?;
+        return Ok(out.flush()?);
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("Cannot create {}", dir.display()))?;
+    let mut pages = vec![("vqos".to_string(), clap_mangen::Man::new(cmd.clone()))];
+    for sub in cmd.get_subcommands() {
+        let name = format!("vqos-{}", sub.get_name());
+        pages.push((name.clone(), clap_mangen::Man::new(sub.clone()).title(name)));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        page.render(&mut buf)?;
+        std::fs::write(&path, buf).with_context(|| format!("Cannot write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn main() {
+    // clap's own usage errors exit with 2 (exit::USAGE).
     let cli = Cli::parse();
+    let conn = cli.conn;
     let result = match cli.command {
         Command::Alloc(args) => alloc::run(args),
         Command::Sim(args) => sim::run(args),
-        Command::Port(args) => ctl::port(&args.conn.clone(), args),
-        Command::Policy(args) => ctl::policy(&args.conn.clone(), args),
-        Command::Stats(args) => ctl::stats(&args.conn.clone(), args),
+        Command::Port(args) => ctl::port(&conn, args),
+        Command::Policy(args) => ctl::policy(&conn, args),
+        Command::Stats(args) => ctl::stats(&conn, args),
         Command::Lab(args) => lab::run(args),
+        Command::Completions { shell } => {
+            // Into a buffer first: the generator panics on a failed write (a closed pipe).
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "vqos", &mut buf);
+            std::io::stdout()
+                .write_all(&buf)
+                .context("Cannot write the completions")
+        }
+        Command::Man { dir } => man(dir),
     };
     if let Err(e) = result {
         eprintln!("vqos: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit::status(&e));
     }
 }

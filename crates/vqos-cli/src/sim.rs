@@ -22,7 +22,7 @@ pub struct SimArgs {
     /// Run with this engine instead of the scenario's (rr, ancs, policer, tcm, c2qos, vqos).
     #[arg(long)]
     engine: Option<String>,
-    /// Exit with status 2 when an expectation of the scenario fails.
+    /// Exit with status 5 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
     /// Also write the time series (t_s,vm,rate_bps,control) to this CSV file.
@@ -54,7 +54,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         print!("{}", render_text(&report));
     }
     if args.check && !report.passed() {
-        std::process::exit(2);
+        std::process::exit(crate::exit::CHECK_FAILED);
     }
     Ok(())
 }

@@ -104,7 +104,7 @@ fn sim_json_has_the_documented_keys_and_check_sets_the_status() {
         let vm1 = &p["vifs"]["vm1"];
         assert!(vm1["mean_bps"].is_number() && vm1["expected_bps"].is_number());
     }
-    // A scenario whose expectation fails: --check exits 2.
+    // A scenario whose expectation fails: --check exits 5.
     let dir = std::env::temp_dir().join(format!("vqos-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("strict.toml");
@@ -114,7 +114,7 @@ fn sim_json_has_the_documented_keys_and_check_sets_the_status() {
     std::fs::write(&path, text).unwrap();
     let out = vqos(&["sim", path.to_str().unwrap(), "--check"]);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(5));
     assert!(String::from_utf8_lossy(&out.stdout).contains("[FAIL]"));
 }
 

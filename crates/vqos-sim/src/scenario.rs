@@ -20,8 +20,8 @@ pub enum ScenarioError {
     /// A value is out of range or inconsistent.
     #[error("{0}")]
     Invalid(String),
-    /// A policy (at some phase) is impossible.
-    #[error("At {at_s}s: {source}")]
+    /// A policy (at some phase) is impossible (what is wrong is the source, not repeated here).
+    #[error("At {at_s}s")]
     Policy {
         /// When the policy set became invalid.
         at_s: f64,
@@ -964,10 +964,16 @@ near_reference_pct = 3
                 "settle",
             ),
         ] {
-            let err = Scenario::parse(&FIG5.replace(from, to))
-                .unwrap_err()
-                .to_string();
+            let e = Scenario::parse(&FIG5.replace(from, to)).unwrap_err();
+            // The message with its sources, as the CLI prints it.
+            let mut err = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                err = format!("{err}: {s}");
+                source = s.source();
+            }
             assert!(err.contains(needle), "{from} -> {to}: {err}");
+            assert_eq!(err.matches(needle).count(), 1, "repeated: {err}");
         }
     }
 

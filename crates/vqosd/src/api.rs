@@ -205,7 +205,7 @@ impl Api {
         let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
         let restored = state::restore(&config.state_file, uplink, config.expect_state)?;
         for w in &restored.warnings {
-            eprintln!("vqosd: WARNING: {w}");
+            tracing::warn!("{w}");
         }
         let saved = restored.state;
         let mut set = config.policy_set();
@@ -261,6 +261,7 @@ impl Api {
                     source,
                 });
             }
+            tracing::info!("Port {} up ({})", p.name, port_how(p));
         }
         let view = View {
             set,
@@ -337,7 +338,7 @@ impl Api {
             (["metrics"], "GET") => Ok(Response::text(
                 200,
                 metrics::CONTENT_TYPE,
-                metrics::render(&self.stats()),
+                metrics::render(&self.stats(), self.start_time_s()),
             )),
             (s, _) => Err(match allowed(s) {
                 Some(allow) => {
@@ -455,6 +456,7 @@ impl Api {
             return Err(save_fail(e));
         }
         self.commit(&mut v, next);
+        tracing::info!("Port {} up ({})", port.name, port_how(&port));
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -489,6 +491,7 @@ impl Api {
             });
         }
         self.commit(&mut v, next);
+        tracing::info!("Port {name} down (removed)");
         Ok(Response::json(
             200,
             &RemovedView {
@@ -579,6 +582,15 @@ impl Api {
         Ok(())
     }
 
+    /// When the daemon started, seconds since the Unix epoch (wall clock now minus the
+    /// monotonic time since the start, so a clock step moves it as it moves the scrape).
+    fn start_time_s(&self) -> f64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        now.saturating_sub(self.started.elapsed()).as_secs_f64()
+    }
+
     /// The body of `GET /v1/stats`.
     pub fn stats(&self) -> StatsView {
         let view = self.snapshot();
@@ -619,7 +631,17 @@ impl Api {
             capacity_bps: set.capacity_bps,
             ports,
             loops: raw.loops,
+            mac_entries: raw.mac_entries,
         }
+    }
+}
+
+/// How a port was brought up, for the log.
+fn port_how(p: &PortConfig) -> &'static str {
+    if p.create {
+        "TAP created"
+    } else {
+        "attached to an existing TAP"
     }
 }
 

@@ -357,8 +357,10 @@ impl Backend for MockBackend {
             ports,
             loops: vec![LoopStats {
                 name: "mock0".to_string(),
+                cycles_unit: "ns".to_string(),
                 ..Default::default()
             }],
+            mac_entries: 0,
         }
     }
 

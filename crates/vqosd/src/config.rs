@@ -19,6 +19,9 @@
 //! tcp = "127.0.0.1:7451"      # optional, loopback only, needs a token
 //! token_file = "/etc/vqos/token"   # or token_env = "VQOS_TOKEN"
 //!
+//! [metrics]                  # optional: GET /metrics only, no token, on its own address
+//! listen = "127.0.0.1:9469"
+//!
 //! [uplink]
 //! name = "vqos-up"
 //! create = true
@@ -97,10 +100,10 @@ pub enum ConfigError {
     #[error("Invalid config: {0}")]
     Engine(String),
     /// A port entry or MAC that is not valid.
-    #[error("Invalid config: {0}")]
+    #[error("Invalid config")]
     Wire(#[from] WireError),
     /// The ports' policies do not form a valid set.
-    #[error("Invalid config: {0}")]
+    #[error("Invalid config")]
     Policy(#[from] PolicyError),
     /// The TCP listener would be reachable from outside the host.
     #[error("Invalid config: api.tcp {0} is not a loopback address (use 127.0.0.1 or [::1])")]
@@ -147,6 +150,8 @@ struct RawConfig {
     max_ports: Option<usize>,
     #[serde(default)]
     api: RawApi,
+    #[serde(default)]
+    metrics: RawMetrics,
     uplink: Option<RawUplink>,
     #[serde(default)]
     port: Vec<PortRequest>,
@@ -320,6 +325,12 @@ struct RawApi {
     token_env: Option<String>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<SocketAddr>,
+}
+
 fn default_true() -> bool {
     true
 }
@@ -366,6 +377,8 @@ pub struct Config {
     pub socket_path: PathBuf,
     /// Optional TCP listener.
     pub tcp: Option<TcpConfig>,
+    /// Optional read-only listener for `GET /metrics` (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
     /// Path of the state file.
     pub state_file: PathBuf,
     /// The state file must exist at start (ports were made through the API before): a missing
@@ -397,7 +410,7 @@ impl Config {
     /// Parses and validates config text; `env` looks up the variable named by `api.token_env`.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Syntax(toml_message(&e)))?;
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(toml_message(&e, text)))?;
         let engine = match raw.engine {
             Some(name) => name.parse::<EngineKind>().map_err(ConfigError::Engine)?,
             None => EngineKind::Vqos,
@@ -509,6 +522,7 @@ impl Config {
             remove_taps_on_exit: raw.remove_taps_on_exit.unwrap_or(false),
             socket_path: raw.api.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             tcp,
+            metrics_listen: raw.metrics.listen,
             state_file: raw.state_file.unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
             expect_state: raw.expect_state.unwrap_or(false),
             max_ports,
@@ -531,11 +545,17 @@ impl Config {
     }
 }
 
-/// The toml error on one line (its multi-line rendering quotes the source).
-fn toml_message(e: &toml::de::Error) -> String {
+/// The toml error on one line (its multi-line rendering quotes the source), with the line and
+/// column of `text` it points at.
+fn toml_message(e: &toml::de::Error, text: &str) -> String {
     let msg = e.message().trim().to_string();
     match e.span() {
-        Some(span) => format!("{msg} (at byte {})", span.start),
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
+            format!("{msg} (line {line}, column {column})")
+        }
         None => msg,
     }
 }
@@ -623,7 +643,7 @@ create = false
     }
 
     fn err(text: &str) -> String {
-        Config::parse(text, env).unwrap_err().to_string()
+        vqos_api::chain(&Config::parse(text, env).unwrap_err())
     }
 
     #[test]
@@ -687,12 +707,40 @@ create = false
     }
 
     #[test]
+    fn the_metrics_listener_is_optional() {
+        assert_eq!(Config::parse("", env).unwrap().metrics_listen, None);
+        let c = Config::parse("[metrics]\nlisten = \"0.0.0.0:9469\"", env).unwrap();
+        assert_eq!(c.metrics_listen, Some("0.0.0.0:9469".parse().unwrap()));
+        assert!(err("[metrics]\nport = 9469").contains("unknown field `port`"));
+        assert!(err("[metrics]\nlisten = \"nowhere\"").contains("line 2"));
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         assert!(err("capcity = \"1Gbit\"").contains("unknown field `capcity`"));
         assert!(err("[api]\nsockett = \"/x\"").contains("unknown field `sockett`"));
         assert!(err("[[port]]\nname = \"a\"\nweight = 2").contains("unknown field `weight`"));
         assert!(err("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }")
             .contains("unknown field `wieght`"));
+        // The line of the key is named.
+        for (text, line) in [
+            ("capacity = \"1Gbit\"\n\ncapcity = 1", 3),
+            ("[api]\nsocket = \"/x\"\nsockett = \"/x\"", 3),
+            (
+                "[[port]]\nname = \"a\"\n[[port]]\nname = \"b\"\nweight = 2",
+                5,
+            ),
+            ("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }", 3),
+        ] {
+            let e = err(text);
+            assert!(
+                e.contains(&format!("(line {line}, column ")),
+                "{text:?}: {e}"
+            );
+        }
+        // A policy error is told once, not repeated by its wrapper.
+        let e = err("capacity = \"1Gbit\"\n[[port]]\nname = \"a\"\npolicy = { min = \"2Gbit\" }");
+        assert_eq!(e.matches("exceeds capacity").count(), 1, "{e}");
     }
 
     #[test]

@@ -308,8 +308,8 @@ fn run(mut ctl: Controllers, api: &Api, stop: &mpsc::Receiver<()>) {
                 Ok(changes) => {
                     last_error = None;
                     for c in changes {
-                        eprintln!(
-                            "vqosd: fairness: t={:.3} s {} limit {}",
+                        tracing::info!(
+                            "Fairness: t={:.3} s {} limit {}",
                             now as f64 / 1e9,
                             c.vif,
                             format_rate(c.max_bps)
@@ -320,7 +320,7 @@ fn run(mut ctl: Controllers, api: &Api, stop: &mpsc::Receiver<()>) {
                     // Once per distinct error, not once per step.
                     let msg = e.to_string();
                     if last_error.as_deref() != Some(msg.as_str()) {
-                        eprintln!("vqosd: controllers: {msg}");
+                        tracing::warn!("Controllers: {msg}");
                         last_error = Some(msg);
                     }
                 }

@@ -48,11 +48,15 @@ Then: vqos port list; vqos policy set vm1 --max 300Mbit; vqos stats --watch"
 )]
 struct Args {
     /// The config file (TOML).
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE", default_value = DEFAULT_CONFIG)]
     config: PathBuf,
     /// Check the config and exit without starting anything.
     #[arg(long)]
     check: bool,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+    /// `info,vqosd::audit=warn`; overrides RUST_LOG (default info). Logs go to stderr.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
     /// Which switch to drive.
     #[arg(long, value_enum, default_value_t = BackendKind::Switch)]
     backend: BackendKind,
@@ -60,6 +64,9 @@ struct Args {
     #[arg(long, hide = true, value_name = "MS")]
     mock_loop_dies_after_ms: Option<u64>,
 }
+
+/// The config read when `--config` is not given.
+const DEFAULT_CONFIG: &str = "/etc/vqos/vqosd.toml";
 
 /// Exit status when the forwarding loop died (1 is a startup or runtime error).
 const EXIT_LOOP_DEAD: i32 = 2;
@@ -101,6 +108,7 @@ fn build_backend(args: &Args, config: &Config) -> Result<Arc<dyn Backend>> {
 
 /// Runs the daemon; `Ok(Some(reason))` when it stopped because the forwarding loop died.
 fn run(args: Args) -> Result<Option<String>> {
+    vqosd::logging::init(args.log_level.as_deref()).map_err(anyhow::Error::msg)?;
     let config = Config::load(&args.config)?;
     if args.check {
         println!(
@@ -145,6 +153,9 @@ fn run(args: Args) -> Result<Option<String>> {
     if let Some(addr) = server.tcp_addr() {
         listening.push_str(&format!(" tcp:{addr}"));
     }
+    if let Some(addr) = server.metrics_addr() {
+        listening.push_str(&format!(" metrics:{addr}"));
+    }
     let mut names = Vec::new();
     if config.controllers.fairness.is_some() {
         names.push("fairness");
@@ -163,6 +174,10 @@ fn run(args: Args) -> Result<Option<String>> {
             names.join(", ")
         }
     );
+    // Ports are up and the API answers: tell systemd (Type=notify), if it started us.
+    if let Err(e) = vqosd::notify::notify("READY=1") {
+        tracing::warn!("{:#}", anyhow::Error::from(e));
+    }
     // Signals and the watchdog both end the wait below.
     let (tx, rx) = mpsc::channel();
     let signal_tx = tx.clone();
@@ -187,15 +202,16 @@ fn run(args: Args) -> Result<Option<String>> {
     watchdog.stop();
     let outcome = match stop {
         Stop::Signal(sig) => {
-            eprintln!("vqosd: signal {sig}, stopping");
+            tracing::info!("Signal {sig}, stopping");
             Ok(None)
         }
         Stop::LoopDead(why) => {
-            eprintln!("vqosd: {why}; exiting so that the supervisor restarts the switch");
+            tracing::error!("{why}; exiting so that the supervisor restarts the switch");
             Ok(Some(why))
         }
         Stop::Failed(e) => Err(e.into()),
     };
+    let _ = vqosd::notify::notify("STOPPING=1");
     if let Some(c) = controllers.as_mut() {
         c.stop();
     }

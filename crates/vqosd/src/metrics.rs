@@ -1,16 +1,25 @@
 //! Prometheus text exposition (format 0.0.4) of the switch's stats.
 //!
 //! Every family in [`FAMILIES`] gets its `# HELP` and `# TYPE` lines, then one sample per port,
-//! loop or drop reason. Counters end in `_total`; rates are gauges in bit/s.
+//! loop or drop reason. Counters end in `_total` and count in base units (frames, bytes,
+//! cycles); rates are left to Prometheus (`rate()`), so no sample is a short-window rate that a
+//! scrape would alias. Gauges are levels: configuration (policies, capacity, bit/s like the
+//! API), engine state, controller outputs.
+//!
+//! The renderer is written by hand rather than with `prometheus-client`: the stats arrive as a
+//! fresh snapshot per scrape, which the crate's model (long-lived metric objects updated in
+//! place, or a collector re-encoding them) would only copy into its registry and back out;
+//! [`parse`] checks the output strictly in the tests instead.
 
 use std::fmt::Write;
 
-use crate::wire::StatsView;
+use crate::backend::{LoopStats, PortStats};
+use crate::wire::{PortStatsView, StatsView};
 
 /// Content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Every metric family: name, type, help.
+/// Every metric family: name, type, help. docs/api.md lists the same names (a test checks).
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vqos_info",
@@ -21,6 +30,21 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vqos_capacity_bps",
         "gauge",
         "Uplink capacity in bit/s (absent when unlimited).",
+    ),
+    (
+        "vqos_start_time_seconds",
+        "gauge",
+        "When the daemon started, seconds since the Unix epoch.",
+    ),
+    (
+        "vqos_mac_entries",
+        "gauge",
+        "MAC addresses in the switch's learning table.",
+    ),
+    (
+        "vqos_port_info",
+        "gauge",
+        "The port and its role, vif or uplink (always 1).",
     ),
     (
         "vqos_port_rx_frames_total",
@@ -48,9 +72,24 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Frames dropped, by reason.",
     ),
     (
-        "vqos_port_rate_bps",
-        "gauge",
-        "Recent rate from the port towards the uplink, bit/s.",
+        "vqos_port_ecn_marked_total",
+        "counter",
+        "Frames marked ECN CE on their way to the port.",
+    ),
+    (
+        "vqos_port_ecn_not_ect_total",
+        "counter",
+        "Frames chosen for CE marking but not ECN-capable, left unmarked.",
+    ),
+    (
+        "vqos_port_rx_errors_total",
+        "counter",
+        "Reads from the port that failed.",
+    ),
+    (
+        "vqos_port_mac_learn_refused_total",
+        "counter",
+        "Source MACs of the port not learnt because its share of the MAC table was full.",
     ),
     (
         "vqos_port_credit",
@@ -96,13 +135,82 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vqos_loop_idle_cycles_total",
         "counter",
-        "Cycles the poll loop spent polling without work.",
+        "Cycles the poll loop spent polling or waiting without work.",
+    ),
+    (
+        "vqos_loop_iterations_total",
+        "counter",
+        "Iterations of the poll loop.",
     ),
     (
         "vqos_loop_bursts_total",
         "counter",
-        "Bursts the poll loop served.",
+        "Bursts the poll loop read.",
     ),
+    (
+        "vqos_loop_burst_frames_total",
+        "counter",
+        "Frames read in those bursts.",
+    ),
+    (
+        "vqos_loop_engine_ticks_total",
+        "counter",
+        "Engine ticks run.",
+    ),
+    (
+        "vqos_loop_engine_refusals_total",
+        "counter",
+        "Times the engine refused every ready vif.",
+    ),
+    (
+        "vqos_loop_capacity_waits_total",
+        "counter",
+        "Times the uplink capacity bucket held vif traffic back.",
+    ),
+    (
+        "vqos_loop_commands_total",
+        "counter",
+        "Control commands the loop applied.",
+    ),
+    (
+        "vqos_loop_epoll_errors_total",
+        "counter",
+        "Epoll waits that failed.",
+    ),
+    (
+        "vqos_loop_epoll_wait_fallback",
+        "gauge",
+        "1 when the kernel refused epoll_pwait2 and the loop waits in whole milliseconds.",
+    ),
+];
+
+/// Reads one counter out of a port's or a loop's stats.
+type Counter<T> = fn(&T) -> u64;
+
+/// The per-port counters: family and value.
+const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
+    ("vqos_port_rx_frames_total", |s| s.rx_frames),
+    ("vqos_port_rx_bytes_total", |s| s.rx_bytes),
+    ("vqos_port_tx_frames_total", |s| s.tx_frames),
+    ("vqos_port_tx_bytes_total", |s| s.tx_bytes),
+    ("vqos_port_ecn_marked_total", |s| s.ecn_marked),
+    ("vqos_port_ecn_not_ect_total", |s| s.ecn_not_ect),
+    ("vqos_port_rx_errors_total", |s| s.rx_errors),
+    ("vqos_port_mac_learn_refused_total", |s| s.mac_learn_refused),
+];
+
+/// The per-loop counters (the cycle counters also carry their unit).
+const LOOP_COUNTERS: &[(&str, Counter<LoopStats>)] = &[
+    ("vqos_loop_busy_cycles_total", |l| l.busy_cycles),
+    ("vqos_loop_idle_cycles_total", |l| l.idle_cycles),
+    ("vqos_loop_iterations_total", |l| l.iterations),
+    ("vqos_loop_bursts_total", |l| l.bursts),
+    ("vqos_loop_burst_frames_total", |l| l.burst_frames),
+    ("vqos_loop_engine_ticks_total", |l| l.engine_ticks),
+    ("vqos_loop_engine_refusals_total", |l| l.engine_refusals),
+    ("vqos_loop_capacity_waits_total", |l| l.capacity_waits),
+    ("vqos_loop_commands_total", |l| l.commands),
+    ("vqos_loop_epoll_errors_total", |l| l.epoll_errors),
 ];
 
 /// Escapes a label value (backslash, double quote, newline).
@@ -119,8 +227,48 @@ fn esc(v: &str) -> String {
     out
 }
 
-/// Renders the exposition of `stats`.
-pub fn render(stats: &StatsView) -> String {
+/// The samples of the per-port family `name` for port `p` (labels after `port`, value).
+fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
+    let s = &p.stats;
+    if let Some((_, get)) = PORT_COUNTERS.iter().find(|(n, _)| *n == name) {
+        return vec![(String::new(), get(s).to_string())];
+    }
+    let one = |v: String| vec![(String::new(), v)];
+    let pol = p.policy.as_ref();
+    match name {
+        "vqos_port_info" => vec![(format!(",role=\"{}\"", esc(&p.role)), "1".into())],
+        "vqos_port_drops_total" => s
+            .drops
+            .iter()
+            .map(|(reason, n)| (format!(",reason=\"{}\"", esc(reason)), n.to_string()))
+            .collect(),
+        "vqos_port_credit" => one(s.credit.to_string()),
+        "vqos_port_throttled" => one(u8::from(s.throttled).to_string()),
+        "vqos_controller_limit_bps" => p
+            .controller_limit_bps
+            .map(|l| l.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_ecn_probability" => p
+            .ecn_probability
+            .map(|e| e.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_policy_weight" => pol.map(|x| x.weight.to_string()).map_or_else(Vec::new, one),
+        "vqos_policy_min_bps" => pol
+            .map(|x| x.min_bps.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_policy_max_bps" => pol
+            .and_then(|x| x.max_bps)
+            .map(|m| m.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_policy_priority" => pol
+            .map(|x| x.priority.to_string())
+            .map_or_else(Vec::new, one),
+        _ => Vec::new(),
+    }
+}
+
+/// Renders the exposition of `stats`; `start_time_s` is the daemon's start, Unix seconds.
+pub fn render(stats: &StatsView, start_time_s: f64) -> String {
     let mut out = String::new();
     for &(name, kind, help) in FAMILIES {
         // Writing to a String cannot fail.
@@ -147,63 +295,31 @@ pub fn render(stats: &StatsView) -> String {
                     sample("", &c);
                 }
             }
-            "vqos_loop_busy_cycles_total"
-            | "vqos_loop_idle_cycles_total"
-            | "vqos_loop_bursts_total" => {
+            "vqos_mac_entries" => sample("", &stats.mac_entries),
+            "vqos_start_time_seconds" => sample("", &start_time_s),
+            "vqos_loop_epoll_wait_fallback" => {
                 for l in &stats.loops {
-                    let v = match name {
-                        "vqos_loop_busy_cycles_total" => l.busy_cycles,
-                        "vqos_loop_idle_cycles_total" => l.idle_cycles,
-                        _ => l.bursts,
-                    };
-                    sample(&format!("loop=\"{}\"", esc(&l.name)), &v);
+                    let labels = format!("loop=\"{}\"", esc(&l.name));
+                    sample(&labels, &u8::from(l.epoll_wait_fallback));
+                }
+            }
+            _ if name.starts_with("vqos_loop_") => {
+                let Some((_, get)) = LOOP_COUNTERS.iter().find(|(n, _)| *n == name) else {
+                    continue;
+                };
+                for l in &stats.loops {
+                    let mut labels = format!("loop=\"{}\"", esc(&l.name));
+                    if name.ends_with("_cycles_total") {
+                        let _ = write!(labels, ",unit=\"{}\"", esc(&l.cycles_unit));
+                    }
+                    sample(&labels, &get(l));
                 }
             }
             _ => {
                 for p in &stats.ports {
                     let port = format!("port=\"{}\"", esc(&p.stats.name));
-                    let s = &p.stats;
-                    match name {
-                        "vqos_port_rx_frames_total" => sample(&port, &s.rx_frames),
-                        "vqos_port_rx_bytes_total" => sample(&port, &s.rx_bytes),
-                        "vqos_port_tx_frames_total" => sample(&port, &s.tx_frames),
-                        "vqos_port_tx_bytes_total" => sample(&port, &s.tx_bytes),
-                        "vqos_port_drops_total" => {
-                            for (reason, n) in &s.drops {
-                                sample(&format!("{port},reason=\"{}\"", esc(reason)), n);
-                            }
-                        }
-                        "vqos_port_ecn_marked_total" => sample(&port, &s.ecn_marked),
-                        "vqos_port_rate_bps" => {
-                            sample(&format!("{port},direction=\"rx\""), &s.rate_bps);
-                            sample(&format!("{port},direction=\"tx\""), &s.tx_rate_bps);
-                        }
-                        "vqos_port_credit" => sample(&port, &s.credit),
-                        "vqos_port_throttled" => sample(&port, &u8::from(s.throttled)),
-                        "vqos_controller_limit_bps" => {
-                            if let Some(l) = p.controller_limit_bps {
-                                sample(&port, &l);
-                            }
-                        }
-                        "vqos_ecn_probability" => {
-                            if let Some(e) = p.ecn_probability {
-                                sample(&port, &e);
-                            }
-                        }
-                        _ => {
-                            let Some(pol) = &p.policy else { continue };
-                            match name {
-                                "vqos_policy_weight" => sample(&port, &pol.weight),
-                                "vqos_policy_min_bps" => sample(&port, &pol.min_bps),
-                                "vqos_policy_max_bps" => {
-                                    if let Some(m) = pol.max_bps {
-                                        sample(&port, &m);
-                                    }
-                                }
-                                "vqos_policy_priority" => sample(&port, &pol.priority),
-                                _ => {}
-                            }
-                        }
+                    for (more, value) in port_samples(name, p) {
+                        sample(&format!("{port}{more}"), &value);
                     }
                 }
             }
@@ -385,13 +501,16 @@ mod tests {
                 busy_cycles: 7,
                 idle_cycles: 9,
                 bursts: 2,
+                cycles_unit: "tsc".into(),
+                ..Default::default()
             }],
+            mac_entries: 4,
         }
     }
 
     #[test]
     fn every_declared_family_is_emitted_and_parses() {
-        let text = render(&full());
+        let text = render(&full(), 1_700_000_000.5);
         let Exposition { samples, types } = parse(&text).unwrap();
         assert_eq!(types.len(), FAMILIES.len());
         for (name, kind) in &types {
@@ -414,6 +533,11 @@ mod tests {
             .unwrap();
         assert_eq!(drop.labels[0], ("port".to_string(), "vm\"1".to_string()));
         assert_eq!(drop.value, 3.0);
+        let start = samples
+            .iter()
+            .find(|s| s.name == "vqos_start_time_seconds")
+            .unwrap();
+        assert_eq!(start.value, 1_700_000_000.5);
         let credit = samples
             .iter()
             .find(|s| s.name == "vqos_port_credit")

@@ -1,4 +1,5 @@
-//! The listeners: the root-only unix socket and the optional token-protected loopback TCP port.
+//! The listeners: the root-only unix socket, the optional token-protected loopback TCP port, and
+//! the optional read-only metrics port (`GET /metrics` only, no token).
 //!
 //! The unix socket has an accept thread; each of its connections gets its own thread that reads
 //! one request, answers it, and closes, at most [`MAX_CONNECTIONS`] at once (503 beyond). The
@@ -20,8 +21,7 @@
 //! `SO_PEERCRED`: only root and the daemon's own user are served.
 
 use std::fs;
-use std::io::{self, Read, Write};
-use std::net::Shutdown;
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -38,6 +38,9 @@ use crate::api::Api;
 use crate::config::{Config, TcpConfig};
 use crate::gate::{self, Admit, Gate, HEAD_TIMEOUT, MAX_PENDING_HEADS};
 use crate::http::{read_request_head, HttpError, RequestHead, Response, MAX_BODY_BYTES};
+
+mod conn;
+use conn::{Conn, Timed};
 
 /// Most connections served at once on the unix socket.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -89,6 +92,8 @@ pub struct ServerConfig {
     pub socket_path: PathBuf,
     /// Optional TCP listener with its token.
     pub tcp: Option<TcpConfig>,
+    /// Optional read-only metrics listener.
+    pub metrics: Option<SocketAddr>,
     /// Time allowed to receive a whole request, and again to send the whole answer.
     pub io_timeout: Duration,
     /// Largest request body.
@@ -109,6 +114,7 @@ impl ServerConfig {
         ServerConfig {
             socket_path: c.socket_path.clone(),
             tcp: c.tcp.clone(),
+            metrics: c.metrics_listen,
             io_timeout: Duration::from_secs(5),
             max_body_bytes: MAX_BODY_BYTES,
             max_unix_connections: MAX_CONNECTIONS,
@@ -133,8 +139,9 @@ struct Shared {
     api: Arc<Api>,
     /// Set once shutdown begins: accept loops exit, new requests get a 503.
     stopping: AtomicBool,
-    /// Open connections of the unix socket and of the TCP port, each bounded by its own limit.
-    connections: [Slots; 2],
+    /// Open connections of the unix socket, the TCP port and the metrics port, each bounded by
+    /// its own limit.
+    connections: [Slots; 3],
     /// Failed accept calls (both listeners).
     accept_errors: AtomicU64,
     /// Requests being processed.
@@ -158,6 +165,7 @@ struct Slots {
 enum Listener {
     Unix = 0,
     Tcp = 1,
+    Metrics = 2,
 }
 
 /// Running listeners; dropping it shuts them down.
@@ -167,6 +175,8 @@ pub struct Server {
     socket: Option<(PathBuf, (u64, u64))>,
     /// The TCP address actually bound.
     tcp_addr: Option<SocketAddr>,
+    /// The metrics address actually bound.
+    metrics_addr: Option<SocketAddr>,
     /// Raw fds of the listeners, to wake their accept calls.
     listener_fds: Vec<i32>,
     /// Accept threads.
@@ -188,6 +198,10 @@ impl Server {
                     open: AtomicUsize::new(0),
                     max: config.max_tcp_connections,
                 },
+                Slots {
+                    open: AtomicUsize::new(0),
+                    max: config.max_tcp_connections,
+                },
             ],
             accept_errors: AtomicU64::new(0),
             in_flight: InFlight::default(),
@@ -204,6 +218,12 @@ impl Server {
             )),
             None => None,
         };
+        let metrics = match config.metrics {
+            Some(addr) => {
+                Some(TcpListener::bind(addr).map_err(|source| ServerError::Tcp { addr, source })?)
+            }
+            None => None,
+        };
         let unix = bind_private(&config.socket_path)?;
         let meta = fs::metadata(&config.socket_path).map_err(|source| ServerError::Unix {
             path: config.socket_path.clone(),
@@ -213,6 +233,7 @@ impl Server {
             shared,
             socket: Some((config.socket_path.clone(), (meta.dev(), meta.ino()))),
             tcp_addr: None,
+            metrics_addr: None,
             listener_fds: Vec::new(),
             threads: Vec::new(),
         };
@@ -226,30 +247,49 @@ impl Server {
                 |s| dispatch(&shared, s),
             )
         }));
+        let gate = Gate {
+            head_timeout: config.head_timeout.min(config.io_timeout),
+            max_pending: config.max_pending_heads,
+        };
         if let Some((listener, token)) = tcp {
             server.tcp_addr = listener.local_addr().ok();
-            server.listener_fds.push(listener.as_raw_fd());
-            let shared = server.shared.clone();
-            let gate = Gate {
-                head_timeout: config.head_timeout.min(config.io_timeout),
-                max_pending: config.max_pending_heads,
-            };
-            server.threads.push(std::thread::spawn(move || {
-                let mut last_log = None;
-                let result = gate::run(
-                    &listener,
-                    gate,
-                    &shared.stopping,
-                    ACCEPT_BACKOFF,
-                    |e| note_accept_error(&shared, "tcp", e, &mut last_log),
-                    |stream, head| admit_tcp(&shared, stream, head, &token),
-                );
-                if let Err(e) = result {
-                    eprintln!("vqosd: the tcp listener stopped: {e}");
-                }
-            }));
+            server.gated(listener, gate, "tcp", move |shared, stream, head| {
+                admit_tcp(shared, stream, head, Some(&token))
+            });
+        }
+        if let Some(listener) = metrics {
+            server.metrics_addr = listener.local_addr().ok();
+            server.gated(listener, gate, "metrics", |shared, stream, head| {
+                admit_tcp(shared, stream, head, None)
+            });
         }
         Ok(server)
+    }
+
+    /// Serves a TCP listener through the gate; `admit` decides on each complete head.
+    fn gated(
+        &mut self,
+        listener: TcpListener,
+        gate: Gate,
+        what: &'static str,
+        admit: impl Fn(&Arc<Shared>, TcpStream, RequestHead) -> Admit + Send + 'static,
+    ) {
+        self.listener_fds.push(listener.as_raw_fd());
+        let shared = self.shared.clone();
+        self.threads.push(std::thread::spawn(move || {
+            let mut last_log = None;
+            let result = gate::run(
+                &listener,
+                gate,
+                &shared.stopping,
+                ACCEPT_BACKOFF,
+                |e| note_accept_error(&shared, what, e, &mut last_log),
+                |stream, head| admit(&shared, stream, head),
+            );
+            if let Err(e) = result {
+                tracing::error!("The {what} listener stopped: {e}");
+            }
+        }));
     }
 
     /// How many accept calls failed so far (both listeners); each failure pauses its listener
@@ -266,6 +306,11 @@ impl Server {
     /// The TCP address bound (with the real port when the config asked for port 0).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
+    }
+
+    /// The metrics address bound (with the real port when the config asked for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Stops accepting, waits for the requests being processed, and removes the socket.
@@ -361,27 +406,6 @@ fn bind_private(path: &Path) -> Result<UnixListener, ServerError> {
     result.map_err(err)
 }
 
-/// The uid of the process at the other end of a unix stream.
-fn peer_uid(stream: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is a valid socket; cred and len point to writable memory of the sizes given.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(cred.uid)
-}
-
 /// Compares two secrets in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
@@ -428,30 +452,49 @@ fn accept_loop<C>(
 fn note_accept_error(shared: &Shared, what: &str, e: &io::Error, last_log: &mut Option<Instant>) {
     let n = shared.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
     if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-        eprintln!(
-            "vqosd: accept on the {what} failed: {e} ({n} failures so far); \
-             retrying every {} ms",
+        tracing::warn!(
+            "Accept on the {what} failed: {e} ({n} failures so far); retrying every {} ms",
             ACCEPT_BACKOFF.as_millis()
         );
         *last_log = Some(Instant::now());
     }
 }
 
-/// Runs in the TCP gate's thread, so it never blocks: a TCP client whose head arrived is
+/// Runs in a TCP gate's thread, so it never blocks: a TCP client whose head arrived is
 /// refused (wrong token, no free slot) or given a slot and a thread that reads its body and
-/// answers.
-fn admit_tcp(shared: &Arc<Shared>, stream: TcpStream, head: RequestHead, token: &str) -> Admit {
-    if !bearer_ok(head.header("authorization"), token) {
-        let resp = Response::error(401, "Missing or wrong bearer token")
-            .with_header("WWW-Authenticate", "Bearer");
-        return Admit::Refuse(stream, resp);
-    }
-    let slots = &shared.connections[Listener::Tcp as usize];
+/// answers. `token: None` is the read-only metrics port: only `GET /metrics`, no token.
+fn admit_tcp(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    head: RequestHead,
+    token: Option<&str>,
+) -> Admit {
+    let listener = match token {
+        Some(token) => {
+            if !bearer_ok(head.header("authorization"), token) {
+                let resp = Response::error(401, "Missing or wrong bearer token")
+                    .with_header("WWW-Authenticate", "Bearer");
+                return Admit::Refuse(stream, resp);
+            }
+            Listener::Tcp
+        }
+        None => {
+            if head.path != "/metrics" {
+                return Admit::Refuse(stream, Response::error(404, "Only /metrics is served here"));
+            }
+            if head.method != "GET" {
+                let resp = Response::error(405, "Only GET is allowed").with_header("Allow", "GET");
+                return Admit::Refuse(stream, resp);
+            }
+            Listener::Metrics
+        }
+    };
+    let slots = &shared.connections[listener as usize];
     if slots.open.fetch_add(1, Ordering::SeqCst) >= slots.max {
         slots.open.fetch_sub(1, Ordering::SeqCst);
         return Admit::Refuse(stream, Response::error(503, "Too many connections"));
     }
-    let guard = ConnGuard(shared.clone(), Listener::Tcp);
+    let guard = ConnGuard(shared.clone(), listener);
     let spawned = std::thread::Builder::new()
         .name("vqosd-conn".into())
         .spawn(move || {
@@ -468,113 +511,6 @@ fn admit_tcp(shared: &Arc<Shared>, stream: TcpStream, head: RequestHead, token: 
     // client sees the connection close.
     drop(spawned);
     Admit::Taken
-}
-
-/// A connected stream of either listener.
-trait Conn: Read + Write + Send + 'static {
-    /// Sets the timeout of the next reads (`None`: none).
-    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()>;
-    /// Sets the timeout of the next writes (`None`: none).
-    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()>;
-    /// Makes the stream (non-)blocking.
-    fn nonblocking(&self, on: bool) -> io::Result<()>;
-    /// Half-closes: no more writes, reads still possible.
-    fn shutdown_write(&self) -> io::Result<()>;
-    /// A 403 to send when the peer's credentials are not acceptable.
-    fn peer_refused(&self) -> Option<Response>;
-}
-
-impl Conn for UnixStream {
-    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)
-    }
-
-    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(t)
-    }
-
-    fn nonblocking(&self, on: bool) -> io::Result<()> {
-        self.set_nonblocking(on)
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-
-    fn peer_refused(&self) -> Option<Response> {
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        match peer_uid(self) {
-            Some(uid) if uid == 0 || uid == me => None,
-            _ => Some(Response::error(403, "Only root may use the vqosd socket")),
-        }
-    }
-}
-
-impl Conn for TcpStream {
-    fn read_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)
-    }
-
-    fn write_timeout_to(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(t)
-    }
-
-    fn nonblocking(&self, on: bool) -> io::Result<()> {
-        self.set_nonblocking(on)
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-
-    fn peer_refused(&self) -> Option<Response> {
-        None
-    }
-}
-
-/// A connection read and written against deadlines: before each call the socket's timeout is
-/// set to the time left, so the deadline bounds the whole exchange, however the peer paces it.
-struct Timed<'a, C: Conn> {
-    conn: &'a mut C,
-    until: Instant,
-}
-
-impl<'a, C: Conn> Timed<'a, C> {
-    fn new(conn: &'a mut C, within: Duration) -> Self {
-        Timed {
-            conn,
-            until: Instant::now() + within,
-        }
-    }
-
-    fn left(&self) -> io::Result<Duration> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
-        }
-        Ok(left)
-    }
-}
-
-impl<C: Conn> Read for Timed<'_, C> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.left()?;
-        self.conn.read_timeout_to(Some(left))?;
-        self.conn.read(buf)
-    }
-}
-
-impl<C: Conn> Write for Timed<'_, C> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let left = self.left()?;
-        self.conn.write_timeout_to(Some(left))?;
-        self.conn.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.conn.flush()
-    }
 }
 
 /// Frees a connection slot when a connection thread ends, even by panic.
@@ -725,6 +661,7 @@ fn serve_head<C: Conn>(shared: &Shared, stream: &mut C, head: RequestHead, until
         *count += 1;
     }
     let resp = shared.api.handle(&req);
+    crate::logging::audit(&stream.caller(), &req, &resp);
     {
         let mut count = lock(&shared.in_flight.count);
         *count -= 1;

@@ -375,8 +375,8 @@ pub fn save(path: &Path, state: &SavedState) -> Result<(), StateError> {
     // The copy is a convenience for the next start: a failure only warns, the change is saved.
     let copy = last_good_path(path);
     if let Err(e) = write_atomic(&copy, &json) {
-        eprintln!(
-            "vqosd: warning: state saved to {} but its last-good copy {} was not: {}",
+        tracing::warn!(
+            "State saved to {} but its last-good copy {} was not: {}",
             path.display(),
             copy.display(),
             vqos_api::chain(&e)
@@ -415,8 +415,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
         return Err(io_err(path)(e));
     }
     if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
-        eprintln!(
-            "vqosd: warning: state saved to {} but the fsync of {} failed: {e}; \
+        tracing::warn!(
+            "State saved to {} but the fsync of {} failed: {e}; \
              a crash before the directory is written back may lose this change",
             path.display(),
             dir.display()

@@ -174,6 +174,9 @@ impl Backend for SwitchBackend {
                     tx_bytes: p.tx_bytes,
                     drops,
                     ecn_marked: p.ecn_marked,
+                    ecn_not_ect: p.ecn_not_ect,
+                    rx_errors: p.rx_errors,
+                    mac_learn_refused: p.mac_learn_refused,
                     rate_bps: p.rx_rate_bps,
                     tx_rate_bps: p.tx_rate_bps,
                     credit: engine.credit,
@@ -191,7 +194,17 @@ impl Backend for SwitchBackend {
                 busy_cycles: l.busy_cycles,
                 idle_cycles: l.idle_cycles,
                 bursts: l.bursts,
+                cycles_unit: l.cycles_unit.to_string(),
+                iterations: l.iterations,
+                burst_frames: l.burst_frames,
+                engine_ticks: l.engine_ticks,
+                engine_refusals: l.engine_refusals,
+                capacity_waits: l.capacity_waits,
+                commands: l.commands,
+                epoll_errors: l.epoll_errors,
+                epoll_wait_fallback: l.epoll_wait_fallback,
             }],
+            mac_entries: raw.mac_entries as u64,
         }
     }
 

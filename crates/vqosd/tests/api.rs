@@ -751,7 +751,7 @@ fn stats_and_metrics() {
         tx_rate_bps: 1_000,
         credit: -1200,
         throttled: true,
-        vhost_user: None,
+        ..Default::default()
     });
     let stats: StatsView = d.client.call("GET", "/v1/stats", None).unwrap();
     assert_eq!(stats.engine, "vqos");
@@ -807,18 +807,12 @@ fn stats_and_metrics() {
         Some(0.0)
     );
     assert_eq!(
-        value(
-            "vqos_port_rate_bps",
-            &[("port", "vm2"), ("direction", "rx")]
-        ),
-        Some(480e6)
+        value("vqos_port_ecn_marked_total", &[("port", "vm2")]),
+        Some(2.0)
     );
     assert_eq!(
-        value(
-            "vqos_port_rate_bps",
-            &[("port", "vm2"), ("direction", "tx")]
-        ),
-        Some(1e3)
+        value("vqos_port_rx_bytes_total", &[("port", "vm2")]),
+        Some(150e3)
     );
     assert_eq!(value("vqos_port_credit", &[("port", "vm2")]), Some(-1200.0));
     assert_eq!(
@@ -828,7 +822,10 @@ fn stats_and_metrics() {
     assert_eq!(value("vqos_policy_max_bps", &[("port", "vm1")]), None);
     assert_eq!(value("vqos_capacity_bps", &[]), Some(1e9));
     assert_eq!(
-        value("vqos_loop_busy_cycles_total", &[("loop", "mock0")]),
+        value(
+            "vqos_loop_busy_cycles_total",
+            &[("loop", "mock0"), ("unit", "ns")]
+        ),
         Some(0.0)
     );
 }

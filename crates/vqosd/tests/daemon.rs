@@ -23,10 +23,15 @@ impl Proc {
     }
 
     fn start_with(config: &Path, args: &[&str]) -> Proc {
+        Proc::start_env(config, args, &[])
+    }
+
+    fn start_env(config: &Path, args: &[&str], env: &[(&str, &Path)]) -> Proc {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -321,4 +326,125 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
         !exists(&vm1) && !exists(&up),
         "remove_taps_on_exit left TAPs behind"
     );
+}
+
+#[test]
+fn readiness_is_sent_to_notify_socket_once_the_api_answers() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    // Only a bound on a hung daemon, never a timing assertion.
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut p = Proc::start_env(
+        &cfg,
+        &["--backend", "mock"],
+        &[("NOTIFY_SOCKET", &notify_path)],
+    );
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("no READY=1 from vqosd");
+    assert_eq!(&buf[..n], b"READY=1");
+    // Ready means serving: the API answers with the config's port at once.
+    let client = Client::new(Endpoint::Unix(socket));
+    let ports: Value = client.call("GET", "/v1/ports", None).unwrap();
+    assert_eq!(ports[0]["name"], "vm1");
+    p.signal(libc::SIGTERM);
+    let n = notify.recv(&mut buf).expect("no STOPPING=1 from vqosd");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn without_config_the_default_path_is_read() {
+    let (code, _, err) = run(&["--check"]);
+    // The test machine has no /etc/vqos/vqosd.toml (or has one that parses): either way the
+    // default path is the one named.
+    if code != 0 {
+        assert!(err.contains("/etc/vqos/vqosd.toml"), "{err}");
+    }
+    let (_, out, _) = run(&["--help"]);
+    assert!(out.contains("/etc/vqos/vqosd.toml"), "{out}");
+}
+
+#[test]
+fn every_change_leaves_an_audit_line_with_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    let client = Client::new(Endpoint::Unix(socket));
+    let _: Value = client
+        .call("PUT", "/v1/policies/vm1", Some(&json!({"weight": 3})))
+        .unwrap();
+    let r = client
+        .request("PUT", "/v1/policies/vm1", Some(&json!({"weight": 0})))
+        .unwrap();
+    assert_eq!(r.status, 422);
+    let _: Value = client.call("GET", "/v1/ports", None).unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    // SAFETY: geteuid has no preconditions.
+    let uid = format!("caller=\"uid={}\"", unsafe { libc::geteuid() });
+    let audit: Vec<&str> = err.lines().filter(|l| l.contains("vqosd::audit")).collect();
+    assert_eq!(audit.len(), 2, "{err}");
+    assert!(
+        audit
+            .iter()
+            .all(|l| l.contains(" INFO ") && l.contains(&uid)),
+        "{err}"
+    );
+    assert!(audit[0].contains("PUT /v1/policies/vm1") && audit[0].contains("status=200"));
+    assert!(audit[1].contains("refused: ") && audit[1].contains("weight must be greater than 0"));
+    // A timestamp first, and no colours on a pipe.
+    assert!(audit[0].as_bytes()[0].is_ascii_digit(), "{}", audit[0]);
+    assert!(!err.contains('\u{1b}'), "{err}");
+    assert!(err.contains("Port vm1 up (TAP created)"), "{err}");
+
+    // Over TCP the caller is "token".
+    let tcp_cfg = dir.path().join("tcp.toml");
+    fs::write(
+        &tcp_cfg,
+        fs::read_to_string(&cfg).unwrap().replace(
+            "[api]\n",
+            "[api]\ntcp = \"127.0.0.1:0\"\ntoken_env = \"VQOSD_AUDIT_TOKEN\"\n",
+        ),
+    )
+    .unwrap();
+    let token = "audit-token-0123456789";
+    let mut p = Proc::start_env(
+        &tcp_cfg,
+        &["--backend", "mock"],
+        &[("VQOSD_AUDIT_TOKEN", Path::new(token))],
+    );
+    let line = p.wait_ready();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp:"))
+        .map(|w| w.trim_end_matches(';').to_string())
+        .unwrap_or_else(|| panic!("no tcp address in {line:?}"));
+    let tcp = Client::new(Endpoint::Tcp {
+        addr,
+        token: Some(token.to_string()),
+    });
+    let _: Value = tcp
+        .call("PUT", "/v1/policies/vm1", Some(&json!({"weight": 2})))
+        .unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    let audit: Vec<&str> = err.lines().filter(|l| l.contains("vqosd::audit")).collect();
+    assert_eq!(audit.len(), 1, "{err}");
+    assert!(audit[0].contains("caller=\"token\""), "{err}");
+
+    // --log-level warn silences info (the audit included).
+    let mut p = Proc::start_with(&cfg, &["--backend", "mock", "--log-level", "warn"]);
+    p.wait_ready();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success() && !err.contains(" INFO "), "{err}");
 }

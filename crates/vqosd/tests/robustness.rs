@@ -279,6 +279,8 @@ fn accept_failure_child() {
     if std::env::var_os("VQOSD_ACCEPT_CHILD").is_none() {
         return;
     }
+    // The daemon's log, as vqosd sets it up, on this child's stderr.
+    vqosd::logging::init(Some("info")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path(), Duration::from_secs(5));
     // The client socket exists before the limit is lowered; connecting needs no new fd.
@@ -372,5 +374,8 @@ fn a_failing_accept_backs_off_instead_of_spinning() {
     );
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
-    assert!(text.contains("vqosd: accept on the tcp failed"), "{text}");
+    assert!(
+        text.contains("WARN vqosd::server: Accept on the tcp failed"),
+        "{text}"
+    );
 }

@@ -1,0 +1,176 @@
+//! The control commands' conventions as a user meets them: `--json` on every command, the
+//! connection options before or after the subcommand, and one exit status per kind of failure
+//! (docs/api.md, "CLI"). A daemon on the mock switch runs in this process; `vqos` is the binary.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use serde_json::Value;
+use vqosd::api::Api;
+use vqosd::backend::MockBackend;
+use vqosd::config::Config;
+use vqosd::server::{Server, ServerConfig};
+
+fn vqos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vqos"))
+        .args(args)
+        .env_remove("VQOS_SOCKET")
+        .output()
+        .expect("run vqos")
+}
+
+fn daemon(dir: &Path) -> (Server, String) {
+    let text = format!(
+        "capacity = \"1Gbit\"\nstate_file = \"{0}/state.json\"\n[api]\nsocket = \"{0}/s.sock\"\n\
+         [[port]]\nname = \"vm1\"\n",
+        dir.display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
+    (server, config.socket_path.to_str().unwrap().to_string())
+}
+
+/// Runs `vqos` and returns its status, stdout as JSON (Null if not JSON) and stderr.
+fn json(args: &[&str]) -> (i32, Value, String) {
+    let out = vqos(args);
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_control_command_speaks_json_with_the_socket_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = daemon(dir.path());
+    let s = sock.as_str();
+    let (code, v, err) = json(&["--socket", s, "port", "add", "vm2", "--attach", "--json"]);
+    assert_eq!((code, v["name"].as_str()), (0, Some("vm2")), "{err}");
+    let (code, v, err) = json(&["port", "list", "--json", "--socket", s]);
+    assert_eq!((code, v.as_array().map(Vec::len)), (0, Some(2)), "{err}");
+    let (code, v, err) = json(&[
+        "policy", "--socket", s, "set", "vm2", "--max", "1Gbit", "--json",
+    ]);
+    assert_eq!(
+        (code, v["max_bps"].as_u64()),
+        (0, Some(1_000_000_000)),
+        "{err}"
+    );
+    let (code, v, err) = json(&["policy", "get", "vm2", "--json", "--socket", s]);
+    assert_eq!((code, v["max"].as_str()), (0, Some("1Gbit")), "{err}");
+    let (code, v, err) = json(&["stats", "--json", "--socket", s]);
+    assert_eq!((code, v["engine"].as_str()), (0, Some("vqos")), "{err}");
+    let (code, v, err) = json(&["--socket", s, "port", "del", "vm2", "--json"]);
+    assert_eq!((code, v["removed"].as_str()), (0, Some("vm2")), "{err}");
+}
+
+#[test]
+fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = daemon(dir.path());
+    let s = sock.as_str();
+    let missing = dir.path().join("none.sock");
+    let m = missing.to_str().unwrap();
+    for (args, want) in [
+        // Usage: clap's errors and ours, before anything is sent.
+        (vec!["port", "frobnicate"], 2),
+        (vec!["--socket", s, "policy", "set", "vm1"], 2),
+        (
+            vec!["--socket", s, "policy", "set", "vm1", "--priority", "9"],
+            2,
+        ),
+        (
+            vec!["--socket", s, "policy", "set", "vm1", "--max", "5Mbyte"],
+            2,
+        ),
+        (vec!["--socket", s, "port", "add", "a/b"], 2),
+        (vec!["--url", "127.0.0.1:1", "port", "list"], 2),
+        // Unreachable.
+        (vec!["--socket", m, "port", "list"], 3),
+        (vec!["stats", "--socket", m], 3),
+        // Refused by the daemon.
+        (
+            vec!["--socket", s, "policy", "set", "nope", "--weight", "2"],
+            4,
+        ),
+        (
+            vec!["--socket", s, "policy", "set", "vm1", "--min", "2Gbit"],
+            4,
+        ),
+        (vec!["--socket", s, "port", "del", "nope"], 4),
+    ] {
+        let out = vqos(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(want), "{args:?}: {err}");
+    }
+    // A refusal is told once: the daemon's message, not repeated.
+    let out = vqos(&["--socket", s, "policy", "set", "vm1", "--min", "2Gbit"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        "vqos: Sum of minimums 2Gbit exceeds capacity 1Gbit"
+    );
+}
+
+#[test]
+fn completions_and_man_pages() {
+    let help = String::from_utf8(vqos(&["--help"]).stdout).unwrap();
+    assert!(
+        help.contains("completions") && help.contains("Exit status"),
+        "{help}"
+    );
+    let out = vqos(&["completions", "bash"]);
+    assert!(out.status.success());
+    let script = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        script.contains("_vqos") && script.contains("policy"),
+        "{script}"
+    );
+    assert_eq!(vqos(&["completions", "tcsh"]).status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    let out = vqos(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for page in [
+        "vqos.1",
+        "vqos-policy.1",
+        "vqos-stats.1",
+        "vqos-completions.1",
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+    }
+}
+
+#[test]
+fn every_subcommand_accepts_json() {
+    // Parsing only: each command line is refused for another reason (or prints its help), never
+    // because of --json.
+    for args in [
+        vec!["alloc", "--json", "--help"],
+        vec!["sim", "--json", "--help"],
+        vec!["lab", "run", "--json", "--help"],
+        vec!["lab", "paper", "--json", "--help"],
+        vec!["port", "list", "--json", "--help"],
+        vec!["port", "add", "--json", "--help"],
+        vec!["port", "del", "--json", "--help"],
+        vec!["policy", "get", "--json", "--help"],
+        vec!["policy", "set", "--json", "--help"],
+        vec!["stats", "--json", "--help"],
+    ] {
+        let out = vqos(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = vqos(&["lab", "paper", "no-such-paper", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+}

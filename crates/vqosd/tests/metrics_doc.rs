@@ -1,0 +1,223 @@
+//! docs/api.md is the contract of `/metrics`: every family its table lists is emitted, and every
+//! emitted family is listed. Scraped through the real API server, on the mock switch (where every
+//! family can be made to speak) and on the real switch over in-memory ports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use vqosd::api::Api;
+use vqosd::backend::{Backend, MockBackend, PortStats};
+use vqosd::client::{Client, Endpoint};
+use vqosd::config::Config;
+use vqosd::metrics::{self, Exposition};
+use vqosd::server::{Server, ServerConfig};
+
+/// The metric names in the first column of the table under `### GET /metrics` in docs/api.md.
+fn documented() -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let section = doc
+        .split("### GET /metrics")
+        .nth(1)
+        .expect("docs/api.md has a GET /metrics section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut names = BTreeSet::new();
+    for line in section.lines().filter(|l| l.starts_with("| `vqos_")) {
+        let first = line.split('|').nth(1).unwrap();
+        for (i, part) in first.split('`').enumerate() {
+            if i % 2 == 1 {
+                names.insert(part.to_string());
+            }
+        }
+    }
+    assert!(
+        names.len() > 10,
+        "too few metrics found in docs/api.md: {names:?}"
+    );
+    names
+}
+
+/// Scrapes `/metrics` through the server and checks the exposition parses.
+fn scrape(client: &Client) -> Exposition {
+    let r = client.request("GET", "/metrics", None).unwrap();
+    assert_eq!(r.status, 200);
+    metrics::parse(&String::from_utf8(r.body).unwrap()).unwrap()
+}
+
+/// The families that have at least one sample.
+fn emitted(e: &Exposition) -> BTreeSet<String> {
+    e.samples.iter().map(|s| s.name.clone()).collect()
+}
+
+fn serve(config_text: &str, backend: Arc<dyn Backend>) -> (Server, Arc<Api>, Client) {
+    let config = Config::parse(config_text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, backend).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api.clone()).unwrap();
+    (server, api, Client::new(Endpoint::Unix(config.socket_path)))
+}
+
+#[test]
+fn every_documented_family_is_emitted_and_every_emitted_one_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+capacity = "1Gbit"
+state_file = "{d}/state.json"
+[api]
+socket = "{d}/vqosd.sock"
+[uplink]
+name = "up0"
+[[port]]
+name = "vm1"
+policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1 }}
+"#,
+        d = dir.path().display()
+    );
+    let mock = Arc::new(MockBackend::new());
+    let (_server, api, client) = serve(&text, mock.clone());
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        ecn_marked: 3,
+        ecn_not_ect: 1,
+        rx_errors: 2,
+        mac_learn_refused: 5,
+        ..Default::default()
+    });
+    api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
+        .unwrap();
+    let e = scrape(&client);
+    let doc = documented();
+    let declared: BTreeSet<String> = e.types.iter().map(|(n, _)| n.clone()).collect();
+    let got = emitted(&e);
+    let missing: Vec<_> = doc.difference(&got).collect();
+    assert!(
+        missing.is_empty(),
+        "documented but not emitted: {missing:?}"
+    );
+    let undocumented: Vec<_> = declared.union(&got).filter(|n| !doc.contains(*n)).collect();
+    assert!(
+        undocumented.is_empty(),
+        "emitted but not in docs/api.md: {undocumented:?}"
+    );
+    // The data plane's counters arrive under their names.
+    let value = |name: &str| {
+        e.samples
+            .iter()
+            .find(|s| s.name == name && s.labels[0].1 == "vm1")
+            .map(|s| s.value)
+    };
+    assert_eq!(value("vqos_port_ecn_marked_total"), Some(3.0));
+    assert_eq!(value("vqos_port_ecn_not_ect_total"), Some(1.0));
+    assert_eq!(value("vqos_port_rx_errors_total"), Some(2.0));
+    assert_eq!(value("vqos_port_mac_learn_refused_total"), Some(5.0));
+    assert_eq!(value("vqos_controller_limit_bps"), Some(200e6));
+    // Every drop reason, `storm` included, is a series from the start.
+    let reasons: BTreeSet<&str> = e
+        .samples
+        .iter()
+        .filter(|s| s.name == "vqos_port_drops_total" && s.labels[0].1 == "vm1")
+        .map(|s| s.labels[1].1.as_str())
+        .collect();
+    assert_eq!(reasons, vqosd::backend::DROP_REASONS.into_iter().collect());
+}
+
+#[cfg(feature = "switch")]
+#[test]
+fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
+    use vqos_dataplane::{MemPort, PortSpec, SwitchConfig, SwitchHandle};
+    use vqos_sched::VifPolicy;
+    use vqosd::switch::SwitchBackend;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (uplink, _up) = MemPort::pair("up0", 64);
+    let mut sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
+    sc.capacity_bps = Some(1_000_000_000);
+    let interval_ns = sc.stats_interval_ns;
+    let backend = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap(), interval_ns);
+    let (vm1, _p1) = MemPort::pair("vm1", 64);
+    backend
+        .handle()
+        .add_port(PortSpec::custom(Box::new(vm1)), VifPolicy::default())
+        .unwrap();
+    let backend = Arc::new(backend);
+    // No ports in the config: the in-memory ports live in the switch only.
+    let text = format!(
+        "capacity = \"1Gbit\"\nstate_file = \"{d}/state.json\"\n[api]\nsocket = \"{d}/vqosd.sock\"\n",
+        d = dir.path().display()
+    );
+    let (_server, _api, client) = serve(&text, backend.clone());
+    let e = scrape(&client);
+    backend.stop();
+    let doc = documented();
+    let got = emitted(&e);
+    let undocumented: Vec<_> = got.iter().filter(|n| !doc.contains(*n)).collect();
+    assert!(
+        undocumented.is_empty(),
+        "emitted but not in docs/api.md: {undocumented:?}"
+    );
+    for family in metrics::FAMILIES.iter().map(|f| f.0) {
+        let needs_policy = family.starts_with("vqos_policy_")
+            || family.starts_with("vqos_controller_")
+            || family == "vqos_ecn_probability";
+        if !needs_policy {
+            assert!(
+                got.contains(family),
+                "{family} not emitted by the real switch"
+            );
+        }
+    }
+    let unit = e
+        .samples
+        .iter()
+        .find(|s| s.name == "vqos_loop_busy_cycles_total")
+        .and_then(|s| s.labels.iter().find(|(k, _)| k == "unit"))
+        .map(|(_, v)| v.clone());
+    assert!(matches!(unit.as_deref(), Some("tsc" | "ns")), "{unit:?}");
+}
+
+#[test]
+fn the_metrics_listener_serves_get_metrics_only_and_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "state_file = \"{d}/state.json\"\n[api]\nsocket = \"{d}/vqosd.sock\"\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n",
+        d = dir.path().display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
+    let addr = server.metrics_addr().expect("metrics listener bound");
+    let client = Client::new(Endpoint::Tcp {
+        addr: addr.to_string(),
+        token: None,
+    });
+    let e = scrape(&client);
+    assert!(emitted(&e).contains("vqos_info"));
+    let status = |method: &str, path: &str| client.request(method, path, None).unwrap().status;
+    assert_eq!(status("GET", "/v1/ports"), 404);
+    assert_eq!(status("GET", "/v1/health"), 404);
+    assert_eq!(status("DELETE", "/metrics"), 405);
+    assert_eq!(status("POST", "/metrics"), 405);
+}
+
+#[test]
+fn the_grafana_dashboard_uses_only_emitted_families() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana/vqos.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let families: BTreeSet<&str> = metrics::FAMILIES.iter().map(|f| f.0).collect();
+    let mut used = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("vqos_") {
+                    assert!(families.contains(word), "dashboard uses unknown {word}");
+                    used += 1;
+                }
+            }
+        }
+    }
+    assert!(used > 5);
+}
