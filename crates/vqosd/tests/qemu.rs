@@ -3,15 +3,17 @@
 //! `kind = "vhost-user"` ports of the config, vm1 with vqosd in the server role (QEMU connects,
 //! with `reconnect=1`), vm2 in the client role (QEMU listens, vqosd connects); the uplink is a
 //! TAP in a sink namespace. Checked: both guests ping the sink and each other; iperf3 from both
-//! guests to the sink at once, weights and a maximum set through the API, shares measured on
-//! the switch's counters within 15 % of the reference allocation; vqosd killed with SIGKILL
-//! and started again under the running guests: vm2 reconnects, its policy is restored and its
-//! traffic resumes under its maximum. No guest is restarted.
+//! guests to the sink at once under weights and a maximum set through the API, the shares
+//! measured on the switch's counters within 5 % of the reference allocation; vqosd killed with
+//! SIGKILL under those running transfers and started again: vm2's port reconnects to its QEMU,
+//! vm1's QEMU to the new socket, the policies are restored and the same TCP streams resume
+//! with the same shares. No guest is restarted.
 //!
 //! Needs root, `qemu-system-x86_64`, iperf3 and what the image script needs (it installs
 //! busybox-static and iperf3 with apt-get, downloads a kernel package the first time); prints
-//! SKIP otherwise. Takes the machine-wide real-traffic lock. TCG guests are slow (a few hundred
-//! Mbit/s of TCP at best on this machine), so the capacity is small: 40 Mbit/s.
+//! SKIP otherwise. Takes the machine-wide real-traffic lock. The capacity, 40 Mbit/s, is far
+//! below what a TCG guest sends here (about 1.5 Gbit/s of TCP with TSO, unlimited), so every
+//! guest always has more to send than its share and the guests cost little CPU.
 
 mod common;
 
@@ -29,8 +31,10 @@ use vqos_testkit::{machine_lock, poll, Netns, Proc};
 
 /// The link the vifs share (config `capacity`): far below what a TCG guest sends.
 const CAPACITY_BPS: u64 = 40_000_000;
-/// Shares measured on the switch's counters must be within this of the reference.
-const TOL: f64 = 0.15;
+/// Shares measured on the switch's counters must be within this of the reference allocation
+/// (issue 8's bound; measured within 1 %: a TCG guest sends 1.5 Gbit/s here, the 4 s windows
+/// read counters published every 25 ms).
+const TOL: f64 = 0.05;
 
 /// Which side of vhost-user's socket vqosd is on for a guest.
 #[derive(Clone, Copy, PartialEq)]
@@ -59,7 +63,16 @@ impl Guest {
             Role::Client => format!("socket,id=c,path={},server=on,wait=off", socket.display()),
         };
         let mut child = Command::new("qemu-system-x86_64")
-            .args(["-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "1", "-m", "256"])
+            .args([
+                "-machine",
+                "pc,accel=tcg",
+                "-cpu",
+                "max",
+                "-smp",
+                "1",
+                "-m",
+                "256",
+            ])
             .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
             .args(["-numa", "node,memdev=mem", "-chardev", &chardev])
             .args(["-netdev", "vhost-user,id=n,chardev=c"])
@@ -76,7 +89,14 @@ impl Guest {
                 "-append",
                 &format!("console=ttyS0 quiet panic=-1 vqos.name={name} vqos.ip={ip}"),
             ])
-            .args(["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"])
+            .args([
+                "-nodefaults",
+                "-display",
+                "none",
+                "-no-reboot",
+                "-serial",
+                "stdio",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -115,7 +135,7 @@ impl Guest {
 
     /// Waits until the console shows `what`.
     fn wait_for(&self, what: &str, limit: Duration) -> bool {
-        poll(limit, || self.console().contains(what).then_some(())).is_some()
+        poll_gently(limit, || self.console().contains(what).then_some(())).is_some()
     }
 
     /// Types `cmd` on the console; returns the marker its end prints. The marker is computed
@@ -123,19 +143,17 @@ impl Guest {
     fn send(&mut self, cmd: &str) -> String {
         self.sent += 1;
         let n = 1000 + self.sent;
-        writeln!(
-            self.stdin,
-            "{cmd}; echo \"VQOS-END-$(({n}+0)) rc=$?\""
-        )
-        .unwrap();
-        self.stdin.flush().unwrap();
+        let line = format!("{cmd}; rc=$?; echo \"VQOS-END-$(({n}+0)) rc=$rc\"\n");
+        if let Err(e) = self.stdin.write_all(line.as_bytes()) {
+            panic!("{}: console: {e}; it said:\n{}", self.name, self.console());
+        }
         format!("VQOS-END-{n} rc=")
     }
 
     /// The console output between the command's line and its end marker, and its exit status;
     /// panics past `limit`.
     fn finish(&self, marker: &str, limit: Duration) -> (String, i32) {
-        let found = poll(limit, || {
+        let found = poll_gently(limit, || {
             let out = self.console();
             let end = out.find(marker)?;
             let rest = &out[end + marker.len()..];
@@ -152,14 +170,6 @@ impl Guest {
                 self.console()
             )
         })
-    }
-
-    /// Runs `cmd` and returns its output; panics unless it exits 0 within `limit`.
-    fn run(&mut self, cmd: &str, limit: Duration) -> String {
-        let marker = self.send(cmd);
-        let (out, rc) = self.finish(&marker, limit);
-        assert_eq!(rc, 0, "{}: `{cmd}` failed:\n{out}", self.name);
-        out
     }
 }
 
@@ -221,13 +231,65 @@ fn guest_image() -> Result<PathBuf, String> {
     }
 }
 
+/// [`poll`] at a pace that leaves the CPU to the guests: `f` every 20 ms.
+fn poll_gently<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    poll(limit, || {
+        let v = f();
+        if v.is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        v
+    })
+}
+
+/// The counters of a vhost-user port that only a broken or hostile guest moves.
+const MISBEHAVIOUR: [&str; 14] = [
+    "bad_avail_index",
+    "bad_ring_address",
+    "head_out_of_range",
+    "next_out_of_range",
+    "chain_loop",
+    "zero_length_desc",
+    "bad_desc_address",
+    "wrong_direction_desc",
+    "indirect_desc",
+    "oversized_chain",
+    "short_chain",
+    "quarantines",
+    "guest_offload_unsupported_frames",
+    "guest_rx_buffer_too_small_frames",
+];
+
+/// Each guest pings its targets (3 echoes each), the guests at the same time.
+fn pings(jobs: &mut [(&mut Guest, &[&str])]) {
+    let markers: Vec<Vec<String>> = jobs
+        .iter_mut()
+        .map(|(vm, to)| {
+            to.iter()
+                .map(|to| vm.send(&format!("ping -c 3 -W 5 {to}")))
+                .collect()
+        })
+        .collect();
+    for ((vm, to), markers) in jobs.iter().zip(markers) {
+        for (to, marker) in to.iter().zip(markers) {
+            let (out, rc) = vm.finish(&marker, Duration::from_secs(60));
+            assert!(
+                rc == 0 && out.contains("3 packets received"),
+                "{} ping {to}: {out}",
+                vm.name
+            );
+        }
+    }
+}
+
 fn connected(stats: &Value, name: &str) -> bool {
     port(stats, name)["vhost_user"]["connected"] == true
 }
 
 /// The rates (bit/s) at which the named ports received (what their guests sent) over `secs`.
 fn rx_rates(d: &Daemon, names: &[&str], secs: f64) -> Vec<f64> {
-    let bytes = |s: &Value| -> Vec<u64> { names.iter().map(|n| counter(s, n, "rx_bytes")).collect() };
+    let bytes =
+        |s: &Value| -> Vec<u64> { names.iter().map(|n| counter(s, n, "rx_bytes")).collect() };
     let a = bytes(&d.get("/v1/stats"));
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
@@ -314,33 +376,33 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
         );
     }
     let both_up = |d: &Daemon| {
-        poll(Duration::from_secs(30), || {
+        poll_gently(Duration::from_secs(30), || {
             let s = d.get("/v1/stats");
             (connected(&s, "vm1") && connected(&s, "vm2")).then_some(())
         })
     };
-    assert!(both_up(&d).is_some(), "not connected: {}", d.get("/v1/stats"));
+    assert!(
+        both_up(&d).is_some(),
+        "not connected: {}",
+        d.get("/v1/stats")
+    );
     println!(
         "both guests up and attached {:.1} s into the test; vm1 features {}",
         t0.elapsed().as_secs_f64(),
         port(&d.get("/v1/stats"), "vm1")["vhost_user"]["feature_names"]
     );
 
-    // Ping: each guest the sink and the other guest.
-    let ping = |vm: &mut Guest, to: &str| {
-        let out = vm.run(
-            &format!("ping -c 3 -W 5 {to}"),
-            Duration::from_secs(60),
-        );
-        assert!(out.contains("3 packets received"), "{}: {out}", vm.name);
-    };
-    ping(&mut vm1, &sink_ip);
-    ping(&mut vm2, &sink_ip);
-    ping(&mut vm1, &format!("{net}.2"));
-    ping(&mut vm2, &format!("{net}.1"));
+    // Ping: each guest the sink and the other guest (both guests at once).
+    let vm2_ip = format!("{net}.2");
+    let vm1_ip = format!("{net}.1");
+    pings(&mut [
+        (&mut vm1, &[&sink_ip, &vm2_ip]),
+        (&mut vm2, &[&sink_ip, &vm1_ip]),
+    ]);
     println!("pings ok {:.1} s into the test", t0.elapsed().as_secs_f64());
 
-    // Both guests send to the sink at once; weights and a max through the API.
+    // Both guests send to the sink at once, for long enough to span the restart below;
+    // weights and a max set through the API.
     let policies = [
         VifPolicy {
             weight: 1,
@@ -353,7 +415,11 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
         },
     ];
     d.call("PUT", "/v1/policies/vm1", json!({"weight": 1}));
-    d.call("PUT", "/v1/policies/vm2", json!({"weight": 3, "max": "24Mbit"}));
+    d.call(
+        "PUT",
+        "/v1/policies/vm2",
+        json!({"weight": 3, "max": "24Mbit"}),
+    );
     let claims: Vec<Claim> = policies.iter().map(|p| Claim::new(p, None)).collect();
     let want: Vec<f64> = allocate(CAPACITY_BPS, &claims)
         .unwrap()
@@ -365,70 +431,96 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
         .map(|p| sink.spawn(&["iperf3", "-s", "-1", "-p", &p.to_string(), "-B", &sink_ip]))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let m1 = vm1.send(&format!("iperf3 -c {sink_ip} -p 5201 -t 10 -i 0 -f m"));
-    let m2 = vm2.send(&format!("iperf3 -c {sink_ip} -p 5202 -t 10 -i 0 -f m"));
+    let secs = 26;
+    let t_start = Instant::now();
+    let m1 = vm1.send(&format!("iperf3 -c {sink_ip} -p 5201 -t {secs} -i 0 -f m"));
+    let m2 = vm2.send(&format!("iperf3 -c {sink_ip} -p 5202 -t {secs} -i 0 -f m"));
     std::thread::sleep(Duration::from_secs(3));
-    let got: Vec<f64> = rx_rates(&d, &["vm1", "vm2"], 5.0)
-        .into_iter()
-        .map(|r| r / 1e6)
-        .collect();
-    let (o1, rc1) = vm1.finish(&m1, Duration::from_secs(60));
-    let (o2, rc2) = vm2.finish(&m2, Duration::from_secs(60));
-    drop(servers);
-    println!(
-        "weights 1:3, vm2 max 24 Mbit/s, capacity 40 Mbit/s: measured {got:.1?} Mbit/s, \
-         reference {want:.1?}\nvm1 iperf3:\n{}\nvm2 iperf3:\n{}",
-        iperf_summary(&o1),
-        iperf_summary(&o2)
-    );
-    assert!(rc1 == 0 && rc2 == 0, "iperf3 failed:\n{o1}\n{o2}");
-    for (g, w) in got.iter().zip(&want) {
-        assert!(
-            (g - w).abs() <= TOL * w,
-            "measured {got:.1?} vs reference {want:.1?} Mbit/s (±{:.0} %)",
-            TOL * 100.0
+    let check = |what: &str, got: &[f64]| {
+        println!(
+            "{what}: weights 1:3, vm2 max 24 Mbit/s, capacity {} Mbit/s: measured {got:.1?} \
+             Mbit/s, reference {want:.1?}",
+            CAPACITY_BPS / 1_000_000
         );
-    }
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= TOL * w,
+                "{what}: measured {got:.1?} vs reference {want:.1?} Mbit/s (±{:.0} %)",
+                TOL * 100.0
+            );
+        }
+    };
+    let mbit = |d: &Daemon| -> Vec<f64> {
+        rx_rates(d, &["vm1", "vm2"], 4.0)
+            .into_iter()
+            .map(|r| r / 1e6)
+            .collect()
+    };
+    check("before the restart", &mbit(&d));
 
-    // SIGKILL; the guests keep running; vqosd comes back, vm2 reconnects, policies restored.
+    // SIGKILL under the running transfers; the guests keep running; vqosd comes back: vm2's
+    // port reconnects to its QEMU, vm1's QEMU to the port (reconnect=1); policies restored.
     d.kill9();
     let t = Instant::now();
     d = Daemon::start(&config, &socket);
-    let back = poll(Duration::from_secs(30), || {
-        connected(&d.get("/v1/stats"), "vm2").then(|| t.elapsed())
-    });
-    let back = back.unwrap_or_else(|| panic!("vm2 did not reconnect: {}", d.get("/v1/stats")));
-    println!("vm2 reconnected {:.2} s after the restart", back.as_secs_f64());
-    assert_eq!(d.get("/v1/policies/vm2")["max"], "24Mbit");
-    assert_eq!(d.get("/v1/policies/vm2")["weight"], 3);
-    assert_eq!(d.get("/v1/policies/vm1")["weight"], 1);
-    ping(&mut vm2, &sink_ip);
-    let server = sink.spawn(&["iperf3", "-s", "-1", "-p", "5203", "-B", &sink_ip]);
-    std::thread::sleep(Duration::from_millis(300));
-    let m2 = vm2.send(&format!("iperf3 -c {sink_ip} -p 5203 -t 8 -i 0 -f m"));
-    std::thread::sleep(Duration::from_secs(3));
-    let after = rx_rates(&d, &["vm2"], 4.0)[0] / 1e6;
-    let (o2, rc2) = vm2.finish(&m2, Duration::from_secs(60));
-    drop(server);
+    let back = |name: &str| {
+        poll_gently(Duration::from_secs(20), || {
+            connected(&d.get("/v1/stats"), name).then(|| t.elapsed().as_secs_f64())
+        })
+        .unwrap_or_else(|| panic!("{name} did not reconnect: {}", d.get("/v1/stats")))
+    };
+    let (b2, b1) = (back("vm2"), back("vm1"));
     println!(
-        "vm2 alone after the restart, max 24 Mbit/s: {after:.1} Mbit/s\n{}",
+        "after the SIGKILL and restart: vm2 (client role) reconnected in {b2:.2} s, vm1 (server \
+         role, QEMU reconnects) in {b1:.2} s"
+    );
+    for (vm, want) in [
+        ("vm1", json!({"weight": 1})),
+        ("vm2", json!({"weight": 3, "max": "24Mbit"})),
+    ] {
+        let got = d.get(&format!("/v1/policies/{vm}"));
+        for (k, v) in want.as_object().unwrap() {
+            assert_eq!(&got[k], v, "{vm}'s policy after the restart: {got}");
+        }
+    }
+    // The same TCP streams resume (segments lost at the kill retransmitted, after the
+    // retransmission timer's backoff) under the restored policies.
+    let flowing = poll(Duration::from_secs(20), || {
+        let r = rx_rates(&d, &["vm1", "vm2"], 0.5);
+        (r.iter().zip(&want).all(|(r, w)| *r > 0.5 * w * 1e6)).then(|| t.elapsed())
+    });
+    let flowing =
+        flowing.unwrap_or_else(|| panic!("traffic did not resume: {}", d.get("/v1/stats")));
+    println!(
+        "both streams flowing again {:.2} s after the restart",
+        flowing.as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let resumed = mbit(&d);
+    let (o1, rc1) = vm1.finish(&m1, Duration::from_secs(60));
+    let (o2, rc2) = vm2.finish(&m2, Duration::from_secs(60));
+    println!(
+        "{secs} s transfers spanning the restart ({:.1} s):\nvm1 iperf3:\n{}\nvm2 iperf3:\n{}",
+        t_start.elapsed().as_secs_f64(),
+        iperf_summary(&o1),
         iperf_summary(&o2)
     );
-    assert_eq!(rc2, 0, "iperf3 after the restart failed:\n{o2}");
-    assert!(
-        (after - 24.0).abs() <= TOL * 24.0,
-        "{after:.1} Mbit/s after the restart: the max of 24 Mbit/s is not held"
-    );
-    // vm1's QEMU reconnects to the new server socket by itself (reconnect=1).
-    let vm1_back = poll(Duration::from_secs(15), || {
-        connected(&d.get("/v1/stats"), "vm1").then_some(())
-    });
-    println!(
-        "vm1 (QEMU reconnecting to the server socket): {}",
-        if vm1_back.is_some() { "reconnected" } else { "not reconnected" }
-    );
-    if vm1_back.is_some() {
-        ping(&mut vm1, &sink_ip);
+    drop(servers);
+    assert!(rc1 == 0 && rc2 == 0, "iperf3 failed:\n{o1}\n{o2}");
+    check("after the restart, the same streams", &resumed);
+    pings(&mut [(&mut vm1, &[&sink_ip]), (&mut vm2, &[&vm1_ip])]);
+    // Real guests are well-behaved: none of the port's misbehaviour counters moved.
+    let stats = d.get("/v1/stats");
+    for vm in ["vm1", "vm2"] {
+        let v = &port(&stats, vm)["vhost_user"];
+        println!(
+            "{vm}: vhost-user counters after the restart {}",
+            v["counters"]
+        );
+        assert_eq!(v["last_error"], Value::Null, "{vm}: {v}");
+        for c in MISBEHAVIOUR {
+            assert_eq!(v["counters"][c], 0, "{vm}: {c} in {v}");
+        }
     }
     println!("done {:.1} s into the test", t0.elapsed().as_secs_f64());
     drop(vm1);
