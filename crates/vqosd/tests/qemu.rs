@@ -19,6 +19,7 @@ mod common;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -62,44 +63,55 @@ impl Guest {
             Role::Server => format!("socket,id=c,path={},reconnect=1", socket.display()),
             Role::Client => format!("socket,id=c,path={},server=on,wait=off", socket.display()),
         };
-        let mut child = Command::new("qemu-system-x86_64")
-            .args([
-                "-machine",
-                "pc,accel=tcg",
-                "-cpu",
-                "max",
-                "-smp",
-                "1",
-                "-m",
-                "256",
-            ])
-            .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
-            .args(["-numa", "node,memdev=mem", "-chardev", &chardev])
-            .args(["-netdev", "vhost-user,id=n,chardev=c"])
-            // vectors=0: MSI-X under TCG crashes QEMU 7.2 when vhost starts (docs/vhost-user.md).
-            .args([
-                "-device",
-                &format!("virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0"),
-            ])
-            .arg("-kernel")
-            .arg(image.join("vmlinuz"))
-            .arg("-initrd")
-            .arg(image.join("initrd.gz"))
-            .args([
-                "-append",
-                &format!("console=ttyS0 quiet panic=-1 vqos.name={name} vqos.ip={ip}"),
-            ])
-            .args([
-                "-nodefaults",
-                "-display",
-                "none",
-                "-no-reboot",
-                "-serial",
-                "stdio",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args([
+            "-machine",
+            "pc,accel=tcg",
+            "-cpu",
+            "max",
+            "-smp",
+            "1",
+            "-m",
+            "256",
+        ])
+        .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
+        .args(["-numa", "node,memdev=mem", "-chardev", &chardev])
+        .args(["-netdev", "vhost-user,id=n,chardev=c"])
+        // vectors=0: MSI-X under TCG crashes QEMU 7.2 when vhost starts (docs/vhost-user.md).
+        .args([
+            "-device",
+            &format!("virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0"),
+        ])
+        .arg("-kernel")
+        .arg(image.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(image.join("initrd.gz"))
+        .args([
+            "-append",
+            &format!("console=ttyS0 quiet panic=-1 vqos.name={name} vqos.ip={ip}"),
+        ])
+        .args([
+            "-nodefaults",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-serial",
+            "stdio",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal,
+        // so a guest dies with the test even when the test process is killed outright.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("qemu-system-x86_64: {e}"));
         let out = Arc::new(Mutex::new(String::new()));
