@@ -29,8 +29,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, ProbeError> {
             "duration `{s}` needs a unit: ns, us, ms, s, m or h"
         )));
     }
-    let ns = vqos_sched::units::parse_duration_ns(t)
-        .map_err(|e| invalid(format!("duration `{s}`: {e}")))?;
+    let ns = vqos_sched::units::parse_duration_ns(t).map_err(|e| invalid(e.to_string()))?;
     if ns == 0 {
         return Err(invalid(format!("duration `{s}` must be positive")));
     }

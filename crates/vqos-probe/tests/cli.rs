@@ -70,7 +70,7 @@ fn bad_arguments_are_refused_clearly() {
         ),
         (
             &["client", "--to", "127.0.0.1:9", "--interval", "1 fortnight"],
-            "unknown unit",
+            "Invalid duration '1 fortnight': expected a number followed by a unit (ns, us, ms, s, m, h)",
         ),
         (
             &[
