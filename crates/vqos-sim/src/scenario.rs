@@ -947,7 +947,7 @@ near_reference_pct = 3
                 "duration = \"3601s\"",
                 "longer than the 3600 s",
             ),
-            ("duration = \"30s\"", "duration = \"1e9\"", "duration"),
+            ("duration = \"30s\"", "duration = \"1e9\"", "'1e9'"),
             (
                 "engine = \"vqos\"",
                 "engine = \"vqos\"\n[topology]\nbottleneck = \"000Mbit\"",
