@@ -91,6 +91,7 @@ HUGE=$TMP/huge
 PIDS=()
 HUGE_BEFORE=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
 UPLINK_NS=vqbv$$
+BR=vqbv$$br
 cleanup() {
     local p
     for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
@@ -206,14 +207,16 @@ start_ovs() { # trtcm: 0|1 → SW_PID, OVSDIR
         other_config:dpdk-extra="--no-pci --file-prefix=vqbv-ovs-$$" \
         other_config:dpdk-hugepage-dir="$HUGE" other_config:dpdk-socket-mem=1024 \
         other_config:dpdk-socket-limit=1024 other_config:dpdk-lcore-mask=0x1 other_config:pmd-cpu-mask=0x2
-    /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk "unix:$OVSDIR/db.sock" --pidfile="$OVSDIR/ovs-vswitchd.pid" \
+    # In a namespace of its own: the netdev datapath's own TAPs (ovs-netdev, the bridge's
+    # internal port) vanish with it. The vhost-user sockets are files: not affected.
+    ip netns exec "$UPLINK_NS" /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk "unix:$OVSDIR/db.sock" --pidfile="$OVSDIR/ovs-vswitchd.pid" \
         --unixctl="$OVSDIR/ovs-vswitchd.ctl" --log-file="$OVSDIR/ovs-vswitchd.log" --detach --no-chdir
     SW_PID=$(cat "$OVSDIR/ovs-vswitchd.pid")
     PIDS+=("$SW_PID")
-    vs add-br br0 -- set bridge br0 datapath_type=netdev
-    vs add-port br0 vhu1 -- set Interface vhu1 type=dpdkvhostuserclient \
+    vs add-br "$BR" -- set bridge "$BR" datapath_type=netdev
+    vs add-port "$BR" vhu1 -- set Interface vhu1 type=dpdkvhostuserclient \
         options:vhost-server-path="$TMP/vm1.sock" ofport_request=1
-    vs add-port br0 vhu2 -- set Interface vhu2 type=dpdkvhostuserclient \
+    vs add-port "$BR" vhu2 -- set Interface vhu2 type=dpdkvhostuserclient \
         options:vhost-server-path="$TMP/vm2.sock" ofport_request=2
     if [ "$trtcm" = 1 ]; then # cir/eir in bytes/s, far above what one core forwards
         for p in vhu1 vhu2; do
@@ -222,9 +225,9 @@ start_ovs() { # trtcm: 0|1 → SW_PID, OVSDIR
                 other-config:eir=50000000000 other-config:ebs=2048000 >/dev/null
         done
     fi
-    ovs-ofctl del-flows br0
-    ovs-ofctl add-flow br0 in_port=1,actions=output:2
-    ovs-ofctl add-flow br0 in_port=2,actions=output:1
+    ovs-ofctl del-flows "$BR"
+    ovs-ofctl add-flow "$BR" in_port=1,actions=output:2
+    ovs-ofctl add-flow "$BR" in_port=2,actions=output:1
 }
 stop_ovs() {
     timeout 10 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
