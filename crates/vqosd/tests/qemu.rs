@@ -294,25 +294,6 @@ fn pings(jobs: &mut [(&mut Guest, &[&str])]) {
     }
 }
 
-fn connected(stats: &Value, name: &str) -> bool {
-    port(stats, name)["vhost_user"]["connected"] == true
-}
-
-/// The rates (bit/s) at which the named ports received (what their guests sent) over `secs`.
-fn rx_rates(d: &Daemon, names: &[&str], secs: f64) -> Vec<f64> {
-    let bytes =
-        |s: &Value| -> Vec<u64> { names.iter().map(|n| counter(s, n, "rx_bytes")).collect() };
-    let a = bytes(&d.get("/v1/stats"));
-    let t = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    let b = bytes(&d.get("/v1/stats"));
-    let dt = t.elapsed().as_secs_f64();
-    a.iter()
-        .zip(b)
-        .map(|(a, b)| (b - a) as f64 * 8.0 / dt)
-        .collect()
-}
-
 /// The lines of iperf3's summary (sender and receiver).
 fn iperf_summary(out: &str) -> String {
     out.lines()

@@ -12,22 +12,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use vqos_testkit::{machine_lock, poll, testpmd_missing, Testpmd};
-
-fn connected(stats: &Value, name: &str) -> bool {
-    port(stats, name)["vhost_user"]["connected"] == true
-}
-
-/// vm1's receive rate (what its guest sends) over about `secs`, bit/s (the stats are
-/// published every 25 ms: about 1 % of the window).
-fn vm1_rate(d: &Daemon, secs: f64) -> f64 {
-    let a = counter(&d.get("/v1/stats"), "vm1", "rx_bytes");
-    let t = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    let b = counter(&d.get("/v1/stats"), "vm1", "rx_bytes");
-    (b - a) as f64 * 8.0 / t.elapsed().as_secs_f64()
-}
 
 #[test]
 fn testpmd_vms_on_vhost_user_ports_keep_policy_and_traffic_across_a_sigkill() {
@@ -95,7 +81,7 @@ fn testpmd_vms_on_vhost_user_ports_keep_policy_and_traffic_across_a_sigkill() {
     // A maximum on vm1 holds on its guest's traffic (back-pressure into its TX ring).
     d.call("PUT", "/v1/policies/vm1", json!({"max": "50Mbit"}));
     std::thread::sleep(Duration::from_millis(500));
-    let capped = vm1_rate(&d, 2.0);
+    let capped = rx_rates(&d, &["vm1"], 2.0)[0];
     println!("vm1 capped at 50 Mbit/s: {:.1} Mbit/s", capped / 1e6);
     assert!(
         capped <= 1.1 * 50e6,
@@ -125,7 +111,7 @@ fn testpmd_vms_on_vhost_user_ports_keep_policy_and_traffic_across_a_sigkill() {
         "no traffic after the restart: {}",
         d.get("/v1/stats")
     );
-    let after = vm1_rate(&d, 2.0);
+    let after = rx_rates(&d, &["vm1"], 2.0)[0];
     println!("vm1 after the restart: {:.1} Mbit/s", after / 1e6);
     assert!(after <= 1.1 * 50e6, "{after} bit/s: the max was lost");
     testpmd.command("stop");

@@ -138,6 +138,27 @@ pub fn counter(stats: &Value, name: &str, key: &str) -> u64 {
     port(stats, name)[key].as_u64().unwrap()
 }
 
+/// Whether the vhost-user port `name` has a connected frontend in `stats`.
+pub fn connected(stats: &Value, name: &str) -> bool {
+    port(stats, name)["vhost_user"]["connected"] == true
+}
+
+/// The rates (bit/s) at which the named ports received (what their guests sent) over about
+/// `secs`, from two `/v1/stats` snapshots (published every 25 ms: about 1 % of a 2 s window).
+pub fn rx_rates(d: &Daemon, names: &[&str], secs: f64) -> Vec<f64> {
+    let bytes =
+        |s: &Value| -> Vec<u64> { names.iter().map(|n| counter(s, n, "rx_bytes")).collect() };
+    let a = bytes(&d.get("/v1/stats"));
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let b = bytes(&d.get("/v1/stats"));
+    let dt = t.elapsed().as_secs_f64();
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (b - a) as f64 * 8.0 / dt)
+        .collect()
+}
+
 pub fn drop_count(stats: &Value, name: &str, reason: &str) -> u64 {
     port(stats, name)["drops"][reason].as_u64().unwrap()
 }
