@@ -18,7 +18,8 @@ enum LabCommand {
     /// Run a scenario on real traffic (root; iperf3) and write results, report and plot.
     #[command(
         after_help = "Examples:\n  sudo vqos lab run scenarios/ancs-fig5.toml\n  \
-        sudo vqos lab run scenarios/ancs-fig5.toml --baseline htb --out lab-out/fig5-htb\n\n\
+        sudo vqos lab run scenarios/ancs-fig5.toml --baseline htb --out lab-out/fig5-htb\n  \
+        sudo vqos lab run scenarios/fairness-static.toml --engine policer\n\n\
         Writes DIR/results.json, timeseries.csv, report.md, rates.svg and logs/.\n\
         Ctrl-C stops the run and removes every namespace, link and process it created."
     )]
@@ -75,6 +76,10 @@ struct RunArgs {
     /// Exit with status 5 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
+    /// Run vqosd (and the simulator's prediction) with this engine instead of the scenario's
+    /// (rr, ancs, policer, tcm, c2qos, vqos); only with `--baseline vqos`.
+    #[arg(long)]
+    engine: Option<String>,
 }
 
 /// Runs `vqos lab`.
@@ -84,7 +89,18 @@ pub fn run(args: LabArgs) -> Result<()> {
         LabCommand::Paper(p) => return paper(p),
     };
     let baseline: Baseline = a.baseline.parse()?;
+    let engine = match &a.engine {
+        Some(e) if baseline != Baseline::Vqos => {
+            let msg = format!(
+                "--engine {e} needs --baseline vqos (the {baseline} baseline has no engine)"
+            );
+            return Err(crate::exit::UsageError(msg).into());
+        }
+        Some(e) => Some(e.parse().map_err(|m: String| crate::exit::UsageError(m))?),
+        None => None,
+    };
     let mut opts = LabOptions::new(&a.file);
+    opts.engine = engine;
     opts.baseline = baseline;
     opts.out_dir = a.out;
     opts.duration_scale = a.duration_scale;

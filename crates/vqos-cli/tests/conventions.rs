@@ -174,3 +174,24 @@ fn every_subcommand_accepts_json() {
     let out = vqos(&["lab", "paper", "no-such-paper", "--json"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn lab_run_engine_needs_the_vqos_baseline_and_a_known_name() {
+    // Both are refused before the lab touches anything (no root, no iperf3 needed).
+    let out = vqos(&[
+        "lab",
+        "run",
+        "scenarios/fairness-static.toml",
+        "--baseline",
+        "htb",
+        "--engine",
+        "policer",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --baseline vqos"), "{err}");
+    let out = vqos(&["lab", "run", "scenarios/fairness-static.toml", "--engine", "wfq"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wfq"), "{err}");
+}

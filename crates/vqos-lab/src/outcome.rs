@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::probe::ProbeResult;
 use crate::topo::Baseline;
+use vqos_sched::EngineKind;
 use vqos_sim::Report;
 
 /// Width of the lab's time bins, ns (the sampling period).
@@ -26,6 +27,9 @@ pub struct LabOptions {
     pub vqosd_bin: Option<PathBuf>,
     /// Print a progress line on stderr.
     pub progress: bool,
+    /// vqosd's engine instead of the scenario's (`None`: the scenario's); the simulator's
+    /// prediction uses the same one. Ignored by the kernel baselines.
+    pub engine: Option<EngineKind>,
 }
 
 impl LabOptions {
@@ -38,6 +42,7 @@ impl LabOptions {
             duration_scale: 1.0,
             vqosd_bin: None,
             progress: false,
+            engine: None,
         }
     }
 }

@@ -317,6 +317,9 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
         )));
     }
     scale_scenario(&mut sc, opts.duration_scale);
+    if let Some(e) = opts.engine {
+        sc.engine = e;
+    }
     let probe_specs = probe::parse_probes(&text, &sc)
         .map_err(|e| LabError::Invalid(format!("{}: {e}", opts.scenario.display())))?;
     // SAFETY: geteuid has no preconditions.
