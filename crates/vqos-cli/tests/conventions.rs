@@ -190,7 +190,13 @@ fn lab_run_engine_needs_the_vqos_baseline_and_a_known_name() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs --baseline vqos"), "{err}");
-    let out = vqos(&["lab", "run", "scenarios/fairness-static.toml", "--engine", "wfq"]);
+    let out = vqos(&[
+        "lab",
+        "run",
+        "scenarios/fairness-static.toml",
+        "--engine",
+        "wfq",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("wfq"), "{err}");
