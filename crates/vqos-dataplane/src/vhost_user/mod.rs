@@ -30,6 +30,7 @@ mod chain;
 mod counters;
 mod datapath;
 pub mod features;
+mod guest;
 mod kick;
 mod protocol;
 mod session;
@@ -444,6 +445,10 @@ impl Port for VhostUserPort {
 
     fn counters(&self) -> PortIoCounters {
         self.io
+    }
+
+    fn set_busy_poll(&mut self, busy: bool) {
+        self.datapath.busy_poll = busy;
     }
 
     fn status(&self) -> Option<serde_json::Value> {
