@@ -44,6 +44,8 @@ mod tests_fuzz;
 #[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
+mod tests_regions;
+#[cfg(test)]
 mod tests_switch;
 
 use std::os::fd::RawFd;
