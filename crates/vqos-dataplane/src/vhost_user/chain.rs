@@ -78,7 +78,8 @@ pub(crate) enum RingError {
     /// The avail index is more than a ring size ahead of the last one consumed.
     #[error("Avail index out of range")]
     BadAvailIndex,
-    /// The avail ring (or the used ring) is outside guest memory.
+    /// A ring (descriptor table, avail or used ring) is outside guest memory, across two
+    /// memory regions, or misaligned.
     #[error("Ring outside guest memory")]
     BadRingAddress,
 }
