@@ -30,6 +30,8 @@ mod chain;
 mod counters;
 mod datapath;
 pub mod features;
+#[doc(hidden)]
+pub mod fuzzing;
 mod guest;
 mod kick;
 mod protocol;
