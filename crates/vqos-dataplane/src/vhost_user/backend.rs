@@ -34,12 +34,6 @@ pub(crate) struct Health {
     pub(crate) quarantined: bool,
     /// Malformed chains seen in this session.
     pub(crate) bad_chains: u64,
-    /// Kicks on the guest's transmit queue are suppressed (`VRING_USED_F_NO_NOTIFY` written,
-    /// or with `EVENT_IDX` `avail_event` left behind): not written again until re-enabled.
-    pub(crate) tx_kicks_off: bool,
-    /// Kicks on the guest's receive queue are suppressed (the port never waits for receive
-    /// buffers: without any it drops, it does not queue).
-    pub(crate) rx_kicks_off: bool,
 }
 
 /// One connection with one frontend; dropped (guest memory unmapped) when it ends.

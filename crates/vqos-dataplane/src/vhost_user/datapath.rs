@@ -259,19 +259,18 @@ impl DataPath {
             shared.quarantine(health);
         }
         let drained = taken == pending && !health.quarantined;
+        let event_idx = q.event_idx_enabled();
         if drained && !self.busy_poll {
             // Let the guest kick again; if it queued frames since `pending` was read, come
             // back without waiting for a kick that will not come.
             shared.ready.clear();
-            health.tx_kicks_off = false;
             if q.enable_notification(mem).unwrap_or(true) {
                 shared.ready.signal();
             }
-        } else if !health.tx_kicks_off {
+        } else if !event_idx && !ring.kicks_off() {
+            // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
             let _ = q.disable_notification(mem);
-            health.tx_kicks_off = true;
         }
-        let event_idx = q.event_idx_enabled();
         if published
             && ring.interrupt_due(event_idx, first_used, next_used)
             && st.signal_used_queue().is_ok()
@@ -313,10 +312,7 @@ impl DataPath {
         let hdr_len = guest_hdr_len(features);
         let mergeable = features & F_MRG_RXBUF != 0;
         let q = st.get_queue_mut();
-        if !health.rx_kicks_off {
-            let _ = q.disable_notification(mem);
-            health.rx_kicks_off = true;
-        }
+        let event_idx = q.event_idx_enabled();
         let mut view = GuestView::new(mem);
         let resolved = RingView::new(&mut view, q).and_then(|r| {
             let p = r.pending(q.next_avail())?;
@@ -332,6 +328,9 @@ impl DataPath {
                 return 0;
             }
         };
+        if !event_idx && !ring.kicks_off() {
+            let _ = q.disable_notification(mem);
+        }
         let first_used = q.next_used();
         let mut pos = q.next_avail();
         let (mut sent, mut bytes, mut used) = (0usize, 0u64, 0u16);
@@ -482,7 +481,6 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
-        let event_idx = q.event_idx_enabled();
         if published
             && ring.interrupt_due(event_idx, first_used, next_used)
             && st.signal_used_queue().is_ok()

@@ -19,6 +19,7 @@
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 
+use virtio_queue::{Queue, QueueT};
 use vm_memory::{
     Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap,
     MemoryRegionAddress, VolatileSlice,
@@ -33,6 +34,8 @@ pub(crate) type Slice<'m> = VolatileSlice<'m, ()>;
 pub(crate) const DESC_BYTES: usize = 16;
 /// Bytes of one used-ring element (`id: u32`, `len: u32`).
 const USED_ELEM_BYTES: usize = 8;
+/// `VRING_USED_F_NO_NOTIFY`.
+const USED_F_NO_NOTIFY: u16 = 1;
 /// `VRING_AVAIL_F_NO_INTERRUPT`.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
 
@@ -144,11 +147,7 @@ pub(crate) struct RingView<'m> {
 impl<'m> RingView<'m> {
     /// Resolves the rings of `q`; any of them outside guest memory or across two regions is
     /// [`RingError::BadRingAddress`].
-    pub(crate) fn new(
-        view: &mut GuestView<'m>,
-        q: &virtio_queue::Queue,
-    ) -> Result<Self, RingError> {
-        use virtio_queue::QueueT;
+    pub(crate) fn new(view: &mut GuestView<'m>, q: &Queue) -> Result<Self, RingError> {
         let size = q.size();
         let n = usize::from(size);
         let mut get =
@@ -217,6 +216,15 @@ impl<'m> RingView<'m> {
         self.used
             .write_slice(&e, 4 + USED_ELEM_BYTES * self.slot(pos))
             .map_err(|_| RingError::BadRingAddress)
+    }
+
+    /// The guest's kicks are off (`VRING_USED_F_NO_NOTIFY` is set in the used ring): read
+    /// before writing it, so that a burst writes the flag only when it changes (and again
+    /// after the guest reset its ring).
+    pub(crate) fn kicks_off(&self) -> bool {
+        self.used
+            .load::<u16>(0, Ordering::Relaxed)
+            .is_ok_and(|f| u16::from_le(f) & USED_F_NO_NOTIFY != 0)
     }
 
     /// Publishes every used element written up to `next_used` with one release store of the
