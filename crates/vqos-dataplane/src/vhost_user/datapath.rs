@@ -93,7 +93,10 @@ fn live_vring(
 /// Copies `src` to `slot[at..]`; false when it does not fit.
 #[inline]
 fn copy_in(slot: &mut [u8], at: usize, src: &Slice<'_>) -> bool {
-    match slot.get_mut(at..at + src.len()) {
+    let Some(end) = at.checked_add(src.len()) else {
+        return false;
+    };
+    match slot.get_mut(at..end) {
         Some(dst) => src.copy_to(dst) == src.len(),
         None => false,
     }
