@@ -261,9 +261,10 @@ impl DataPath {
         if broken {
             shared.quarantine(health);
         }
-        let drained = taken == pending && !health.quarantined;
         let event_idx = q.event_idx_enabled();
-        if drained && !self.busy_poll {
+        if health.quarantined {
+            // Nothing more is written to a quarantined session's rings.
+        } else if taken == pending && !self.busy_poll {
             // Let the guest kick again; if it queued frames since `pending` was read, come
             // back without waiting for a kick that will not come.
             shared.ready.clear();
