@@ -110,6 +110,10 @@ impl Port for FaultPort {
         self.inner.readiness_fd()
     }
 
+    fn set_busy_poll(&mut self, busy: bool) {
+        self.inner.set_busy_poll(busy);
+    }
+
     fn counters(&self) -> PortIoCounters {
         self.inner.counters()
     }

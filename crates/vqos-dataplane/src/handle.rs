@@ -91,7 +91,7 @@ impl SwitchHandle {
             Readiness::BusyPoll => None,
         };
         let stats = Arc::new(Mutex::new(Arc::new(sw.stats(0))));
-        let runner = Runner {
+        let mut runner = Runner {
             sw,
             epoll,
             wake: wake.clone(),

@@ -194,6 +194,12 @@ pub trait Port: Send {
     /// The port's own I/O counters.
     fn counters(&self) -> PortIoCounters;
 
+    /// The loop polls this port without waiting for its readiness descriptor (busy polling,
+    /// `busy` true): a port may then stop asking its peer for notifications (a vhost-user
+    /// port keeps its guest's TX kicks disabled, sparing the guest a system call per burst and
+    /// the switch's core a wake-up). Called once when the port joins the loop; never per frame.
+    fn set_busy_poll(&mut self, _busy: bool) {}
+
     /// The port is being removed for good (not dropped for a shutdown or restart): a resource
     /// meant to outlive the daemon (a persistent TAP the switch made) goes too. Called off the
     /// loop thread, before the port is dropped.

@@ -105,12 +105,16 @@ impl Runner {
         self.origin.elapsed().as_nanos() as u64
     }
 
-    /// Registers every port's readiness descriptor (the uplink's at start).
-    pub fn register_all(&self) -> Result<(), SwitchError> {
-        if let Some(ep) = &self.epoll {
-            for (slot, fd) in self.sw.readiness_fds() {
-                ep.add(fd, slot as u64, true)?;
+    /// Registers every port's readiness descriptor (the uplink's at start); under busy
+    /// polling tells the ports instead.
+    pub fn register_all(&mut self) -> Result<(), SwitchError> {
+        match &self.epoll {
+            Some(ep) => {
+                for (slot, fd) in self.sw.readiness_fds() {
+                    ep.add(fd, slot as u64, true)?;
+                }
             }
+            None => self.sw.set_busy_poll(0),
         }
         Ok(())
     }
@@ -220,10 +224,13 @@ impl Runner {
         true
     }
 
-    /// Registers the readiness descriptor of a new port in `slot`.
-    fn watch(&self, slot: usize) -> Result<(), SwitchError> {
-        if let (Some(ep), Some(fd)) = (&self.epoll, self.sw.readiness_fd(slot)) {
-            ep.add(fd, slot as u64, true)?;
+    /// Registers the readiness descriptor of a new port in `slot`; under busy polling tells
+    /// the port instead.
+    fn watch(&mut self, slot: usize) -> Result<(), SwitchError> {
+        match (&self.epoll, self.sw.readiness_fd(slot)) {
+            (Some(ep), Some(fd)) => ep.add(fd, slot as u64, true)?,
+            (Some(_), None) => {}
+            (None, _) => self.sw.set_busy_poll(slot),
         }
         Ok(())
     }

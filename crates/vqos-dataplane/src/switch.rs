@@ -375,6 +375,13 @@ impl Switch {
         self.ports.index_of(name)
     }
 
+    /// Tells the port in `slot` that the loop busy-polls it ([`Port::set_busy_poll`]).
+    pub fn set_busy_poll(&mut self, slot: usize) {
+        if let Some(s) = self.ports.get_mut(slot) {
+            s.port.set_busy_poll(true);
+        }
+    }
+
     /// The readiness descriptor of the port in `slot`.
     pub fn readiness_fd(&self, slot: usize) -> Option<std::os::fd::RawFd> {
         self.ports.get(slot).and_then(|s| s.fd)

@@ -34,9 +34,6 @@ pub(crate) struct Health {
     pub(crate) quarantined: bool,
     /// Malformed chains seen in this session.
     pub(crate) bad_chains: u64,
-    /// Kicks on the guest's receive queue are suppressed (the port never waits for receive
-    /// buffers: without any it drops, it does not queue).
-    pub(crate) rx_kicks_off: bool,
 }
 
 /// One connection with one frontend; dropped (guest memory unmapped) when it ends.

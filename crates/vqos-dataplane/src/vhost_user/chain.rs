@@ -1,17 +1,14 @@
-//! Reading the guest's split virtqueue: chain heads from the avail ring and descriptor chains
-//! from the descriptor table, every value checked, each misbehaviour by name.
+//! Walking a guest's descriptor chain: every descriptor read once and checked, each
+//! misbehaviour by name, its buffer resolved to guest-memory slices as it is met.
 //!
 //! `virtio-queue`'s own iterators end a chain silently on a bad `next` or a loop; we walk the
-//! table ourselves so that each case moves its own counter ([`ChainError`]) and so that the
-//! chain is validated as a whole before one byte is copied. The `Queue` of `virtio-queue` still
-//! keeps the ring indexes, the used ring and the notification state.
-
-use std::num::Wrapping;
-use std::sync::atomic::Ordering;
-
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+//! table ourselves so that each case moves its own counter ([`ChainError`]), and so that each
+//! buffer is resolved once, straight into the slice the frame is copied from or to (no second
+//! lookup, no intermediate buffer). The `Queue` of `virtio-queue` still keeps the ring
+//! indexes and the notification state.
 
 use super::counters::{bump, AtomicCounters};
+use super::guest::{GuestView, RingView, Slice};
 
 /// Descriptor flag: the chain continues at `next`.
 const DESC_F_NEXT: u16 = 1;
@@ -19,14 +16,12 @@ const DESC_F_NEXT: u16 = 1;
 const DESC_F_WRITE: u16 = 2;
 /// Descriptor flag: the buffer is a table of descriptors.
 const DESC_F_INDIRECT: u16 = 4;
-/// Bytes of one split-ring descriptor.
-const DESC_BYTES: u64 = 16;
 
-/// One buffer of a validated chain.
+/// A buffer of a validated chain, or the part of one that lies in one memory region.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Segment {
-    /// Guest-physical address of the buffer.
-    pub(crate) addr: GuestAddress,
+    /// Guest-physical address.
+    pub(crate) addr: u64,
     /// Bytes.
     pub(crate) len: u32,
 }
@@ -83,7 +78,8 @@ pub(crate) enum RingError {
     /// The avail index is more than a ring size ahead of the last one consumed.
     #[error("Avail index out of range")]
     BadAvailIndex,
-    /// The avail ring (or the used ring) is outside guest memory.
+    /// A ring (descriptor table, avail or used ring) is outside guest memory, across two
+    /// memory regions, or misaligned.
     #[error("Ring outside guest memory")]
     BadRingAddress,
 }
@@ -98,130 +94,70 @@ impl RingError {
     }
 }
 
-/// Where one ring lives, copied out of the `Queue` once per batch.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RingLayout {
-    /// Descriptor table address.
-    pub(crate) desc_table: GuestAddress,
-    /// Avail ring address.
-    pub(crate) avail_ring: GuestAddress,
-    /// Entries in the ring.
-    pub(crate) size: u16,
-}
-
-impl RingLayout {
-    /// Chain heads the guest made available beyond `next_avail`, checked against the ring size.
-    pub(crate) fn pending(&self, mem: &GuestMemoryMmap, next_avail: u16) -> Result<u16, RingError> {
-        let idx_addr = self
-            .avail_ring
-            .0
-            .checked_add(2)
-            .ok_or(RingError::BadRingAddress)?;
-        let idx: u16 = mem
-            .load(GuestAddress(idx_addr), Ordering::Acquire)
-            .map(u16::from_le)
-            .map_err(|_| RingError::BadRingAddress)?;
-        let pending = (Wrapping(idx) - Wrapping(next_avail)).0;
-        if pending > self.size {
-            return Err(RingError::BadAvailIndex);
+/// Walks the chain starting at `head` and hands each buffer to `sink(chain_offset, guest_addr,
+/// slice)` in chain order (a buffer across two memory regions comes as two slices). The
+/// descriptor table is read one descriptor at a time, each once, and each value checked before
+/// its buffer reaches `sink`: the index below the ring size, no `INDIRECT` flag, the direction
+/// the ring needs (`device_writes`: guest RX), a length above zero, the buffer inside guest
+/// memory, at most `max_bytes` in all (else [`ChainError::TooLong`], before any byte of that
+/// buffer reaches `sink`), at most a ring's worth of descriptors. A `sink` that returns false
+/// ends the walk with [`ChainError::TooLong`]. Returns the chain's total bytes. On an error,
+/// `sink` may already have seen the chain's first buffers: the caller drops what it did with
+/// them.
+pub(crate) fn walk<'m>(
+    ring: &RingView<'m>,
+    view: &mut GuestView<'m>,
+    head: u16,
+    device_writes: bool,
+    max_bytes: u64,
+    mut sink: impl FnMut(u64, u64, Slice<'m>) -> bool,
+) -> Result<u64, ChainError> {
+    if head >= ring.size {
+        return Err(ChainError::HeadOutOfRange);
+    }
+    let mut index = head;
+    let mut total = 0u64;
+    for _ in 0..ring.size {
+        // `index` < size, so the read stays in the table resolved for this burst.
+        let d = ring.desc(index).ok_or(ChainError::BadAddress)?;
+        if d.flags & DESC_F_INDIRECT != 0 {
+            return Err(ChainError::Indirect);
         }
-        Ok(pending)
-    }
-
-    /// Without `EVENT_IDX`: the guest set `VRING_AVAIL_F_NO_INTERRUPT` (a polling driver such
-    /// as DPDK's does), so no interrupt is due. (`virtio-queue` does not look at this flag.)
-    pub(crate) fn no_interrupt(&self, mem: &GuestMemoryMmap) -> bool {
-        mem.load::<u16>(self.avail_ring, Ordering::Relaxed)
-            .is_ok_and(|f| u16::from_le(f) & 1 != 0)
-    }
-
-    /// The chain head at avail position `pos` (not range-checked: see [`RingLayout::walk`]).
-    pub(crate) fn head(&self, mem: &GuestMemoryMmap, pos: u16) -> Result<u16, RingError> {
-        let off = 4 + 2 * u64::from(pos % self.size.max(1));
-        let addr = self
-            .avail_ring
-            .0
-            .checked_add(off)
-            .ok_or(RingError::BadRingAddress)?;
-        mem.read_obj::<u16>(GuestAddress(addr))
-            .map(u16::from_le)
-            .map_err(|_| RingError::BadRingAddress)
-    }
-
-    /// Validates the chain starting at `head` and appends its buffers to `segs` (cleared
-    /// first). `device_writes` is the direction the ring needs (guest RX: true). Returns the
-    /// chain's total bytes; more than `max_bytes` is [`ChainError::TooLong`].
-    pub(crate) fn walk(
-        &self,
-        mem: &GuestMemoryMmap,
-        head: u16,
-        device_writes: bool,
-        max_bytes: u64,
-        segs: &mut Vec<Segment>,
-    ) -> Result<u64, ChainError> {
-        segs.clear();
-        if head >= self.size {
-            return Err(ChainError::HeadOutOfRange);
+        if (d.flags & DESC_F_WRITE != 0) != device_writes {
+            return Err(ChainError::WrongDirection);
         }
-        let mut index = head;
-        let mut total = 0u64;
-        for _ in 0..self.size {
-            let at = self
-                .desc_table
-                .0
-                .checked_add(u64::from(index) * DESC_BYTES)
-                .ok_or(ChainError::BadAddress)?;
-            let mut raw = [0u8; DESC_BYTES as usize];
-            mem.read_slice(&mut raw, GuestAddress(at))
-                .map_err(|_| ChainError::BadAddress)?;
-            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap_or_default());
-            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap_or_default());
-            let flags = u16::from_le_bytes([raw[12], raw[13]]);
-            let next = u16::from_le_bytes([raw[14], raw[15]]);
-            if flags & DESC_F_INDIRECT != 0 {
-                return Err(ChainError::Indirect);
-            }
-            if (flags & DESC_F_WRITE != 0) != device_writes {
-                return Err(ChainError::WrongDirection);
-            }
-            if len == 0 {
-                return Err(ChainError::ZeroLength);
-            }
-            if !GuestMemoryBackend::check_range(mem, GuestAddress(addr), len as usize) {
-                return Err(ChainError::BadAddress);
-            }
-            total += u64::from(len);
-            if total > max_bytes {
+        if d.len == 0 {
+            return Err(ChainError::ZeroLength);
+        }
+        let len = u64::from(d.len);
+        if d.addr.checked_add(len).is_none() {
+            return Err(ChainError::BadAddress);
+        }
+        if total + len > max_bytes {
+            return Err(if view.covers(d.addr, len) {
+                ChainError::TooLong
+            } else {
+                ChainError::BadAddress
+            });
+        }
+        let (mut at, mut left) = (d.addr, len);
+        while left > 0 {
+            let s = view.prefix(at, left).ok_or(ChainError::BadAddress)?;
+            let n = s.len() as u64;
+            if !sink(total, at, s) {
                 return Err(ChainError::TooLong);
             }
-            segs.push(Segment {
-                addr: GuestAddress(addr),
-                len,
-            });
-            if flags & DESC_F_NEXT == 0 {
-                return Ok(total);
-            }
-            if next >= self.size {
-                return Err(ChainError::NextOutOfRange);
-            }
-            index = next;
+            total += n;
+            at += n;
+            left -= n;
         }
-        Err(ChainError::Loop)
-    }
-}
-
-/// Copies guest buffers `segs` (a validated chain) into `out`, which must hold their total.
-pub(crate) fn gather(mem: &GuestMemoryMmap, segs: &[Segment], out: &mut [u8]) -> bool {
-    let mut off = 0usize;
-    for s in segs {
-        let len = s.len as usize;
-        let Some(dst) = out.get_mut(off..off + len) else {
-            return false;
-        };
-        if mem.read_slice(dst, s.addr).is_err() {
-            return false;
+        if d.flags & DESC_F_NEXT == 0 {
+            return Ok(total);
         }
-        off += len;
+        if d.next >= ring.size {
+            return Err(ChainError::NextOutOfRange);
+        }
+        index = d.next;
     }
-    true
+    Err(ChainError::Loop)
 }

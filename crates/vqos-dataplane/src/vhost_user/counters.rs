@@ -32,7 +32,8 @@ pub struct VhostUserCounters {
     pub refused_messages: u64,
     /// The avail index ran more than a ring size ahead of us (ring corrupt: quarantine).
     pub bad_avail_index: u64,
-    /// A ring (avail or used) or its index lies outside guest memory (quarantine).
+    /// A ring (descriptor table, avail or used ring) lies outside guest memory, across two
+    /// memory regions, or misaligned in host memory (quarantine).
     pub bad_ring_address: u64,
     /// A chain head read from the avail ring is not below the ring size.
     pub head_out_of_range: u64,
@@ -42,7 +43,8 @@ pub struct VhostUserCounters {
     pub chain_loop: u64,
     /// A descriptor of length zero.
     pub zero_length_desc: u64,
-    /// A descriptor whose buffer lies (partly) outside guest memory.
+    /// A descriptor whose buffer lies (partly) outside guest memory (in a hole between regions,
+    /// past the end) or whose address overflows.
     pub bad_desc_address: u64,
     /// A write-only descriptor in a guest TX chain, or a read-only one in a guest RX chain.
     pub wrong_direction_desc: u64,

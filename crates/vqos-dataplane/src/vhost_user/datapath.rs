@@ -1,35 +1,43 @@
 //! Moving frames between a [`Batch`] and the guest's rings, run by the poll loop.
 //!
 //! ## Behavior
-//! - **Guest TX** (`recv`): up to `max_frames` chains are taken from the avail ring, each
-//!   validated whole ([`RingLayout::walk`]) and copied into the batch's next free slot, then
-//!   returned to the used ring (length 0: the device wrote nothing). A 10-byte legacy header
-//!   is widened to the data plane's 12 bytes. What the loop does not take stays in the avail
-//!   ring: that is the back-pressure, the port holds no frame of its own.
+//! - **Guest TX** (`recv`): up to `max_frames` chains are taken from the avail ring; each
+//!   descriptor is read once and checked ([`walk`]) and its buffer copied straight into the
+//!   batch's next free slot (the one copy on this side); the chain is then returned to the used
+//!   ring (length 0: the device wrote nothing). A 10-byte legacy header is widened to the data
+//!   plane's 12 bytes as it is copied. What the loop does not take stays in the avail ring:
+//!   that is the back-pressure, the port holds no frame of its own.
 //! - **Guest RX** (`send`): each frame needs enough receive chains for its bytes: one chain,
 //!   or with `MRG_RXBUF` as many as needed (`num_buffers` in the header says how many). When
 //!   the guest has not posted enough, the chains taken for that frame are put back and this
 //!   frame and the rest of the batch are lost (`guest_rx_no_buffers_frames`): a guest that
 //!   stops consuming costs the switch nothing but the count.
+//! - **Per burst**, not per frame: the rings are resolved once ([`RingView::new`]), the avail
+//!   index is read once (acquire), used elements are written as chains complete and published
+//!   with one release store of the used index, and the guest is interrupted at most once.
 //! - A malformed chain is returned to the used ring with length 0 where its head allows it,
 //!   counted by kind, and the next one is tried; a broken ring (avail index too far ahead,
 //!   ring outside guest memory) or too many malformed chains in one session quarantines the
 //!   session.
 //! - Notifications: the guest's kicks on its TX queue are disabled while the loop keeps
 //!   finding full batches, and re-enabled when it drains the ring (if frames slipped in
-//!   meanwhile, the port signals its own readiness so the loop comes back). Kicks on the
-//!   receive queue stay disabled for the whole session (the port never waits for receive
-//!   buffers). Interrupts to the guest go once per batch, and with `EVENT_IDX` only when the
-//!   guest's `used_event` asks for one.
+//!   meanwhile, the port signals its own readiness so the loop comes back); under busy
+//!   polling ([`DataPath::busy_poll`]) they stay disabled: the loop comes back anyway. Kicks
+//!   on the receive queue stay disabled for the whole session (the port never waits for
+//!   receive buffers). Interrupts to the guest go once per burst, and with `EVENT_IDX` only
+//!   when the guest's `used_event` asks for one.
 
-use vhost_user_backend::{VringRwLock, VringT};
+use std::sync::RwLockWriteGuard;
+
+use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 use super::backend::{Health, Shared, RX_QUEUE, TX_QUEUE};
-use super::chain::{gather, RingError, RingLayout, Segment};
+use super::chain::{walk, Segment};
 use super::counters::bump;
 use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
+use super::guest::{GuestView, RingView, Slice};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
 use crate::port::{Batch, PortIoCounters};
 
@@ -60,66 +68,82 @@ enum RxShortage {
     Ring,
 }
 
-/// Scratch space of the data path, allocated once per port.
+/// Scratch space and mode of the data path, allocated once per port (the vectors grow to
+/// their largest need once, then are reused: nothing is allocated per frame or per burst).
 #[derive(Debug, Default)]
 pub(crate) struct DataPath {
-    /// Segments of the chain being walked.
-    segs: Vec<Segment>,
     /// Segments of every receive chain gathered for the current frame.
     rx_segs: Vec<Segment>,
     /// Receive chains gathered for the current frame.
     chains: Vec<RxChain>,
+    /// The loop polls the port without waiting for its readiness (busy polling): the guest's
+    /// TX kicks are never re-enabled.
+    pub(crate) busy_poll: bool,
 }
 
-/// The ring layout of a queue.
-fn layout(q: &virtio_queue::Queue) -> RingLayout {
-    RingLayout {
-        desc_table: GuestAddress(q.desc_table()),
-        avail_ring: GuestAddress(q.avail_ring()),
-        size: q.size(),
+/// The write-locked state of vring `index`, if the session has it started and enabled.
+fn live_vring(
+    vrings: Option<&Vec<VringRwLock>>,
+    index: usize,
+) -> Option<RwLockWriteGuard<'_, VringState>> {
+    let st = vrings?.get(index)?.get_mut();
+    (st.is_enabled() && st.get_queue().ready()).then_some(st)
+}
+
+/// Copies `src` to `slot[at..]`; false when it does not fit.
+#[inline]
+fn copy_in(slot: &mut [u8], at: usize, src: &Slice<'_>) -> bool {
+    let Some(end) = at.checked_add(src.len()) else {
+        return false;
+    };
+    match slot.get_mut(at..end) {
+        Some(dst) => src.copy_to(dst) == src.len(),
+        None => false,
     }
 }
 
-/// Whether the guest wants an interrupt for the used entries added since the last call:
-/// `used_event` with `EVENT_IDX`, else the avail ring's `NO_INTERRUPT` flag.
-fn interrupt_due(q: &mut virtio_queue::Queue, mem: &GuestMemoryMmap, ring: &RingLayout) -> bool {
-    if q.event_idx_enabled() {
-        q.needs_notification(mem).unwrap_or(true)
-    } else {
-        !ring.no_interrupt(mem)
+/// Copies `src`, the bytes of a guest TX chain from offset `off`, into `slot`, leaving `widen`
+/// bytes after the guest's `hdr_len`-byte header (a legacy header widened to 12 bytes).
+#[inline]
+fn place(slot: &mut [u8], off: u64, src: Slice<'_>, hdr_len: usize, widen: usize) -> bool {
+    let Ok(off) = usize::try_from(off) else {
+        return false;
+    };
+    if off >= hdr_len {
+        return copy_in(slot, off + widen, &src);
+    }
+    if widen == 0 || off + src.len() <= hdr_len {
+        return copy_in(slot, off, &src);
+    }
+    let k = hdr_len - off;
+    match (src.subslice(0, k), src.offset(k)) {
+        (Ok(h), Ok(rest)) => copy_in(slot, off, &h) && copy_in(slot, hdr_len + widen, &rest),
+        _ => false,
     }
 }
 
-/// The vring `index` if the session has it started and enabled.
-fn live_vring(vrings: Option<&Vec<VringRwLock>>, index: usize) -> Option<&VringRwLock> {
-    let v = vrings?.get(index)?;
-    let st = v.get_ref();
-    (st.is_enabled() && st.get_queue().ready()).then_some(v)
-}
-
-/// Writes `stream[from..from + len]`, where `stream` is `hdr` followed by `payload`, at `addr`.
-fn write_stream(
-    mem: &GuestMemoryMmap,
-    addr: GuestAddress,
-    hdr: &[u8],
-    payload: &[u8],
-    from: usize,
-    len: usize,
-) -> bool {
-    let end = from + len;
-    let mut at = addr;
+/// Writes `stream[from..from + dst.len()]` into `dst`, where `stream` is `hdr` then `payload`.
+fn write_stream(dst: &Slice<'_>, hdr: &[u8], payload: &[u8], from: usize) -> bool {
+    let end = from + dst.len();
+    let mut at = 0;
     if from < hdr.len() {
-        let h = &hdr[from..end.min(hdr.len())];
-        if mem.write_slice(h, at).is_err() {
+        let Some(h) = hdr.get(from..end.min(hdr.len())) else {
             return false;
-        }
-        at = GuestAddress(at.0 + h.len() as u64);
+        };
+        let Ok(d) = dst.subslice(0, h.len()) else {
+            return false;
+        };
+        d.copy_from(h);
+        at = h.len();
     }
     if end > hdr.len() {
-        let p = &payload[from.max(hdr.len()) - hdr.len()..end - hdr.len()];
-        if mem.write_slice(p, at).is_err() {
+        let Some(p) = payload.get(from.max(hdr.len()) - hdr.len()..end - hdr.len()) else {
             return false;
-        }
+        };
+        let Ok(d) = dst.subslice(at, p.len()) else {
+            return false;
+        };
+        d.copy_from(p);
     }
     true
 }
@@ -141,31 +165,35 @@ impl DataPath {
         if health.quarantined {
             return 0;
         }
-        let Some(vring) = live_vring(vrings, TX_QUEUE) else {
+        let Some(mut st) = live_vring(vrings, TX_QUEUE) else {
             return 0;
         };
         let c = &shared.counters;
         let hdr_len = guest_hdr_len(features);
         let widen = VNET_HDR_LEN - hdr_len;
         let max_guest_bytes = (MAX_FRAME_BYTES - widen) as u64;
-        let mut st = vring.get_mut();
         let q = st.get_queue_mut();
-        let ring = layout(q);
-        let pending = match ring.pending(mem, q.next_avail()) {
-            Ok(p) => p,
+        let mut view = GuestView::new(mem);
+        let resolved = RingView::new(&mut view, q).and_then(|r| {
+            let p = r.pending(q.next_avail())?;
+            Ok((r, p))
+        });
+        let (ring, pending) = match resolved {
+            Ok(rp) => rp,
             Err(e) => {
                 e.count(c);
                 shared.quarantine(health);
                 return 0;
             }
         };
-        let (mut n, mut taken, mut used) = (0usize, 0u16, 0u32);
+        let first_used = q.next_used();
+        let mut pos = q.next_avail();
+        let (mut n, mut taken, mut used) = (0usize, 0u16, 0u16);
         let mut bytes = 0u64;
         let mut broken = false;
         while n < max_frames && taken < pending {
             let Some(slot) = batch.free_slot() else { break };
-            let pos = q.next_avail();
-            let head = match ring.head(mem, pos) {
+            let head = match ring.head(pos) {
                 Ok(h) => h,
                 Err(e) => {
                     e.count(c);
@@ -173,25 +201,24 @@ impl DataPath {
                     break;
                 }
             };
-            q.set_next_avail(pos.wrapping_add(1));
+            pos = pos.wrapping_add(1);
             taken += 1;
-            let len = match ring.walk(mem, head, false, max_guest_bytes, &mut self.segs) {
+            let walked = walk(
+                &ring,
+                &mut view,
+                head,
+                false,
+                max_guest_bytes,
+                |off, _, s| place(slot, off, s, hdr_len, widen),
+            );
+            let len = match walked {
                 Ok(total) if (total as usize) < hdr_len => {
                     bump(&c.short_chain, 1);
                     None
                 }
                 Ok(total) => {
-                    let total = total as usize;
-                    if gather(mem, &self.segs, &mut slot[..total]) {
-                        if widen > 0 {
-                            slot.copy_within(hdr_len..total, VNET_HDR_LEN);
-                            slot[hdr_len..VNET_HDR_LEN].fill(0);
-                        }
-                        Some(total + widen)
-                    } else {
-                        bump(&c.bad_desc_address, 1);
-                        None
-                    }
+                    slot[hdr_len..VNET_HDR_LEN].fill(0);
+                    Some(total as usize + widen)
                 }
                 Err(e) => {
                     e.count(c);
@@ -207,8 +234,8 @@ impl DataPath {
                 None => shared.bad_chain(health),
             }
             if head < ring.size {
-                if q.add_used(mem, head, 0).is_err() {
-                    RingError::BadRingAddress.count(c);
+                if let Err(e) = ring.put_used(first_used.wrapping_add(used), head, 0) {
+                    e.count(c);
                     broken = true;
                     break;
                 }
@@ -218,22 +245,40 @@ impl DataPath {
                 break;
             }
         }
+        q.set_next_avail(pos);
+        let next_used = first_used.wrapping_add(used);
+        let mut published = false;
+        if used > 0 {
+            match ring.publish_used(next_used) {
+                Ok(()) => published = true,
+                Err(e) => {
+                    e.count(c);
+                    broken = true;
+                }
+            }
+            q.set_next_used(next_used);
+        }
         if broken {
             shared.quarantine(health);
         }
-        let drained = taken == pending && !broken && !health.quarantined;
-        let notify = used > 0 && interrupt_due(q, mem, &ring);
-        if drained {
+        let event_idx = q.event_idx_enabled();
+        if health.quarantined {
+            // Nothing more is written to a quarantined session's rings.
+        } else if taken == pending && !self.busy_poll {
             // Let the guest kick again; if it queued frames since `pending` was read, come
             // back without waiting for a kick that will not come.
             shared.ready.clear();
             if q.enable_notification(mem).unwrap_or(true) {
                 shared.ready.signal();
             }
-        } else {
+        } else if !event_idx && !ring.kicks_off() {
+            // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
             let _ = q.disable_notification(mem);
         }
-        if notify && st.signal_used_queue().is_ok() {
+        if published
+            && ring.interrupt_due(event_idx, first_used, next_used)
+            && st.signal_used_queue().is_ok()
+        {
             bump(&c.interrupts, 1);
         }
         io.rx_frames += n as u64;
@@ -258,27 +303,27 @@ impl DataPath {
         io: &mut PortIoCounters,
     ) -> usize {
         let c = &shared.counters;
-        let vring = if health.quarantined {
+        let st = if health.quarantined {
             None
         } else {
             live_vring(vrings, RX_QUEUE)
         };
-        let Some(vring) = vring else {
+        let Some(mut st) = st else {
             bump(&c.disconnected_frames, indices.len() as u64);
             io.tx_errors += indices.len() as u64;
             return 0;
         };
         let hdr_len = guest_hdr_len(features);
         let mergeable = features & F_MRG_RXBUF != 0;
-        let mut st = vring.get_mut();
         let q = st.get_queue_mut();
-        if !health.rx_kicks_off {
-            let _ = q.disable_notification(mem);
-            health.rx_kicks_off = true;
-        }
-        let ring = layout(q);
-        let mut left = match ring.pending(mem, q.next_avail()) {
-            Ok(p) => p,
+        let event_idx = q.event_idx_enabled();
+        let mut view = GuestView::new(mem);
+        let resolved = RingView::new(&mut view, q).and_then(|r| {
+            let p = r.pending(q.next_avail())?;
+            Ok((r, p))
+        });
+        let (ring, mut left) = match resolved {
+            Ok(rp) => rp,
             Err(e) => {
                 e.count(c);
                 shared.quarantine(health);
@@ -287,7 +332,12 @@ impl DataPath {
                 return 0;
             }
         };
-        let (mut sent, mut bytes, mut used) = (0usize, 0u64, 0u32);
+        if !event_idx && !ring.kicks_off() {
+            let _ = q.disable_notification(mem);
+        }
+        let first_used = q.next_used();
+        let mut pos = q.next_avail();
+        let (mut sent, mut bytes, mut used) = (0usize, 0u64, 0u16);
         let mut shortage = None;
         'frames: for &i in indices {
             let frame = batch.frame(usize::from(i));
@@ -298,7 +348,7 @@ impl DataPath {
             let need = (hdr_len + payload.len()) as u64;
             self.chains.clear();
             self.rx_segs.clear();
-            let mut start = q.next_avail();
+            let mut start = pos;
             let mut cap = 0u64;
             while cap < need {
                 if (!mergeable && !self.chains.is_empty()) || self.rx_segs.len() > MAX_FRAME_SEGS {
@@ -307,11 +357,10 @@ impl DataPath {
                     shortage = Some(RxShortage::NoBuffers);
                 }
                 if shortage.is_some() {
-                    q.set_next_avail(start);
+                    pos = start;
                     break 'frames;
                 }
-                let pos = q.next_avail();
-                let head = match ring.head(mem, pos) {
+                let head = match ring.head(pos) {
                     Ok(h) => h,
                     Err(e) => {
                         e.count(c);
@@ -319,16 +368,25 @@ impl DataPath {
                         break 'frames;
                     }
                 };
-                q.set_next_avail(pos.wrapping_add(1));
+                pos = pos.wrapping_add(1);
                 left -= 1;
-                match ring.walk(mem, head, true, u64::MAX, &mut self.segs) {
+                let first = self.rx_segs.len();
+                let segs = &mut self.rx_segs;
+                // A segment is part of one descriptor's buffer: its length fits in u32.
+                let walked = walk(&ring, &mut view, head, true, u64::MAX, |_, addr, s| {
+                    segs.push(Segment {
+                        addr,
+                        len: s.len() as u32,
+                    });
+                    true
+                });
+                match walked {
                     Ok(len) => {
                         self.chains.push(RxChain {
                             head,
-                            first: self.rx_segs.len(),
-                            count: self.segs.len(),
+                            first,
+                            count: self.rx_segs.len() - first,
                         });
-                        self.rx_segs.extend_from_slice(&self.segs);
                         cap += len;
                     }
                     Err(e) => {
@@ -339,8 +397,8 @@ impl DataPath {
                         shared.bad_chain(health);
                         let heads = self.chains.iter().map(|ch| ch.head);
                         for h in heads.chain((head < ring.size).then_some(head)) {
-                            if q.add_used(mem, h, 0).is_err() {
-                                RingError::BadRingAddress.count(c);
+                            if let Err(e) = ring.put_used(first_used.wrapping_add(used), h, 0) {
+                                e.count(c);
                                 shortage = Some(RxShortage::Ring);
                                 break 'frames;
                             }
@@ -353,7 +411,7 @@ impl DataPath {
                         self.chains.clear();
                         self.rx_segs.clear();
                         cap = 0;
-                        start = q.next_avail();
+                        start = pos;
                     }
                 }
             }
@@ -371,12 +429,17 @@ impl DataPath {
             let total = need as usize;
             for ch in &self.chains {
                 let start_off = off;
-                for s in &self.rx_segs[ch.first..ch.first + ch.count] {
+                for seg in &self.rx_segs[ch.first..ch.first + ch.count] {
                     if off == total {
                         break;
                     }
-                    let n = (s.len as usize).min(total - off);
-                    if !write_stream(mem, s.addr, hdr, payload, off, n) {
+                    let n = (seg.len as usize).min(total - off);
+                    // Resolved by the walk in this burst's memory map (the view's cached
+                    // region): it cannot fail, but a failure is a broken ring, not a panic.
+                    let written = view
+                        .slice(seg.addr, n)
+                        .is_some_and(|d| write_stream(&d, hdr, payload, off));
+                    if !written {
                         bump(&c.bad_desc_address, 1);
                         shortage = Some(RxShortage::Ring);
                         break 'frames;
@@ -384,8 +447,8 @@ impl DataPath {
                     off += n;
                 }
                 let written = u32::try_from(off - start_off).unwrap_or(u32::MAX);
-                if q.add_used(mem, ch.head, written).is_err() {
-                    RingError::BadRingAddress.count(c);
+                if let Err(e) = ring.put_used(first_used.wrapping_add(used), ch.head, written) {
+                    e.count(c);
                     shortage = Some(RxShortage::Ring);
                     break 'frames;
                 }
@@ -393,6 +456,22 @@ impl DataPath {
             }
             sent += 1;
             bytes += frame.len() as u64;
+        }
+        q.set_next_avail(pos);
+        let next_used = first_used.wrapping_add(used);
+        let mut published = false;
+        if used > 0 {
+            match ring.publish_used(next_used) {
+                Ok(()) => published = true,
+                Err(e) => {
+                    // Nothing written this burst reaches the guest.
+                    e.count(c);
+                    shortage = Some(RxShortage::Ring);
+                    sent = 0;
+                    bytes = 0;
+                }
+            }
+            q.set_next_used(next_used);
         }
         let lost = (indices.len() - sent) as u64;
         match shortage {
@@ -406,7 +485,10 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
-        if used > 0 && interrupt_due(q, mem, &ring) && st.signal_used_queue().is_ok() {
+        if published
+            && ring.interrupt_due(event_idx, first_used, next_used)
+            && st.signal_used_queue().is_ok()
+        {
             bump(&c.interrupts, 1);
         }
         io.tx_frames += sent as u64;

@@ -30,6 +30,9 @@ mod chain;
 mod counters;
 mod datapath;
 pub mod features;
+#[doc(hidden)]
+pub mod fuzzing;
+mod guest;
 mod kick;
 mod protocol;
 mod session;
@@ -42,6 +45,8 @@ mod tests;
 mod tests_fuzz;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_regions;
 #[cfg(test)]
 mod tests_switch;
 
@@ -444,6 +449,10 @@ impl Port for VhostUserPort {
 
     fn counters(&self) -> PortIoCounters {
         self.io
+    }
+
+    fn set_busy_poll(&mut self, busy: bool) {
+        self.datapath.busy_poll = busy;
     }
 
     fn status(&self) -> Option<serde_json::Value> {

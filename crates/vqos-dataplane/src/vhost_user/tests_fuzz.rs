@@ -1,6 +1,7 @@
-//! Random guest rings (fixed seed, no socket): the data path never panics, never reads past a
-//! batch buffer, never takes more than the ring offered, and every chain it consumes is either
-//! a frame or a counted misbehaviour.
+//! Random guest rings (fixed seed, no socket) over guest memory of one region or two (adjacent
+//! or with a hole): the data path never panics, never reads past a batch buffer, never takes
+//! more than the ring offered, and every chain it consumes is either a frame or a counted
+//! misbehaviour.
 
 use std::sync::atomic::Ordering;
 
@@ -86,6 +87,22 @@ fn scribble(rng: &mut Rng, mem: &GuestMemoryMmap, q: u64, next_avail: u16) {
         .unwrap();
 }
 
+/// Guest memory of `MEM` bytes: one region in even rounds; in odd ones two, split at a random
+/// page after the rings, adjacent or with a one-page hole between them (buffers then cross
+/// region boundaries and run into holes).
+fn memory(rng: &mut Rng, round: u32) -> GuestMemoryMmap {
+    if round % 2 == 0 {
+        return GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM as usize)]).unwrap();
+    }
+    let split = 0x8000 + 0x1000 * rng.below((MEM - 0x9000) / 0x1000);
+    let hole = 0x1000 * rng.below(2);
+    GuestMemoryMmap::from_ranges(&[
+        (GuestAddress(0), split as usize),
+        (GuestAddress(split + hole), (MEM - split - hole) as usize),
+    ])
+    .unwrap()
+}
+
 #[test]
 fn random_rings_are_survived_and_accounted_for() {
     let mut rng = Rng(0x005e_ed0f_7a11_u64);
@@ -104,9 +121,7 @@ fn random_rings_are_survived_and_accounted_for() {
     let mut batch = Batch::new();
     for round in 0..400 {
         let features = OFFERED_FEATURES & rng.next();
-        let atomic = GuestMemoryAtomic::new(
-            GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM as usize)]).unwrap(),
-        );
+        let atomic = GuestMemoryAtomic::new(memory(&mut rng, round));
         let vrings = vec![
             vring(&atomic, 0, rng.below(2) == 0),
             vring(&atomic, 1, rng.below(2) == 0),

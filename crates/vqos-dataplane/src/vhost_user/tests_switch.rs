@@ -1,5 +1,6 @@
 //! Two vhost-user ports and an in-memory uplink in a real switch (epoll readiness): learning,
-//! flooding, unicast between the guests, and a bulk transfer with the guests' rings reused.
+//! flooding, unicast between the guests, and a bulk transfer with the guests' rings reused;
+//! and a busy-polling switch, which keeps its guest's kicks off.
 
 use vqos_sched::VifPolicy;
 
@@ -103,5 +104,42 @@ fn two_guests_and_an_uplink_through_a_real_switch() {
     );
     assert_eq!(c2.guest_rx_no_buffers_frames, 0);
     assert_eq!(h2.status().tx_frames, total as u64 + 1);
+    sw.stop().unwrap();
+}
+
+#[test]
+fn under_busy_polling_the_guest_is_never_asked_to_kick() {
+    let (up, u) = MemPort::pair("up", 10_000);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    cfg.readiness = crate::Readiness::BusyPoll;
+    let sw = SwitchHandle::start(cfg).unwrap();
+    let (_d, p) = socket_path();
+    let vm1 = VhostUserPort::server("vm1", &p).unwrap();
+    let h1 = vm1.handle();
+    sw.add_port(PortSpec::custom(Box::new(vm1)), VifPolicy::default())
+        .unwrap();
+    let mut fe = TestFrontend::connect(&p, ALL & !features::F_EVENT_IDX);
+    wait_ready(&h1);
+    // The loop polls the empty ring and turns the guest's kicks off, for good.
+    wait_until("kicks off", || fe.tx.used_flags(&fe.mem) == 1);
+    let kicks = h1.counters().kicks;
+    for tag in 0..40u8 {
+        // Published without a kick: the guest was told not to.
+        let idx = fe.tx.avail_idx % RING;
+        let f = frame(MAC_U, MAC_A, tag);
+        fe.mem.write(buf_addr(1, idx), &f);
+        fe.tx
+            .set_desc(&fe.mem, idx, buf_addr(1, idx), f.len() as u32, 0, 0);
+        fe.tx.publish(&fe.mem, idx);
+    }
+    let mut sent = Vec::new();
+    wait_until("40 frames at the uplink", || {
+        sent.extend(u.take_sent());
+        sent.len() >= 40
+    });
+    let tags: Vec<u8> = sent.iter().map(|f| tag_of(f)).collect();
+    assert_eq!(tags, (0..40).collect::<Vec<u8>>());
+    assert_eq!(fe.tx.used_flags(&fe.mem), 1, "drained, kicks still off");
+    assert_eq!(h1.counters().kicks, kicks);
     sw.stop().unwrap();
 }
