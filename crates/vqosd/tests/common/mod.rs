@@ -33,9 +33,15 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, socket: &Path) -> Daemon {
+        Daemon::start_args(config, socket, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments (e.g. `--backend mock`).
+    pub fn start_args(config: &Path, socket: &Path, args: &[&str]) -> Daemon {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,242 @@
+//! The etcd agent against a real etcd (docs/cluster.md): each test starts its own etcd on
+//! loopback ports of its own (vqos_testkit::Etcd) and vqosd daemons on the mock switch (no root,
+//! no TAPs: this is the control path). Skipped with a message when `etcd` is not installed.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::Daemon;
+use serde_json::{json, Value};
+use vqos_testkit::{etcd_missing, poll, Etcd};
+use vqosd::client::ClientError;
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+fn skip(test: &str) -> bool {
+    match etcd_missing() {
+        Some(why) => {
+            println!("SKIP {test}: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd`.
+fn daemon(dir: &Path, host: &str, etcd: &Etcd) -> Daemon {
+    let d = dir.join(host);
+    std::fs::create_dir_all(&d).unwrap();
+    let config = d.join("vqosd.toml");
+    let socket = d.join("vqosd.sock");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+capacity = "1Gbit"
+state_file = "{d}/state.json"
+[api]
+socket = "{s}"
+[[port]]
+name = "vm1"
+[[port]]
+name = "vm2"
+[cluster]
+host = "{host}"
+endpoints = ["{url}"]
+period = "100ms"
+lease_ttl = "2s"
+timeout = "500ms"
+"#,
+            d = d.display(),
+            s = socket.display(),
+            url = etcd.url()
+        ),
+    )
+    .unwrap();
+    Daemon::start_args(&config, &socket, &["--backend", "mock"])
+}
+
+fn put(etcd: &Etcd, key: &str, value: Value) {
+    etcd.ctl(&["put", key, &value.to_string()]);
+}
+
+/// The status key of `host`, if there is one.
+fn status(etcd: &Etcd, host: &str) -> Option<Value> {
+    let out = etcd.ctl(&[
+        "get",
+        &format!("/vqos/v1/status/{host}"),
+        "--print-value-only",
+    ]);
+    serde_json::from_str(out.trim()).ok()
+}
+
+fn wait<T>(what: &str, d: &Daemon, f: impl FnMut() -> Option<T>) -> T {
+    poll(LIMIT, f).unwrap_or_else(|| panic!("{what}; vqosd log:\n{}", d.log()))
+}
+
+#[test]
+fn a_policy_from_etcd_is_applied_and_owned_by_etcd() {
+    if skip("a_policy_from_etcd_is_applied_and_owned_by_etcd") {
+        return;
+    }
+    let etcd = Etcd::start(0);
+    let dir = tempfile::tempdir().unwrap();
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    put(
+        &etcd,
+        "/vqos/v1/hosts/h1/vifs/vm1",
+        json!({"weight": 3, "max": "300Mbit", "priority": 1}),
+    );
+    wait("the etcd policy in the API", &h1, || {
+        let p = h1.get("/v1/policies/vm1");
+        (p["weight"] == 3 && p["max_bps"] == 300_000_000 && p["priority"] == 1).then_some(())
+    });
+    // etcd owns vm1: the local API refuses, and says where to change it; vm2 is local.
+    match h1
+        .client()
+        .call::<Value>("PUT", "/v1/policies/vm1", Some(&json!({"weight": 1})))
+    {
+        Err(ClientError::Api { status, message }) => {
+            assert_eq!(status, 409);
+            assert!(
+                message.contains("managed by etcd (/vqos/v1/hosts/h1/vifs/vm1)"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a 409, got {other:?}"),
+    }
+    h1.call("PUT", "/v1/policies/vm2", json!({"weight": 2}));
+    let health = h1.get("/v1/health");
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["cluster"]["state"], "connected");
+    assert_eq!(health["cluster"]["managed_vifs"], 1);
+    // A key that does not parse and one for a port this host does not have are problems.
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm2", json!({"wieght": 1}));
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm9", json!({}));
+    wait("the problems in health", &h1, || {
+        let p = h1.get("/v1/health")["cluster"]["problems"].to_string();
+        (p.contains("unknown field `wieght`") && p.contains("no port 'vm9' here")).then_some(())
+    });
+    // The published status lists the vifs etcd names that exist here.
+    let s = wait("the status key", &h1, || {
+        status(&etcd, "h1").filter(|s| s["vifs"]["vm1"]["weight"] == 3)
+    });
+    assert_eq!(s["health"], "ok");
+    assert!(s["vifs"].get("vm9").is_none(), "{s}");
+    // A deleted key hands the vif back to the local API, with its last policy.
+    etcd.ctl(&["del", "/vqos/v1/hosts/h1/vifs/vm1"]);
+    wait("vm1 handed back", &h1, || {
+        h1.client()
+            .call::<Value>("PUT", "/v1/policies/vm1", Some(&json!({"weight": 5})))
+            .ok()
+    });
+    let p = h1.get("/v1/policies/vm1");
+    assert_eq!(
+        (p["weight"].as_u64(), p["max_bps"].as_u64()),
+        (Some(5), Some(300_000_000))
+    );
+}
+
+/// The share max of `host`'s vm1 in its published status.
+fn share(etcd: &Etcd, host: &str) -> Option<u64> {
+    status(etcd, host)?["vifs"]["vm1"]["share_max_bps"].as_u64()
+}
+
+#[test]
+fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
+    if skip("a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves") {
+        return;
+    }
+    let etcd = Etcd::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    put(
+        &etcd,
+        "/vqos/v1/tenants/acme",
+        json!({"min": "20Mbit", "max": "100Mbit"}),
+    );
+    for h in ["h1", "h2"] {
+        put(
+            &etcd,
+            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
+            json!({"tenant": "acme"}),
+        );
+    }
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    let mut h2 = daemon(dir.path(), "h2", &etcd);
+    // Both idle (the mock forwards nothing): equal demands (the 1 Mbit/s probe), so 50 + 50;
+    // the floor follows demand, so each holds the probe's worth of it.
+    wait("the tenant split in two", &h1, || {
+        (share(&etcd, "h1") == Some(50_000_000) && share(&etcd, "h2") == Some(50_000_000))
+            .then_some(())
+    });
+    let s = status(&etcd, "h1").unwrap();
+    assert_eq!(s["vifs"]["vm1"]["share_min_bps"], 1_000_000, "{s}");
+    assert_eq!(s["vifs"]["vm1"]["demand_bps"], 1_000_000, "{s}");
+    assert_eq!(s["vifs"]["vm1"]["tenant"], "acme");
+    // The share is what the switch enforces (the stored policy is untouched).
+    let metrics = h1
+        .client()
+        .request("GET", "/metrics", None)
+        .map(|r| String::from_utf8(r.body).unwrap())
+        .unwrap();
+    assert!(
+        metrics.contains("vqos_cluster_share_max_bps{port=\"vm1\"} 50000000"),
+        "{metrics}"
+    );
+    assert_eq!(h1.get("/v1/policies/vm1")["max"], "unlimited");
+    // h2 dies: its lease expires (2 s) and h1 takes the tenant's whole max.
+    h2.kill9();
+    wait("h1 alone with the whole max", &h1, || {
+        (status(&etcd, "h2").is_none() && share(&etcd, "h1") == Some(100_000_000)).then_some(())
+    });
+}
+
+#[test]
+fn etcd_down_keeps_the_policies_and_a_restart_resyncs() {
+    if skip("etcd_down_keeps_the_policies_and_a_restart_resyncs") {
+        return;
+    }
+    let mut etcd = Etcd::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm1", json!({"weight": 2}));
+    wait("the etcd policy", &h1, || {
+        (h1.get("/v1/policies/vm1")["weight"] == 2).then_some(())
+    });
+    etcd.kill();
+    let health = wait("degraded health", &h1, || {
+        let h = h1.get("/v1/health");
+        (h["cluster"]["state"] == "disconnected").then_some(h)
+    });
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["error"]
+            .as_str()
+            .unwrap()
+            .contains("the last applied policies stay in force"),
+        "{health}"
+    );
+    let metrics =
+        String::from_utf8(h1.client().request("GET", "/metrics", None).unwrap().body).unwrap();
+    assert!(metrics.contains("vqos_cluster_connected 0"), "{metrics}");
+    // Fail-static: the policy stays, and vm1 stays etcd's.
+    assert_eq!(h1.get("/v1/policies/vm1")["weight"], 2);
+    assert!(h1
+        .client()
+        .call::<Value>("PUT", "/v1/policies/vm1", Some(&json!({"weight": 1})))
+        .is_err());
+    // Back: the agent reconnects, reads the whole state again, and applies what changed.
+    etcd.restart();
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm1", json!({"weight": 4}));
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm2", json!({"weight": 6}));
+    wait("resynced", &h1, || {
+        let h = h1.get("/v1/health");
+        (h["status"] == "ok"
+            && h["cluster"]["syncs"].as_u64() >= Some(2)
+            && h1.get("/v1/policies/vm1")["weight"] == 4
+            && h1.get("/v1/policies/vm2")["weight"] == 6)
+            .then_some(())
+    });
+}
