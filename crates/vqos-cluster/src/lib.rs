@@ -2,7 +2,7 @@
 //!
 //! vqos across hosts, on etcd (docs/cluster.md): the [`keys`] of the layout under `/vqos/v1/`,
 //! the JSON documents stored there ([`model`]: a vif's policy, a tenant's policy, a host's
-//! status), the tenant split ([`split`]: a tenant's max and min divided among its vifs on every
+//! status), the tenant split ([`mod@split`]: a tenant's max and min divided among its vifs on every
 //! host with the reference allocator, demand-aware), and the connection to etcd ([`etcd`]).
 //!
 //! The vqosd agent (crates/vqosd/src/cluster/) and the `vqos cluster` commands both use this
