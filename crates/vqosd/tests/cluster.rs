@@ -240,3 +240,69 @@ fn etcd_down_keeps_the_policies_and_a_restart_resyncs() {
             .then_some(())
     });
 }
+
+/// Real traffic (root, iperf3; the machine-wide lock): tenant acme, 200 Mbit/s across two
+/// hosts, each a vqosd with one TAP vif in a namespace VM sending greedy TCP to its own sink.
+/// Both send: the aggregate is held at the cluster max. h2's VM stops: h1's takes it all.
+#[test]
+fn a_tenant_is_held_to_its_cluster_max_on_real_traffic_as_demand_moves() {
+    let name = "a_tenant_is_held_to_its_cluster_max_on_real_traffic_as_demand_moves";
+    if skip(name) {
+        return;
+    }
+    let Some(_serial) = vqos_testkit::can_run(name) else {
+        return;
+    };
+    let etcd = Etcd::start(3);
+    put(
+        &etcd,
+        "/vqos/v1/tenants/acme",
+        json!({"max": "200Mbit", "min": "50Mbit"}),
+    );
+    let section = |host: &str| {
+        format!(
+            "[cluster]\nhost = \"{host}\"\nendpoints = [\"{}\"]\nperiod = \"250ms\"\n",
+            etcd.url()
+        )
+    };
+    let h1 = common::lab_with(10, &[1], &section("h1"));
+    let h2 = common::lab_with(11, &[1], &section("h2"));
+    for (host, lab) in [("h1", &h1), ("h2", &h2)] {
+        put(
+            &etcd,
+            &format!("/vqos/v1/hosts/{host}/vifs/{}", lab.tap(0)),
+            json!({"tenant": "acme"}),
+        );
+    }
+    let share = |host: &str, lab: &common::Lab| {
+        status(&etcd, host)?["vifs"][lab.tap(0)]["share_max_bps"].as_u64()
+    };
+    wait("shares of 100 Mbit/s each", &h1.daemon, || {
+        (share("h1", &h1) == Some(100_000_000) && share("h2", &h2) == Some(100_000_000))
+            .then_some(())
+    });
+    let (s1, s2) = (h1.server(5201), h2.server(5201));
+    std::thread::sleep(Duration::from_millis(300));
+    let (c1, c2) = (h1.client(0, 5201, 14), h2.client(0, 5201, 6));
+    let r1 = common::Report::of(s1, Duration::from_secs(40));
+    let r2 = common::Report::of(s2, Duration::from_secs(40));
+    drop((c1, c2));
+    let l2 = |goodput: f64| goodput * common::WIRE_PER_PAYLOAD;
+    let (a, b) = (l2(r1.mbit(2.0, 6.0)), l2(r2.mbit(2.0, 6.0)));
+    println!(
+        "both sending: h1 {a:.1} + h2 {b:.1} = {:.1} Mbit/s (max 200)",
+        a + b
+    );
+    assert!(
+        (a + b - 200.0).abs() <= 10.0,
+        "tenant aggregate {:.1} Mbit/s, not within 5 % of 200",
+        a + b
+    );
+    assert!(a >= 50.0 && b >= 50.0, "a host starved: {a:.1} / {b:.1}");
+    let alone = l2(r1.mbit(9.0, 14.0));
+    println!("h1 alone: {alone:.1} Mbit/s (max 200)");
+    assert!(
+        (alone - 200.0).abs() <= 10.0,
+        "h1 alone got {alone:.1} Mbit/s, not within 5 % of the tenant's 200"
+    );
+}
