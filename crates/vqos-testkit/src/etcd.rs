@@ -42,7 +42,9 @@ impl Etcd {
     /// 30 s, with its log).
     pub fn start(index: u16) -> Etcd {
         let pid = std::process::id();
-        let mut base = 21000 + ((pid as u16 % 4000) * 8 + index * 2) % 40000;
+        // 8 etcds per process (16 ports) before the next PID's range; a port in use is skipped.
+        let slot = (pid % 2500) as u16 * 16 + (index % 8) * 2;
+        let mut base = 21000 + slot % 40000;
         for _ in 0..100 {
             if free(base) && free(base + 1) {
                 break;
