@@ -9,7 +9,7 @@ use tokio::time::MissedTickBehavior;
 use vqos_api::wire::ClusterHealthView;
 use vqos_cluster::etcd::deadline;
 use vqos_cluster::etcd_client::{
-    Client, GetOptions, PutOptions, WatchOptions, WatchResponse, WatchStream,
+    Client, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse, WatchStream,
 };
 use vqos_cluster::{etcd_client, keys, EtcdError, HostStatus};
 
@@ -203,7 +203,12 @@ impl State {
             c.get(keys::TENANTS, Some(Self::prefix().with_revision(rev))),
         )
         .await?;
-        self.desired.replace(&host, vifs.kvs(), tenants.kvs());
+        self.desired.clear();
+        for kv in vifs.kvs().iter().chain(tenants.kvs()) {
+            if let Ok(key) = kv.key_str() {
+                self.desired.put(&host, key, kv.value());
+            }
+        }
         self.desired.apply(&self.api);
         let mut wv = self.watch_from(&mut c, keys::host_vifs(&host), rev).await?;
         let mut wt = self
@@ -257,7 +262,12 @@ impl State {
         }
         for ev in resp.events() {
             if let Some(kv) = ev.kv() {
-                self.desired.event(&self.config.host, ev.event_type(), kv);
+                if let Ok(key) = kv.key_str() {
+                    match ev.event_type() {
+                        EventType::Put => self.desired.put(&self.config.host, key, kv.value()),
+                        EventType::Delete => self.desired.delete(&self.config.host, key),
+                    }
+                }
                 self.health.revision = self.health.revision.max(kv.mod_revision());
             }
             self.health.events += 1;
