@@ -86,6 +86,22 @@ fn broken(what: &str) -> End {
     )))
 }
 
+/// A session's connection, lease and watches.
+struct Session {
+    /// The client.
+    client: Client,
+    /// The status lease.
+    lease: i64,
+    /// Sends the lease's keep-alives.
+    keeper: etcd_client::LeaseKeeper,
+    /// The keep-alives' answers.
+    alive: etcd_client::LeaseKeepAliveStream,
+    /// The watch of the host's vif keys.
+    vifs: WatchStream,
+    /// The watch of the tenants.
+    tenants: WatchStream,
+}
+
 /// What the agent keeps across sessions.
 struct State {
     /// The settings.
@@ -176,7 +192,9 @@ impl State {
         }
     }
 
-    async fn session_inner(&mut self, stop: &mut watch::Receiver<bool>) -> Result<(), End> {
+    /// Connects, grants the lease, reads and applies the desired state, starts the watches,
+    /// runs the first period.
+    async fn setup(&mut self) -> Result<Session, End> {
         let t = self.config.timeout;
         let host = self.config.host.clone();
         let mut c = self.config.etcd.connect(t).await?;
@@ -187,8 +205,7 @@ impl State {
         )
         .await?
         .id();
-        let (mut keeper, mut alive) =
-            deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
+        let (keeper, alive) = deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
         // The host's vifs and the tenants at one revision, then the watches from the next.
         let vifs = deadline(
             "get",
@@ -210,8 +227,8 @@ impl State {
             }
         }
         self.desired.apply(&self.api);
-        let mut wv = self.watch_from(&mut c, keys::host_vifs(&host), rev).await?;
-        let mut wt = self
+        let wv = self.watch_from(&mut c, keys::host_vifs(&host), rev).await?;
+        let wt = self
             .watch_from(&mut c, keys::TENANTS.to_string(), rev)
             .await?;
         self.health.revision = rev;
@@ -221,6 +238,31 @@ impl State {
             self.desired.vifs.len()
         );
         self.period(&mut c, lease).await?;
+        Ok(Session {
+            client: c,
+            lease,
+            keeper,
+            alive,
+            vifs: wv,
+            tenants: wt,
+        })
+    }
+
+    async fn session_inner(&mut self, stop: &mut watch::Receiver<bool>) -> Result<(), End> {
+        // A stop while setting up ends the session where it waits (each call has a deadline,
+        // but there are several); once running, the loop revokes the lease first.
+        let Session {
+            client: mut c,
+            lease,
+            mut keeper,
+            mut alive,
+            vifs: mut wv,
+            tenants: mut wt,
+        } = tokio::select! {
+            s = self.setup() => s?,
+            _ = stop.changed() => return Ok(()),
+        };
+        let t = self.config.timeout;
         let mut ticker = tokio::time::interval(self.config.period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         ticker.tick().await;
