@@ -149,7 +149,7 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
     if skip("a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves") {
         return;
     }
-    let etcd = Etcd::start(1);
+    let mut etcd = Etcd::start(1);
     let dir = tempfile::tempdir().unwrap();
     put(
         &etcd,
@@ -186,6 +186,22 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
         "{metrics}"
     );
     assert_eq!(h1.get("/v1/policies/vm1")["max"], "unlimited");
+    // Partitioned from etcd, a host keeps its last share: never more.
+    etcd.kill();
+    wait("h1 disconnected", &h1, || {
+        (h1.get("/v1/health")["cluster"]["state"] == "disconnected").then_some(())
+    });
+    let metrics =
+        String::from_utf8(h1.client().request("GET", "/metrics", None).unwrap().body).unwrap();
+    assert!(
+        metrics.contains("vqos_cluster_share_max_bps{port=\"vm1\"} 50000000"),
+        "{metrics}"
+    );
+    etcd.restart();
+    wait("both back", &h1, || {
+        (h1.get("/v1/health")["status"] == "ok" && share(&etcd, "h2") == Some(50_000_000))
+            .then_some(())
+    });
     // h2 dies: its lease expires (2 s) and h1 takes the tenant's whole max.
     h2.kill9();
     wait("h1 alone with the whole max", &h1, || {
