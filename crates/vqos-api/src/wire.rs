@@ -390,6 +390,38 @@ pub struct HealthView {
     /// The forwarding loop.
     #[serde(rename = "loop")]
     pub forwarding: LoopView,
+    /// The etcd agent (absent unless the config has a `[cluster]` section).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterHealthView>,
+}
+
+/// The etcd agent in `GET /v1/health` (docs/cluster.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterHealthView {
+    /// This host's name in etcd.
+    pub host: String,
+    /// `"connected"`, `"connecting"` (not yet synced) or `"disconnected"` (fail-static: the last
+    /// applied policies and shares stay in force).
+    pub state: String,
+    /// Why etcd cannot be used (absent while connected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The etcd revision of the desired state last applied (0 before the first sync).
+    pub revision: i64,
+    /// Vifs whose policy etcd sets (the local API refuses to change them).
+    pub managed_vifs: usize,
+    /// Milliseconds since the last successful period (status published, shares computed);
+    /// absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_age_ms: Option<u64>,
+    /// Times the agent (re)connected and resynced.
+    pub syncs: u64,
+    /// Watch events applied.
+    pub events: u64,
+    /// Problems with the desired state (keys that do not parse, ports that do not exist,
+    /// policies refused, tenants without a policy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// Highest valid priority, re-exported for the CLI's help text.

@@ -7,7 +7,8 @@ use vqos_api::http::HttpError;
 pub const FAILURE: i32 = 1;
 /// The command line is wrong: unknown option, bad rate, MAC or name (clap's own status too).
 pub const USAGE: i32 = 2;
-/// vqosd could not be reached (no socket, connection refused, no answer in time).
+/// vqosd (or, for `vqos cluster`, etcd) could not be reached (no socket, connection refused,
+/// no answer in time).
 pub const UNREACHABLE: i32 = 3;
 /// vqosd answered and refused the request (unknown vif, invalid policy, ...).
 pub const REFUSED: i32 = 4;
@@ -35,6 +36,15 @@ pub fn status(e: &anyhow::Error) -> i32 {
         }
         if cause.is::<vqos_api::wire::WireError>() {
             return USAGE;
+        }
+        if let Some(e) = cause.downcast_ref::<vqos_cluster::EtcdError>() {
+            return match e {
+                vqos_cluster::EtcdError::Settings(_) => USAGE,
+                vqos_cluster::EtcdError::Read { .. } => FAILURE,
+                vqos_cluster::EtcdError::Client(_) | vqos_cluster::EtcdError::Timeout { .. } => {
+                    UNREACHABLE
+                }
+            };
         }
     }
     FAILURE

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod alloc;
+mod cluster;
 mod ctl;
 mod exit;
 mod lab;
@@ -23,7 +24,7 @@ use clap::{CommandFactory, Parser, Subcommand};
     version,
     about,
     long_about = None,
-    after_help = "Exit status: 0 ok, 1 failure, 2 usage, 3 vqosd unreachable, \
+    after_help = "Exit status: 0 ok, 1 failure, 2 usage, 3 vqosd (or etcd) unreachable, \
                   4 request refused by vqosd, 5 a --check expectation failed."
 )]
 struct Cli {
@@ -48,6 +49,8 @@ enum Command {
     Stats(ctl::StatsArgs),
     /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
     Lab(lab::LabArgs),
+    /// Tenant and vif policies across hosts, in etcd; the hosts' status (docs/cluster.md).
+    Cluster(cluster::ClusterArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Example: vqos completions bash > /etc/bash_completion.d/vqos")]
     Completions {
@@ -96,6 +99,7 @@ fn main() {
         Command::Policy(args) => ctl::policy(&conn, args),
         Command::Stats(args) => ctl::stats(&conn, args),
         Command::Lab(args) => lab::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a failed write (a closed pipe).
             let mut buf = Vec::new();

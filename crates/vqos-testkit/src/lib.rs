@@ -31,8 +31,10 @@
 //! their PID in them); this crate does not choose them.
 #![deny(missing_docs)]
 
+mod etcd;
 mod testpmd;
 
+pub use etcd::{etcd_missing, Etcd};
 pub use testpmd::{testpmd_missing, Testpmd};
 
 use std::fs::File;

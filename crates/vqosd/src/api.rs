@@ -34,6 +34,10 @@ use crate::wire::{
     PortView, RemovedView, StatsView,
 };
 use vqos_api::chain;
+use vqos_api::wire::ClusterHealthView;
+use vqos_cluster::Share;
+
+mod cluster;
 
 /// Why the API could not start.
 #[derive(Debug, Error)]
@@ -84,6 +88,10 @@ struct View {
     ecn: BTreeMap<String, f64>,
     /// Ports of the config deleted through the API (persisted, so they stay deleted).
     removed: Vec<String>,
+    /// The etcd agent's tenant shares by vif name (never persisted; docs/cluster.md).
+    shares: BTreeMap<String, Share>,
+    /// Vifs whose policy etcd sets, with their key: the local API refuses to change them.
+    managed: BTreeMap<String, String>,
 }
 
 /// The policy the switch enforces for `policy` under a controller limit: max = min(user max,
@@ -102,6 +110,9 @@ impl View {
     fn effective(&self) -> PolicySet {
         let mut set = self.set.clone();
         for v in &mut set.vifs {
+            if let Some(share) = self.shares.get(&v.name) {
+                v.policy = cluster::shared_policy(&v.policy, share);
+            }
             v.policy = effective_policy(&v.policy, self.limits.get(&v.name).copied());
         }
         set
@@ -167,6 +178,8 @@ pub struct Api {
     /// place, when a change commits, so a read never waits for a change in progress (switch
     /// calls, fsync of the state file).
     published: RwLock<Arc<View>>,
+    /// The etcd agent's state for `/v1/health` and `/metrics` (`None`: no agent).
+    cluster: RwLock<Option<ClusterHealthView>>,
 }
 
 /// A failed request: its status and message.
@@ -269,6 +282,8 @@ impl Api {
             limits: BTreeMap::new(),
             ecn: BTreeMap::new(),
             removed,
+            shares: BTreeMap::new(),
+            managed: BTreeMap::new(),
         };
         state::save(&config.state_file, &view.saved())?;
         Ok(Api {
@@ -282,6 +297,7 @@ impl Api {
             started: Instant::now(),
             published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
+            cluster: RwLock::new(None),
         })
     }
 
@@ -338,7 +354,7 @@ impl Api {
             (["metrics"], "GET") => Ok(Response::text(
                 200,
                 metrics::CONTENT_TYPE,
-                metrics::render(&self.stats(), self.start_time_s()),
+                metrics::render(&self.stats(), self.start_time_s()) + &self.cluster_metrics(),
             )),
             (s, _) => Err(match allowed(s) {
                 Some(allow) => {
@@ -358,11 +374,18 @@ impl Api {
         let v = self.snapshot();
         let h = self.backend.loop_health();
         let problem = h.problem();
+        let cluster = self.cluster_health();
+        let (status, error) = match (problem, cluster::degraded(&cluster)) {
+            (Some(p), _) => ("unhealthy", Some(p)),
+            (None, Some(why)) => ("degraded", Some(why)),
+            (None, None) => ("ok", None),
+        };
         Response::json(
-            if problem.is_some() { 503 } else { 200 },
+            if status == "unhealthy" { 503 } else { 200 },
             &HealthView {
-                status: if problem.is_some() { "unhealthy" } else { "ok" }.to_string(),
-                error: problem,
+                status: status.to_string(),
+                error,
+                cluster,
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 engine: self.engine.to_string(),
                 capacity: format_rate(v.set.capacity_bps),
@@ -472,6 +495,8 @@ impl Api {
         }
         next.limits.remove(name);
         next.ecn.remove(name);
+        next.shares.remove(name);
+        next.managed.remove(name);
         // Saved first: a removed port cannot be put back as it was (a created TAP would come
         // back without its namespace and addresses, at the end of the list), so if the save
         // fails the switch is not touched.
@@ -504,11 +529,22 @@ impl Api {
         let patch: PolicyPatch = parse_json(body)?;
         let mut v = self.lock();
         let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        if let Some(key) = v.managed.get(name) {
+            return Err((409, cluster::managed_message(name, key)));
+        }
         let policy = patch
             .apply(v.set.policy(id), name)
             .map_err(|e| (422, e.to_string()))?;
-        if &policy == v.set.policy(id) {
-            return Ok(Response::json(200, &PolicyView::from(&policy)));
+        self.put_policy(&mut v, name, &policy)?;
+        Ok(Response::json(200, &PolicyView::from(&policy)))
+    }
+
+    /// Makes `policy` the policy of vif `name` (which exists; `v` is the changers' lock, held):
+    /// validated as a set, applied to the switch, saved, committed. Nothing changes on error.
+    fn put_policy(&self, v: &mut View, name: &str, policy: &VifPolicy) -> Result<(), Fail> {
+        let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
+        if policy == v.set.policy(id) {
+            return Ok(());
         }
         let next_set = v
             .set
@@ -525,8 +561,8 @@ impl Api {
             let _ = self.backend.set_policies(&v.effective());
             return Err(save_fail(e));
         }
-        self.commit(&mut v, next);
-        Ok(Response::json(200, &PolicyView::from(&policy)))
+        self.commit(v, next);
+        Ok(())
     }
 
     /// The policy set the switch enforces: the user's policies under the controllers' limits

@@ -50,6 +50,10 @@
 //! ki = 0.0005
 //! kd = 0.00005
 //! capacity = "940Mbit"        # NC; default: the uplink capacity (1Gbit when unlimited)
+//!
+//! [cluster]                   # optional: the etcd agent (docs/cluster.md, crate::cluster)
+//! host = "h1"
+//! endpoints = ["http://127.0.0.1:2379"]
 //! ```
 //!
 //! Unknown keys are errors that name the key. The ports and policies are validated as one
@@ -114,6 +118,9 @@ pub enum ConfigError {
     /// A controller name or parameter that is not valid.
     #[error("Invalid config: {0}")]
     Controllers(String),
+    /// The `[cluster]` section is not valid.
+    #[error("Invalid config: {0}")]
+    Cluster(String),
     /// A `[[port]]` whose kind and settings do not fit together.
     #[error("Invalid config: {0}")]
     Port(String),
@@ -160,6 +167,7 @@ struct RawConfig {
     fairness: Option<RawFairness>,
     pid_ecn: Option<RawPid>,
     emulate: Option<RawEmulate>,
+    cluster: Option<crate::cluster::RawCluster>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -394,6 +402,8 @@ pub struct Config {
     pub controllers: ControllersConfig,
     /// A least cost per vif frame (`[emulate]`, experiments only; none by default).
     pub emulated_work: Option<EmulatedWork>,
+    /// The etcd agent (`[cluster]`; none by default).
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 impl Config {
@@ -530,6 +540,11 @@ impl Config {
             ports,
             controllers,
             emulated_work,
+            cluster: raw
+                .cluster
+                .map(|c| c.validate())
+                .transpose()
+                .map_err(ConfigError::Cluster)?,
         })
     }
 

@@ -45,6 +45,7 @@ pub use vqos_api::{client, http, wire};
 
 pub mod api;
 pub mod backend;
+pub mod cluster;
 pub mod config;
 pub mod controllers;
 pub mod gate;

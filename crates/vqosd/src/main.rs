@@ -149,6 +149,21 @@ fn run(args: Args) -> Result<Option<String>> {
             }
         }
     };
+    // The etcd agent (docs/cluster.md): fail-static, so etcd being down does not stop the start.
+    let mut cluster = match config.cluster.clone() {
+        None => None,
+        Some(c) => match vqosd::cluster::spawn(c, api.clone()) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                if let Some(c) = controllers.as_mut() {
+                    c.stop();
+                }
+                server.shutdown();
+                backend.stop();
+                return Err(anyhow::Error::from(e).context("Cannot start the cluster agent"));
+            }
+        },
+    };
     let mut listening = format!("unix:{}", config.socket_path.display());
     if let Some(addr) = server.tcp_addr() {
         listening.push_str(&format!(" tcp:{addr}"));
@@ -162,6 +177,13 @@ fn run(args: Args) -> Result<Option<String>> {
     }
     if config.controllers.pid_ecn.is_some() {
         names.push("pid-ecn");
+    }
+    if let Some(c) = &config.cluster {
+        listening.push_str(&format!(
+            " etcd:{} as host {}",
+            c.etcd.endpoints.join(","),
+            c.host
+        ));
     }
     println!(
         "vqosd: listening on {listening}; engine {}, capacity {}, {} port(s), controllers: {}",
@@ -212,6 +234,9 @@ fn run(args: Args) -> Result<Option<String>> {
         Stop::Failed(e) => Err(e.into()),
     };
     let _ = vqosd::notify::notify("STOPPING=1");
+    if let Some(a) = cluster.as_mut() {
+        a.stop();
+    }
     if let Some(c) = controllers.as_mut() {
         c.stop();
     }

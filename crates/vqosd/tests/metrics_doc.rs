@@ -86,6 +86,18 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1 }}
     });
     api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
         .unwrap();
+    // The etcd agent's families (docs/cluster.md) appear with an agent.
+    api.set_cluster_health(vqosd::wire::ClusterHealthView {
+        host: "h1".into(),
+        state: "connected".into(),
+        ..Default::default()
+    });
+    let share = vqos_cluster::Share {
+        min_bps: 150_000_000,
+        max_bps: Some(300_000_000),
+    };
+    api.set_cluster_shares(&BTreeMap::from([("vm1".to_string(), share)]))
+        .unwrap();
     let e = scrape(&client);
     let doc = documented();
     let declared: BTreeSet<String> = e.types.iter().map(|(n, _)| n.clone()).collect();

@@ -33,9 +33,15 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, socket: &Path) -> Daemon {
+        Daemon::start_args(config, socket, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments (e.g. `--backend mock`).
+    pub fn start_args(config: &Path, socket: &Path, args: &[&str]) -> Daemon {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -177,6 +183,11 @@ pub struct Lab {
 }
 
 pub fn lab(test_id: u8, weights: &[u32]) -> Lab {
+    lab_with(test_id, weights, "")
+}
+
+/// [`lab`] with `extra` appended to the daemon's config (e.g. a `[cluster]` section).
+pub fn lab_with(test_id: u8, weights: &[u32], extra: &str) -> Lab {
     let pid = std::process::id() % 100_000;
     let prefix = format!("q{pid}{}", char::from(b'a' + test_id));
     let net = format!("10.{}.{test_id}", 200 + pid % 50);
@@ -197,6 +208,7 @@ pub fn lab(test_id: u8, weights: &[u32]) -> Lab {
             "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n"
         ));
     }
+    text.push_str(extra);
     let config = dir.path().join("vqosd.toml");
     fs::write(&config, text).unwrap();
     let daemon = Daemon::start(&config, &socket);

@@ -1,0 +1,199 @@
+//! `vqos cluster` against a real etcd (vqos_testkit::Etcd; SKIP without the `etcd` binary),
+//! with a vqosd agent on the mock switch in this process: a policy set with the CLI shows in
+//! that host's `vqos policy get`, and `vqos cluster status` reads what the agent publishes.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use vqos_testkit::{etcd_missing, poll, Etcd};
+use vqosd::api::Api;
+use vqosd::backend::MockBackend;
+use vqosd::config::Config;
+use vqosd::server::{Server, ServerConfig};
+
+/// Runs `vqos` with `VQOS_ETCD_ENDPOINTS` = `endpoints`: status, stdout as JSON (Null if not
+/// JSON), stdout and stderr as text.
+fn vqos(endpoints: Option<&str>, args: &[&str]) -> (i32, Value, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vqos"));
+    cmd.args(args)
+        .env_remove("VQOS_SOCKET")
+        .env_remove("VQOS_ETCD_ENDPOINTS");
+    if let Some(e) = endpoints {
+        cmd.env("VQOS_ETCD_ENDPOINTS", e);
+    }
+    let out = cmd.output().expect("run vqos");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// vqosd's API and server on the mock switch as host `h1` (port vm3), with its etcd agent.
+fn agent(dir: &Path, url: &str) -> (Server, vqosd::cluster::Agent, String) {
+    let text = format!(
+        "capacity = \"1Gbit\"\nstate_file = \"{0}/state.json\"\n[api]\nsocket = \"{0}/s.sock\"\n\
+         [[port]]\nname = \"vm3\"\n[cluster]\nhost = \"h1\"\nendpoints = [\"{url}\"]\n\
+         period = \"100ms\"\nlease_ttl = \"2s\"\ntimeout = \"500ms\"\n",
+        dir.display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api.clone()).unwrap();
+    let agent = vqosd::cluster::spawn(config.cluster.clone().unwrap(), api).unwrap();
+    (
+        server,
+        agent,
+        config.socket_path.to_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn usage_and_unreachable_etcd_have_their_exit_statuses() {
+    let (code, _, out) = vqos(None, &["cluster", "status"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("VQOS_ETCD_ENDPOINTS"), "{out}");
+    let ep = Some("http://127.0.0.1:1");
+    for (args, needle) in [
+        (
+            vec!["vif", "set", "h1vm3", "--weight", "2"],
+            "not HOST/PORT",
+        ),
+        (vec!["vif", "set", "h1/vm3", "--max", "fast"], "--max"),
+        (
+            vec!["vif", "set", "h1/vm3", "--priority", "9"],
+            "--priority 9",
+        ),
+        (
+            vec!["tenant", "set", "a/b", "--max", "1Gbit"],
+            "Invalid tenant name",
+        ),
+    ] {
+        let mut all = vec!["cluster"];
+        all.extend(args);
+        let (code, _, out) = vqos(ep, &all);
+        assert_eq!(code, 2, "{all:?}: {out}");
+        assert!(out.contains(needle), "{all:?}: {out}");
+    }
+    let (code, _, out) = vqos(Some("127.0.0.1:2379"), &["cluster", "status"]);
+    assert_eq!(code, 2, "{out}");
+    // Nothing listens on port 1: unreachable, 3.
+    let (code, _, out) = vqos(ep, &["cluster", "status", "--json"]);
+    assert_eq!(code, 3, "{out}");
+}
+
+#[test]
+fn a_policy_set_with_the_cli_reaches_the_hosts_api_and_status_reports_it() {
+    if let Some(why) = etcd_missing() {
+        println!(
+            "SKIP a_policy_set_with_the_cli_reaches_the_hosts_api_and_status_reports_it: {why}"
+        );
+        return;
+    }
+    let etcd = Etcd::start(0);
+    let url = etcd.url();
+    let ep = Some(url.as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, _agent, sock) = agent(dir.path(), &url);
+
+    let (code, v, out) = vqos(
+        ep,
+        &[
+            "cluster", "tenant", "set", "acme", "--max", "1Gbit", "--min", "200Mbit", "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(v["key"], "/vqos/v1/tenants/acme");
+    assert_eq!(v["value"]["max"], "1Gbit");
+    // A tenant whose min would be above its max is refused before anything is written.
+    let (code, _, out) = vqos(ep, &["cluster", "tenant", "set", "acme", "--min", "2Gbit"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("above its max"), "{out}");
+
+    // --endpoints before or after the subcommand, instead of the environment.
+    let set = [
+        "cluster",
+        "--endpoints",
+        &url,
+        "vif",
+        "set",
+        "h1/vm3",
+        "--tenant",
+        "acme",
+        "--weight",
+        "2",
+        "--max",
+        "300Mbit",
+        "--json",
+    ];
+    let (code, v, out) = vqos(None, &set);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(v["value"]["tenant"], "acme");
+    // The host's API has it within a second or two.
+    let policy = poll(Duration::from_secs(5), || {
+        let (_, p, _) = vqos(None, &["--socket", &sock, "policy", "get", "vm3", "--json"]);
+        (p["weight"] == 2 && p["max_bps"] == 300_000_000).then_some(p)
+    });
+    assert!(policy.is_some(), "the policy never reached vm3");
+    // Options left out keep their value.
+    let (code, v, out) = vqos(
+        None,
+        &[
+            "cluster",
+            "vif",
+            "set",
+            "h1/vm3",
+            "--max",
+            "250Mbit",
+            "--json",
+            "--endpoints",
+            &url,
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        (v["value"]["weight"].as_u64(), v["value"]["max"].as_str()),
+        (Some(2), Some("250Mbit"))
+    );
+
+    // Status: the host's vif with its share (alone in the tenant: its own max, 250 Mbit/s).
+    let status = poll(Duration::from_secs(10), || {
+        let (code, v, _) = vqos(ep, &["cluster", "status", "--json"]);
+        (code == 0 && v["hosts"]["h1"]["vifs"]["vm3"]["share_max_bps"] == 250_000_000).then_some(v)
+    })
+    .expect("status with vm3's share");
+    assert_eq!(status["tenants"]["acme"]["vifs"][0], "h1/vm3");
+    assert_eq!(status["tenants"]["acme"]["policy"]["min"], "200Mbit");
+    let (code, _, table) = vqos(ep, &["cluster", "status"]);
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        table.contains("h1") && table.contains("vm3") && table.contains("acme"),
+        "{table}"
+    );
+
+    // Deleting the key hands vm3 back to the local API.
+    let (code, v, out) = vqos(ep, &["cluster", "vif", "del", "h1/vm3", "--json"]);
+    assert_eq!(
+        (code, v["deleted"].as_str()),
+        (0, Some("/vqos/v1/hosts/h1/vifs/vm3")),
+        "{out}"
+    );
+    let back = poll(Duration::from_secs(5), || {
+        let (code, _, _) = vqos(
+            None,
+            &["--socket", &sock, "policy", "set", "vm3", "--weight", "1"],
+        );
+        (code == 0).then_some(())
+    });
+    assert!(back.is_some(), "vm3 stayed managed");
+    let (code, _, out) = vqos(ep, &["cluster", "vif", "del", "h1/vm3"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("No key"), "{out}");
+}

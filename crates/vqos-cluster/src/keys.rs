@@ -1,0 +1,86 @@
+//! The key layout in etcd (docs/cluster.md).
+//!
+//! | key | value |
+//! |---|---|
+//! | `/vqos/v1/hosts/<host>/vifs/<port>` | [`VifDoc`](crate::VifDoc): the desired policy of a port of a host |
+//! | `/vqos/v1/tenants/<tenant>` | [`TenantDoc`](crate::TenantDoc): a tenant's min and max, cluster-wide |
+//! | `/vqos/v1/status/<host>` | [`HostStatus`](crate::HostStatus): written by the host's agent under its lease |
+
+/// The root of every key.
+pub const ROOT: &str = "/vqos/v1/";
+
+/// The prefix of every host's desired vif policies.
+pub const HOSTS: &str = "/vqos/v1/hosts/";
+
+/// The prefix of the tenants' policies.
+pub const TENANTS: &str = "/vqos/v1/tenants/";
+
+/// The prefix of the hosts' status.
+pub const STATUS: &str = "/vqos/v1/status/";
+
+/// The prefix of `host`'s desired vif policies.
+pub fn host_vifs(host: &str) -> String {
+    format!("{HOSTS}{host}/vifs/")
+}
+
+/// The key of `port`'s policy on `host`.
+pub fn vif(host: &str, port: &str) -> String {
+    format!("{}{port}", host_vifs(host))
+}
+
+/// The key of `tenant`'s policy.
+pub fn tenant(tenant: &str) -> String {
+    format!("{TENANTS}{tenant}")
+}
+
+/// The key of `host`'s status.
+pub fn status(host: &str) -> String {
+    format!("{STATUS}{host}")
+}
+
+/// The last segment of `key` under `prefix` (`None` if the key is not directly under it).
+pub fn name_under<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
+    key.strip_prefix(prefix)
+        .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+}
+
+/// Checks a host, tenant or port name used in a key: 1 to 64 characters of `[A-Za-z0-9._-]`.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "Invalid {what} name '{name}': use 1 to 64 of A-Z a-z 0-9 . _ -"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_layout() {
+        assert_eq!(vif("h1", "vm3"), "/vqos/v1/hosts/h1/vifs/vm3");
+        assert_eq!(tenant("acme"), "/vqos/v1/tenants/acme");
+        assert_eq!(status("h1"), "/vqos/v1/status/h1");
+        assert_eq!(name_under(&host_vifs("h1"), &vif("h1", "vm3")), Some("vm3"));
+        assert_eq!(name_under(TENANTS, "/vqos/v1/tenants/a/b"), None);
+        assert_eq!(name_under(TENANTS, TENANTS), None);
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("host", "h1.rack-2_a").is_ok());
+        for bad in ["", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_name("host", bad)
+                .unwrap_err()
+                .contains("Invalid host name"));
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The JSON documents stored in etcd.
+//!
+//! Rates are strings in the units the rest of vqos uses (`"300Mbit"`, `"1.5Gbit"`,
+//! `"unlimited"`); absent fields take their defaults (weight 1, no min, no max, the default
+//! priority). Unknown fields are refused, so a typo is reported rather than ignored.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vqos_sched::units::{format_rate, parse_rate};
+use vqos_sched::{PolicyError, VifPolicy};
+
+use crate::split::TenantLimits;
+
+/// Why a document is refused.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// Not JSON of the expected shape.
+    #[error("Invalid JSON: {0}")]
+    Json(String),
+    /// A rate that does not parse.
+    #[error("Invalid {field}: {message}")]
+    Rate {
+        /// The field.
+        field: &'static str,
+        /// The units parser's message.
+        message: String,
+    },
+    /// A min without a value.
+    #[error("Invalid min: must be a rate, not unlimited")]
+    UnlimitedMin,
+    /// The policy on its own is not valid.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A tenant's min above its max.
+    #[error("Tenant min {min} is above its max {max}")]
+    TenantMinAboveMax {
+        /// The min.
+        min: String,
+        /// The max.
+        max: String,
+    },
+    /// A tenant name that cannot be a key.
+    #[error("{0}")]
+    Name(String),
+}
+
+fn rate(field: &'static str, text: &Option<String>) -> Result<Option<Option<u64>>, ModelError> {
+    text.as_deref()
+        .map(|t| {
+            parse_rate(t).map_err(|e| ModelError::Rate {
+                field,
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+}
+
+/// `/vqos/v1/hosts/<host>/vifs/<port>`: the desired policy of one port of one host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VifDoc {
+    /// Proportional share (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Guaranteed minimum, e.g. `"100Mbit"` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<String>,
+    /// Hard maximum, e.g. `"300Mbit"` or `"unlimited"` (default unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    /// Latency priority 0 ..= 7 (default: the daemon's default priority).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// The tenant the vif belongs to; its share of the tenant's max and min is computed across
+    /// hosts (none: the vif's own policy only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+impl VifDoc {
+    /// Parses a stored value.
+    pub fn parse(bytes: &[u8]) -> Result<VifDoc, ModelError> {
+        let doc: VifDoc =
+            serde_json::from_slice(bytes).map_err(|e| ModelError::Json(e.to_string()))?;
+        if let Some(t) = &doc.tenant {
+            crate::keys::check_name("tenant", t).map_err(ModelError::Name)?;
+        }
+        Ok(doc)
+    }
+
+    /// The vif's own policy (validated on its own; `port` names it in errors).
+    pub fn policy(&self, port: &str) -> Result<VifPolicy, ModelError> {
+        let mut p = VifPolicy::default();
+        if let Some(w) = self.weight {
+            p.weight = w;
+        }
+        if let Some(min) = rate("min", &self.min)? {
+            p.min_bps = min.ok_or(ModelError::UnlimitedMin)?;
+        }
+        if let Some(max) = rate("max", &self.max)? {
+            p.max_bps = max;
+        }
+        if let Some(prio) = self.priority {
+            p.priority = prio;
+        }
+        p.validate(port)?;
+        Ok(p)
+    }
+}
+
+/// `/vqos/v1/tenants/<tenant>`: a tenant's limits, cluster-wide.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantDoc {
+    /// The floor of the tenant's aggregate where it has demand, e.g. `"200Mbit"` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<String>,
+    /// The cap of the tenant's aggregate over all hosts, e.g. `"1Gbit"` (default unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+}
+
+impl TenantDoc {
+    /// Parses a stored value.
+    pub fn parse(bytes: &[u8]) -> Result<TenantDoc, ModelError> {
+        serde_json::from_slice(bytes).map_err(|e| ModelError::Json(e.to_string()))
+    }
+
+    /// The tenant's limits, checked (min ≤ max).
+    pub fn limits(&self) -> Result<TenantLimits, ModelError> {
+        let min_bps = match rate("min", &self.min)? {
+            Some(m) => m.ok_or(ModelError::UnlimitedMin)?,
+            None => 0,
+        };
+        let max_bps = rate("max", &self.max)?.flatten();
+        if let Some(max) = max_bps {
+            if min_bps > max {
+                return Err(ModelError::TenantMinAboveMax {
+                    min: format_rate(Some(min_bps)),
+                    max: format_rate(Some(max)),
+                });
+            }
+        }
+        Ok(TenantLimits { min_bps, max_bps })
+    }
+}
+
+/// One vif in a host's status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VifStatus {
+    /// The vif's tenant, if etcd names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The vif's own weight.
+    pub weight: u32,
+    /// The vif's own floor, bit/s.
+    pub min_bps: u64,
+    /// The vif's own cap, bit/s (`null`: unlimited).
+    pub max_bps: Option<u64>,
+    /// Measured rate the VM sent into the switch over the last period, bit/s.
+    pub rate_bps: u64,
+    /// Estimated demand, bit/s (`null`: it uses all it is given and wants more).
+    pub demand_bps: Option<u64>,
+    /// The tenant share in force: the effective max, bit/s (absent: no tenant share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_max_bps: Option<u64>,
+    /// The tenant share in force: the effective min, bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_min_bps: Option<u64>,
+}
+
+/// `/vqos/v1/status/<host>`: a host's status, written every period under the host's lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// `"ok"`, or why the host is unhealthy (its forwarding loop).
+    pub health: String,
+    /// When the agent wrote this, milliseconds since the Unix epoch (the writer's clock).
+    pub updated_unix_ms: u64,
+    /// The agent's period, ms.
+    pub period_ms: u64,
+    /// The vifs etcd names for this host that exist here, by port name.
+    pub vifs: BTreeMap<String, VifStatus>,
+    /// Problems with the desired state: keys that do not parse, ports that do not exist,
+    /// policies the switch refused, tenants without a policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vif_doc_becomes_a_policy_with_defaults() {
+        let d = VifDoc::parse(br#"{"weight": 2, "max": "300Mbit", "tenant": "acme"}"#).unwrap();
+        let p = d.policy("vm3").unwrap();
+        assert_eq!(p.weight, 2);
+        assert_eq!(p.max_bps, Some(300_000_000));
+        assert_eq!(p.min_bps, 0);
+        assert_eq!(p.priority, VifPolicy::default().priority);
+        assert_eq!(d.tenant.as_deref(), Some("acme"));
+        assert_eq!(
+            VifDoc::parse(b"{}").unwrap().policy("x").unwrap(),
+            VifPolicy::default()
+        );
+    }
+
+    #[test]
+    fn bad_vif_docs_are_refused_with_the_reason() {
+        let e = |t: &str| match VifDoc::parse(t.as_bytes()) {
+            Ok(d) => d.policy("vm3").unwrap_err().to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(e(r#"{"wieght": 2}"#).contains("unknown field `wieght`"));
+        assert!(e(r#"{"max": "fast"}"#).starts_with("Invalid max"));
+        assert!(e(r#"{"min": "unlimited"}"#).contains("not unlimited"));
+        assert!(e(r#"{"weight": 0}"#).contains("vm3"));
+        assert!(e(r#"{"min": "2Gbit", "max": "1Gbit"}"#).contains("vm3"));
+        assert!(e(r#"{"tenant": "a/b"}"#).contains("Invalid tenant name"));
+        assert!(e("not json").starts_with("Invalid JSON"));
+    }
+
+    #[test]
+    fn tenant_limits_are_checked() {
+        let t = TenantDoc::parse(br#"{"min": "200Mbit", "max": "1Gbit"}"#).unwrap();
+        assert_eq!(
+            t.limits().unwrap(),
+            TenantLimits {
+                min_bps: 200_000_000,
+                max_bps: Some(1_000_000_000)
+            }
+        );
+        let bad = TenantDoc::parse(br#"{"min": "2Gbit", "max": "1Gbit"}"#).unwrap();
+        assert_eq!(
+            bad.limits().unwrap_err().to_string(),
+            "Tenant min 2Gbit is above its max 1Gbit"
+        );
+        assert_eq!(
+            TenantDoc::default().limits().unwrap(),
+            TenantLimits {
+                min_bps: 0,
+                max_bps: None
+            }
+        );
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let mut s = HostStatus {
+            health: "ok".into(),
+            period_ms: 500,
+            ..Default::default()
+        };
+        s.vifs.insert(
+            "vm1".into(),
+            VifStatus {
+                tenant: Some("acme".into()),
+                weight: 1,
+                rate_bps: 5,
+                demand_bps: None,
+                ..Default::default()
+            },
+        );
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<HostStatus>(&text).unwrap(), s);
+    }
+}

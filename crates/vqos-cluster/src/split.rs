@@ -1,0 +1,279 @@
+//! The tenant split: a tenant's cluster-wide max and min divided among its vifs on every host.
+//!
+//! Every agent runs the same function on the same published inputs (each vif's weight, own cap
+//! and estimated demand, from the hosts' status keys) and applies the shares of its own vifs.
+//! It is the reference allocator ([`vqos_sched::allocate`], weighted max-min with caps and
+//! demands) run at the tenant's scale, as in distributed rate limiting's flow-proportional
+//! share and ElasticSwitch's guarantee partitioning:
+//!
+//! 1. **Max.** `a = allocate(M, (w_i, cap_i, demand_i))`: the tenant max `M` shared by weight
+//!    among the vifs that want it, none above its demand or own cap. What is left,
+//!    `M − Σ a`, is shared again by weight without demands (`b`, capped by `cap_i − a_i`), so a
+//!    vif that starts sending finds headroom at once. `max_i = a_i + b_i`, so `Σ max_i ≤ M`.
+//! 2. **Min.** `min = allocate(m, (w_i, cap max_i, demand_i))`: the tenant floor `m` goes where
+//!    the demand is, by weight, never above a vif's demand or its max share, so `Σ min_i ≤ m`
+//!    and the floor is whole (up to a bit/s per vif of rounding) when the demand covers it.
+//!
+//! [`estimate_demand`] turns a vif's measured rate into the demand it publishes: a vif that uses
+//! at least 90 % of its share is greedy (`None`: it would take more), one below wants its rate
+//! plus 10 %, and never less than a small probe so an idle vif keeps a foothold.
+
+use vqos_sched::{allocate, Claim};
+
+/// A tenant's cluster-wide limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantLimits {
+    /// The floor of the aggregate where there is demand, bit/s.
+    pub min_bps: u64,
+    /// The cap of the aggregate, bit/s (`None`: unlimited).
+    pub max_bps: Option<u64>,
+}
+
+/// One vif of a tenant, on any host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// The vif's weight (0 is read as 1).
+    pub weight: u32,
+    /// The vif's own cap, bit/s (`None`: unlimited).
+    pub max_bps: Option<u64>,
+    /// Its estimated demand, bit/s (`None`: greedy).
+    pub demand_bps: Option<u64>,
+}
+
+/// A vif's share of its tenant: what it is held to and guaranteed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// Guaranteed, bit/s (≤ `max_bps`).
+    pub min_bps: u64,
+    /// Cap, bit/s (`None` only when neither the tenant nor the vif has a cap).
+    pub max_bps: Option<u64>,
+}
+
+/// Share of measured use at or above which a vif counts as greedy, in percent.
+pub const GREEDY_PERCENT: u64 = 90;
+
+fn run(capacity_bps: u64, claims: &[Claim]) -> Vec<u64> {
+    // Every claim has a floor of 0 and a weight ≥ 1, which the allocator never refuses; were it
+    // to, no share is safer than one above the tenant's max.
+    allocate(capacity_bps, claims).unwrap_or_else(|_| vec![0; claims.len()])
+}
+
+/// The shares of `members` (in order) under `tenant`; see the module's doc.
+pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
+    let claim = |m: &Member, max_bps: Option<u64>, demand_bps: Option<u64>| Claim {
+        weight: m.weight.max(1),
+        min_bps: 0,
+        max_bps,
+        demand_bps,
+    };
+    let maxes: Vec<Option<u64>> = match tenant.max_bps {
+        None => members.iter().map(|m| m.max_bps).collect(),
+        Some(total) => {
+            let first: Vec<Claim> = members
+                .iter()
+                .map(|m| claim(m, m.max_bps, m.demand_bps))
+                .collect();
+            let a = run(total, &first);
+            let used: u64 = a.iter().sum();
+            let rest: Vec<Claim> = members
+                .iter()
+                .zip(&a)
+                .map(|(m, &ai)| claim(m, m.max_bps.map(|c| c.saturating_sub(ai)), None))
+                .collect();
+            let b = run(total.saturating_sub(used), &rest);
+            a.iter().zip(&b).map(|(x, y)| Some(x + y)).collect()
+        }
+    };
+    let floors: Vec<Claim> = members
+        .iter()
+        .zip(&maxes)
+        .map(|(m, &max)| claim(m, max, m.demand_bps))
+        .collect();
+    let mins = run(tenant.min_bps, &floors);
+    mins.into_iter()
+        .zip(maxes)
+        .map(|(min_bps, max_bps)| Share { min_bps, max_bps })
+        .collect()
+}
+
+/// The demand a vif publishes: `None` (greedy) when its measured `rate_bps` is at least
+/// [`GREEDY_PERCENT`] of the share max in force, else its rate plus 10 %, at least `probe_bps`.
+pub fn estimate_demand(rate_bps: u64, share_max_bps: Option<u64>, probe_bps: u64) -> Option<u64> {
+    if let Some(s) = share_max_bps {
+        if u128::from(rate_bps) * 100 >= u128::from(s) * u128::from(GREEDY_PERCENT) {
+            return None;
+        }
+    }
+    Some(rate_bps.saturating_add(rate_bps / 10).max(probe_bps))
+}
+
+#[cfg(test)]
+#[path = "../../vqos-sched/src/proptest_config.rs"]
+mod proptest_config;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const M: u64 = 1_000_000;
+
+    fn member(weight: u32, max: Option<u64>, demand: Option<u64>) -> Member {
+        Member {
+            weight,
+            max_bps: max.map(|m| m * M),
+            demand_bps: demand.map(|d| d * M),
+        }
+    }
+
+    fn tenant(min: u64, max: Option<u64>) -> TenantLimits {
+        TenantLimits {
+            min_bps: min * M,
+            max_bps: max.map(|m| m * M),
+        }
+    }
+
+    fn maxes(s: &[Share]) -> Vec<u64> {
+        s.iter().map(|s| s.max_bps.unwrap() / M).collect()
+    }
+
+    fn mins(s: &[Share]) -> Vec<u64> {
+        s.iter().map(|s| s.min_bps / M).collect()
+    }
+
+    #[test]
+    fn greedy_vifs_share_the_max_by_weight() {
+        let s = split(
+            &tenant(200, Some(1000)),
+            &[member(1, None, None), member(3, None, None)],
+        );
+        assert_eq!(maxes(&s), [250, 750]);
+        assert_eq!(mins(&s), [50, 150]);
+    }
+
+    #[test]
+    fn a_light_vif_keeps_its_demand_and_the_rest_goes_to_the_greedy_one() {
+        // Host 1's vif wants 100, host 2's is greedy: 100 + 900.
+        let s = split(
+            &tenant(400, Some(1000)),
+            &[member(1, None, Some(100)), member(1, None, None)],
+        );
+        assert_eq!(maxes(&s), [100, 900]);
+        // The floor follows demand: 100 where 100 is wanted, the rest on the greedy one.
+        assert_eq!(mins(&s), [100, 300]);
+    }
+
+    #[test]
+    fn unused_max_is_left_as_headroom_by_weight() {
+        // Both light: each gets its demand, then the 700 left is shared 1:1.
+        let s = split(
+            &tenant(0, Some(1000)),
+            &[member(1, None, Some(100)), member(1, None, Some(200))],
+        );
+        assert_eq!(maxes(&s), [450, 550]);
+        assert_eq!(mins(&s), [0, 0]);
+    }
+
+    #[test]
+    fn a_vif_cap_bounds_its_share_and_the_rest_moves_on() {
+        let s = split(
+            &tenant(0, Some(1000)),
+            &[member(1, Some(300), None), member(1, None, None)],
+        );
+        assert_eq!(maxes(&s), [300, 700]);
+    }
+
+    #[test]
+    fn without_a_tenant_max_the_vifs_keep_their_caps() {
+        let s = split(
+            &tenant(100, None),
+            &[member(1, Some(300), Some(50)), member(1, None, None)],
+        );
+        assert_eq!(s[0].max_bps, Some(300 * M));
+        assert_eq!(s[1].max_bps, None);
+        assert_eq!(mins(&s), [50, 50]);
+    }
+
+    #[test]
+    fn no_members_no_shares_and_weight_zero_is_one() {
+        assert!(split(&tenant(1, Some(2)), &[]).is_empty());
+        let s = split(
+            &tenant(0, Some(1000)),
+            &[member(0, None, None), member(1, None, None)],
+        );
+        assert_eq!(maxes(&s), [500, 500]);
+    }
+
+    #[test]
+    fn demand_estimate() {
+        // At or above 90 % of the share: greedy.
+        assert_eq!(estimate_demand(90 * M, Some(100 * M), M), None);
+        assert_eq!(estimate_demand(120 * M, Some(100 * M), M), None);
+        // Below: the rate plus 10 %, never below the probe.
+        assert_eq!(estimate_demand(50 * M, Some(100 * M), M), Some(55 * M));
+        assert_eq!(estimate_demand(0, Some(100 * M), M), Some(M));
+        assert_eq!(estimate_demand(70 * M, None, M), Some(77 * M));
+        assert_eq!(estimate_demand(u64::MAX, None, M), Some(u64::MAX));
+    }
+
+    fn arb_member() -> impl Strategy<Value = Member> {
+        (
+            0u32..8,
+            prop::option::of(0u64..2_000_000_000),
+            prop::option::of(0u64..2_000_000_000),
+        )
+            .prop_map(|(weight, max_bps, demand_bps)| Member {
+                weight,
+                max_bps,
+                demand_bps,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(proptest_config::config(512))]
+
+        #[test]
+        fn shares_never_exceed_the_tenant_max_and_floors_hold_where_demand_is(
+            members in prop::collection::vec(arb_member(), 0..12),
+            max in 0u64..4_000_000_000,
+            min_permille in 0u64..=1000,
+        ) {
+            let t = TenantLimits { min_bps: max / 1000 * min_permille, max_bps: Some(max) };
+            let s = split(&t, &members);
+            prop_assert_eq!(s.len(), members.len());
+            let n = members.len() as u64;
+            let sum_max: u64 = s.iter().map(|x| x.max_bps.unwrap()).sum();
+            let sum_min: u64 = s.iter().map(|x| x.min_bps).sum();
+            prop_assert!(sum_max <= max, "Σ max {} > tenant max {}", sum_max, max);
+            prop_assert!(sum_min <= t.min_bps);
+            let mut usable: u128 = 0;
+            let mut wanted: u128 = 0;
+            for (m, x) in members.iter().zip(&s) {
+                let share_max = x.max_bps.unwrap();
+                prop_assert!(x.min_bps <= share_max);
+                if let Some(cap) = m.max_bps {
+                    prop_assert!(share_max <= cap);
+                }
+                if let Some(d) = m.demand_bps {
+                    prop_assert!(x.min_bps <= d);
+                }
+                usable += u128::from(m.demand_bps.map_or(share_max, |d| d.min(share_max)));
+                let hi = match (m.demand_bps, m.max_bps) {
+                    (Some(d), Some(c)) => d.min(c),
+                    (Some(v), None) | (None, Some(v)) => v,
+                    (None, None) => u64::MAX,
+                };
+                wanted += u128::from(hi);
+            }
+            // The floor is whole where the demand covers it (a bit/s per vif of rounding).
+            let floor = usable.min(u128::from(t.min_bps));
+            prop_assert!(u128::from(sum_min) + u128::from(n) >= floor,
+                "Σ min {} < floor {}", sum_min, floor);
+            // Work-conserving: the max is given out whole when the vifs want it (a bit/s per
+            // vif and pass of rounding).
+            let want = wanted.min(u128::from(max));
+            prop_assert!(u128::from(sum_max) + 2 * u128::from(n) >= want,
+                "Σ max {} < wanted {}", sum_max, want);
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The agent's thread: sessions with etcd, fail-static between them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+use vqos_api::wire::ClusterHealthView;
+use vqos_cluster::etcd::deadline;
+use vqos_cluster::etcd_client::{
+    Client, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse, WatchStream,
+};
+use vqos_cluster::{etcd_client, keys, EtcdError, HostStatus};
+
+use super::config::ClusterConfig;
+use super::desired::Desired;
+use super::period::{local_shares, own_status, Meter};
+use crate::api::Api;
+
+/// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.
+pub struct Agent {
+    /// Tells the thread to stop.
+    stop: watch::Sender<bool>,
+    /// The thread.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Stops the agent and waits for it (at most a call's deadline, to revoke the lease).
+    pub fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts the agent for `api`.
+pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (stop, stopped) = watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("vqos-cluster".into())
+        .spawn(move || {
+            let mut state = State::new(config, api);
+            runtime.block_on(state.run(stopped));
+        })?;
+    Ok(Agent {
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// Why a session ended.
+enum End {
+    /// Asked to stop.
+    Stop,
+    /// etcd failed: fail-static until the next session.
+    Failed(EtcdError),
+}
+
+impl From<EtcdError> for End {
+    fn from(e: EtcdError) -> End {
+        End::Failed(e)
+    }
+}
+
+impl From<etcd_client::Error> for End {
+    fn from(e: etcd_client::Error) -> End {
+        End::Failed(e.into())
+    }
+}
+
+fn broken(what: &str) -> End {
+    End::Failed(EtcdError::Client(etcd_client::Error::WatchError(
+        what.to_string(),
+    )))
+}
+
+/// A session's connection, lease and watches.
+struct Session {
+    /// The client.
+    client: Client,
+    /// The status lease.
+    lease: i64,
+    /// Sends the lease's keep-alives.
+    keeper: etcd_client::LeaseKeeper,
+    /// The keep-alives' answers.
+    alive: etcd_client::LeaseKeepAliveStream,
+    /// The watch of the host's vif keys.
+    vifs: WatchStream,
+    /// The watch of the tenants.
+    tenants: WatchStream,
+}
+
+/// What the agent keeps across sessions.
+struct State {
+    /// The settings.
+    config: ClusterConfig,
+    /// The daemon's API.
+    api: Arc<Api>,
+    /// The desired state last read.
+    desired: Desired,
+    /// The vifs' rates.
+    meter: Meter,
+    /// What `/v1/health` shows.
+    health: ClusterHealthView,
+    /// When the last period succeeded.
+    last_ok: Option<Instant>,
+}
+
+impl State {
+    fn new(config: ClusterConfig, api: Arc<Api>) -> State {
+        let health = ClusterHealthView {
+            host: config.host.clone(),
+            state: "connecting".into(),
+            ..Default::default()
+        };
+        api.set_cluster_health(health.clone());
+        State {
+            config,
+            api,
+            desired: Desired::default(),
+            meter: Meter::default(),
+            health,
+            last_ok: None,
+        }
+    }
+
+    fn publish_health(&mut self) {
+        self.health.managed_vifs = self.api.managed().len();
+        self.health.last_sync_age_ms = self.last_ok.map(|t| t.elapsed().as_millis() as u64);
+        self.health.problems = self.desired.problems.clone();
+        self.api.set_cluster_health(self.health.clone());
+    }
+
+    async fn run(&mut self, mut stop: watch::Receiver<bool>) {
+        loop {
+            let end = self.session(&mut stop).await;
+            match end {
+                End::Stop => return,
+                End::Failed(e) => {
+                    let msg = e.to_string();
+                    if self.health.error.as_deref() != Some(&msg) {
+                        tracing::warn!("Cluster agent fail-static: {msg}");
+                    }
+                    self.health.state = if self.health.syncs == 0 {
+                        "connecting".into()
+                    } else {
+                        "disconnected".into()
+                    };
+                    self.health.error = Some(msg);
+                    self.publish_health();
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(self.config.period) => {}
+            }
+        }
+    }
+
+    fn prefix() -> GetOptions {
+        GetOptions::new().with_prefix()
+    }
+
+    async fn watch_from(
+        &self,
+        c: &mut Client,
+        prefix: String,
+        rev: i64,
+    ) -> Result<WatchStream, End> {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(rev + 1);
+        Ok(deadline("watch", self.config.timeout, c.watch(prefix, Some(opts))).await?)
+    }
+
+    async fn session(&mut self, stop: &mut watch::Receiver<bool>) -> End {
+        match self.session_inner(stop).await {
+            Ok(()) => End::Stop,
+            Err(e) => e,
+        }
+    }
+
+    /// Connects, grants the lease, reads and applies the desired state, starts the watches,
+    /// runs the first period.
+    async fn setup(&mut self) -> Result<Session, End> {
+        let t = self.config.timeout;
+        let host = self.config.host.clone();
+        let mut c = self.config.etcd.connect(t).await?;
+        let lease = deadline(
+            "lease grant",
+            t,
+            c.lease_grant(self.config.lease_ttl_s, None),
+        )
+        .await?
+        .id();
+        let (keeper, alive) = deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
+        // The host's vifs and the tenants at one revision, then the watches from the next.
+        let vifs = deadline(
+            "get",
+            t,
+            c.get(keys::host_vifs(&host), Some(Self::prefix())),
+        )
+        .await?;
+        let rev = vifs.header().map_or(0, |h| h.revision());
+        let tenants = deadline(
+            "get",
+            t,
+            c.get(keys::TENANTS, Some(Self::prefix().with_revision(rev))),
+        )
+        .await?;
+        self.desired.clear();
+        for kv in vifs.kvs().iter().chain(tenants.kvs()) {
+            if let Ok(key) = kv.key_str() {
+                self.desired.put(&host, key, kv.value());
+            }
+        }
+        self.desired.apply(&self.api);
+        let wv = self.watch_from(&mut c, keys::host_vifs(&host), rev).await?;
+        let wt = self
+            .watch_from(&mut c, keys::TENANTS.to_string(), rev)
+            .await?;
+        self.health.revision = rev;
+        self.health.syncs += 1;
+        tracing::info!(
+            "Cluster agent synced at revision {rev}: {} vif key(s)",
+            self.desired.vifs.len()
+        );
+        self.period(&mut c, lease).await?;
+        Ok(Session {
+            client: c,
+            lease,
+            keeper,
+            alive,
+            vifs: wv,
+            tenants: wt,
+        })
+    }
+
+    async fn session_inner(&mut self, stop: &mut watch::Receiver<bool>) -> Result<(), End> {
+        // A stop while setting up ends the session where it waits (each call has a deadline,
+        // but there are several); once running, the loop revokes the lease first.
+        let Session {
+            client: mut c,
+            lease,
+            mut keeper,
+            mut alive,
+            vifs: mut wv,
+            tenants: mut wt,
+        } = tokio::select! {
+            s = self.setup() => s?,
+            _ = stop.changed() => return Ok(()),
+        };
+        let t = self.config.timeout;
+        let mut ticker = tokio::time::interval(self.config.period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticker.tick().await;
+        let ttl = Duration::from_secs(self.config.lease_ttl_s as u64);
+        let mut keep = tokio::time::interval(ttl / 3);
+        keep.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    // Best effort: the status goes now rather than at the lease's end.
+                    let _ = deadline("lease revoke", t, c.lease_revoke(lease)).await;
+                    return Ok(());
+                }
+                m = wv.message() => self.on_watch(m?)?,
+                m = wt.message() => self.on_watch(m?)?,
+                _ = ticker.tick() => self.period(&mut c, lease).await?,
+                _ = keep.tick() => deadline("lease keep-alive", t, keeper.keep_alive()).await?,
+                r = alive.message() => match r? {
+                    Some(resp) if resp.ttl() > 0 => {}
+                    _ => return Err(broken("status lease lost")),
+                },
+            }
+        }
+    }
+
+    fn on_watch(&mut self, msg: Option<WatchResponse>) -> Result<(), End> {
+        let Some(resp) = msg else {
+            return Err(broken("watch closed"));
+        };
+        if resp.canceled() {
+            return Err(broken(&format!(
+                "watch cancelled (compacted at {}): {}",
+                resp.compact_revision(),
+                resp.cancel_reason()
+            )));
+        }
+        if resp.events().is_empty() {
+            return Ok(());
+        }
+        for ev in resp.events() {
+            if let Some(kv) = ev.kv() {
+                if let Ok(key) = kv.key_str() {
+                    match ev.event_type() {
+                        EventType::Put => self.desired.put(&self.config.host, key, kv.value()),
+                        EventType::Delete => self.desired.delete(&self.config.host, key),
+                    }
+                }
+                self.health.revision = self.health.revision.max(kv.mod_revision());
+            }
+            self.health.events += 1;
+        }
+        self.desired.apply(&self.api);
+        self.publish_health();
+        Ok(())
+    }
+
+    /// Measure, publish the status, read every host's, apply the shares.
+    async fn period(&mut self, c: &mut Client, lease: i64) -> Result<(), End> {
+        let t = self.config.timeout;
+        let host = self.config.host.clone();
+        // A port added since the last event gets its etcd policy now.
+        self.desired.apply(&self.api);
+        self.meter.measure(&self.api);
+        let period_ms = self.config.period.as_millis() as u64;
+        let own = own_status(
+            &self.api,
+            &self.desired,
+            &self.meter,
+            self.config.probe_bps,
+            period_ms,
+        );
+        let body = serde_json::to_vec(&own).unwrap_or_default();
+        let opts = PutOptions::new().with_lease(lease);
+        deadline("put", t, c.put(keys::status(&host), body, Some(opts))).await?;
+        let all = deadline("get", t, c.get(keys::STATUS, Some(Self::prefix()))).await?;
+        let mut statuses = BTreeMap::new();
+        for kv in all.kvs() {
+            let Ok(key) = kv.key_str() else { continue };
+            let Some(h) = keys::name_under(keys::STATUS, key) else {
+                continue;
+            };
+            // A status that does not parse counts as a host without vifs.
+            if let Ok(s) = serde_json::from_slice::<HostStatus>(kv.value()) {
+                statuses.insert(h.to_string(), s);
+            }
+        }
+        statuses.insert(host.clone(), own);
+        let tenants = self
+            .desired
+            .tenants
+            .iter()
+            .filter_map(|(n, l)| l.as_ref().ok().map(|l| (n.clone(), *l)))
+            .collect();
+        let shares = local_shares(&host, &statuses, &tenants);
+        if let Err(e) = self.api.set_cluster_shares(&shares) {
+            self.desired
+                .problems
+                .push(format!("Tenant shares refused by the switch: {e}"));
+        }
+        self.last_ok = Some(Instant::now());
+        self.health.state = "connected".into();
+        self.health.error = None;
+        self.publish_health();
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! The `[cluster]` section of the config (docs/cluster.md).
+//!
+//! ```toml
+//! [cluster]
+//! host = "h1"                                 # this host's name in the key layout
+//! endpoints = ["http://127.0.0.1:2379"]       # etcd client URLs
+//! period = "500ms"                            # status, demands and shares every period
+//! lease_ttl = "3s"                            # the status key dies this long after the host
+//! timeout = "1s"                              # every etcd call
+//! probe = "1Mbit"                             # least demand an idle tenant vif publishes
+//! # user = "vqos"                             # etcd authentication, with
+//! # password_file = "/etc/vqos/etcd-password" # the password's file (or VQOS_ETCD_PASSWORD)
+//! # ca_file = "/etc/vqos/etcd-ca.pem"         # TLS (https:// endpoints), with optionally
+//! # cert_file = "/etc/vqos/etcd-client.pem"   # a client certificate
+//! # key_file = "/etc/vqos/etcd-client.key"    # and its key
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use vqos_api::wire::Rate;
+use vqos_cluster::{keys, EtcdSettings};
+use vqos_sched::units::parse_duration_ns;
+
+/// The section as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    host: String,
+    endpoints: Vec<String>,
+    period: Option<String>,
+    lease_ttl: Option<String>,
+    timeout: Option<String>,
+    probe: Option<Rate>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+/// The agent's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// This host's name in the key layout.
+    pub host: String,
+    /// How to reach etcd.
+    pub etcd: EtcdSettings,
+    /// The period of status, demands and shares.
+    pub period: Duration,
+    /// The status lease's time to live, whole seconds.
+    pub lease_ttl_s: i64,
+    /// Deadline of every etcd call.
+    pub timeout: Duration,
+    /// Least demand an idle tenant vif publishes, bit/s.
+    pub probe_bps: u64,
+}
+
+fn duration(key: &str, text: &Option<String>, default: Duration) -> Result<Duration, String> {
+    match text {
+        None => Ok(default),
+        Some(t) => match parse_duration_ns(t) {
+            Ok(0) => Err(format!("cluster.{key} must be positive")),
+            Ok(ns) => Ok(Duration::from_nanos(ns)),
+            Err(e) => Err(format!("cluster.{key}: {e}")),
+        },
+    }
+}
+
+impl RawCluster {
+    /// Checks the section.
+    pub fn validate(self) -> Result<ClusterConfig, String> {
+        keys::check_name("host", &self.host).map_err(|e| format!("cluster.host: {e}"))?;
+        let etcd = EtcdSettings {
+            endpoints: self.endpoints,
+            user: self.user,
+            password_file: self.password_file,
+            ca_file: self.ca_file,
+            cert_file: self.cert_file,
+            key_file: self.key_file,
+        };
+        etcd.validate().map_err(|e| format!("cluster: {e}"))?;
+        let period = duration("period", &self.period, Duration::from_millis(500))?;
+        if period < Duration::from_millis(10) {
+            return Err("cluster.period must be at least 10ms".into());
+        }
+        let ttl = duration("lease_ttl", &self.lease_ttl, Duration::from_secs(3))?;
+        if ttl.subsec_nanos() != 0 || ttl < Duration::from_secs(2) {
+            return Err("cluster.lease_ttl must be whole seconds, at least 2s".into());
+        }
+        if ttl < period * 2 {
+            return Err("cluster.lease_ttl must be at least two periods".into());
+        }
+        Ok(ClusterConfig {
+            host: self.host,
+            etcd,
+            period,
+            lease_ttl_s: ttl.as_secs() as i64,
+            timeout: duration("timeout", &self.timeout, Duration::from_secs(1))?,
+            probe_bps: self.probe.and_then(|r| r.0).unwrap_or(1_000_000),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn parse(section: &str) -> Result<Config, String> {
+        Config::parse(&format!("[cluster]\n{section}"), |_| None).map_err(|e| {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(c) = src {
+                s.push_str(&format!(": {c}"));
+                src = c.source();
+            }
+            s
+        })
+    }
+
+    #[test]
+    fn the_cluster_section_has_defaults() {
+        let c = parse("host = \"h1\"\nendpoints = [\"http://127.0.0.1:2379\"]")
+            .unwrap()
+            .cluster
+            .unwrap();
+        assert_eq!(c.host, "h1");
+        assert_eq!(c.period.as_millis(), 500);
+        assert_eq!(c.lease_ttl_s, 3);
+        assert_eq!(c.timeout.as_millis(), 1000);
+        assert_eq!(c.probe_bps, 1_000_000);
+        assert_eq!(c.etcd.endpoints, ["http://127.0.0.1:2379"]);
+        assert!(Config::parse("", |_| None).unwrap().cluster.is_none());
+    }
+
+    #[test]
+    fn bad_cluster_sections_are_named() {
+        let ep = "endpoints = [\"http://127.0.0.1:2379\"]";
+        for (text, want) in [
+            (format!("host = \"a/b\"\n{ep}"), "cluster.host"),
+            ("host = \"h1\"\nendpoints = []".to_string(), "no endpoints"),
+            (
+                format!("host = \"h1\"\n{ep}\nperiod = \"0s\""),
+                "cluster.period",
+            ),
+            (
+                format!("host = \"h1\"\n{ep}\nlease_ttl = \"1500ms\""),
+                "whole seconds",
+            ),
+            (
+                format!("host = \"h1\"\n{ep}\nperiod = \"2s\""),
+                "two periods",
+            ),
+            (
+                format!("host = \"h1\"\n{ep}\nuser_name = \"x\""),
+                "unknown field",
+            ),
+            (ep.to_string(), "missing field `host`"),
+            (
+                "host = \"h1\"\nendpoints = [\"https://a:1\"]".to_string(),
+                "needs ca_file",
+            ),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+}
