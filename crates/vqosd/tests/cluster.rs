@@ -362,7 +362,7 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
     drop((c1, c2));
     let st = status(&etcd, "h1").unwrap();
     println!("status: {st}");
-    let want = common::reference(&[
+    let want = [
         vqos_sched::VifPolicy {
             min_bps: 300_000_000,
             ..Default::default()
@@ -371,7 +371,7 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
             weight: 9,
             ..Default::default()
         },
-    ]);
+    ];
     // The floor is re-derived every period from the measured demand (rate + 10 %), so a TCP
     // dip lowers it for a period: measured 288 of 300 Mbit/s here; a floor lost would be 94.
     common::check(
