@@ -256,9 +256,13 @@ impl Engine for Vqos {
                 continue;
             };
             if let Some(cap) = v.cap.as_mut() {
-                cap.refill(now_ns);
+                // A refill only adds: a cap still positive needs none to be eligible (the
+                // next `charge` refills before it takes).
                 if !cap.positive() {
-                    continue;
+                    cap.refill(now_ns);
+                    if !cap.positive() {
+                        continue;
+                    }
                 }
             }
             if let Some(f) = v.floor.as_mut() {
@@ -277,10 +281,17 @@ impl Engine for Vqos {
                 lowest = Some((v.tag, id));
             }
             let owed_ns = v.floor.as_ref().and_then(|f| {
-                // tokens < 2^63 and NS_PER_SEC < 2^30: the product fits in u128.
                 (f.positive() && f.rate_per_sec() > 0).then(|| {
-                    (f.tokens() as u128 * u128::from(NS_PER_SEC) / u128::from(f.rate_per_sec()))
-                        as u64
+                    let tokens = f.tokens() as u64;
+                    // A u64 division where the product fits (any floor bucket of a real link
+                    // does); u128 otherwise.
+                    match tokens.checked_mul(NS_PER_SEC) {
+                        Some(x) => x / f.rate_per_sec(),
+                        None => {
+                            (u128::from(tokens) * u128::from(NS_PER_SEC)
+                                / u128::from(f.rate_per_sec())) as u64
+                        }
+                    }
                 })
             });
             let key = match owed_ns {
