@@ -88,6 +88,7 @@ fn policy_set(capacity: u64, vifs: &[Claim]) -> PolicySet {
                     min_bps: c.min_bps,
                     max_bps: c.max_bps,
                     priority: (i % 8) as u8,
+                    ..Default::default()
                 },
             )
         })
