@@ -32,6 +32,9 @@ pub enum CostModel {
 /// almost certainly a unit mistake, and it would let one vif hold the link for seconds.
 pub const MAX_BURST_BYTES: u64 = 1 << 30;
 
+/// `max_in_bps` meaning "unlimited inbound" (rather than `None`, "the same as `max_bps`").
+pub const UNLIMITED_IN_BPS: u64 = u64::MAX;
+
 /// One vif's policy. Rates are bits per second.
 ///
 /// The directions are the vif's: *outbound* is what the vif sends (vif→uplink and vif→vif,
@@ -50,7 +53,7 @@ pub struct VifPolicy {
     pub priority: u8,
     /// Hard maximum of what the vif receives from the uplink (`max_in`), bits/s; `None` = the
     /// downlink follows `max_bps` (when the switch's `downlink_max` is on), as before this
-    /// field existed.
+    /// field existed; [`UNLIMITED_IN_BPS`] = no inbound limit whatever `max_bps` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_bps: Option<u64>,
     /// Bytes the vif may send above `max_bps` after idling (the depth of its cap bucket), in
@@ -74,6 +77,16 @@ impl Default for VifPolicy {
 }
 
 impl VifPolicy {
+    /// The limit on what the vif receives, bits/s (`None` = unlimited): `max_in_bps` when
+    /// stated, else `max_bps` if `follow_max` (the data plane's `downlink_max`).
+    pub fn inbound_max_bps(&self, follow_max: bool) -> Option<u64> {
+        match self.max_in_bps {
+            Some(UNLIMITED_IN_BPS) => None,
+            Some(m) => Some(m),
+            None => self.max_bps.filter(|_| follow_max),
+        }
+    }
+
     /// Checks the policy on its own (not against the others sharing the link).
     pub fn validate(&self, name: &str) -> Result<(), PolicyError> {
         if self.weight == 0 {
@@ -379,6 +392,20 @@ mod tests {
         assert!(set().with_policy("a", edge).is_ok());
         let dup = set().with_vif("a", VifPolicy::default());
         assert_eq!(dup.validate(), Err(PolicyError::DuplicateVif("a".into())));
+    }
+
+    #[test]
+    fn inbound_max_follows_max_unless_stated() {
+        let mut p = VifPolicy {
+            max_bps: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(p.inbound_max_bps(true), Some(5));
+        assert_eq!(p.inbound_max_bps(false), None);
+        p.max_in_bps = Some(7);
+        assert_eq!(p.inbound_max_bps(false), Some(7));
+        p.max_in_bps = Some(UNLIMITED_IN_BPS);
+        assert_eq!(p.inbound_max_bps(true), None);
     }
 
     #[test]
