@@ -463,6 +463,7 @@ mod tests {
             min_bps: 1_000,
             max_bps: Some(5_000),
             priority: 1,
+            ..Default::default()
         };
         let mut drops = std::collections::BTreeMap::new();
         drops.insert("mac_spoof".to_string(), 3);
