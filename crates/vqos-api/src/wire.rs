@@ -383,6 +383,30 @@ pub struct RemovedView {
     pub removed: String,
 }
 
+/// The answer of `POST /v1/reload`: what re-reading the config file changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    /// Ports added (new `[[port]]` entries).
+    pub added: Vec<String>,
+    /// Ports removed (entries gone from the file).
+    pub removed: Vec<String>,
+    /// Vifs whose policy was set from the file (their entry's policy changed).
+    pub policies: Vec<String>,
+    /// The new capacity, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+    /// The new `max_ports`, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ports: Option<usize>,
+}
+
+impl ReloadView {
+    /// True when the reload changed nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == ReloadView::default()
+    }
+}
+
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

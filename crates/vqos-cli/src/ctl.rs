@@ -33,7 +33,7 @@ pub struct ConnArgs {
 
 impl ConnArgs {
     /// The client these options describe.
-    fn client(&self) -> Result<Client> {
+    pub(crate) fn client(&self) -> Result<Client> {
         if self.token_file.is_some() && self.url.is_none() {
             return Err(UsageError("--token-file needs --url".into()).into());
         }

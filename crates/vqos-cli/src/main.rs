@@ -8,6 +8,7 @@ mod alloc;
 mod ctl;
 mod exit;
 mod lab;
+mod reload;
 mod sim;
 
 use std::io::Write;
@@ -46,6 +47,8 @@ enum Command {
     Policy(ctl::PolicyArgs),
     /// Per-vif rate, share of the uplink, policy and drops of the running switch.
     Stats(ctl::StatsArgs),
+    /// Make vqosd re-read its config file and apply what changed (as SIGHUP does).
+    Reload(reload::ReloadArgs),
     /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
     Lab(lab::LabArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
@@ -95,6 +98,7 @@ fn main() {
         Command::Port(args) => ctl::port(&conn, args),
         Command::Policy(args) => ctl::policy(&conn, args),
         Command::Stats(args) => ctl::stats(&conn, args),
+        Command::Reload(args) => reload::run(&conn, args),
         Command::Lab(args) => lab::run(args),
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a failed write (a closed pipe).

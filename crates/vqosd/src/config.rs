@@ -545,6 +545,62 @@ impl Config {
         }
         set
     }
+
+    /// For a reload (SIGHUP, `POST /v1/reload`): the keys of `next` that differ from this
+    /// config and cannot change without a restart, empty when `next` may be applied live.
+    /// Live: the `[[port]]` list and policies, `capacity` and `max_ports`. Every other key
+    /// needs a restart; a new key must be listed here (the destructuring makes the compiler
+    /// ask).
+    pub fn restart_needed(&self, next: &Config) -> Vec<&'static str> {
+        let Config {
+            capacity_bps: _,
+            engine,
+            cost,
+            cycles_per_sec,
+            busy_poll,
+            storm_pps,
+            flood_unknown_to_vifs,
+            remove_taps_on_exit,
+            socket_path,
+            tcp,
+            metrics_listen,
+            state_file,
+            expect_state,
+            max_ports: _,
+            uplink,
+            ports: _,
+            controllers,
+            emulated_work,
+        } = self;
+        let mut keys = Vec::new();
+        let mut differ = |same: bool, key: &'static str| {
+            if !same {
+                keys.push(key);
+            }
+        };
+        differ(*engine == next.engine, "engine");
+        differ(*cost == next.cost, "cost");
+        differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
+        differ(*busy_poll == next.busy_poll, "busy_poll");
+        differ(*storm_pps == next.storm_pps, "storm_pps");
+        differ(
+            *flood_unknown_to_vifs == next.flood_unknown_to_vifs,
+            "flood_unknown_to_vifs",
+        );
+        differ(
+            *remove_taps_on_exit == next.remove_taps_on_exit,
+            "remove_taps_on_exit",
+        );
+        differ(*socket_path == next.socket_path, "api.socket");
+        differ(*tcp == next.tcp, "api.tcp/token");
+        differ(*metrics_listen == next.metrics_listen, "metrics.listen");
+        differ(*state_file == next.state_file, "state_file");
+        differ(*expect_state == next.expect_state, "expect_state");
+        differ(*uplink == next.uplink, "uplink");
+        differ(*controllers == next.controllers, "controllers");
+        differ(*emulated_work == next.emulated_work, "emulate");
+        keys
+    }
 }
 
 /// The toml error on one line (its multi-line rendering quotes the source), with the line and
