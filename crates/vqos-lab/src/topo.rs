@@ -330,8 +330,19 @@ pub fn vqosd_config(
         let max = p
             .max_bps
             .map_or_else(|| "\"unlimited\"".to_string(), |m| m.to_string());
+        // max_in and burst only when the scenario states them (absent: vqosd's defaults).
+        let mut extra = String::new();
+        if let Some(m) = p.max_in_bps {
+            extra.push_str(&match m {
+                vqos_sched::policy::UNLIMITED_IN_BPS => ", max_in = \"unlimited\"".to_string(),
+                m => format!(", max_in = {m}"),
+            });
+        }
+        if let Some(b) = p.burst_bytes {
+            extra.push_str(&format!(", burst = {b}"));
+        }
         s.push_str(&format!(
-            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {} }}\n",
+            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {}{extra} }}\n",
             p.weight, p.min_bps, p.priority
         ));
     }
@@ -805,6 +816,12 @@ impl Topology {
                     "min": p.min_bps,
                     "max": p.max_bps.map_or(serde_json::Value::from("unlimited"), serde_json::Value::from),
                     "priority": p.priority,
+                    // null: back to vqosd's defaults (max_in as max, the engine's burst).
+                    "max_in": p.max_in_bps.map(|m| match m {
+                        vqos_sched::policy::UNLIMITED_IN_BPS => serde_json::Value::from("unlimited"),
+                        m => serde_json::Value::from(m),
+                    }),
+                    "burst": p.burst_bytes,
                 });
                 client
                     .call::<serde_json::Value>(
@@ -956,6 +973,19 @@ mod tests {
         assert!(cfg.contains("weight = 3"), "{cfg}");
         assert!(cfg.contains("max = 50000000"), "{cfg}");
         assert!(parsed.controllers.is_empty());
+        // max_in and burst reach vqosd when the scenario states them.
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\n[[vm]]\nname = \"vm1\"\n\
+             max_in = \"20Mbit\"\nburst = \"64KiB\"\n[[vm]]\nname = \"vm2\"\nmax_in = \"unlimited\"\n",
+        )
+        .unwrap();
+        let p: Vec<_> = sc.vms.iter().map(|v| v.initial.policy.clone()).collect();
+        let ports = ["p0".to_string(), "p1".to_string()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &ports, &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        assert_eq!(parsed.ports[0].1, p[0], "{cfg}");
+        assert_eq!(parsed.ports[1].1, p[1], "{cfg}");
+        assert_eq!(p[0].burst_bytes, Some(65_536));
     }
 
     #[test]
