@@ -166,6 +166,8 @@ fn reload_adds_a_port_and_changes_a_policy_and_keeps_the_api_changes() {
     // vm3 leaves the file: removed. vm1 leaves too, after it was deleted through the API.
     let (s, _) = d.send("DELETE", "/v1/ports/vm1", None);
     assert_eq!(s, 200);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert_eq!(saved["removed"], json!(["vm1"]));
     let file = file.replace(
         "[[port]]\nname = \"vm3\"\ncreate = false\npolicy = { weight = 3 }\n",
         "",
@@ -177,6 +179,12 @@ fn reload_adds_a_port_and_changes_a_policy_and_keeps_the_api_changes() {
     assert!(d.mock.calls().contains(&MockCall::RemovePort("vm3".into())));
     let (s, _) = d.send("GET", "/v1/ports/vm3", None);
     assert_eq!(s, 404);
+    // vm1's deletion needs no memory once the file no longer names it.
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert!(
+        saved["removed"].as_array().is_none_or(|r| r.is_empty()),
+        "{saved}"
+    );
     // vm1 back in the file: a new entry, so it comes back (its deletion is forgotten).
     let (s, r) = d.reload(&format!("{file}[[port]]\nname = \"vm1\"\ncreate = false\n"));
     assert_eq!((s, &r["added"]), (200, &json!(["vm1"])), "{r}");

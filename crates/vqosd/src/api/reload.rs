@@ -207,7 +207,12 @@ impl Api {
             report.max_ports = Some(next.max_ports);
         }
         if report.is_empty() {
-            // Comments, order, or entries of ports deleted through the API: nothing to apply.
+            // Comments, order, or entries of ports deleted through the API: nothing to apply
+            // to the switch; a deletion no longer needed is forgotten on disk too.
+            if nv.removed != v.removed {
+                state::save(&self.state_file, &nv.saved())
+                    .map_err(|e| refused(500, format!("state not saved: {}", chain(&e))))?;
+            }
             self.commit(&mut v, nv);
             return Ok(report);
         }
