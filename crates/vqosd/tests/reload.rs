@@ -352,3 +352,77 @@ fn sighup_reloads_the_config_on_real_taps() {
     assert_eq!(d.get("/v1/policies")[&vm2]["max"], "100Mbit");
     assert_eq!(d.get("/v1/health")["status"], "ok");
 }
+
+/// Under iperf3 load through two TAP ports, SIGHUP with a policy changed and a port added: no
+/// stream stalls in any second, and the new weights are in force after.
+#[test]
+fn reload_under_traffic_keeps_the_streams_going() {
+    let Some(_guard) = vqos_testkit::can_run("reload_under_traffic_keeps_the_streams_going") else {
+        return;
+    };
+    let lab = common::lab(0, &[1, 1]);
+    let new_tap = format!("{}x", lab.uplink.trim_end_matches('u'));
+    /// The added TAP is not in a namespace: removed here even if the test fails.
+    struct Link(String);
+    impl Drop for Link {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.0])
+                .output();
+        }
+    }
+    let _link = Link(new_tap.clone());
+    let servers: Vec<_> = (0..2).map(|i| lab.server(5201 + i as u16)).collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let clients: Vec<_> = (0..2).map(|i| lab.client(i, 5201 + i as u16, 9)).collect();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let text = fs::read_to_string(&lab.config).unwrap();
+    let vm2 = format!("name = \"{}\"\npolicy = {{ weight = 1 }}", lab.tap(1));
+    assert!(text.contains(&vm2), "{text}");
+    let text = text.replace(
+        &vm2,
+        &format!("name = \"{}\"\npolicy = {{ weight = 3 }}", lab.tap(1)),
+    );
+    fs::write(
+        &lab.config,
+        format!("{text}[[port]]\nname = \"{new_tap}\"\n"),
+    )
+    .unwrap();
+    // SAFETY: kill on the PID of our own child.
+    assert_eq!(unsafe { libc::kill(lab.daemon.pid(), libc::SIGHUP) }, 0);
+    let applied = vqos_testkit::poll(std::time::Duration::from_secs(5), || {
+        let p = lab.daemon.get("/v1/policies");
+        (p[lab.tap(1)]["weight"] == 3 && p[&new_tap].is_object()).then_some(())
+    });
+    assert!(
+        applied.is_some(),
+        "SIGHUP applied nothing: {}",
+        lab.daemon.log()
+    );
+    assert!(
+        Path::new("/sys/class/net").join(&new_tap).exists(),
+        "the added TAP is missing"
+    );
+    let reports: Vec<common::Report> = servers
+        .into_iter()
+        .map(|s| common::Report::of(s, std::time::Duration::from_secs(20)))
+        .collect();
+    drop(clients);
+    for (i, r) in reports.iter().enumerate() {
+        let per_s = r.interval_bytes_from(0.0);
+        assert!(per_s.len() >= 8, "vm{}: {per_s:?}", i + 1);
+        assert!(
+            per_s.iter().all(|&b| b > 5_000_000),
+            "vm{} stalled: bytes per second {per_s:?}",
+            i + 1
+        );
+    }
+    let after: Vec<f64> = reports.iter().map(|r| r.mbit(5.0, 8.0)).collect();
+    common::check(
+        "after the reload, weights 1:3",
+        &after,
+        &common::reference(&common::weights(&[1, 3])),
+        common::LOOSE_TOL,
+        common::LOOSE_AGGREGATE,
+    );
+}
