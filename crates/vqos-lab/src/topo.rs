@@ -811,18 +811,23 @@ impl Topology {
                     .client
                     .as_ref()
                     .ok_or_else(|| LabError::Vqosd("no client".into()))?;
-                let body = serde_json::json!({
+                let mut body = serde_json::json!({
                     "weight": p.weight,
                     "min": p.min_bps,
                     "max": p.max_bps.map_or(serde_json::Value::from("unlimited"), serde_json::Value::from),
                     "priority": p.priority,
-                    // null: back to vqosd's defaults (max_in as max, the engine's burst).
-                    "max_in": p.max_in_bps.map(|m| match m {
-                        vqos_sched::policy::UNLIMITED_IN_BPS => serde_json::Value::from("unlimited"),
-                        m => serde_json::Value::from(m),
-                    }),
-                    "burst": p.burst_bytes,
                 });
+                // Only when the scenario states them (a scenario cannot unset them), so that a
+                // vqosd from before these keys still takes the others.
+                if let Some(m) = p.max_in_bps {
+                    body["max_in"] = match m {
+                        vqos_sched::policy::UNLIMITED_IN_BPS => "unlimited".into(),
+                        m => m.into(),
+                    };
+                }
+                if let Some(b) = p.burst_bytes {
+                    body["burst"] = b.into();
+                }
                 client
                     .call::<serde_json::Value>(
                         "PUT",
