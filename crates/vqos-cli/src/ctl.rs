@@ -67,7 +67,7 @@ pub struct PolicyOpts {
     /// Guaranteed minimum, e.g. 200Mbit (0 = none).
     #[arg(long, value_name = "RATE")]
     min: Option<String>,
-    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited" (also --max-out).
+    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited".
     #[arg(long, value_name = "RATE", visible_alias = "max-out")]
     max: Option<String>,
     /// Latency priority, 0 (most urgent) to 7.
