@@ -30,6 +30,8 @@ struct Vif {
     min_mbit: Option<u16>,
     max_mbit: Option<u16>,
     priority: u8,
+    /// Burst above the max, KiB (0 is invalid: the engine must refuse the set).
+    burst_kib: Option<u16>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -67,6 +69,8 @@ fn policy_set(capacity_bps: u64, vifs: &[Vif]) -> PolicySet {
                 min_bps: v.min_mbit.map_or(0, |m| u64::from(m) * 1_000_000),
                 max_bps: v.max_mbit.map(|m| u64::from(m) * 1_000_000),
                 priority: v.priority,
+                max_in_bps: None,
+                burst_bytes: v.burst_kib.map(|k| u64::from(k) * 1024),
             },
         );
     }
@@ -79,6 +83,8 @@ struct Window {
     per_vif: Vec<u64>,
     total: u64,
     max_bps: Vec<Option<u64>>,
+    /// Each vif's stated burst, bytes (0: the engine's default, within a batch or two).
+    burst_bytes: Vec<u64>,
 }
 
 impl Window {
@@ -88,6 +94,11 @@ impl Window {
             per_vif: vec![0; set.vifs.len()],
             total: 0,
             max_bps: set.vifs.iter().map(|v| v.policy.max_bps).collect(),
+            burst_bytes: set
+                .vifs
+                .iter()
+                .map(|v| v.policy.burst_bytes.unwrap_or(0))
+                .collect(),
         }
     }
 }
@@ -180,7 +191,8 @@ fuzz_target!(|input: Input| {
                     win.total
                 );
                 if let (true, Some(max)) = (enforces_max, win.max_bps[g.vif]) {
-                    let allowed = bytes(max, span + SETTLE_NS) + BATCH_BYTES;
+                    let allowed =
+                        bytes(max, span + SETTLE_NS) + BATCH_BYTES + win.burst_bytes[g.vif];
                     assert!(
                         win.per_vif[g.vif] <= allowed,
                         "{kind}: vif {} forwarded {} bytes in {span} ns, max {max} bit/s \

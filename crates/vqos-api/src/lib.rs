@@ -11,7 +11,7 @@
 //!   path, body)` (2xx JSON decoded, an error answer becomes `ClientError::Api` with the
 //!   daemon's message), `request` (raw status and body), `text` (`/metrics`).
 //! - [`wire`]: `PolicyPatch` (a partial policy in a request), `PortRequest`, `PolicyView`,
-//!   `PortView`, `StatsView`, `HealthView`, `ErrorBody`, `MacAddr`, `Rate`,
+//!   `PortView`, `StatsView`, `HealthView`, `ReloadView`, `ErrorBody`, `MacAddr`, `Rate`, `Size`,
 //!   `check_port_name`.
 //! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.

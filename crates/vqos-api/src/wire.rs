@@ -10,8 +10,8 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use vqos_sched::policy::PRIORITY_LEVELS;
-use vqos_sched::units::{format_rate, parse_rate};
+use vqos_sched::policy::{PRIORITY_LEVELS, UNLIMITED_IN_BPS};
+use vqos_sched::units::{format_bytes, format_rate, parse_bytes, parse_rate};
 use vqos_sched::VifPolicy;
 
 use crate::stats::{LoopStats, PortStats};
@@ -63,6 +63,39 @@ impl<'de> Deserialize<'de> for Rate {
     }
 }
 
+/// A size in bytes as written by a client: `"64KiB"`, `"1500B"` or a plain number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as \"64KiB\" or a number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
+                parse_bytes(v).map(Size).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom(format!("Invalid size {v}: must not be negative")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Size, E> {
+                Err(E::custom(format!(
+                    "Invalid size {v}: use whole bytes or a string like \"1.5KB\""
+                )))
+            }
+        }
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
 /// Deserializes a present field (even `null`) as `Some(inner)`, so that an absent field
 /// (`None`) and `"max": null` (`Some(None)`, unlimited) differ.
 fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
@@ -81,11 +114,20 @@ pub struct PolicyPatch {
     pub weight: Option<u32>,
     /// Guaranteed minimum.
     pub min: Option<Rate>,
-    /// Hard maximum; `"unlimited"` or `null` removes it.
-    #[serde(default, deserialize_with = "present")]
+    /// Hard maximum of what the vif sends (also spelt `max_out`); `"unlimited"` or `null`
+    /// removes it.
+    #[serde(default, deserialize_with = "present", alias = "max_out")]
     pub max: Option<Option<Rate>>,
     /// Latency priority 0 (most urgent) ..= 7.
     pub priority: Option<u8>,
+    /// Hard maximum of what the vif receives from the uplink; `"unlimited"`: none, whatever
+    /// `max` is; `null`: the same as `max` (the default).
+    #[serde(default, deserialize_with = "present")]
+    pub max_in: Option<Option<Rate>>,
+    /// Bytes the vif may send above `max` after idling (`"64KiB"`, 1..=1GiB); `null`: the
+    /// engine's default.
+    #[serde(default, deserialize_with = "present")]
+    pub burst: Option<Option<Size>>,
 }
 
 impl PolicyPatch {
@@ -104,6 +146,12 @@ impl PolicyPatch {
         }
         if let Some(prio) = self.priority {
             p.priority = prio;
+        }
+        if let Some(max_in) = self.max_in {
+            p.max_in_bps = max_in.map(|r| r.0.unwrap_or(UNLIMITED_IN_BPS));
+        }
+        if let Some(burst) = self.burst {
+            p.burst_bytes = burst.map(|b| b.0);
         }
         Ok(p)
     }
@@ -256,10 +304,23 @@ pub struct PolicyView {
     pub max_bps: Option<u64>,
     /// Latency priority 0..=7.
     pub priority: u8,
+    /// Inbound maximum, e.g. `"100Mbit"` or `"unlimited"`; absent: the same as `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in: Option<String>,
+    /// Inbound maximum in bit/s; absent when unlimited or the same as `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_bps: Option<u64>,
+    /// Burst above `max`, e.g. `"64KiB"`; absent: the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<String>,
+    /// Burst above `max` in bytes; absent: the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_bytes: Option<u64>,
 }
 
 impl From<&VifPolicy> for PolicyView {
     fn from(p: &VifPolicy) -> Self {
+        let max_in_bps = p.max_in_bps.filter(|&m| m != UNLIMITED_IN_BPS);
         PolicyView {
             weight: p.weight,
             min: format_rate(Some(p.min_bps)),
@@ -267,6 +328,10 @@ impl From<&VifPolicy> for PolicyView {
             min_bps: p.min_bps,
             max_bps: p.max_bps,
             priority: p.priority,
+            max_in: p.max_in_bps.map(|_| format_rate(max_in_bps)),
+            max_in_bps,
+            burst: p.burst_bytes.map(format_bytes),
+            burst_bytes: p.burst_bytes,
         }
     }
 }
@@ -278,6 +343,10 @@ impl From<&PolicyView> for VifPolicy {
             min_bps: v.min_bps,
             max_bps: v.max_bps,
             priority: v.priority,
+            max_in_bps: v
+                .max_in_bps
+                .or_else(|| v.max_in.as_ref().map(|_| UNLIMITED_IN_BPS)),
+            burst_bytes: v.burst_bytes,
         }
     }
 }
@@ -312,6 +381,30 @@ pub struct PortView {
 pub struct RemovedView {
     /// The port removed.
     pub removed: String,
+}
+
+/// The answer of `POST /v1/reload`: what re-reading the config file changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    /// Ports added (new `[[port]]` entries).
+    pub added: Vec<String>,
+    /// Ports removed (entries gone from the file).
+    pub removed: Vec<String>,
+    /// Vifs whose policy was set from the file (their entry's policy changed).
+    pub policies: Vec<String>,
+    /// The new capacity, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+    /// The new `max_ports`, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ports: Option<usize>,
+}
+
+impl ReloadView {
+    /// True when the reload changed nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == ReloadView::default()
+    }
 }
 
 /// The body of every error response.
@@ -438,6 +531,7 @@ mod tests {
             min_bps: 10,
             max_bps: Some(100),
             priority: 2,
+            ..Default::default()
         };
         let p: PolicyPatch = serde_json::from_str(r#"{"min":"1Kbit"}"#).unwrap();
         let got = p.apply(&base, "a").unwrap();
@@ -458,7 +552,55 @@ mod tests {
     }
 
     #[test]
+    fn patch_sets_max_in_max_out_and_burst_and_views_round_trip() {
+        let base = VifPolicy::default();
+        let p: PolicyPatch =
+            serde_json::from_str(r#"{"max_out":"200Mbit","max_in":"100Mbit","burst":"64KiB"}"#)
+                .unwrap();
+        let got = p.apply(&base, "a").unwrap();
+        assert_eq!(
+            (got.max_bps, got.max_in_bps, got.burst_bytes),
+            (Some(200_000_000), Some(100_000_000), Some(65_536))
+        );
+        let v = PolicyView::from(&got);
+        assert_eq!(
+            (v.max_in.as_deref(), v.burst.as_deref()),
+            (Some("100Mbit"), Some("64KiB"))
+        );
+        assert_eq!(VifPolicy::from(&v), got);
+        let json = serde_json::to_string(&v).unwrap();
+        let back: PolicyView = serde_json::from_str(&json).unwrap();
+        assert_eq!(VifPolicy::from(&back), got);
+        // Unlimited inbound is not "the same as max", and survives the view.
+        let p: PolicyPatch = serde_json::from_str(r#"{"max_in":"unlimited"}"#).unwrap();
+        let unl = p.apply(&got, "a").unwrap();
+        assert_eq!(unl.max_in_bps, Some(UNLIMITED_IN_BPS));
+        let v = PolicyView::from(&unl);
+        assert_eq!(
+            (v.max_in.as_deref(), v.max_in_bps),
+            (Some("unlimited"), None)
+        );
+        assert_eq!(VifPolicy::from(&v), unl);
+        // null: back to the defaults (max_in follows max, the engine's burst).
+        let p: PolicyPatch = serde_json::from_str(r#"{"max_in":null,"burst":null}"#).unwrap();
+        let reset = p.apply(&unl, "a").unwrap();
+        assert_eq!((reset.max_in_bps, reset.burst_bytes), (None, None));
+        let v = serde_json::to_value(PolicyView::from(&reset)).unwrap();
+        assert!(v.get("max_in").is_none() && v.get("burst").is_none(), "{v}");
+        // A plain number of bytes.
+        let p: PolicyPatch = serde_json::from_str(r#"{"burst":1500}"#).unwrap();
+        assert_eq!(p.apply(&base, "a").unwrap().burst_bytes, Some(1500));
+    }
+
+    #[test]
     fn patch_refuses_bad_fields() {
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"burst":"64Kbit"}"#).unwrap_err();
+        assert!(e.to_string().contains("Invalid size '64Kbit'"), "{e}");
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"burst":-1}"#).unwrap_err();
+        assert!(e.to_string().contains("must not be negative"), "{e}");
+        let e = serde_json::from_str::<PolicyPatch>(r#"{"max":"1Mbit","max_out":"2Mbit"}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("duplicate field `max`"), "{e}");
         let e = serde_json::from_str::<PolicyPatch>(r#"{"wieght":1}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field `wieght`"), "{e}");
         let e = serde_json::from_str::<PolicyPatch>(r#"{"min":"5Mbyte"}"#).unwrap_err();

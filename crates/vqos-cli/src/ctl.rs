@@ -13,7 +13,7 @@ use vqos_api::wire::{
     MacAddr, PolicyView, PortKind, PortView, RemovedView, StatsView, VhostUserRole, MAX_PRIORITY,
 };
 use vqos_api::DEFAULT_SOCKET;
-use vqos_sched::units::{format_rate, parse_rate};
+use vqos_sched::units::{format_rate, parse_bytes, parse_rate};
 
 use crate::exit::UsageError;
 
@@ -33,7 +33,7 @@ pub struct ConnArgs {
 
 impl ConnArgs {
     /// The client these options describe.
-    fn client(&self) -> Result<Client> {
+    pub(crate) fn client(&self) -> Result<Client> {
         if self.token_file.is_some() && self.url.is_none() {
             return Err(UsageError("--token-file needs --url".into()).into());
         }
@@ -67,12 +67,20 @@ pub struct PolicyOpts {
     /// Guaranteed minimum, e.g. 200Mbit (0 = none).
     #[arg(long, value_name = "RATE")]
     min: Option<String>,
-    /// Hard maximum, e.g. 500Mbit, or "unlimited".
-    #[arg(long, value_name = "RATE")]
+    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited".
+    #[arg(long, value_name = "RATE", visible_alias = "max-out")]
     max: Option<String>,
     /// Latency priority, 0 (most urgent) to 7.
     #[arg(long, value_name = "P")]
     priority: Option<u8>,
+    /// Hard maximum of what the vif receives, e.g. 100Mbit; "unlimited": none whatever
+    /// --max is; "max": the same as --max (the default).
+    #[arg(long, value_name = "RATE")]
+    max_in: Option<String>,
+    /// Bytes the vif may send above --max after idling, e.g. 64KiB (1B to 1GiB); "default":
+    /// the engine's own.
+    #[arg(long, value_name = "SIZE")]
+    burst: Option<String>,
 }
 
 impl PolicyOpts {
@@ -87,6 +95,24 @@ impl PolicyOpts {
                 parse_rate(r).map_err(|e| UsageError(format!("--{key}: {e}")))?;
                 m.insert(key.into(), json!(r));
             }
+        }
+        if let Some(r) = &self.max_in {
+            let v = if r == "max" {
+                Value::Null
+            } else {
+                parse_rate(r).map_err(|e| UsageError(format!("--max-in: {e}")))?;
+                json!(r)
+            };
+            m.insert("max_in".into(), v);
+        }
+        if let Some(b) = &self.burst {
+            let v = if b == "default" {
+                Value::Null
+            } else {
+                parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
+                json!(b)
+            };
+            m.insert("burst".into(), v);
         }
         if let Some(p) = self.priority {
             if p > MAX_PRIORITY {
@@ -298,7 +324,8 @@ fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
         PolicyCommand::Set { vif, policy, json } => {
             let patch = policy.patch()?;
             if patch.is_empty() {
-                let msg = "Nothing to set: give --weight, --min, --max or --priority";
+                let msg = "Nothing to set: give --weight, --min, --max, --max-in, --burst or \
+                           --priority";
                 return Err(UsageError(msg.into()).into());
             }
             let path = format!("/v1/policies/{}", segment(&vif)?);
@@ -346,12 +373,20 @@ pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
     }
 }
 
-/// `weight 3, min 200Mbit, max 500Mbit, priority 1`.
+/// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`
+/// when they are set.
 fn describe(p: &PolicyView) -> String {
-    format!(
+    let mut s = format!(
         "weight {}, min {}, max {}, priority {}",
         p.weight, p.min, p.max, p.priority
-    )
+    );
+    if let Some(m) = &p.max_in {
+        s.push_str(&format!(", max_in {m}"));
+    }
+    if let Some(b) = &p.burst {
+        s.push_str(&format!(", burst {b}"));
+    }
+    s
 }
 
 fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsView>) -> Result<()> {
@@ -571,6 +606,53 @@ mod tests {
         assert!(e.to_string().starts_with("Nothing to set"));
         let e = run(&c, "policy set vm1 --max 5Mbyte").unwrap_err();
         assert!(format!("{e:#}").contains("Invalid rate '5Mbyte'"), "{e:#}");
+        // Burst and the two maxima: set, shown, and reset.
+        let out = run(
+            &c,
+            "policy set vm1 --burst 64KiB --max-in 100Mbit --max-out 200Mbit",
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "vm1: weight 1, min 200Mbit, max 200Mbit, priority 1, max_in 100Mbit, burst 64KiB\n"
+        );
+        // The switch got them.
+        let (_, pol) = mock
+            .ports()
+            .into_iter()
+            .find(|(p, _)| p.name == "vm1")
+            .unwrap();
+        assert_eq!(
+            (pol.burst_bytes, pol.max_in_bps, pol.max_bps),
+            (Some(65_536), Some(100_000_000), Some(200_000_000))
+        );
+        let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
+        assert_eq!(
+            (&json["burst_bytes"], &json["max_in_bps"], &json["max_bps"]),
+            (&json!(65_536), &json!(100_000_000), &json!(200_000_000))
+        );
+        let out = run(&c, "policy set vm1 --max-in unlimited --burst default").unwrap();
+        assert_eq!(
+            out,
+            "vm1: weight 1, min 200Mbit, max 200Mbit, priority 1, max_in unlimited\n"
+        );
+        let out = run(&c, "policy set vm1 --max-in max --max unlimited").unwrap();
+        assert_eq!(
+            out,
+            "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+        );
+        let e = run(&c, "policy set vm1 --burst 0").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Vif 'vm1': burst 0B is out of range 1B..=1GiB"
+        );
+        let e = run(&c, "policy set vm1 --burst 64Kbit").unwrap_err();
+        assert!(format!("{e:#}").contains("Invalid size '64Kbit'"), "{e:#}");
+        let e = run(&c, "policy set vm1 --max-in fast").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("--max-in: Invalid rate 'fast'"),
+            "{e:#}"
+        );
         let e = run(&c, "policy set vm1 --priority 8").unwrap_err();
         assert!(e.to_string().contains("out of range"));
         let e = run(&c, "port add vm4 --mac zz").unwrap_err();

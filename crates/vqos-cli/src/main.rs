@@ -9,6 +9,7 @@ mod cluster;
 mod ctl;
 mod exit;
 mod lab;
+mod reload;
 mod sim;
 
 use std::io::Write;
@@ -47,6 +48,8 @@ enum Command {
     Policy(ctl::PolicyArgs),
     /// Per-vif rate, share of the uplink, policy and drops of the running switch.
     Stats(ctl::StatsArgs),
+    /// Make vqosd re-read its config file and apply what changed (as SIGHUP does).
+    Reload(reload::ReloadArgs),
     /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
     Lab(lab::LabArgs),
     /// Tenant and vif policies across hosts, in etcd; the hosts' status (docs/cluster.md).
@@ -98,6 +101,7 @@ fn main() {
         Command::Port(args) => ctl::port(&conn, args),
         Command::Policy(args) => ctl::policy(&conn, args),
         Command::Stats(args) => ctl::stats(&conn, args),
+        Command::Reload(args) => reload::run(&conn, args),
         Command::Lab(args) => lab::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Completions { shell } => {

@@ -163,6 +163,7 @@ fn every_subcommand_accepts_json() {
         vec!["policy", "get", "--json", "--help"],
         vec!["policy", "set", "--json", "--help"],
         vec!["stats", "--json", "--help"],
+        vec!["reload", "--json", "--help"],
     ] {
         let out = vqos(&args);
         assert!(

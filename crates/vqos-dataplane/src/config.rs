@@ -184,7 +184,8 @@ pub struct SwitchConfig {
     pub mac_capacity_per_vif: usize,
     /// Stats are published this often, ns (default 25 ms; at most 50 ms is sensible).
     pub stats_interval_ns: u64,
-    /// Enforce each vif's maximum on the uplink→vif direction too (default true).
+    /// Enforce each vif's maximum on the uplink→vif direction too when its policy states no
+    /// `max_in_bps` (default true); a stated `max_in_bps` is enforced either way.
     pub downlink_max: bool,
     /// Storm control: most broadcast, multicast and unknown-unicast frames a port may send per
     /// second (burst: one second's worth), beyond which they drop as `storm`; 0 = off

@@ -1,5 +1,7 @@
 //! The switch's own byte limits, on the one [`TokenBucket`] of `vqos-sched`: the uplink
-//! capacity (vif→uplink bytes) and each vif's maximum on the uplink→vif direction.
+//! capacity (vif→uplink bytes) and each vif's inbound maximum on the uplink→vif direction
+//! (its policy's `max_in_bps`, else its `max_bps`). A policy's `burst_bytes` is for what the
+//! vif sends (the engine's cap bucket); the downlink bucket keeps the depth below.
 //!
 //! ## Behavior
 //! A bucket holds [`BUCKET_WINDOW_NS`] worth of its rate, at least [`BUCKET_MIN_DEPTH_BYTES`]

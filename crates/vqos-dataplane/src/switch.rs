@@ -323,7 +323,9 @@ impl Switch {
                 continue;
             };
             self.sched.set_ready(id, slot.ready);
-            let max = spec.policy.max_bps.filter(|_| self.downlink_max);
+            // The downlink's own max when the policy states one, else the vif's max (when
+            // `downlink_max` is on, as before max_in existed).
+            let max = spec.policy.inbound_max_bps(self.downlink_max);
             slot.down_bucket = rebucket(slot.down_bucket.take(), max, now_ns);
         }
         self.shaper.configure(policies.capacity_bps, now_ns);

@@ -427,6 +427,69 @@ fn downlink_max_drops_excess_as_rate_limited() {
     assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (16, 64));
 }
 
+/// `max_in` limits the download direction on its own: with no `max`, or a different one, the
+/// uplink→vif frames pass the `max_in` bucket, and the vif's sending is not held to it.
+#[test]
+fn max_in_limits_the_download_direction_only() {
+    let mut r = VRig::new();
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    r.run();
+    r.u.take_sent();
+    let policy = VifPolicy {
+        max_in_bps: Some(1_000_000), // 125 kB/s in, depth 2 × 64 KiB
+        max_bps: None,               // unlimited out
+        ..Default::default()
+    };
+    r.sw.set_policy("a", policy, r.now).unwrap();
+    let big = |src, dst| build_frame(VnetHdr::default(), dst, src, 0x0800, &[0; 9000]);
+    for _ in 0..40 {
+        r.u.inject(big(MAC_U, MAC_A));
+    }
+    r.run();
+    // As with the downlink max: 15 frames of 9014 bytes pass the full bucket, 25 drop.
+    let a = r.stats().port("a").cloned().unwrap();
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (15, 25));
+    // 100 ms later 12 500 bytes have accrued: the debt is repaid and one more passes.
+    for _ in 0..40 {
+        r.u.inject(big(MAC_U, MAC_A));
+    }
+    r.advance(100_000_000);
+    let a = r.stats().port("a").cloned().unwrap();
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (16, 64));
+    // The vif's own sending is not limited by max_in: 40 frames at one instant all leave.
+    for _ in 0..40 {
+        r.a.inject(big(MAC_A, MAC_U));
+    }
+    r.run();
+    assert_eq!(r.u.take_sent().len(), 40);
+    // A max_in above the max: the download follows max_in, not max.
+    let policy = VifPolicy {
+        max_in_bps: Some(1_000_000_000),
+        max_bps: Some(1_000_000),
+        ..Default::default()
+    };
+    r.sw.set_policy("a", policy, r.now).unwrap();
+    for _ in 0..40 {
+        r.u.inject(big(MAC_U, MAC_A));
+    }
+    r.run();
+    let a = r.stats().port("a").cloned().unwrap();
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (56, 64));
+    // "Unlimited in" with a max out: no download bucket at all.
+    let policy = VifPolicy {
+        max_in_bps: Some(vqos_sched::policy::UNLIMITED_IN_BPS),
+        max_bps: Some(1_000_000),
+        ..Default::default()
+    };
+    r.sw.set_policy("a", policy, r.now).unwrap();
+    for _ in 0..400 {
+        r.u.inject(big(MAC_U, MAC_A));
+    }
+    r.run();
+    let a = r.stats().port("a").cloned().unwrap();
+    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (456, 64));
+}
+
 #[test]
 fn capacity_holds_vif_frames_back_without_dropping() {
     let mut r = VRig::with(|c| c.capacity_bps = Some(8_000_000), MacPolicy::default()); // 1 MB/s, depth 128 KiB

@@ -330,8 +330,19 @@ pub fn vqosd_config(
         let max = p
             .max_bps
             .map_or_else(|| "\"unlimited\"".to_string(), |m| m.to_string());
+        // max_in and burst only when the scenario states them (absent: vqosd's defaults).
+        let mut extra = String::new();
+        if let Some(m) = p.max_in_bps {
+            extra.push_str(&match m {
+                vqos_sched::policy::UNLIMITED_IN_BPS => ", max_in = \"unlimited\"".to_string(),
+                m => format!(", max_in = {m}"),
+            });
+        }
+        if let Some(b) = p.burst_bytes {
+            extra.push_str(&format!(", burst = {b}"));
+        }
         s.push_str(&format!(
-            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {} }}\n",
+            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {}{extra} }}\n",
             p.weight, p.min_bps, p.priority
         ));
     }
@@ -800,12 +811,23 @@ impl Topology {
                     .client
                     .as_ref()
                     .ok_or_else(|| LabError::Vqosd("no client".into()))?;
-                let body = serde_json::json!({
+                let mut body = serde_json::json!({
                     "weight": p.weight,
                     "min": p.min_bps,
                     "max": p.max_bps.map_or(serde_json::Value::from("unlimited"), serde_json::Value::from),
                     "priority": p.priority,
                 });
+                // Only when the scenario states them (a scenario cannot unset them), so that a
+                // vqosd from before these keys still takes the others.
+                if let Some(m) = p.max_in_bps {
+                    body["max_in"] = match m {
+                        vqos_sched::policy::UNLIMITED_IN_BPS => "unlimited".into(),
+                        m => m.into(),
+                    };
+                }
+                if let Some(b) = p.burst_bytes {
+                    body["burst"] = b.into();
+                }
                 client
                     .call::<serde_json::Value>(
                         "PUT",
@@ -956,6 +978,19 @@ mod tests {
         assert!(cfg.contains("weight = 3"), "{cfg}");
         assert!(cfg.contains("max = 50000000"), "{cfg}");
         assert!(parsed.controllers.is_empty());
+        // max_in and burst reach vqosd when the scenario states them.
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\n[[vm]]\nname = \"vm1\"\n\
+             max_in = \"20Mbit\"\nburst = \"64KiB\"\n[[vm]]\nname = \"vm2\"\nmax_in = \"unlimited\"\n",
+        )
+        .unwrap();
+        let p: Vec<_> = sc.vms.iter().map(|v| v.initial.policy.clone()).collect();
+        let ports = ["p0".to_string(), "p1".to_string()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &ports, &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        assert_eq!(parsed.ports[0].1, p[0], "{cfg}");
+        assert_eq!(parsed.ports[1].1, p[1], "{cfg}");
+        assert_eq!(p[0].burst_bytes, Some(65_536));
     }
 
     #[test]

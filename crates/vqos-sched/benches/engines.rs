@@ -19,6 +19,7 @@ fn policies(n: usize, cost: CostModel) -> PolicySet {
                     None
                 },
                 priority: (i % 8) as u8,
+                ..Default::default()
             },
         )
     });

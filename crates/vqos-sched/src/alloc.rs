@@ -9,6 +9,9 @@
 //! - Work-conserving: nothing is left idle while some vif wants more.
 //! - A floor binds only when the weighted share falls below it (ANCS Fig. 5: VM1 gets exactly
 //!   its 200 Mbit/s minimum, not the minimum plus a share).
+//! - Long-run rates only: a policy's `burst_bytes` is not an input (a burst is a bounded amount
+//!   of bytes, sent once after idling, so it changes no long-run share), nor is `max_in_bps`
+//!   (it limits what the vif receives; the shares here are what vifs send on the uplink).
 //! - Computed by a sweep over the breakpoints `lo_i/w_i` and `hi_i/w_i` of the piecewise-linear
 //!   function `L ↦ Σ a_i(L)`: `O(n log n)`.
 //!

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::units::format_rate;
+use crate::units::{format_bytes, format_rate};
 
 /// Index of a vif in its [`PolicySet`] (dense, `0..len`).
 pub type VifId = usize;
@@ -28,17 +28,39 @@ pub enum CostModel {
     Cycles,
 }
 
+/// Largest burst a policy may state: 1 GiB (about 8.6 s at 1 Gbit/s). A larger bucket is
+/// almost certainly a unit mistake, and it would let one vif hold the link for seconds.
+pub const MAX_BURST_BYTES: u64 = 1 << 30;
+
+/// `max_in_bps` meaning "unlimited inbound" (rather than `None`, "the same as `max_bps`").
+pub const UNLIMITED_IN_BPS: u64 = u64::MAX;
+
 /// One vif's policy. Rates are bits per second.
+///
+/// The directions are the vif's: *outbound* is what the vif sends (vif→uplink and vif→vif,
+/// what the engines schedule), *inbound* is what it receives from the uplink (the data plane's
+/// per-vif downlink bucket). `min_bps`, `weight`, `priority`, `max_bps` and `burst_bytes` are
+/// outbound; `max_in_bps` is inbound.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VifPolicy {
     /// Proportional share; must be > 0.
     pub weight: u32,
-    /// Guaranteed minimum (reservation), bits/s; 0 = none.
+    /// Guaranteed minimum (reservation) of what the vif sends, bits/s; 0 = none.
     pub min_bps: u64,
-    /// Hard maximum (limit), bits/s; `None` = unlimited.
+    /// Hard maximum (limit) of what the vif sends (`max_out`), bits/s; `None` = unlimited.
     pub max_bps: Option<u64>,
     /// Latency priority, 0 (most urgent) ..= 7.
     pub priority: u8,
+    /// Hard maximum of what the vif receives from the uplink (`max_in`), bits/s; `None` = the
+    /// downlink follows `max_bps` (when the switch's `downlink_max` is on), as before this
+    /// field existed; [`UNLIMITED_IN_BPS`] = no inbound limit whatever `max_bps` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_bps: Option<u64>,
+    /// Bytes the vif may send above `max_bps` after idling (the depth of its cap bucket), in
+    /// `1..=MAX_BURST_BYTES`; `None` = the engine's own default depth. Has no effect without
+    /// `max_bps`, and never changes long-run shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_bytes: Option<u64>,
 }
 
 impl Default for VifPolicy {
@@ -48,11 +70,23 @@ impl Default for VifPolicy {
             min_bps: 0,
             max_bps: None,
             priority: DEFAULT_PRIORITY,
+            max_in_bps: None,
+            burst_bytes: None,
         }
     }
 }
 
 impl VifPolicy {
+    /// The limit on what the vif receives, bits/s (`None` = unlimited): `max_in_bps` when
+    /// stated, else `max_bps` if `follow_max` (the data plane's `downlink_max`).
+    pub fn inbound_max_bps(&self, follow_max: bool) -> Option<u64> {
+        match self.max_in_bps {
+            Some(UNLIMITED_IN_BPS) => None,
+            Some(m) => Some(m),
+            None => self.max_bps.filter(|_| follow_max),
+        }
+    }
+
     /// Checks the policy on its own (not against the others sharing the link).
     pub fn validate(&self, name: &str) -> Result<(), PolicyError> {
         if self.weight == 0 {
@@ -73,6 +107,16 @@ impl VifPolicy {
                 priority: self.priority,
             });
         }
+        if let Some(burst) = self.burst_bytes {
+            if burst == 0 || burst > MAX_BURST_BYTES {
+                return Err(PolicyError::BadBurst {
+                    vif: name.to_string(),
+                    burst: format_bytes(burst),
+                });
+            }
+        }
+        // max_in is not checked against min: the minimum guarantees what the vif sends, and
+        // max_in limits what it receives.
         Ok(())
     }
 }
@@ -118,6 +162,14 @@ pub enum PolicyError {
         vif: String,
         /// The priority given.
         priority: u8,
+    },
+    /// A burst of 0 bytes or above [`MAX_BURST_BYTES`].
+    #[error("Vif '{vif}': burst {burst} is out of range 1B..=1GiB")]
+    BadBurst {
+        /// The vif.
+        vif: String,
+        /// The burst given.
+        burst: String,
     },
     /// No vif of that name.
     #[error("Unknown vif '{0}'")]
@@ -249,6 +301,12 @@ impl PolicySet {
         }
     }
 
+    /// Cost units that sending `bytes` at once is worth (a burst), priced as rates are: bytes
+    /// under the bytes model, the matching share of a second of the core under cycles.
+    pub fn burst_cost(&self, bytes: u64) -> u64 {
+        self.cost_per_sec(bytes.saturating_mul(8))
+    }
+
     /// Cost units per second of the whole resource being shared (link bytes or core cycles);
     /// `None` when the link is unlimited and bytes are charged.
     pub fn capacity_cost_per_sec(&self) -> Option<u64> {
@@ -310,8 +368,44 @@ mod tests {
             set().with_policy("a", prio),
             Err(PolicyError::BadPriority { .. })
         ));
+        for (burst, msg) in [
+            (0, "Vif 'a': burst 0B is out of range 1B..=1GiB"),
+            (
+                MAX_BURST_BYTES + 1,
+                "Vif 'a': burst 1073741825B is out of range 1B..=1GiB",
+            ),
+        ] {
+            let p = VifPolicy {
+                burst_bytes: Some(burst),
+                max_bps: Some(1_000_000),
+                ..Default::default()
+            };
+            assert_eq!(set().with_policy("a", p).unwrap_err().to_string(), msg);
+        }
+        let edge = VifPolicy {
+            burst_bytes: Some(MAX_BURST_BYTES),
+            // A max_in below the (sending) minimum is fine: they limit different directions.
+            min_bps: 10_000_000,
+            max_in_bps: Some(1_000_000),
+            ..Default::default()
+        };
+        assert!(set().with_policy("a", edge).is_ok());
         let dup = set().with_vif("a", VifPolicy::default());
         assert_eq!(dup.validate(), Err(PolicyError::DuplicateVif("a".into())));
+    }
+
+    #[test]
+    fn inbound_max_follows_max_unless_stated() {
+        let mut p = VifPolicy {
+            max_bps: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(p.inbound_max_bps(true), Some(5));
+        assert_eq!(p.inbound_max_bps(false), None);
+        p.max_in_bps = Some(7);
+        assert_eq!(p.inbound_max_bps(false), Some(7));
+        p.max_in_bps = Some(UNLIMITED_IN_BPS);
+        assert_eq!(p.inbound_max_bps(true), None);
     }
 
     #[test]

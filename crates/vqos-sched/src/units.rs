@@ -1,6 +1,9 @@
-//! Parsing and printing of rates (`940Mbit`, `unlimited`) and durations (`30ms`, `2s`).
+//! Parsing and printing of rates (`940Mbit`, `unlimited`), sizes (`64KiB`, `1500B`) and
+//! durations (`30ms`, `2s`).
 //!
-//! Rates are decimal bits per second (`1Kbit` = 1 000 bit/s), as in `tc` and the papers.
+//! Rates are decimal bits per second (`1Kbit` = 1 000 bit/s), as in `tc` and the papers. Sizes
+//! are bytes: `KB`/`MB`/`GB` are decimal (1 000), `KiB`/`MiB`/`GiB` binary (1 024); units are
+//! case-insensitive and a bare number is bytes.
 
 use thiserror::Error;
 
@@ -32,6 +35,7 @@ pub enum UnitError {
 
 const RATE_UNITS: &str = "bit, Kbit, Mbit, Gbit, or 'unlimited'";
 const TIME_UNITS: &str = "ns, us, ms, s, m, h";
+const SIZE_UNITS: &str = "B, KB, MB, GB, KiB, MiB, GiB";
 
 /// Splits `"12.5Mbit"` into `(12.5 as a decimal, "Mbit")`, parsing the number exactly as an
 /// integer numerator over a power of ten so that `0.1Gbit` is exactly 100 000 000 bit/s.
@@ -87,6 +91,42 @@ pub fn parse_rate(text: &str) -> Result<Option<u64>, UnitError> {
             what: "rate",
             text: text.to_string(),
         })
+}
+
+/// Parses a size in bytes (`64KiB`, `1.5MB`, `1500`). Bits (`Kbit`) are refused: a size
+/// is bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
+    let bad = || UnitError::Malformed {
+        what: "size",
+        text: text.to_string(),
+        units: SIZE_UNITS,
+    };
+    let (value, frac, unit) = split_decimal(text).ok_or_else(bad)?;
+    let mult: u128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" | "byte" | "bytes" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    scale(value, frac, mult).ok_or_else(|| UnitError::Overflow {
+        what: "size",
+        text: text.to_string(),
+    })
+}
+
+/// Formats a size exactly, in the largest binary unit that divides it: `64KiB`, `1GiB`,
+/// `1500B` (so that [`parse_bytes`] reads back the same number).
+pub fn format_bytes(bytes: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes > 0 && bytes.trailing_zeros() >= shift {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}B")
 }
 
 /// Parses a duration into nanoseconds. A bare number is seconds.
@@ -149,6 +189,32 @@ mod tests {
             parse_rate("99999999999999999999Gbit"),
             Err(UnitError::Overflow { .. })
         ));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("64KiB"), Ok(65_536));
+        assert_eq!(parse_bytes("64kib"), Ok(65_536));
+        assert_eq!(parse_bytes("1.5MB"), Ok(1_500_000));
+        assert_eq!(parse_bytes("1500"), Ok(1_500));
+        assert_eq!(parse_bytes("1500 B"), Ok(1_500));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert!(parse_bytes("64Kbit").is_err());
+        assert!(parse_bytes("-1KiB").is_err());
+        assert!(matches!(
+            parse_bytes("99999999999GiB"),
+            Err(UnitError::Overflow { .. })
+        ));
+        assert_eq!(
+            parse_bytes("5Mbit").unwrap_err().to_string(),
+            "Invalid size '5Mbit': expected a number followed by a unit (B, KB, MB, GB, KiB, \
+             MiB, GiB)"
+        );
+        for b in [0u64, 1, 1500, 65_536, 3 << 20, 1 << 30, (1 << 30) + 1] {
+            assert_eq!(parse_bytes(&format_bytes(b)), Ok(b), "{b}");
+        }
+        assert_eq!(format_bytes(65_536), "64KiB");
+        assert_eq!(format_bytes(1500), "1500B");
     }
 
     #[test]

@@ -88,6 +88,7 @@ fn policy_set(capacity: u64, vifs: &[Claim]) -> PolicySet {
                     min_bps: c.min_bps,
                     max_bps: c.max_bps,
                     priority: (i % 8) as u8,
+                    ..Default::default()
                 },
             )
         })
@@ -144,9 +145,20 @@ fn converges_within(
     vifs: &[Claim],
     short: Short,
 ) -> Result<(), TestCaseError> {
-    let set = policy_set(capacity, vifs);
+    converges_set(kind, capacity, vifs, &policy_set(capacity, vifs), short)
+}
+
+/// [`converges_within`] on `set`, the policies of `vifs` with more in them (bursts) that the
+/// reference does not take.
+fn converges_set(
+    kind: EngineKind,
+    capacity: u64,
+    vifs: &[Claim],
+    set: &PolicySet,
+    short: Short,
+) -> Result<(), TestCaseError> {
     let want = allocate(capacity, vifs).unwrap();
-    let mut engine = build(kind, &set, 0).unwrap();
+    let mut engine = build(kind, set, 0).unwrap();
     let d = demands(vifs);
     run_link(engine.as_mut(), capacity, &d, 1500, 0, 500_000_000);
     let got = run_link(
@@ -177,6 +189,24 @@ proptest! {
     #[test]
     fn vqos_engine_converges_to_the_reference(vifs in claims(1_000 * MBIT, 64)) {
         converges(EngineKind::Vqos, 1_000 * MBIT, &vifs)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(24))]
+
+    /// A burst is a bounded amount of bytes sent once after idling: with any bursts (1 KiB to
+    /// 256 KiB) the `vqos` engine converges to the same reference, which has no burst input.
+    #[test]
+    fn bursts_do_not_change_long_run_shares(
+        vifs in claims(1_000 * MBIT, 32),
+        bursts_kib in prop::collection::vec(1u64..=256, 32),
+    ) {
+        let mut set = policy_set(1_000 * MBIT, &vifs);
+        for (v, b) in set.vifs.iter_mut().zip(&bursts_kib) {
+            v.policy.burst_bytes = Some(b * 1024);
+        }
+        converges_set(EngineKind::Vqos, 1_000 * MBIT, &vifs, &set, EXACT)?;
     }
 }
 

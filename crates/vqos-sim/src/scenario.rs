@@ -8,7 +8,8 @@
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use thiserror::Error;
-use vqos_sched::units::{parse_duration_ns, parse_rate};
+use vqos_sched::policy::UNLIMITED_IN_BPS;
+use vqos_sched::units::{parse_bytes, parse_duration_ns, parse_rate};
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
 /// Why a scenario was refused.
@@ -96,7 +97,10 @@ struct RawTopology {
 struct RawVmKeys {
     weight: Option<u32>,
     min: Option<String>,
+    #[serde(alias = "max_out")]
     max: Option<String>,
+    max_in: Option<String>,
+    burst: Option<String>,
     priority: Option<u8>,
     flows: Option<u32>,
     traffic: Option<String>,
@@ -419,6 +423,13 @@ fn apply_keys(
     }
     if let Some(m) = &k.max {
         s.policy.max_bps = rate(&format!("{what}.max"), m)?;
+    }
+    if let Some(m) = &k.max_in {
+        s.policy.max_in_bps = Some(rate(&format!("{what}.max_in"), m)?.unwrap_or(UNLIMITED_IN_BPS));
+    }
+    if let Some(b) = &k.burst {
+        s.policy.burst_bytes =
+            Some(parse_bytes(b).map_err(|e| invalid(format!("{what}.burst: {e}")))?);
     }
     if let Some(p) = k.priority {
         s.policy.priority = p;
@@ -791,9 +802,25 @@ impl Scenario {
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
         for (vm, (s, _, _)) in self.vms.iter().zip(self.state_at(t_ns)) {
-            set = set.with_vif(&vm.name, s.policy.clone());
+            set = set.with_vif(&vm.name, self.direction_policy(&s.policy));
         }
         set
+    }
+
+    /// The policy the engine enforces for a VM in this scenario's direction: upload as
+    /// written; download with the inbound maximum as the max (`max_in`, else `max`, as the
+    /// data plane's downlink bucket) and the engine's default burst (the burst is for what a
+    /// VM sends; the downlink bucket keeps its own depth).
+    pub fn direction_policy(&self, p: &VifPolicy) -> VifPolicy {
+        match self.direction {
+            Direction::Upload => p.clone(),
+            Direction::Download => VifPolicy {
+                max_bps: p.inbound_max_bps(true),
+                max_in_bps: None,
+                burst_bytes: None,
+                ..p.clone()
+            },
+        }
     }
 
     /// Whether VM `i` is sending at `t_ns`.

@@ -13,11 +13,12 @@
 //! | `/v1/policies` | GET |
 //! | `/v1/policies/NAME` | GET, PUT |
 //! | `/v1/stats` | GET |
+//! | `/v1/reload` | POST |
 //! | `/metrics` | GET |
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Instant;
 
 use thiserror::Error;
@@ -38,6 +39,7 @@ use vqos_api::wire::ClusterHealthView;
 use vqos_cluster::Share;
 
 mod cluster;
+mod reload;
 
 /// Why the API could not start.
 #[derive(Debug, Error)]
@@ -92,6 +94,9 @@ struct View {
     shares: BTreeMap<String, Share>,
     /// Vifs whose policy etcd sets, with their key: the local API refuses to change them.
     managed: BTreeMap<String, String>,
+    /// The config file as last loaded (at start or by a reload): its ports are the ones whose
+    /// deletion is remembered, and a reload applies what changed since.
+    file: Arc<Config>,
 }
 
 /// The policy the switch enforces for `policy` under a controller limit: max = min(user max,
@@ -164,10 +169,8 @@ pub struct Api {
     uplink: Option<String>,
     /// Where the state is persisted.
     state_file: PathBuf,
-    /// Names of the config's ports (a deletion of one of them is persisted).
-    config_ports: Vec<String>,
-    /// Most vif ports; an addition beyond is refused with a 409.
-    max_ports: usize,
+    /// The config file a reload reads (set by the daemon; none: reload is refused).
+    config_path: OnceLock<PathBuf>,
     /// The warnings of the start (state file fallbacks), as printed.
     warnings: Vec<String>,
     /// When the API started, for `uptime_s`.
@@ -193,7 +196,7 @@ fn policy_status(e: &PolicyError) -> u16 {
     }
 }
 
-fn backend_fail(e: BackendError) -> Fail {
+pub(crate) fn backend_fail(e: BackendError) -> Fail {
     let status = match &e {
         BackendError::Policy(p) => policy_status(p),
         BackendError::UnknownPort(_) => 404,
@@ -284,6 +287,7 @@ impl Api {
             removed,
             shares: BTreeMap::new(),
             managed: BTreeMap::new(),
+            file: Arc::new(config.clone()),
         };
         state::save(&config.state_file, &view.saved())?;
         Ok(Api {
@@ -291,8 +295,7 @@ impl Api {
             engine: config.engine,
             uplink: config.uplink.as_ref().map(|u| u.name.clone()),
             state_file: config.state_file.clone(),
-            config_ports: config.ports.iter().map(|(p, _)| p.name.clone()).collect(),
-            max_ports: config.max_ports,
+            config_path: OnceLock::new(),
             warnings: restored.warnings,
             started: Instant::now(),
             published: RwLock::new(Arc::new(view.clone())),
@@ -337,8 +340,14 @@ impl Api {
         &self.backend
     }
 
-    /// Answers one request.
+    /// Answers one request from within the daemon (controllers, tests).
     pub fn handle(&self, req: &Request) -> Response {
+        self.handle_as(req, "internal")
+    }
+
+    /// Answers one request from `caller` (`uid=N`, `token`: named in the audit lines of a
+    /// reload's changes).
+    pub fn handle_as(&self, req: &Request, caller: &str) -> Response {
         let segs: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
         let m = req.method.as_str();
         let result = match (segs.as_slice(), m) {
@@ -351,6 +360,7 @@ impl Api {
             (["v1", "policies", name], "GET") => self.get_policy(name),
             (["v1", "policies", name], "PUT") => self.set_policy(name, &req.body),
             (["v1", "stats"], "GET") => Ok(Response::json(200, &self.stats())),
+            (["v1", "reload"], "POST") => self.reload_request(caller),
             (["metrics"], "GET") => Ok(Response::text(
                 200,
                 metrics::CONTENT_TYPE,
@@ -440,13 +450,13 @@ impl Api {
             .apply(&VifPolicy::default(), &req.name)
             .map_err(|e| (422, e.to_string()))?;
         let mut v = self.lock();
-        if v.ports.len() >= self.max_ports {
+        if v.ports.len() >= v.file.max_ports {
             return Err((
                 409,
                 format!(
                     "Port limit reached: {} ports (max_ports = {})",
                     v.ports.len(),
-                    self.max_ports
+                    v.file.max_ports
                 ),
             ));
         }
@@ -490,7 +500,7 @@ impl Api {
         let mut next = v.clone();
         next.ports.remove(id);
         next.set.vifs.remove(id);
-        if self.config_ports.iter().any(|n| n == name) {
+        if v.file.ports.iter().any(|(p, _)| p.name == name) {
             next.removed.push(name.to_string());
         }
         next.limits.remove(name);
@@ -692,6 +702,7 @@ fn allowed(segs: &[&str]) -> Option<&'static str> {
         ["v1", "ports"] => Some("GET, POST"),
         ["v1", "ports", _] => Some("GET, DELETE"),
         ["v1", "policies", _] => Some("GET, PUT"),
+        ["v1", "reload"] => Some("POST"),
         _ => None,
     }
 }

@@ -34,6 +34,8 @@
 //! # port_security = false    # without macs: false lets it use any MAC no other port owns
 //! #                          # (default true: it locks to the first 4 it sends from)
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
+//! # also: max_out (= max, what the vm sends), max_in = "100Mbit" (what it receives; default:
+//! # the same as max, "unlimited": none), burst = "64KiB" (sent above max after idling)
 //!
 //! [emulate]                   # optional, experiments only: a least cost per vif frame
 //! frame_cycles = 20000        # a vif's batch takes at least these cycle-counter (TSC)
@@ -558,6 +560,65 @@ impl Config {
         }
         set
     }
+
+    /// For a reload (SIGHUP, `POST /v1/reload`): the keys of `next` that differ from this
+    /// config and cannot change without a restart, empty when `next` may be applied live.
+    /// Live: the `[[port]]` list and policies, `capacity` and `max_ports`. Every other key
+    /// needs a restart; a new key must be listed here (the destructuring makes the compiler
+    /// ask).
+    pub fn restart_needed(&self, next: &Config) -> Vec<&'static str> {
+        let Config {
+            capacity_bps: _,
+            engine,
+            cost,
+            cycles_per_sec,
+            busy_poll,
+            storm_pps,
+            flood_unknown_to_vifs,
+            remove_taps_on_exit,
+            socket_path,
+            tcp,
+            metrics_listen,
+            state_file,
+            expect_state,
+            max_ports: _,
+            uplink,
+            ports: _,
+            controllers,
+            emulated_work,
+            cluster,
+        } = self;
+        let mut keys = Vec::new();
+        let mut differ = |same: bool, key: &'static str| {
+            if !same {
+                keys.push(key);
+            }
+        };
+        differ(*engine == next.engine, "engine");
+        differ(*cost == next.cost, "cost");
+        differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
+        differ(*busy_poll == next.busy_poll, "busy_poll");
+        differ(*storm_pps == next.storm_pps, "storm_pps");
+        differ(
+            *flood_unknown_to_vifs == next.flood_unknown_to_vifs,
+            "flood_unknown_to_vifs",
+        );
+        differ(
+            *remove_taps_on_exit == next.remove_taps_on_exit,
+            "remove_taps_on_exit",
+        );
+        differ(*socket_path == next.socket_path, "api.socket");
+        differ(*tcp == next.tcp, "api.tcp/token");
+        differ(*metrics_listen == next.metrics_listen, "metrics.listen");
+        differ(*state_file == next.state_file, "state_file");
+        differ(*expect_state == next.expect_state, "expect_state");
+        differ(*uplink == next.uplink, "uplink");
+        differ(*controllers == next.controllers, "controllers");
+        differ(*emulated_work == next.emulated_work, "emulate");
+        // The etcd agent is a thread started with the daemon, with its own session and lease.
+        differ(*cluster == next.cluster, "cluster");
+        keys
+    }
 }
 
 /// The toml error on one line (its multi-line rendering quotes the source), with the line and
@@ -779,6 +840,48 @@ create = false
             err("max_ports = 1\n[[port]]\nname = \"a\"\n[[port]]\nname = \"b\"")
                 .contains("max_ports = 1 but the config has 2 port(s)")
         );
+    }
+
+    #[test]
+    fn policy_keys_burst_max_in_max_out() {
+        let c = Config::parse(
+            "[[port]]\nname = \"a\"\npolicy = { max_out = \"200Mbit\", max_in = \"100Mbit\", \
+             burst = \"64KiB\" }\n[[port]]\nname = \"b\"\npolicy = { max = \"1Mbit\", \
+             max_in = \"unlimited\", burst = 1500 }",
+            env,
+        )
+        .unwrap();
+        let a = &c.ports[0].1;
+        assert_eq!(
+            (a.max_bps, a.max_in_bps, a.burst_bytes),
+            (Some(200_000_000), Some(100_000_000), Some(65_536))
+        );
+        let b = &c.ports[1].1;
+        assert_eq!(
+            (b.max_bps, b.max_in_bps, b.burst_bytes),
+            (
+                Some(1_000_000),
+                Some(vqos_sched::policy::UNLIMITED_IN_BPS),
+                Some(1500)
+            )
+        );
+        let port = |policy: &str| format!("[[port]]\nname = \"a\"\npolicy = {{ {policy} }}");
+        assert_eq!(
+            err(&port("burst = 0")),
+            "Invalid config: Vif 'a': burst 0B is out of range 1B..=1GiB"
+        );
+        assert!(err(&port("burst = \"2GiB\"")).contains("burst 2GiB is out of range"));
+        let e = err(&port("burst = \"64Kbit\""));
+        assert!(
+            e.contains("Invalid size '64Kbit'") && e.contains("line 3"),
+            "{e}"
+        );
+        let e = err(&port("max_in = \"fast\""));
+        assert!(e.contains("Invalid rate 'fast'"), "{e}");
+        let e = err(&port("max = \"1Mbit\", max_out = \"2Mbit\""));
+        assert!(e.contains("duplicate field `max`"), "{e}");
+        let e = err(&port("burst = -1"));
+        assert!(e.contains("must not be negative"), "{e}");
     }
 
     #[test]

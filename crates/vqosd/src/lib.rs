@@ -14,7 +14,8 @@
 //! tests run a daemon in-process that way).
 //!
 //! ## Behavior
-//! - Every change (add or remove a port, set a policy) is validated as a whole policy set first;
+//! - Every change (add or remove a port, set a policy, reload the config) is validated as a
+//!   whole policy set first;
 //!   an invalid request is answered with a 4xx and a JSON `{"error": ...}` and changes nothing,
 //!   neither in the switch nor on disk.
 //! - An accepted change is applied to the switch, then the whole state is written atomically
@@ -36,7 +37,9 @@
 //! ## Limitations
 //! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
 //!   (TCP listens on loopback only).
-//! - Capacity, engine and cost model come from the config only; changing them needs a restart.
+//! - Engine, cost model and the other switch settings come from the config only; changing them
+//!   needs a restart. Ports, policies, capacity and `max_ports` follow a reload of the config
+//!   file (SIGHUP, `POST /v1/reload`; see [`api`]'s `reload` module and docs/api.md).
 #![deny(missing_docs)]
 
 // The wire types, the HTTP subset and the client live in `vqos-api`, which the CLI and the lab

@@ -29,7 +29,8 @@ enum BackendKind {
 /// Reads a TOML config (capacity, engine, ports and their policies), starts the switch, restores
 /// the policies saved in the state file, and serves the control API (HTTP/JSON) on a unix socket
 /// only root can open, optionally also on a loopback TCP port with a bearer token. SIGTERM or
-/// SIGINT stops it cleanly. See docs/api.md for the endpoints and the config keys.
+/// SIGINT stops it cleanly; SIGHUP (or `vqos reload`) re-reads the config and applies what
+/// changed in it without a restart. See docs/api.md for the endpoints and the config keys.
 #[derive(Parser, Debug)]
 #[command(
     name = "vqosd",
@@ -130,6 +131,8 @@ fn run(args: Args) -> Result<Option<String>> {
             return Err(e.into());
         }
     };
+    // SIGHUP and POST /v1/reload re-read this file.
+    api.set_config_path(args.config.clone());
     let mut server = match Server::start(&ServerConfig::from_config(&config), api.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -203,11 +206,34 @@ fn run(args: Args) -> Result<Option<String>> {
     // Signals and the watchdog both end the wait below.
     let (tx, rx) = mpsc::channel();
     let signal_tx = tx.clone();
-    std::thread::spawn(move || {
-        let _ = signal_tx.send(match signals.wait() {
-            Ok(sig) => Stop::Signal(sig),
-            Err(e) => Stop::Failed(e),
-        });
+    let reloader = api.clone();
+    std::thread::spawn(move || loop {
+        match signals.wait() {
+            Ok(libc::SIGHUP) => match reloader.reload_file("signal SIGHUP") {
+                Ok(r) if r.is_empty() => tracing::info!("SIGHUP: config reloaded, no change"),
+                Ok(r) => tracing::info!(
+                    "SIGHUP: config reloaded: {} added, {} removed, {} policies set{}{}",
+                    r.added.len(),
+                    r.removed.len(),
+                    r.policies.len(),
+                    r.capacity
+                        .map(|c| format!(", capacity {c}"))
+                        .unwrap_or_default(),
+                    r.max_ports
+                        .map(|m| format!(", max_ports {m}"))
+                        .unwrap_or_default()
+                ),
+                Err(e) => tracing::error!("SIGHUP: {e}"),
+            },
+            Ok(sig) => {
+                let _ = signal_tx.send(Stop::Signal(sig));
+                return;
+            }
+            Err(e) => {
+                let _ = signal_tx.send(Stop::Failed(e));
+                return;
+            }
+        }
     });
     let watchdog = vqosd::watchdog::spawn(backend.clone(), CHECK_PERIOD, move |why| {
         let _ = tx.send(Stop::LoopDead(why));

@@ -128,6 +128,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Latency priority of the vif (0 = most urgent).",
     ),
     (
+        "vqos_policy_max_in_bps",
+        "gauge",
+        "Stated inbound maximum of the vif, bit/s (absent: the same as the max, or unlimited).",
+    ),
+    (
+        "vqos_policy_burst_bytes",
+        "gauge",
+        "Stated burst above the max after idling, bytes (absent: the engine's default).",
+    ),
+    (
         "vqos_loop_busy_cycles_total",
         "counter",
         "Cycles the poll loop spent moving frames.",
@@ -262,6 +272,14 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
             .map_or_else(Vec::new, one),
         "vqos_policy_priority" => pol
             .map(|x| x.priority.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_policy_max_in_bps" => pol
+            .and_then(|x| x.max_in_bps)
+            .map(|m| m.to_string())
+            .map_or_else(Vec::new, one),
+        "vqos_policy_burst_bytes" => pol
+            .and_then(|x| x.burst_bytes)
+            .map(|b| b.to_string())
             .map_or_else(Vec::new, one),
         _ => Vec::new(),
     }
@@ -463,6 +481,8 @@ mod tests {
             min_bps: 1_000,
             max_bps: Some(5_000),
             priority: 1,
+            max_in_bps: Some(4_000),
+            burst_bytes: Some(1_500),
         };
         let mut drops = std::collections::BTreeMap::new();
         drops.insert("mac_spoof".to_string(), 3);

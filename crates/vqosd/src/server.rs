@@ -660,8 +660,9 @@ fn serve_head<C: Conn>(shared: &Shared, stream: &mut C, head: RequestHead, until
         }
         *count += 1;
     }
-    let resp = shared.api.handle(&req);
-    crate::logging::audit(&stream.caller(), &req, &resp);
+    let caller = stream.caller();
+    let resp = shared.api.handle_as(&req, &caller);
+    crate::logging::audit(&caller, &req, &resp);
     {
         let mut count = lock(&shared.in_flight.count);
         *count -= 1;

@@ -1,5 +1,6 @@
-//! SIGTERM and SIGINT as a blocking wait: the handler writes the signal number to a self-pipe,
-//! and [`Signals::wait`] reads it, so the main thread can leave cleanly outside signal context.
+//! SIGTERM, SIGINT and SIGHUP as a blocking wait: the handler writes the signal number to a
+//! self-pipe, and [`Signals::wait`] reads it, so the daemon leaves (SIGTERM, SIGINT) or reloads
+//! its config (SIGHUP) outside signal context.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -44,7 +45,7 @@ fn os(call: &'static str) -> SignalError {
     }
 }
 
-/// Installed handlers for SIGTERM and SIGINT.
+/// Installed handlers for SIGTERM, SIGINT and SIGHUP.
 pub struct Signals {
     /// Read end of the self-pipe.
     read_fd: libc::c_int,
@@ -62,7 +63,7 @@ pub fn install() -> Result<Signals, SignalError> {
         return Err(os("fcntl"));
     }
     WRITE_FD.store(fds[1], Ordering::SeqCst);
-    for sig in [libc::SIGTERM, libc::SIGINT] {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction is valid; we set the handler and an empty mask.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
@@ -80,7 +81,8 @@ pub fn install() -> Result<Signals, SignalError> {
 }
 
 impl Signals {
-    /// Blocks until SIGTERM or SIGINT arrives (or arrived since `install`); returns its number.
+    /// Blocks until SIGTERM, SIGINT or SIGHUP arrives (or arrived since `install`); returns its
+    /// number.
     pub fn wait(&self) -> Result<i32, SignalError> {
         let mut b = 0u8;
         loop {

@@ -459,6 +459,8 @@ mod tests {
                     min_bps: 200_000_000,
                     max_bps: Some(500_000_000),
                     priority: 1,
+                    max_in_bps: Some(100_000_000),
+                    burst_bytes: Some(65_536),
                 },
             }],
             removed: Vec::new(),

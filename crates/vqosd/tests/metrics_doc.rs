@@ -70,7 +70,7 @@ socket = "{d}/vqosd.sock"
 name = "up0"
 [[port]]
 name = "vm1"
-policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1 }}
+policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in = "50Mbit", burst = "64KiB" }}
 "#,
         d = dir.path().display()
     );
@@ -124,6 +124,8 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1 }}
     assert_eq!(value("vqos_port_rx_errors_total"), Some(2.0));
     assert_eq!(value("vqos_port_mac_learn_refused_total"), Some(5.0));
     assert_eq!(value("vqos_controller_limit_bps"), Some(200e6));
+    assert_eq!(value("vqos_policy_max_in_bps"), Some(50e6));
+    assert_eq!(value("vqos_policy_burst_bytes"), Some(65_536.0));
     // Every drop reason, `storm` included, is a series from the start.
     let reasons: BTreeSet<&str> = e
         .samples

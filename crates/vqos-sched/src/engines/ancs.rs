@@ -130,6 +130,8 @@
 //!   limit.
 //!
 //! ## Limitations
+//! - A policy's `burst_bytes` is ignored: ANCS hands out credit per period and takes back what
+//!   a vif does not use, so there is no bucket in which an idle vif could save a burst.
 //! - What the paper's algorithm cannot do: CreditNext converges geometrically, with ratio `f`
 //!   per period (the weight fraction of the demand-limited vifs, who get a share of it by
 //!   weight and hand it back unused), so the greedy vifs reach their reference rate only after

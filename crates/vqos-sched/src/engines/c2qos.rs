@@ -30,6 +30,8 @@
 //!   new depth), priorities and rates take effect at once.
 //!
 //! ## Limitations
+//! - A policy's `burst_bytes` is ignored: C2QoS's buckets hold one period's worth by design
+//!   (an idle vif cannot save up, see above), so a stated burst has no bucket to deepen.
 //! - Not work-conserving, by design (as the paper): a vif is held to its purchased share of the
 //!   core even when the core is otherwise idle. Σ purchased above the link's capacity sells more
 //!   than the core has; nothing checks that.

@@ -6,6 +6,9 @@
 //!   the default 50 ms window = 62 500 bytes). That is both the size of its bucket and what is
 //!   added at every window boundary; the bucket never holds more than one window's credit, so
 //!   the longest burst is one window's worth. Fractions of a byte are carried to the next window.
+//! - A policy's `burst_bytes` deepens the bucket (not the credit per window): an idle vif saves
+//!   up to the burst and sends it above its max, then one window's credit per window. A burst
+//!   below one window's credit is raised to it (the rate needs a window's credit to fit).
 //! - A vif without a maximum is unlimited: always eligible.
 //! - Back-pressure, never drops: a vif whose credit is used up is not selected (its frames wait
 //!   in its own queue); the others are served round-robin. The frames of a batch are only known
@@ -40,8 +43,10 @@ struct VifBucket {
     name: String,
     /// Rate, bits/s (`None` = unlimited).
     rate_bps: Option<u64>,
-    /// Credit per window and bucket size, bytes (rate × window, rounded down).
+    /// Credit per window, bytes (rate × window, rounded down).
     credit_bytes: i64,
+    /// Most credit the bucket holds, bytes: the policy's burst, at least one window's credit.
+    bucket_bytes: i64,
     /// Fraction of a byte of credit carried to the next window (over 8 × 10⁹).
     credit_frac: u64,
     /// Credit left, bytes; negative by at most one batch (charged after).
@@ -123,9 +128,9 @@ impl Policer {
                 // A single window whose carried fraction tipped over adds one byte more than
                 // the bucket size; let it in, or a greedy vif would lose that byte.
                 let bucket = if windows == 1 {
-                    v.credit_bytes.max(add)
+                    v.bucket_bytes.max(add)
                 } else {
-                    v.credit_bytes
+                    v.bucket_bytes
                 };
                 v.remaining_credit = v.remaining_credit.saturating_add(add).min(bucket);
                 self.eligible.set(id, v.eligible());
@@ -153,6 +158,8 @@ impl Engine for Policer {
             let rate_bps = spec.policy.max_bps;
             let mut frac = 0;
             let credit_bytes = rate_bps.map_or(0, |r| rate_bytes(r, self.window_ns, &mut frac));
+            let burst = spec.policy.burst_bytes.map_or(0, |b| b as i64);
+            let bucket_bytes = credit_bytes.max(burst);
             let (remaining_credit, credit_frac) = match old.remove(&spec.name) {
                 Some((_, o)) if o.rate_bps.is_some() => {
                     let frac = if o.rate_bps == rate_bps {
@@ -160,14 +167,15 @@ impl Engine for Policer {
                     } else {
                         0
                     };
-                    (o.remaining_credit.min(credit_bytes), frac)
+                    (o.remaining_credit.min(bucket_bytes), frac)
                 }
-                _ => (credit_bytes, 0),
+                _ => (bucket_bytes, 0),
             };
             vifs.push(VifBucket {
                 name: spec.name.clone(),
                 rate_bps,
                 credit_bytes,
+                bucket_bytes,
                 credit_frac,
                 remaining_credit,
             });
@@ -339,6 +347,49 @@ mod tests {
         h.run(&mut p, 30 * SEC);
         let r = rates(&before, &h.forwarded(), 10 * SEC);
         assert!((r[0] - 50e6).abs() <= 0.01 * 50e6, "{r:?}");
+    }
+
+    /// A burst deepens the bucket: after idling the vif sends the burst at once, then one
+    /// window's credit per window.
+    #[test]
+    fn burst_deepens_the_bucket_not_the_rate() {
+        let with_burst = |burst| {
+            PolicySet::new(Some(100 * MBIT)).with_vif(
+                "limited",
+                VifPolicy {
+                    max_bps: Some(10 * MBIT), // 62 500 bytes per 50 ms window
+                    burst_bytes: Some(burst),
+                    ..Default::default()
+                },
+            )
+        };
+        let mut ready = ReadySet::new(1);
+        ready.set(0, true);
+        let batch = Usage {
+            packets: 1,
+            bytes: 500,
+            cycles: 0,
+        };
+        let drain = |p: &mut Policer, now| {
+            let mut sent = 0;
+            while p.select(&ready, now).is_some() {
+                p.charge(0, batch, now);
+                sent += batch.bytes;
+            }
+            sent
+        };
+        let mut p = Policer::new();
+        p.configure(&with_burst(200_000), 0).unwrap();
+        // A new vif starts with its full bucket; idling 1 s refills it, no more.
+        assert_eq!(drain(&mut p, 0), 200_000);
+        assert_eq!(drain(&mut p, SEC), 200_000);
+        // Then the rate: one window's credit per window.
+        for w in 1..=10 {
+            assert_eq!(drain(&mut p, SEC + w * DEFAULT_WINDOW_NS), 62_500);
+        }
+        // A burst below one window's credit is raised to it.
+        p.configure(&with_burst(1_000), 2 * SEC).unwrap();
+        assert_eq!(drain(&mut p, 3 * SEC), 62_500);
     }
 
     #[test]

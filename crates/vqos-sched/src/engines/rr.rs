@@ -3,7 +3,7 @@
 //! ## Behavior
 //! Every ready vif gets one batch of up to [`MAX_BURST`] frames in turn. With greedy senders of
 //! equal frame sizes this splits the link equally (ANCS Fig. 4); a vif sending bigger frames or
-//! fuller batches gets more. Weights, floors and caps are ignored.
+//! fuller batches gets more. Weights, floors, caps and bursts are ignored.
 
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, MAX_BURST};
 use crate::policy::{PolicyError, PolicySet, VifId};

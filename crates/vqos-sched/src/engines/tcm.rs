@@ -15,7 +15,9 @@
 //!   `min_bps`, possibly 0).
 //! - **Buckets** (CBS, EBS, PBS) default to `max(64 KiB, rate × 10 ms)` at their own rate (CIR
 //!   for CBS and EBS, PIR for PBS); [`Tcm::with_burst_ns`], [`Tcm::with_min_burst_bytes`] and
-//!   [`Tcm::with_bucket_bytes`] change that. Buckets start full (RFC 2697/2698).
+//!   [`Tcm::with_bucket_bytes`] change that. Buckets start full (RFC 2697/2698). A policy's
+//!   `burst_bytes` is what passes above the max after idling: the PBS of a trTCM, the CBS of
+//!   an srTCM (whose EBS is then 0, as yellow is forwarded and would add to the burst).
 //! - **Tokens** are bytes, added from the time elapsed since the frame before (`now` is a
 //!   parameter), with fractions of a byte carried. srTCM: tokens fill C up to CBS, then
 //!   overflow into E up to EBS. trTCM: P fills at PIR up to PBS, C at CIR up to CBS.
@@ -402,6 +404,8 @@ impl Tcm {
             let (cbs, pbs) = self
                 .bucket_bytes
                 .unwrap_or((self.bucket(p.min_bps), self.bucket(max)));
+            // The burst above the max is the peak bucket.
+            let pbs = p.burst_bytes.unwrap_or(pbs);
             match old {
                 Some(Marker::Two(mut m)) => {
                     m.retune(p.min_bps, max, cbs, pbs, now_ns);
@@ -413,6 +417,9 @@ impl Tcm {
             let (cbs, ebs) = self
                 .bucket_bytes
                 .unwrap_or((self.bucket(max), self.bucket(max)));
+            // CIR is the max here, and yellow is forwarded, so what passes above the max after
+            // idling is CBS + EBS: a stated burst is all committed (CBS), with no excess bucket.
+            let (cbs, ebs) = p.burst_bytes.map_or((cbs, ebs), |b| (b, 0));
             match old {
                 Some(Marker::Single(mut m)) => {
                     m.retune(max, cbs, ebs, now_ns);
@@ -585,6 +592,37 @@ mod tests {
             .unwrap();
         assert_eq!(t.sr_tcm(0).unwrap().tokens(), (250_000, 250_000));
         assert_eq!(t.vif_state(0).credit, 500_000);
+    }
+
+    /// A stated burst is exactly what passes above the max after idling, in both kinds of
+    /// marker, and then the max holds.
+    #[test]
+    fn burst_is_what_passes_above_the_max_after_idling() {
+        for min in [0, 4 * MBIT] {
+            let set = PolicySet::new(Some(1_000 * MBIT)).with_vif(
+                "vm1",
+                VifPolicy {
+                    min_bps: min,
+                    max_bps: Some(8 * MBIT), // 1 MB/s
+                    burst_bytes: Some(200_000),
+                    ..Default::default()
+                },
+            );
+            let mut t = Tcm::new();
+            t.configure(&set, 0).unwrap();
+            let passed = |t: &mut Tcm, now| {
+                (0..1_000)
+                    .filter(|_| t.admit(0, 1_000, now) == Verdict::Forward)
+                    .count()
+            };
+            // Full at the start and after 10 s idle: 200 frames of 1 000 bytes, then red.
+            assert_eq!(passed(&mut t, 0), 200, "min {min}");
+            assert_eq!(passed(&mut t, 10 * SEC), 200, "min {min}");
+            // Then 1 MB/s: 100 frames every 100 ms.
+            for step in 1..=5 {
+                assert_eq!(passed(&mut t, 10 * SEC + step * SEC / 10), 100, "min {min}");
+            }
+        }
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //!   (work-conserving). A vif that becomes ready after being idle starts at the system's
 //!   virtual time: idleness earns no credit.
 //! - **Caps.** A token bucket at the vif's maximum; a vif with no tokens is not eligible (it is
-//!   not read, its frames wait in its own queue: back-pressure). A cap set or changed starts
-//!   with at most 5 ms of its rate in the bucket (a cap of 0 sends nothing).
+//!   not read, its frames wait in its own queue: back-pressure). The bucket holds the policy's
+//!   `burst_bytes` (priced in the cost unit), or by default 5 ms of its rate (at least two
+//!   batches): after idling, a vif sends that much above its max, then its max. A cap set or
+//!   changed starts with at most that burst in the bucket (a cap of 0 sends nothing).
 //! - **Floors.** A token bucket at the vif's minimum; a ready vif with floor tokens is served
 //!   first (the one owed the most time first, not by priority: a guarantee must not wait
 //!   behind another vif's burst of owed service), and that service advances its tag like any
@@ -50,7 +52,8 @@ const TAG_SCALE: u128 = 1 << 20;
 /// Slack window for priorities and bucket depths: this much time's worth of the resource.
 const SLACK_NS: u64 = 1_000_000;
 
-/// Burst allowed by a cap bucket: this much time at the capped rate (plus two batches).
+/// Burst allowed by a cap bucket when the policy states none: this much time at the capped rate
+/// (plus two batches). A policy's `burst_bytes` replaces it (and the two batches).
 const CAP_BURST_NS: u64 = 5_000_000;
 
 /// Burst a floor bucket keeps across an idle period (plus two batches).
@@ -171,6 +174,11 @@ impl Engine for Vqos {
         for spec in &policies.vifs {
             let p = &spec.policy;
             let cap_rate = p.max_bps.map(|m| policies.cost_per_sec(m));
+            // The burst a fresh or changed cap starts with: the policy's, else 5 ms at its rate.
+            let cap_burst = |r: u64| match p.burst_bytes {
+                Some(b) => policies.burst_cost(b).max(1),
+                None => burst(r, CAP_BURST_NS),
+            };
             let floor_rate = (p.min_bps > 0).then(|| policies.cost_per_sec(p.min_bps));
             let debt = 2 * self.max_batch_cost;
             let mut state = match old.remove(&spec.name) {
@@ -191,7 +199,13 @@ impl Engine for Vqos {
             // A new policy must not leave a vif starved by a lead it built under the old one.
             state.tag = state.tag.min(self.vtime + self.lead_limit(p.weight));
             state.cap = cap_rate.map(|r| {
-                let depth = self.cap_depth(r);
+                // A stated burst is the depth itself: after idling the vif sends exactly that
+                // above its max (a batch is charged in full, so it may overdraw by one batch,
+                // repaid before it is served again).
+                let depth = match p.burst_bytes {
+                    Some(_) => cap_burst(r),
+                    None => self.cap_depth(r),
+                };
                 let (mut b, changed) = match state.cap.take() {
                     Some(mut b) => {
                         let changed = b.rate_per_sec() != r;
@@ -204,7 +218,7 @@ impl Engine for Vqos {
                 // two batches is room to charge big batches, not an allowance (a 0 or 1 Mbit/s
                 // cap would otherwise send two 2 MB batches at once; found by fuzzing).
                 if changed {
-                    b.limit(burst(r, CAP_BURST_NS));
+                    b.limit(cap_burst(r));
                 }
                 b
             });
@@ -626,6 +640,66 @@ mod tests {
         let d = vec![Demand::Greedy, Demand::Idle];
         let rates = run_link(&mut e, cap, &d, 65_536, 0, 2_000_000_000);
         assert_close(&rates[..1], &[300_000_000], 0.02);
+    }
+
+    /// A stated burst is what an idle capped vif sends above its max, then the max holds:
+    /// exactly `burst + rate × t` up to the one batch charged after it ran.
+    #[test]
+    fn burst_is_sent_above_the_max_after_idling_then_the_rate_holds() {
+        let policy = |burst| VifPolicy {
+            max_bps: Some(8_000_000), // 1 MB/s
+            burst_bytes: burst,
+            ..Default::default()
+        };
+        let batch = Usage {
+            packets: 1,
+            bytes: 1_000,
+            cycles: 0,
+        };
+        let mut ready = ReadySet::new(1);
+        ready.set(0, true);
+        // Greedy from `from` for `dur` ns, stepping 100 µs: bytes sent.
+        let run = |e: &mut Vqos, from: u64, dur: u64| {
+            let mut sent = 0u64;
+            let mut now = from;
+            while now <= from + dur {
+                while let Some(g) = e.select(&ready, now) {
+                    e.charge(g.vif, batch, now);
+                    sent += batch.bytes;
+                }
+                now += 100_000;
+            }
+            sent
+        };
+        for burst in [200_000u64, 1_000_000] {
+            let set = PolicySet::new(Some(1_000_000_000)).with_vif("a", policy(Some(burst)));
+            let mut e = Vqos::new();
+            e.configure(&set, 0).unwrap();
+            // Drain, then idle 10 s: the bucket fills to the burst, no more.
+            run(&mut e, 0, 2_000_000_000);
+            let t0 = 12_000_000_000;
+            // At the first instant: the burst (to one batch of overdraft).
+            let at_once = run(&mut e, t0, 0);
+            assert!(
+                at_once >= burst && at_once <= burst + batch.bytes,
+                "burst {burst}: {at_once}"
+            );
+            // Over the next second: the rate, 1 MB, to one batch.
+            let after = run(&mut e, t0 + 100_000, 1_000_000_000);
+            let want = 1_000_000 + 100_000 / 1_000; // + the 100 µs before
+            assert!(
+                after.abs_diff(want) <= 2 * batch.bytes,
+                "burst {burst}: {after} after"
+            );
+        }
+        // No burst stated: the default, 5 ms at the rate (5 kB) or two batches (128 KiB): 132
+        // batches of 1 000 bytes take the full bucket below zero.
+        let set = PolicySet::new(Some(1_000_000_000)).with_vif("a", policy(None));
+        let mut e = Vqos::new();
+        e.configure(&set, 0).unwrap();
+        run(&mut e, 0, 2_000_000_000);
+        let at_once = run(&mut e, 12_000_000_000, 0);
+        assert_eq!(at_once, 132 * batch.bytes);
     }
 
     /// Removing a vif keeps every other vif's state with its name, not with its index: the

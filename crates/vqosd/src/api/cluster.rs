@@ -225,6 +225,7 @@ mod tests {
             min_bps: 10,
             max_bps: Some(300),
             priority: 1,
+            ..Default::default()
         };
         let p = shared_policy(
             &own,
