@@ -106,6 +106,12 @@ enum VifCommand {
         /// Latency priority, 0 (most urgent) to 7.
         #[arg(long, value_name = "P")]
         priority: Option<u8>,
+        /// Inbound maximum (what the vif receives), or "unlimited" (default: the same as --max).
+        #[arg(long, value_name = "RATE")]
+        max_in: Option<String>,
+        /// Bytes the vif may send above its max after idling, e.g. 256KiB.
+        #[arg(long, value_name = "SIZE")]
+        burst: Option<String>,
         /// Print the stored document as JSON.
         #[arg(long)]
         json: bool,
@@ -283,6 +289,8 @@ async fn vif(c: &mut Client, command: VifCommand) -> Result<()> {
             min,
             max,
             priority,
+            max_in,
+            burst,
             json,
         } => {
             let (h, p) = host_port(&vif)?;
@@ -295,6 +303,8 @@ async fn vif(c: &mut Client, command: VifCommand) -> Result<()> {
             doc.min = min.or(doc.min);
             doc.max = max.or(doc.max);
             doc.priority = priority.or(doc.priority);
+            doc.max_in = max_in.or(doc.max_in);
+            doc.burst = burst.or(doc.burst);
             if let Some(t) = tenant {
                 doc.tenant = (!t.is_empty()).then_some(t);
             }

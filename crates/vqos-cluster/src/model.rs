@@ -73,6 +73,13 @@ pub struct VifDoc {
     /// Latency priority 0 ..= 7 (default: the daemon's default priority).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// Inbound maximum, e.g. `"200Mbit"`, or `"unlimited"` (default: the same as `max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in: Option<String>,
+    /// Bytes the vif may send above its max after idling, e.g. `"256KiB"` (default: the
+    /// engine's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<String>,
     /// The tenant the vif belongs to; its share of the tenant's max and min is computed across
     /// hosts (none: the vif's own policy only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +111,16 @@ impl VifDoc {
         }
         if let Some(prio) = self.priority {
             p.priority = prio;
+        }
+        if let Some(max_in) = rate("max_in", &self.max_in)? {
+            p.max_in_bps = Some(max_in.unwrap_or(vqos_sched::policy::UNLIMITED_IN_BPS));
+        }
+        if let Some(b) = &self.burst {
+            let bytes = vqos_sched::units::parse_bytes(b).map_err(|e| ModelError::Rate {
+                field: "burst",
+                message: e.to_string(),
+            })?;
+            p.burst_bytes = Some(bytes);
         }
         p.validate(port)?;
         Ok(p)
@@ -205,6 +222,30 @@ mod tests {
             VifDoc::parse(b"{}").unwrap().policy("x").unwrap(),
             VifPolicy::default()
         );
+    }
+
+    #[test]
+    fn a_vif_doc_carries_the_inbound_max_and_the_burst() {
+        let d = VifDoc::parse(br#"{"max": "300Mbit", "max_in": "100Mbit", "burst": "256KiB"}"#)
+            .unwrap();
+        let p = d.policy("vm3").unwrap();
+        assert_eq!(p.max_in_bps, Some(100_000_000));
+        assert_eq!(p.burst_bytes, Some(256 * 1024));
+        let d = VifDoc::parse(br#"{"max": "300Mbit", "max_in": "unlimited"}"#).unwrap();
+        assert_eq!(
+            d.policy("vm3").unwrap().max_in_bps,
+            Some(vqos_sched::policy::UNLIMITED_IN_BPS)
+        );
+        let e = |t: &str| {
+            VifDoc::parse(t.as_bytes())
+                .unwrap()
+                .policy("vm3")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(e(r#"{"burst": "10Kbit"}"#).starts_with("Invalid burst"));
+        assert!(e(r#"{"max_in": "fast"}"#).starts_with("Invalid max_in"));
+        assert!(e(r#"{"max": "1Mbit", "burst": "0"}"#).contains("vm3"));
     }
 
     #[test]
