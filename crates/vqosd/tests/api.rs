@@ -761,6 +761,13 @@ fn stats_and_metrics() {
     assert_eq!(vm2.stats.rate_bps, 480_000_000);
     assert_eq!(vm2.stats.drops["spoofed"], 4);
     assert_eq!(vm2.policy.as_ref().unwrap().max, "500Mbit");
+    // An inbound max and a burst on vm2, so that their families have a sample to check.
+    let (status, body) = d.send(
+        "PUT",
+        "/v1/policies/vm2",
+        Some(json!({"max_in": "200Mbit", "burst": "64KiB"})),
+    );
+    assert_eq!(status, 200, "{body}");
 
     let r = d.client.request("GET", "/metrics", None).unwrap();
     assert_eq!(r.status, 200);
@@ -820,6 +827,15 @@ fn stats_and_metrics() {
         Some(500e6)
     );
     assert_eq!(value("vqos_policy_max_bps", &[("port", "vm1")]), None);
+    assert_eq!(
+        value("vqos_policy_max_in_bps", &[("port", "vm2")]),
+        Some(200e6)
+    );
+    assert_eq!(
+        value("vqos_policy_burst_bytes", &[("port", "vm2")]),
+        Some(65_536.0)
+    );
+    assert_eq!(value("vqos_policy_max_in_bps", &[("port", "vm1")]), None);
     assert_eq!(value("vqos_capacity_bps", &[]), Some(1e9));
     assert_eq!(
         value(
