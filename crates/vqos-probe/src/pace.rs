@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::flood::MAX_CATCH_UP;
+/// At most this much of the schedule is made up after the generator fell behind.
+pub const MAX_CATCH_UP: Duration = Duration::from_millis(5);
 
 /// Window over which a paced flood's greed is judged.
 pub const GREEDY_WINDOW: Duration = Duration::from_millis(100);

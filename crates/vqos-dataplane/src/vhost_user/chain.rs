@@ -72,28 +72,6 @@ impl ChainError {
     }
 }
 
-/// The ring itself is broken: the session is quarantined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum RingError {
-    /// The avail index is more than a ring size ahead of the last one consumed.
-    #[error("Avail index out of range")]
-    BadAvailIndex,
-    /// A ring (descriptor table, avail or used ring) is outside guest memory, across two
-    /// memory regions, or misaligned.
-    #[error("Ring outside guest memory")]
-    BadRingAddress,
-}
-
-impl RingError {
-    /// Moves this error's counter.
-    pub(crate) fn count(self, c: &AtomicCounters) {
-        match self {
-            RingError::BadAvailIndex => bump(&c.bad_avail_index, 1),
-            RingError::BadRingAddress => bump(&c.bad_ring_address, 1),
-        }
-    }
-}
-
 /// Walks the chain starting at `head` and hands each buffer to `sink(chain_offset, guest_addr,
 /// slice)` in chain order (a buffer across two memory regions comes as two slices). The
 /// descriptor table is read one descriptor at a time, each once, and each value checked before

@@ -25,7 +25,7 @@ use vm_memory::{
     MemoryRegionAddress, VolatileSlice,
 };
 
-use super::chain::RingError;
+use super::counters::{bump, AtomicCounters};
 
 /// A slice of guest memory, valid for one burst.
 pub(crate) type Slice<'m> = VolatileSlice<'m, ()>;
@@ -255,6 +255,28 @@ impl<'m> RingView<'m> {
             self.avail
                 .load::<u16>(0, Ordering::Relaxed)
                 .map_or(true, |f| u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0)
+        }
+    }
+}
+
+/// The ring itself is broken: the session is quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RingError {
+    /// The avail index is more than a ring size ahead of the last one consumed.
+    #[error("Avail index out of range")]
+    BadAvailIndex,
+    /// A ring (descriptor table, avail or used ring) is outside guest memory, across two
+    /// memory regions, or misaligned.
+    #[error("Ring outside guest memory")]
+    BadRingAddress,
+}
+
+impl RingError {
+    /// Moves this error's counter.
+    pub(crate) fn count(self, c: &AtomicCounters) {
+        match self {
+            RingError::BadAvailIndex => bump(&c.bad_avail_index, 1),
+            RingError::BadRingAddress => bump(&c.bad_ring_address, 1),
         }
     }
 }
