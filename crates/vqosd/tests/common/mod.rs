@@ -343,8 +343,15 @@ pub const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
 /// The least part of the capacity the switch must forward, however busy the machine.
 pub const MIN_FORWARDED: f64 = 0.5;
 
+/// How far the sum of the rates may exceed the capacity: the rates come from separate iperf3
+/// reports whose windows are only roughly aligned (a VM restarted mid-test has its own clock),
+/// so one VM's window can include a second in which another was still idle. Seen: 961 of 940
+/// Mbit/s (+2.3 %) on a busy machine when VM3 came back. The switch's own capacity is tested on
+/// its counters over one common window (crates/vqos-dataplane/tests/netns.rs, +2 %).
+pub const WINDOW_SLACK: f64 = 0.05;
+
 /// Every rate within `tol` of its reference share of what the switch forwarded (greedy vifs
-/// with `policies`), the sum never above the capacity (2 % for the ends of iperf3's windows),
+/// with `policies`), the sum not above the capacity by more than [`WINDOW_SLACK`],
 /// and at least `expected_aggregate` of it — or, on a busy machine, [`MIN_FORWARDED`], said
 /// in the output. `goodputs` are iperf3's received payload rates, converted to the L2 rate
 /// they took on the switch before they are compared with the reference of the L2 capacity.
@@ -364,7 +371,7 @@ pub fn check(
     let total: f64 = rates.iter().sum();
     let cap = CAPACITY_BPS as f64 / 1e6;
     assert!(
-        total <= cap * 1.02,
+        total <= cap * (1.0 + WINDOW_SLACK),
         "{what}: aggregate {total:.1} above the capacity {cap}"
     );
     assert!(
