@@ -78,11 +78,18 @@ impl Api {
         if next.managed == v.managed && next.shares == v.shares {
             return Ok(());
         }
+        self.install_effective(&mut v, next)
+    }
+
+    /// Commits `next` (a change of managed vifs or shares), installing its effective policy
+    /// set in the switch first when that differs from the current one. On error nothing
+    /// changes.
+    fn install_effective(&self, v: &mut View, next: View) -> Result<(), BackendError> {
         let eff = next.effective();
         if eff != v.effective() {
             self.backend.set_policies(&eff)?;
         }
-        self.commit(&mut v, next);
+        self.commit(v, next);
         Ok(())
     }
 
@@ -104,12 +111,7 @@ impl Api {
         if next.shares == v.shares {
             return Ok(());
         }
-        let eff = next.effective();
-        if eff != v.effective() {
-            self.backend.set_policies(&eff)?;
-        }
-        self.commit(&mut v, next);
-        Ok(())
+        self.install_effective(&mut v, next)
     }
 
     /// The tenant shares in force, by vif name.
