@@ -272,6 +272,18 @@ impl Drop for Netns {
     }
 }
 
+/// Network links (TAPs, veths) outside any test namespace, deleted on drop so a failing test
+/// leaves none behind. Deleting a link that is already gone is not an error.
+pub struct Links(pub Vec<String>);
+
+impl Drop for Links {
+    fn drop(&mut self) {
+        for link in &self.0 {
+            let _ = Command::new("ip").args(["link", "del", link]).output();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -231,17 +231,7 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
         format!("vqb{tag}"),
     );
     /// The TAPs persist by design: removed here even if the test fails.
-    struct Links(Vec<String>);
-    impl Drop for Links {
-        fn drop(&mut self) {
-            for l in &self.0 {
-                let _ = std::process::Command::new("ip")
-                    .args(["link", "del", l])
-                    .output();
-            }
-        }
-    }
-    let _links = Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
+    let _links = vqos_testkit::Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
     let (cfg, socket) = write_config(
         dir.path(),
         &format!(

@@ -279,17 +279,7 @@ fn sighup_reloads_the_config_on_real_taps() {
         format!("vqrb{tag}"),
     );
     /// The TAPs persist by design: removed here even if the test fails.
-    struct Links(Vec<String>);
-    impl Drop for Links {
-        fn drop(&mut self) {
-            for l in &self.0 {
-                let _ = std::process::Command::new("ip")
-                    .args(["link", "del", l])
-                    .output();
-            }
-        }
-    }
-    let _links = Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
+    let _links = vqos_testkit::Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
     let socket = dir.path().join("s.sock");
     let cfg = dir.path().join("vqosd.toml");
     let text = format!(
@@ -362,16 +352,8 @@ fn reload_under_traffic_keeps_the_streams_going() {
     };
     let lab = common::lab(0, &[1, 1]);
     let new_tap = format!("{}x", lab.uplink.trim_end_matches('u'));
-    /// The added TAP is not in a namespace: removed here even if the test fails.
-    struct Link(String);
-    impl Drop for Link {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &self.0])
-                .output();
-        }
-    }
-    let _link = Link(new_tap.clone());
+    // The added TAP is not in a namespace: removed even if the test fails.
+    let _link = vqos_testkit::Links(vec![new_tap.clone()]);
     let servers: Vec<_> = (0..2).map(|i| lab.server(5201 + i as u16)).collect();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let clients: Vec<_> = (0..2).map(|i| lab.client(i, 5201 + i as u16, 9)).collect();
