@@ -5,6 +5,8 @@ pub mod c2qos;
 pub mod policer;
 pub mod rr;
 pub mod tcm;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod vqos;
 
 use std::collections::HashMap;

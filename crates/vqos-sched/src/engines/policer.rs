@@ -252,7 +252,7 @@ impl Engine for Policer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::ancs::testkit::{rates, Harness, Source};
+    use crate::engines::testkit::{rates, Harness, Source};
     use crate::policy::VifPolicy;
     use crate::units::NS_PER_SEC;
 

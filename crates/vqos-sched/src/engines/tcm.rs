@@ -507,7 +507,7 @@ impl Engine for Tcm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::ancs::testkit::{rates, Demand, Harness, Source};
+    use crate::engines::testkit::{rates, Demand, Harness, Source};
     use Colour::{Green as G, Red as R, Yellow as Y};
 
     const SEC: u64 = NS_PER_SEC;
