@@ -230,7 +230,7 @@ fn the_switch_backend_creates_taps_and_applies_policies() {
         format!("vqa{tag}"),
         format!("vqb{tag}"),
     );
-    /// The TAPs persist by design: removed here even if the test fails.
+    // The TAPs persist by design: removed here even if the test fails.
     let _links = vqos_testkit::Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
     let (cfg, socket) = write_config(
         dir.path(),

@@ -605,6 +605,20 @@ fn a_max_set_before_traffic_holds() {
     let client = lab.client(0, 5201, 5);
     let got = Report::of(server, Duration::from_secs(20)).mbit(1.0, 5.0);
     drop(client);
-    println!("a lone VM with max 300Mbit: {got:.1} Mbit/s");
-    assert!((got - 300.0).abs() <= 0.05 * 300.0, "{got:.1} Mbit/s");
+    // The max is on-wire bytes; iperf3 reports TCP payload (about 287 Mbit/s at 300 on the
+    // wire). Held means not above it; a starved switch may forward less (see `check`), but at
+    // least half.
+    let wire = got * WIRE_PER_PAYLOAD;
+    println!("a lone VM with max 300Mbit: {got:.1} Mbit/s of payload, {wire:.1} on the wire");
+    assert!(
+        wire <= 300.0 * 1.05,
+        "above its max: {wire:.1} Mbit/s on the wire"
+    );
+    assert!(
+        wire >= 300.0 * MIN_FORWARDED,
+        "forwarded only {wire:.1} Mbit/s"
+    );
+    if wire < 0.97 * 300.0 {
+        println!("below 97 % of the max: the machine is busy");
+    }
 }

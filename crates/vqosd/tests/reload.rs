@@ -278,7 +278,7 @@ fn sighup_reloads_the_config_on_real_taps() {
         format!("vqra{tag}"),
         format!("vqrb{tag}"),
     );
-    /// The TAPs persist by design: removed here even if the test fails.
+    // The TAPs persist by design: removed here even if the test fails.
     let _links = vqos_testkit::Links(vec![up.clone(), vm1.clone(), vm2.clone()]);
     let socket = dir.path().join("s.sock");
     let cfg = dir.path().join("vqosd.toml");
