@@ -8,6 +8,7 @@ use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::port::Port;
 use crate::tap::{TapMode, TapPort};
+use crate::tap_uring::TapIo;
 
 /// How the loop learns that ports have frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -89,6 +90,8 @@ pub struct PortSpec {
     pub backend: PortBackend,
     /// Source MACs the port may send from (frames from others count `spoofed`).
     pub macs: MacPolicy,
+    /// How a TAP port moves frames (ignored by other kinds).
+    pub tap_io: TapIo,
 }
 
 impl PortSpec {
@@ -98,6 +101,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapCreate,
             macs: MacPolicy::default(),
+            tap_io: TapIo::default(),
         }
     }
 
@@ -107,6 +111,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapOwn,
             macs: MacPolicy::default(),
+            tap_io: TapIo::default(),
         }
     }
 
@@ -116,6 +121,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapAttach,
             macs: MacPolicy::default(),
+            tap_io: TapIo::default(),
         }
     }
 
@@ -125,12 +131,19 @@ impl PortSpec {
             name: port.name().to_string(),
             backend: PortBackend::Custom(port),
             macs: MacPolicy::default(),
+            tap_io: TapIo::default(),
         }
     }
 
     /// Restricts the source MACs the port may use to `macs` ([`MacPolicy::Fixed`]).
     pub fn with_allowed_macs(mut self, macs: Vec<MacKey>) -> Self {
         self.macs = MacPolicy::Fixed(macs);
+        self
+    }
+
+    /// Moves a TAP port's frames by `io` ([`TapIo::Uring`]: batches on an io_uring).
+    pub fn with_tap_io(mut self, io: TapIo) -> Self {
+        self.tap_io = io;
         self
     }
 
@@ -146,14 +159,15 @@ impl PortSpec {
             name: name.clone(),
             source,
         };
+        let tap = |mode| -> Result<Box<dyn Port>, SwitchError> {
+            Ok(Box::new(
+                TapPort::open_with(&name, mode, self.tap_io).map_err(wrap)?,
+            ))
+        };
         let port: Box<dyn Port> = match self.backend {
-            PortBackend::TapCreate => {
-                Box::new(TapPort::open(&name, TapMode::Create).map_err(wrap)?)
-            }
-            PortBackend::TapAttach => {
-                Box::new(TapPort::open(&name, TapMode::Attach).map_err(wrap)?)
-            }
-            PortBackend::TapOwn => Box::new(TapPort::open(&name, TapMode::Own).map_err(wrap)?),
+            PortBackend::TapCreate => tap(TapMode::Create)?,
+            PortBackend::TapAttach => tap(TapMode::Attach)?,
+            PortBackend::TapOwn => tap(TapMode::Own)?,
             PortBackend::Custom(p) => p,
         };
         Ok((port, self.macs))

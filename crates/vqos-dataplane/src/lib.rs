@@ -72,6 +72,7 @@ pub mod stats;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod tap_uring;
 pub mod vhost_user;
 
 pub use config::{
@@ -86,6 +87,7 @@ pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use stats::{DropCounters, DropReason, LoopStats, PortRole, PortStats, SwitchStats};
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapPort};
+pub use tap_uring::TapIo;
 pub use vhost_user::{
     VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,
     VhostUserPort, VhostUserStatus,

@@ -56,6 +56,9 @@ pub struct PortIoCounters {
     pub rx_errors: u64,
     /// Frames whose write failed or found no room.
     pub tx_errors: u64,
+    /// Times the port's io_uring failed and it went back to one system call per frame
+    /// ([`crate::TapIo::Uring`]; 0 or 1).
+    pub uring_failures: u64,
 }
 
 /// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.
@@ -149,6 +152,33 @@ impl Batch {
         self.lens[self.count] = len.min(FRAME_BUF_BYTES);
         self.count += 1;
         true
+    }
+
+    /// Free slots left.
+    #[inline]
+    pub fn spare(&self) -> usize {
+        BATCH_FRAMES - self.count
+    }
+
+    /// The buffer of free slot `slot` (`len() ≤ slot < BATCH_FRAMES`) as a raw pointer and its
+    /// length, for a port that fills several free slots at once ([`crate::TapIo::Uring`]).
+    #[inline]
+    pub(crate) fn spare_buf(&mut self, slot: usize) -> (*mut u8, usize) {
+        debug_assert!(slot >= self.count && slot < BATCH_FRAMES);
+        let buf = &mut self.bufs[slot];
+        (buf.as_mut_ptr(), buf.len())
+    }
+
+    /// Keeps the first `len` bytes of free slot `slot` as the next frame: the slot's buffer
+    /// is swapped into place (no copy), so frames filled out of order keep the order of their
+    /// slots when committed in that order. `len` is clamped as by [`Batch::commit`].
+    #[inline]
+    pub(crate) fn commit_spare(&mut self, slot: usize, len: usize) -> bool {
+        if slot < self.count || slot >= BATCH_FRAMES {
+            return false;
+        }
+        self.bufs.swap(self.count, slot);
+        self.commit(len)
     }
 
     /// Shortens frame `i` to at most `len` bytes.

@@ -15,8 +15,11 @@
 //! persistent TAP (which stays). The link is brought up with `SIOCSIFFLAGS`. The file
 //! descriptor keeps working when the interface is moved to another network namespace.
 //!
+//! Frames move with one `read`/`write` system call each ([`TapIo::Syscall`], the default) or in
+//! batches on an io_uring ([`TapIo::Uring`], [`TapPort::open_with`]; see [`crate::tap_uring`]).
+//!
 //! ## Limitations
-//! One queue per TAP (no `IFF_MULTI_QUEUE`); one `read`/`write` system call per frame.
+//! One queue per TAP (no `IFF_MULTI_QUEUE`).
 
 use std::ffi::CStr;
 use std::io;
@@ -25,6 +28,7 @@ use std::path::Path;
 
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters};
+use crate::tap_uring::{TapIo, UringIo};
 
 /// How a [`TapPort`] comes to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +54,8 @@ pub struct TapPort {
     counters: PortIoCounters,
     /// The switch made it (Create, Own): releasing the port deletes it.
     owned: bool,
+    /// The port's io_uring when it moves frames in batches ([`TapIo::Uring`]).
+    uring: Option<UringIo>,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -133,7 +139,25 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Option<T> {
 }
 
 impl TapPort {
-    /// Opens TAP `name` per `mode`, configures header and offloads, and brings the link up.
+    /// Opens TAP `name` per `mode`, moving frames by `io`. With [`TapIo::Uring`] the ring is
+    /// made first: where io_uring is not available (old kernel, a seccomp filter) this fails
+    /// before any interface is created or attached.
+    pub fn open_with(name: &str, mode: TapMode, io: TapIo) -> Result<TapPort, PortError> {
+        let uring = match io {
+            TapIo::Syscall => None,
+            TapIo::Uring => Some(UringIo::new().map_err(|source| PortError::Io {
+                port: name.to_string(),
+                op: "io_uring_setup",
+                source,
+            })?),
+        };
+        let mut port = Self::open(name, mode)?;
+        port.uring = uring;
+        Ok(port)
+    }
+
+    /// Opens TAP `name` per `mode` (one system call per frame), configures header and
+    /// offloads, and brings the link up.
     pub fn open(name: &str, mode: TapMode) -> Result<TapPort, PortError> {
         if mode != TapMode::Own || exists_here(name)? {
             return Self::open_here(name, mode);
@@ -215,7 +239,76 @@ impl TapPort {
             fd,
             counters: PortIoCounters::default(),
             owned: mode != TapMode::Attach,
+            uring: None,
         })
+    }
+
+    /// How the port moves frames now (a ring that failed falls back to system calls).
+    pub fn io(&self) -> TapIo {
+        if self.uring.is_some() {
+            TapIo::Uring
+        } else {
+            TapIo::Syscall
+        }
+    }
+
+    /// [`Port::recv_batch`] on the io_uring.
+    fn recv_uring(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        let raw = self.fd.as_raw_fd();
+        let Some(uring) = self.uring.as_mut() else {
+            return Ok(0);
+        };
+        let got = uring.recv(raw, batch, max_frames);
+        self.counters.rx_frames += got.frames as u64;
+        self.counters.rx_bytes += got.bytes;
+        self.counters.rx_errors += got.errors;
+        let failure = match (got.ring_error, got.read_error) {
+            (Some(source), _) => {
+                // The ring is broken: plain system calls from now on (every read it made has
+                // completed, see `UringIo`).
+                self.uring = None;
+                self.counters.uring_failures += 1;
+                Some(("io_uring_enter", source))
+            }
+            (None, Some(source)) => Some(("read", source)),
+            (None, None) => None,
+        };
+        match failure {
+            // The frames read stay in the batch; the error tells the switch to retry the port.
+            Some((op, source)) => Err(PortError::Io {
+                port: self.name.clone(),
+                op,
+                source,
+            }),
+            None => Ok(got.frames),
+        }
+    }
+
+    /// [`Port::send_batch`] on the io_uring.
+    fn send_uring(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        let raw = self.fd.as_raw_fd();
+        let Some(uring) = self.uring.as_mut() else {
+            return Ok(0);
+        };
+        let (sent, failure) = uring.send(raw, batch, indices);
+        self.count_sent(batch, &indices[..sent]);
+        if failure.is_some() {
+            // The ring is broken and wrote nothing after `sent`: the rest goes by plain system
+            // calls, now and from now on.
+            self.uring = None;
+            self.counters.uring_failures += 1;
+            return Ok(sent + self.send_batch(batch, &indices[sent..])?);
+        }
+        self.counters.tx_errors += (indices.len() - sent) as u64;
+        Ok(sent)
+    }
+
+    /// Counts frames `indices` of `batch` as written.
+    fn count_sent(&mut self, batch: &Batch, indices: &[u8]) {
+        for &i in indices {
+            self.counters.tx_frames += 1;
+            self.counters.tx_bytes += batch.frame(usize::from(i)).len() as u64;
+        }
     }
 
     /// Creates TAP `name`, owned by the switch.
@@ -235,6 +328,9 @@ impl Port for TapPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        if self.uring.is_some() {
+            return self.recv_uring(batch, max_frames);
+        }
         let raw = self.fd.as_raw_fd();
         let mut n = 0;
         while n < max_frames {
@@ -270,6 +366,9 @@ impl Port for TapPort {
     }
 
     fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        if self.uring.is_some() {
+            return self.send_uring(batch, indices);
+        }
         let raw = self.fd.as_raw_fd();
         let mut sent = 0;
         for &i in indices {

@@ -6,6 +6,8 @@
 //! cost = "bytes"              # what vifs are charged: "bytes" (default) or "cycles"
 //! cycles_per_sec = 2000000000 # the core's cycle budget for cost = "cycles"
 //! busy_poll = false           # poll without sleeping (default false: epoll readiness)
+//! tap_io = "syscall"          # TAP ports: "syscall" (a read/write per frame, default) or
+//!                             # "uring" (batches of reads/writes per io_uring_enter)
 //! state_file = "/var/lib/vqos/state.json"
 //! expect_state = false        # true: warn loudly when the state file is missing at start
 //! max_ports = 1024            # most vif ports (config and API together); default 1024
@@ -76,6 +78,18 @@ use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::PortConfig;
 use crate::wire::{check_port_name, PortKind, PortRequest, Rate, WireError};
+
+/// How TAP ports move frames (config `tap_io`): the daemon's name for the data plane's
+/// `TapIo`, which this crate cannot name without its `switch` feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TapIo {
+    /// One `read`/`write` system call per frame.
+    #[default]
+    Syscall,
+    /// Batches of reads and writes per `io_uring_enter`.
+    Uring,
+}
 
 /// Default path of the API socket.
 pub use vqos_api::DEFAULT_SOCKET;
@@ -151,6 +165,7 @@ struct RawConfig {
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
     busy_poll: Option<bool>,
+    tap_io: Option<TapIo>,
     storm_pps: Option<u64>,
     remove_taps_on_exit: Option<bool>,
     flood_unknown_to_vifs: Option<bool>,
@@ -375,6 +390,8 @@ pub struct Config {
     pub cycles_per_sec: u64,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
+    /// How TAP ports move frames.
+    pub tap_io: TapIo,
     /// Storm control: most broadcast, multicast and unknown-unicast frames per second and
     /// port (0 = off).
     pub storm_pps: u64,
@@ -529,6 +546,7 @@ impl Config {
             cost: set.cost,
             cycles_per_sec: set.cycles_per_sec,
             busy_poll: raw.busy_poll.unwrap_or(false),
+            tap_io: raw.tap_io.unwrap_or_default(),
             storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
             flood_unknown_to_vifs: raw.flood_unknown_to_vifs.unwrap_or(false),
             remove_taps_on_exit: raw.remove_taps_on_exit.unwrap_or(false),
@@ -573,6 +591,7 @@ impl Config {
             cost,
             cycles_per_sec,
             busy_poll,
+            tap_io,
             storm_pps,
             flood_unknown_to_vifs,
             remove_taps_on_exit,
@@ -598,6 +617,7 @@ impl Config {
         differ(*cost == next.cost, "cost");
         differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
         differ(*busy_poll == next.busy_poll, "busy_poll");
+        differ(*tap_io == next.tap_io, "tap_io");
         differ(*storm_pps == next.storm_pps, "storm_pps");
         differ(
             *flood_unknown_to_vifs == next.flood_unknown_to_vifs,
@@ -693,6 +713,7 @@ engine = "ancs"
 cost = "cycles"
 cycles_per_sec = 3000000000
 busy_poll = true
+tap_io = "uring"
 state_file = "/tmp/x/state.json"
 
 [api]
@@ -730,6 +751,7 @@ create = false
         assert_eq!(c.cost, CostModel::Cycles);
         assert_eq!(c.cycles_per_sec, 3_000_000_000);
         assert!(c.busy_poll);
+        assert_eq!(c.tap_io, TapIo::Uring);
         assert_eq!(c.tcp.as_ref().unwrap().token, "0123456789abcdef");
         assert_eq!(c.uplink.as_ref().unwrap().name, "up0");
         assert!(!c.uplink.as_ref().unwrap().create);
@@ -794,6 +816,7 @@ create = false
     #[test]
     fn unknown_keys_are_named() {
         assert!(err("capcity = \"1Gbit\"").contains("unknown field `capcity`"));
+        assert!(err("tap_io = \"mq\"").contains("expected `syscall` or `uring`"));
         assert!(err("[api]\nsockett = \"/x\"").contains("unknown field `sockett`"));
         assert!(err("[[port]]\nname = \"a\"\nweight = 2").contains("unknown field `weight`"));
         assert!(err("[[port]]\nname = \"a\"\npolicy = { wieght = 2 }")

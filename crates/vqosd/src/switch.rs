@@ -7,14 +7,14 @@ use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::mac_key;
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
-    EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle,
+    EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle, TapIo,
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
     Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
 };
-use crate::config::Config;
+use crate::config::{self, Config};
 use vqos_api::chain;
 
 /// The data plane's switch behind the [`Backend`] trait.
@@ -26,11 +26,22 @@ pub struct SwitchBackend {
     /// Delete the TAPs vqosd made when it stops (config `remove_taps_on_exit`); by default
     /// they stay, with their guests' configuration, for the next start to re-attach.
     remove_taps_on_exit: bool,
+    /// How TAP ports move frames (config `tap_io`), for the ports added later too.
+    tap_io: TapIo,
 }
 
-/// A port spec of the data plane for a port of the daemon. A vhost-user port is made here
-/// (its server socket is bound at once: a path that cannot be used fails the call).
-fn spec(port: &PortConfig) -> Result<PortSpec, BackendError> {
+/// The data plane's TAP I/O for the config's.
+fn tap_io(io: config::TapIo) -> TapIo {
+    match io {
+        config::TapIo::Syscall => TapIo::Syscall,
+        config::TapIo::Uring => TapIo::Uring,
+    }
+}
+
+/// A port spec of the data plane for a port of the daemon, its TAP moving frames by `io`. A
+/// vhost-user port is made here (its server socket is bound at once: a path that cannot be
+/// used fails the call).
+fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
     let spec = match port.kind {
         PortKind::Tap if port.create => PortSpec::tap_owned(&port.name),
         PortKind::Tap => PortSpec::tap_attach(&port.name),
@@ -55,7 +66,7 @@ fn spec(port: &PortConfig) -> Result<PortSpec, BackendError> {
     } else {
         MacPolicy::Any
     };
-    Ok(spec.with_mac_policy(macs))
+    Ok(spec.with_mac_policy(macs).with_tap_io(io))
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).
@@ -80,7 +91,8 @@ impl SwitchBackend {
         let uplink = config.uplink.as_ref().ok_or_else(|| {
             BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
         })?;
-        let mut sc = SwitchConfig::new(spec(uplink)?);
+        let io = tap_io(config.tap_io);
+        let mut sc = SwitchConfig::new(spec(uplink, io)?);
         sc.engine = config.engine;
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
@@ -104,6 +116,7 @@ impl SwitchBackend {
             handle,
             stats_interval_ns,
             remove_taps_on_exit: config.remove_taps_on_exit,
+            tap_io: io,
         })
     }
 
@@ -114,6 +127,7 @@ impl SwitchBackend {
             handle,
             stats_interval_ns: stats_interval_ns.max(1_000_000),
             remove_taps_on_exit: false,
+            tap_io: TapIo::default(),
         }
     }
 
@@ -126,7 +140,7 @@ impl SwitchBackend {
 impl Backend for SwitchBackend {
     fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
         self.handle
-            .add_port(spec(port)?, policy.clone())
+            .add_port(spec(port, self.tap_io)?, policy.clone())
             .map_err(convert)
     }
 
