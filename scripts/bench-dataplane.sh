@@ -10,6 +10,8 @@
 #           (-C RATE: a capacity for this variant, e.g. 40Gbit, so the uplink bucket runs too)
 #   rr-base, vqos-base  the same two with another vqosd binary (-B PATH): a build before a
 #           change, side by side with the current one in one run
+#   rr-uring, vqos-uring  the same two with tap_io = "uring" (batched TAP reads and writes on
+#           an io_uring instead of one system call per frame)
 #   ovs     Open vSwitch userspace datapath: ovs-vswitchd, datapath_type=netdev,
 #           other_config:userspace-tso-enable=true, ports of type "tap"
 #
@@ -74,7 +76,7 @@ case $WAIT_MIN in '' | *[!0-9]*) usage ;; esac
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
     case $s in
-        bridge | rr | vqos | ovs) ;;
+        bridge | rr | vqos | ovs | rr-uring | vqos-uring) ;;
         rr-base | vqos-base)
             [ -x "$BASE_VQOSD" ] || { echo "switch '$s' needs -B with an executable vqosd" >&2; usage; }
             ;;
@@ -264,16 +266,19 @@ stop_bridge() {
     ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
 }
 
-start_vqosd() { # rr | vqos | rr-base | vqos-base
+start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring
     local kind=$1 engine=${1%-base} bin=$VQOSD cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
     [ "$kind" = "$engine" ] || bin=$BASE_VQOSD
+    engine=${engine%-uring}
+    [ "$kind" = "$engine-uring" ] && bin=$VQOSD
     [ "$engine" = vqos ] && capacity=$VQOS_CAPACITY
     {
         echo "capacity = \"$capacity\""
         echo "engine = \"$engine\""
+        [ "$kind" = "$engine-uring" ] && echo 'tap_io = "uring"'
         echo "state_file = \"$TMP/state-$kind.json\""
         # The current build's TAPs would outlive it (a -B build may not know the key).
-        [ "$kind" = "$engine" ] && echo 'remove_taps_on_exit = true'
+        [ "$bin" = "$VQOSD" ] && echo 'remove_taps_on_exit = true'
         echo '[api]'
         echo "socket = \"$TMP/vqosd-$kind.sock\""
         echo '[uplink]'
@@ -364,14 +369,14 @@ start_switch() {
     SW_KIND=$1
     case $1 in
         bridge) start_bridge ;;
-        rr | vqos | rr-base | vqos-base) start_vqosd "$1" ;;
+        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring) start_vqosd "$1" ;;
         ovs) start_ovs ;;
     esac
 }
 stop_switch() {
     case $SW_KIND in
         bridge) stop_bridge ;;
-        rr | vqos | rr-base | vqos-base) stop_vqosd ;;
+        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring) stop_vqosd ;;
         ovs) stop_ovs ;;
     esac
     SWPID=
