@@ -50,6 +50,7 @@ pub mod outcome;
 pub mod output;
 pub mod ovs;
 pub mod paper;
+pub mod plot;
 pub mod probe;
 pub mod run;
 pub mod sys;

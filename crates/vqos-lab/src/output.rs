@@ -1,6 +1,6 @@
-//! The lab's files: `results.json`, `timeseries.csv`, `report.md` and `rates.svg` (a small
-//! hand-written SVG: measured rates solid, the reference allocation dashed, the simulator's
-//! prediction dotted).
+//! The lab's files: `results.json`, `timeseries.csv`, `report.md` and `rates.svg` (measured
+//! rates solid, the simulator's prediction dotted, the reference allocation dashed, phases
+//! marked; drawn by [`crate::plot`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,6 +8,7 @@ use std::path::Path;
 use vqos_sim::{Report, Scenario, BIN_NS};
 
 use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
+use crate::plot::{Line, Plot, Style};
 use crate::LabError;
 
 /// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,
@@ -275,11 +276,6 @@ fn pf(pass: bool) -> &'static str {
     }
 }
 
-const COLOURS: [&str; 10] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
-];
-
 /// Rates (bits/s) per VM from byte bins, averaged over windows of `window` bins.
 fn smoothed(bins: &[u64], bin_ns: u64, window: usize) -> Vec<(f64, f64)> {
     bins.chunks(window)
@@ -295,139 +291,62 @@ fn smoothed(bins: &[u64], bin_ns: u64, window: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Per-VM rate over time: measured (solid), reference (dashed), simulated (dotted).
+/// Per-VM rate over time in Mbit/s: measured (solid), simulated (dotted), the reference
+/// allocation per phase (dashed), phases marked.
 pub fn rates_svg(sc: &Scenario, bins: &[Vec<u64>], sim_bins: &[Vec<u64>]) -> String {
-    let (w, h, ml, mr, mt, mb) = (900.0, 420.0, 60.0, 150.0, 30.0, 40.0);
-    let dur = sc.duration_ns as f64 / 1e9;
-    let meas: Vec<Vec<(f64, f64)>> = bins.iter().map(|b| smoothed(b, LAB_BIN_NS, 5)).collect();
+    let mbit = |series: Vec<(f64, f64)>| series.into_iter().map(|(t, r)| (t, r / 1e6)).collect();
     let sim_window = (500_000_000 / BIN_NS).max(1) as usize;
-    let sim: Vec<Vec<(f64, f64)>> = sim_bins
-        .iter()
-        .map(|b| smoothed(b, BIN_NS, sim_window))
-        .collect();
-    // Reference steps per phase.
     let report = vqos_sim::build_report(sc, "ref", bins, LAB_BIN_NS, 0.0);
-    let mut ymax: f64 = 1.0;
-    for series in meas.iter().chain(&sim) {
-        for &(_, y) in series {
-            ymax = ymax.max(y);
-        }
-    }
-    for ph in &report.phases {
-        for v in ph.vifs.values() {
-            ymax = ymax.max(v.expected_bps);
-        }
-    }
-    let ymax = (ymax / 1e6 * 1.1).ceil();
-    let x = |t: f64| ml + (t / dur.max(1e-9)) * (w - ml - mr);
-    let y = |bps: f64| mt + (1.0 - (bps / 1e6) / ymax) * (h - mt - mb);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">"
-    );
-    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
-    let _ = writeln!(
-        s,
-        "<text x=\"{ml}\" y=\"18\" font-size=\"14\">{}: per-VM rate (measured solid, reference dashed, simulated dotted)</text>",
-        xml(&sc.name)
-    );
-    // Axes and ticks.
-    let _ = writeln!(
-        s,
-        "<path d=\"M{ml} {mt} V{} H{}\" stroke=\"black\" fill=\"none\"/>",
-        h - mb,
-        w - mr
-    );
-    for k in 0..=5 {
-        let v = ymax * f64::from(k) / 5.0;
-        let yy = y(v * 1e6);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{ml}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>",
-            w - mr,
-            ml - 5.0,
-            yy + 4.0
-        );
-    }
-    let step = if dur > 60.0 {
-        10.0
-    } else if dur > 20.0 {
-        5.0
-    } else {
-        2.0
-    };
-    let mut t = 0.0;
-    while t <= dur + 1e-9 {
-        let _ = writeln!(
-            s,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{t:.0}</text>",
-            x(t),
-            h - mb + 16.0
-        );
-        t += step;
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">time (s)</text><text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">Mbit/s</text>",
-        (ml + w - mr) / 2.0,
-        h - 5.0,
-        (mt + h - mb) / 2.0,
-        (mt + h - mb) / 2.0
-    );
+    let mut lines = Vec::new();
     for (i, vm) in sc.vms.iter().enumerate() {
-        let c = COLOURS[i % COLOURS.len()];
-        let pts = |series: &[(f64, f64)]| {
-            series
-                .iter()
-                .map(|&(t, r)| format!("{:.1},{:.1}", x(t.min(dur)), y(r)))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        if let Some(m) = meas.get(i) {
-            let _ = writeln!(
-                s,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\"/>",
-                pts(m)
-            );
+        if let Some(b) = bins.get(i) {
+            lines.push(Line {
+                series: i,
+                style: Style::Solid,
+                points: mbit(smoothed(b, LAB_BIN_NS, 5)),
+                markers: false,
+            });
         }
-        if let Some(m) = sim.get(i) {
-            let _ = writeln!(
-                s,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" stroke-dasharray=\"1 3\"/>",
-                pts(m)
-            );
+        if let Some(b) = sim_bins.get(i) {
+            lines.push(Line {
+                series: i,
+                style: Style::Dotted,
+                points: mbit(smoothed(b, BIN_NS, sim_window)),
+                markers: false,
+            });
         }
         for ph in &report.phases {
             if let Some(v) = ph.vifs.get(&vm.name) {
-                let yy = y(v.expected_bps);
-                let _ = writeln!(
-                    s,
-                    "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"{c}\" stroke-dasharray=\"6 4\"/>",
-                    x(ph.start_s),
-                    x(ph.end_s)
-                );
+                let y = v.expected_bps / 1e6;
+                lines.push(Line {
+                    series: i,
+                    style: Style::Dashed,
+                    points: vec![(ph.start_s, y), (ph.end_s, y)],
+                    markers: false,
+                });
             }
         }
-        let ly = mt + 10.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>",
-            w - mr + 10.0,
-            w - mr + 35.0,
-            w - mr + 40.0,
-            ly + 4.0,
-            xml(&vm.name)
-        );
     }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    Plot {
+        title: format!("{}: per-VM rate", sc.name),
+        xlabel: "time (s)".into(),
+        ylabel: "Mbit/s".into(),
+        series: sc.vms.iter().map(|v| v.name.clone()).collect(),
+        lines,
+        phases: report
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(k, p)| (p.start_s, format!("phase {}", k + 1)))
+            .collect(),
+        styles: vec![
+            (Style::Solid, "measured".into()),
+            (Style::Dotted, "simulated".into()),
+            (Style::Dashed, "reference".into()),
+        ],
+        x_max: Some(sc.duration_ns as f64 / 1e9),
+    }
+    .svg()
 }
 
 #[cfg(test)]
@@ -460,7 +379,8 @@ mod tests {
         let svg = rates_svg(&sc(), &bins, &sim);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("t&lt;1&gt;"));
-        assert_eq!(svg.matches("<polyline").count(), 4);
+        // Measured and simulated per VM, and one reference step per VM and phase.
+        assert_eq!(svg.matches("<polyline").count(), 6);
         assert!(
             svg.contains("stroke-dasharray=\"6 4\""),
             "reference drawn dashed"

@@ -24,6 +24,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::plot::{Line, Plot, Style};
 use crate::run::{run_lab, LabOptions, LabOutcome};
 use crate::topo::Baseline;
 use crate::LabError;
@@ -141,103 +142,26 @@ fn write(path: &Path, text: &str) -> Result<(), LabError> {
 /// One line series of a plot.
 pub type Series = (String, Vec<(f64, f64)>);
 
-const COLOURS: [&str; 6] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-];
-
-/// A small line plot (points joined, markers on the points).
+/// A sweep's plot: one line with markers per series, x = the number of VMs.
 pub fn line_svg(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> String {
-    let (w, h, ml, mr, mt, mb) = (640.0, 360.0, 60.0, 120.0, 30.0, 40.0);
-    let pts = series.iter().flat_map(|s| s.1.iter());
-    let (mut xmax, mut ymax): (f64, f64) = (1.0, 1e-9);
-    for &(x, y) in pts {
-        xmax = xmax.max(x);
-        ymax = ymax.max(y);
-    }
-    let ymax = ymax * 1.1;
-    let x = |v: f64| ml + v / xmax * (w - ml - mr);
-    let y = |v: f64| mt + (1.0 - v / ymax) * (h - mt - mb);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" \
-         fill=\"white\"/>\n<text x=\"{ml}\" y=\"18\" font-size=\"14\">{}</text>\n\
-         <path d=\"M{ml} {mt} V{} H{}\" stroke=\"black\" fill=\"none\"/>\n",
-        xml(title),
-        h - mb,
-        w - mr
-    );
-    for k in 0..=4 {
-        let v = ymax * f64::from(k) / 4.0;
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            ml - 5.0,
-            y(v) + 4.0,
-            if ymax >= 10.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
-        );
-    }
-    for k in 1..=(xmax as u32) {
-        let _ = writeln!(
-            s,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{k}</text>",
-            x(f64::from(k)),
-            h - mb + 16.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text><text x=\"14\" y=\"{:.1}\" \
-         transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">{}</text>",
-        (ml + w - mr) / 2.0,
-        h - 5.0,
-        xml(xlabel),
-        (mt + h - mb) / 2.0,
-        (mt + h - mb) / 2.0,
-        xml(ylabel)
-    );
-    for (i, (name, p)) in series.iter().enumerate() {
-        let c = COLOURS[i % COLOURS.len()];
-        let line: Vec<String> = p
+    Plot {
+        title: title.into(),
+        xlabel: xlabel.into(),
+        ylabel: ylabel.into(),
+        series: series.iter().map(|s| s.0.clone()).collect(),
+        lines: series
             .iter()
-            .map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
-            line.join(" ")
-        );
-        for &(a, b) in p {
-            let _ = writeln!(
-                s,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
-                x(a),
-                y(b)
-            );
-        }
-        let ly = mt + 10.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>",
-            w - mr + 10.0,
-            w - mr + 35.0,
-            w - mr + 40.0,
-            ly + 4.0,
-            xml(name)
-        );
+            .enumerate()
+            .map(|(i, s)| Line {
+                series: i,
+                style: Style::Solid,
+                points: s.1.clone(),
+                markers: true,
+            })
+            .collect(),
+        ..Plot::default()
     }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    .svg()
 }
 
 /// The switch's CPU of a run, % of one core: vqosd + softirq under vqos, softirq otherwise.
