@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::cluster::{put, status};
 use common::Daemon;
 use serde_json::{json, Value};
 use vqos_testkit::{etcd_missing, poll, Etcd};
@@ -56,20 +57,6 @@ timeout = "500ms"
     )
     .unwrap();
     Daemon::start_args(&config, &socket, &["--backend", "mock"])
-}
-
-fn put(etcd: &Etcd, key: &str, value: Value) {
-    etcd.ctl(&["put", key, &value.to_string()]);
-}
-
-/// The status key of `host`, if there is one.
-fn status(etcd: &Etcd, host: &str) -> Option<Value> {
-    let out = etcd.ctl(&[
-        "get",
-        &format!("/vqos/v1/status/{host}"),
-        "--print-value-only",
-    ]);
-    serde_json::from_str(out.trim()).ok()
 }
 
 fn wait<T>(what: &str, d: &Daemon, f: impl FnMut() -> Option<T>) -> T {
@@ -275,12 +262,7 @@ fn a_tenant_is_held_to_its_cluster_max_on_real_traffic_as_demand_moves() {
         "/vqos/v1/tenants/acme",
         json!({"max": "200Mbit", "min": "50Mbit"}),
     );
-    let section = |host: &str| {
-        format!(
-            "[cluster]\nhost = \"{host}\"\nendpoints = [\"{}\"]\nperiod = \"250ms\"\n",
-            etcd.url()
-        )
-    };
+    let section = |host: &str| common::cluster::section(host, &etcd, "period = \"250ms\"\n");
     let h1 = common::lab_with(10, &[1], &section("h1"));
     let h2 = common::lab_with(11, &[1], &section("h2"));
     for (host, lab) in [("h1", &h1), ("h2", &h2)] {
@@ -338,10 +320,7 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
     let etcd = Etcd::start(4);
     put(&etcd, "/vqos/v1/tenants/acme", json!({"min": "300Mbit"}));
     put(&etcd, "/vqos/v1/tenants/bulk", json!({}));
-    let section = format!(
-        "[cluster]\nhost = \"h1\"\nendpoints = [\"{}\"]\nperiod = \"250ms\"\n",
-        etcd.url()
-    );
+    let section = common::cluster::section("h1", &etcd, "period = \"250ms\"\n");
     let lab = common::lab_with(12, &[1, 9], &section);
     for (vm, tenant, weight) in [(0, "acme", 1), (1, "bulk", 9)] {
         put(
