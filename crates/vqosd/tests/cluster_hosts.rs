@@ -30,7 +30,7 @@ const LEASE: Duration = Duration::from_secs(2);
 /// new share; 24 (6 s) leaves room for agents and TCP starved of CPU on a busy machine.
 const SETTLE_PERIODS: u32 = 24;
 /// The floor phase is slower: acme's vif, held to a tenth of h1 by bulk's weight (20 Mbit/s),
-/// fills less than 90 % of its share max, so it publishes its rate plus 10 % and its floor
+/// fills less than 95 % of its share max, so it publishes its rate plus 10 % and its floor
 /// grows 10 % a period: ln(86 / 20) / ln(1.1) = 15.3 periods to the whole floor (measured: 17).
 /// 48 leaves the same room as [`SETTLE_PERIODS`].
 const FLOOR_PERIODS: u32 = 48;
