@@ -25,8 +25,18 @@ fn skip(test: &str) -> bool {
     }
 }
 
-/// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd`.
+/// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd` (trusting its CA
+/// when it serves TLS).
 fn daemon(dir: &Path, host: &str, etcd: &Etcd) -> Daemon {
+    let tls = etcd
+        .ca_file()
+        .map(|ca| format!("ca_file = \"{}\"\n", ca.display()))
+        .unwrap_or_default();
+    daemon_to(dir, host, &etcd.url(), &tls)
+}
+
+/// [`daemon`] with the etcd endpoint `url` and more `[cluster]` lines.
+fn daemon_to(dir: &Path, host: &str, url: &str, more: &str) -> Daemon {
     let d = dir.join(host);
     std::fs::create_dir_all(&d).unwrap();
     let config = d.join("vqosd.toml");
@@ -49,10 +59,9 @@ endpoints = ["{url}"]
 period = "100ms"
 lease_ttl = "2s"
 timeout = "500ms"
-"#,
+{more}"#,
             d = d.display(),
             s = socket.display(),
-            url = etcd.url()
         ),
     )
     .unwrap();
@@ -194,6 +203,44 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
     wait("h1 alone with the whole max", &h1, || {
         (status(&etcd, "h2").is_none() && share(&etcd, "h1") == Some(100_000_000)).then_some(())
     });
+}
+
+/// etcd serving TLS only, with a server certificate of a CA made by the test: the agent given
+/// that CA connects, applies a policy and publishes its status; one given a plain http://
+/// URL to the same port never syncs and says why.
+#[test]
+fn the_agent_connects_to_etcd_over_tls() {
+    if skip("the_agent_connects_to_etcd_over_tls") {
+        return;
+    }
+    if let Some(why) = vqos_testkit::openssl_missing() {
+        println!("SKIP the_agent_connects_to_etcd_over_tls: {why}");
+        return;
+    }
+    let etcd = Etcd::start_tls(5);
+    assert!(etcd.url().starts_with("https://127.0.0.1:"));
+    let dir = tempfile::tempdir().unwrap();
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm1", json!({"weight": 7}));
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    wait("the policy over TLS, connected", &h1, || {
+        (h1.get("/v1/policies/vm1")["weight"] == 7
+            && h1.get("/v1/health")["cluster"]["state"] == "connected")
+            .then_some(())
+    });
+    wait("the status over TLS", &h1, || {
+        status(&etcd, "h1").filter(|s| s["vifs"]["vm1"]["weight"] == 7)
+    });
+    // Plain text to the TLS port: never connected, and the health says so.
+    let plain = etcd.url().replace("https://", "http://");
+    let h2 = daemon_to(dir.path(), "h2", &plain, "");
+    let health = wait("h2's failure in health", &h2, || {
+        let h = h2.get("/v1/health");
+        h["cluster"]["error"].is_string().then_some(h)
+    });
+    println!("plain http to the TLS port: {}", health["cluster"]["error"]);
+    assert_eq!(health["cluster"]["state"], "connecting", "{health}");
+    assert_eq!(health["cluster"]["syncs"], 0, "{health}");
+    assert!(status(&etcd, "h2").is_none());
 }
 
 #[test]
