@@ -53,6 +53,8 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate the tenant split at scale (no etcd): convergence, etcd traffic, agent cost.
+    Simulate(crate::cluster_sim::SimulateArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -169,6 +171,10 @@ impl ClusterArgs {
 
 /// Runs `vqos cluster ...`.
 pub fn run(args: ClusterArgs) -> Result<()> {
+    if let ClusterCommand::Simulate(a) = &args.command {
+        // A simulation: no etcd.
+        return crate::cluster_sim::run(a);
+    }
     // Usage errors first, before any connection.
     match &args.command {
         ClusterCommand::Tenant {
@@ -212,7 +218,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         } => {
             host_port(vif)?;
         }
-        ClusterCommand::Status { .. } => {}
+        ClusterCommand::Status { .. } | ClusterCommand::Simulate(_) => {}
     }
     let settings = args.settings()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -225,6 +231,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             ClusterCommand::Tenant { command } => tenant(&mut c, command).await,
             ClusterCommand::Vif { command } => vif(&mut c, command).await,
             ClusterCommand::Status { json } => status(&mut c, json).await,
+            ClusterCommand::Simulate(a) => crate::cluster_sim::run(&a),
         }
     })
 }

@@ -6,6 +6,7 @@
 
 mod alloc;
 mod cluster;
+mod cluster_sim;
 mod ctl;
 mod exit;
 mod lab;

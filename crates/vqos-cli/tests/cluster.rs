@@ -197,3 +197,39 @@ fn a_policy_set_with_the_cli_reaches_the_hosts_api_and_status_reports_it() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("No key"), "{out}");
 }
+
+#[test]
+fn simulate_needs_no_etcd_and_reports_convergence_and_traffic() {
+    let args = [
+        "cluster",
+        "simulate",
+        "--hosts",
+        "20",
+        "--vifs",
+        "200",
+        "--tenants",
+        "5",
+        "--periods",
+        "10",
+        "--cost-hosts",
+        "2",
+        "--json",
+    ];
+    let (code, v, out) = vqos(None, &args);
+    assert_eq!(code, 0, "{out}");
+    let r = &v["report"];
+    assert_eq!(r["config"]["hosts"], 20);
+    assert!(r["start_periods"].as_u64().is_some_and(|p| p <= 4), "{r}");
+    assert!(r["shift_periods"].as_u64().is_some_and(|p| p <= 4), "{r}");
+    assert_eq!(r["traffic"]["keys_written"], 20);
+    assert_eq!(v["agent_cost"]["hosts_measured"], 2);
+    // The same seed, the same report (the measured cost aside).
+    let (_, again, _) = vqos(None, &args);
+    assert_eq!(again["report"], v["report"]);
+    let (code, _, out) = vqos(None, &["cluster", "simulate", "--shift", "1.5"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("shift must be 0 to 1"), "{out}");
+    let (code, _, out) = vqos(None, &["cluster", "simulate", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--hosts"), "{out}");
+}

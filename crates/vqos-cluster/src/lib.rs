@@ -3,19 +3,26 @@
 //! vqos across hosts, on etcd (docs/cluster.md): the [`keys`] of the layout under `/vqos/v1/`,
 //! the JSON documents stored there ([`model`]: a vif's policy, a tenant's policy, a host's
 //! status), the tenant split ([`mod@split`]: a tenant's max and min divided among its vifs on every
-//! host with the reference allocator, demand-aware), and the connection to etcd ([`etcd`]).
+//! host with the reference allocator, demand-aware; [`shares`]: every tenant's split over the
+//! hosts' statuses), and the connection to etcd (`etcd`, with the default feature `etcd`).
 //!
 //! The vqosd agent (crates/vqosd/src/cluster/) and the `vqos cluster` commands both use this
-//! crate; it links neither the daemon nor the data plane.
+//! crate; it links neither the daemon nor the data plane. The scale simulation (vqos-sim) uses
+//! it without the `etcd` feature: the same split, without the etcd client.
 #![deny(missing_docs)]
 
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod keys;
 pub mod model;
+pub mod shares;
 pub mod split;
 
+#[cfg(feature = "etcd")]
 pub use etcd::{EtcdError, EtcdSettings};
 /// The etcd client this crate connects with, for its users' calls.
+#[cfg(feature = "etcd")]
 pub use etcd_client;
 pub use model::{HostStatus, ModelError, TenantDoc, VifDoc, VifStatus};
+pub use shares::{all_shares, local_shares};
 pub use split::{estimate_demand, split, Member, Share, TenantLimits};

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod report;
 pub mod scenario;
 pub mod sim;

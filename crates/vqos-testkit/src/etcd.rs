@@ -1,5 +1,6 @@
 //! A private single-node etcd for a test: loopback ports derived from the PID, a data
-//! directory of its own, killed by PID and removed on drop.
+//! directory of its own, killed by PID and removed on drop; optionally serving its clients
+//! over TLS with a certificate of a CA made for the test ([`Etcd::start_tls`], `openssl`).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -19,6 +20,84 @@ pub fn etcd_missing() -> Option<String> {
     (!ok).then(|| "etcd not installed (apt-get install -y etcd-server)".to_string())
 }
 
+/// Why TLS etcd tests cannot run here (`None`: they can).
+pub fn openssl_missing() -> Option<String> {
+    let ok = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    (!ok).then(|| "openssl not installed (apt-get install -y openssl)".to_string())
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl: {e}"));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes `ca.pem` (a CA of its own) and `server.pem` / `server.key` (a certificate it signed
+/// for IP 127.0.0.1, server use only) in `dir`.
+fn make_certificates(dir: &std::path::Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+    let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-subj",
+        "/CN=vqos test CA",
+    ]);
+    openssl(dir, &ca);
+    let mut csr = vec!["req", "-new", "-nodes"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(dir, &csr);
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature, keyEncipherment\n\
+         extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+}
+
 /// A running etcd; see the module doc.
 pub struct Etcd {
     /// The process (`None` while killed).
@@ -31,6 +110,8 @@ pub struct Etcd {
     client_port: u16,
     /// Peer port on 127.0.0.1.
     peer_port: u16,
+    /// Whether clients connect over TLS (the files are in `dir`).
+    tls: bool,
 }
 
 fn free(port: u16) -> bool {
@@ -41,6 +122,16 @@ impl Etcd {
     /// Starts etcd number `index` of this process and waits until it answers (panics after
     /// 30 s, with its log).
     pub fn start(index: u16) -> Etcd {
+        Etcd::start_with(index, false)
+    }
+
+    /// [`Etcd::start`] serving its clients over TLS only (`https://`): a CA and a server
+    /// certificate for 127.0.0.1 are made for it (see [`Etcd::ca_file`]; needs `openssl`).
+    pub fn start_tls(index: u16) -> Etcd {
+        Etcd::start_with(index, true)
+    }
+
+    fn start_with(index: u16, tls: bool) -> Etcd {
         let pid = std::process::id();
         // 8 etcds per process (16 ports) before the next PID's range; a port in use is skipped.
         let slot = (pid % 2500) as u16 * 16 + (index % 8) * 2;
@@ -61,14 +152,32 @@ impl Etcd {
             name,
             client_port: base,
             peer_port: base + 1,
+            tls,
         };
+        if tls {
+            make_certificates(&e.dir);
+        }
         e.spawn();
         e
     }
 
-    /// The client URL, `http://127.0.0.1:PORT`.
+    /// The client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The CA certificate (PEM) of a TLS etcd's server certificate.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.dir.join("ca.pem"))
+    }
+
+    /// `etcdctl`'s TLS arguments.
+    fn ctl_tls(&self) -> Vec<String> {
+        match self.ca_file() {
+            Some(ca) => vec![format!("--cacert={}", ca.display())],
+            None => Vec::new(),
+        }
     }
 
     /// Its log so far.
@@ -84,8 +193,16 @@ impl Etcd {
             .append(true)
             .open(self.dir.join("etcd.log"))
             .unwrap();
+        let mut tls = Vec::new();
+        if self.tls {
+            tls.push("--cert-file".to_string());
+            tls.push(self.dir.join("server.pem").display().to_string());
+            tls.push("--key-file".to_string());
+            tls.push(self.dir.join("server.key").display().to_string());
+        }
         let child = Command::new("etcd")
             .args(["--name", &self.name])
+            .args(&tls)
             .arg("--data-dir")
             .arg(self.dir.join("data"))
             .args(["--listen-client-urls", &client])
@@ -109,6 +226,7 @@ impl Etcd {
                     "endpoint",
                     "health",
                 ])
+                .args(self.ctl_tls())
                 .env("ETCDCTL_API", "3")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -140,6 +258,7 @@ impl Etcd {
     pub fn ctl(&self, args: &[&str]) -> String {
         let out = Command::new("etcdctl")
             .args(["--endpoints", &self.url()])
+            .args(self.ctl_tls())
             .args(args)
             .env("ETCDCTL_API", "3")
             .output()

@@ -34,7 +34,7 @@
 mod etcd;
 mod testpmd;
 
-pub use etcd::{etcd_missing, Etcd};
+pub use etcd::{etcd_missing, openssl_missing, Etcd};
 pub use testpmd::{testpmd_missing, Testpmd};
 
 use std::fs::File;

@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::cluster::{put, status};
 use common::Daemon;
 use serde_json::{json, Value};
 use vqos_testkit::{etcd_missing, poll, Etcd};
@@ -24,8 +25,18 @@ fn skip(test: &str) -> bool {
     }
 }
 
-/// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd`.
+/// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd` (trusting its CA
+/// when it serves TLS).
 fn daemon(dir: &Path, host: &str, etcd: &Etcd) -> Daemon {
+    let tls = etcd
+        .ca_file()
+        .map(|ca| format!("ca_file = \"{}\"\n", ca.display()))
+        .unwrap_or_default();
+    daemon_to(dir, host, &etcd.url(), &tls)
+}
+
+/// [`daemon`] with the etcd endpoint `url` and more `[cluster]` lines.
+fn daemon_to(dir: &Path, host: &str, url: &str, more: &str) -> Daemon {
     let d = dir.join(host);
     std::fs::create_dir_all(&d).unwrap();
     let config = d.join("vqosd.toml");
@@ -48,28 +59,13 @@ endpoints = ["{url}"]
 period = "100ms"
 lease_ttl = "2s"
 timeout = "500ms"
-"#,
+{more}"#,
             d = d.display(),
             s = socket.display(),
-            url = etcd.url()
         ),
     )
     .unwrap();
     Daemon::start_args(&config, &socket, &["--backend", "mock"])
-}
-
-fn put(etcd: &Etcd, key: &str, value: Value) {
-    etcd.ctl(&["put", key, &value.to_string()]);
-}
-
-/// The status key of `host`, if there is one.
-fn status(etcd: &Etcd, host: &str) -> Option<Value> {
-    let out = etcd.ctl(&[
-        "get",
-        &format!("/vqos/v1/status/{host}"),
-        "--print-value-only",
-    ]);
-    serde_json::from_str(out.trim()).ok()
 }
 
 fn wait<T>(what: &str, d: &Daemon, f: impl FnMut() -> Option<T>) -> T {
@@ -209,6 +205,44 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
     });
 }
 
+/// etcd serving TLS only, with a server certificate of a CA made by the test: the agent given
+/// that CA connects, applies a policy and publishes its status; one given a plain http://
+/// URL to the same port never syncs and says why.
+#[test]
+fn the_agent_connects_to_etcd_over_tls() {
+    if skip("the_agent_connects_to_etcd_over_tls") {
+        return;
+    }
+    if let Some(why) = vqos_testkit::openssl_missing() {
+        println!("SKIP the_agent_connects_to_etcd_over_tls: {why}");
+        return;
+    }
+    let etcd = Etcd::start_tls(5);
+    assert!(etcd.url().starts_with("https://127.0.0.1:"));
+    let dir = tempfile::tempdir().unwrap();
+    put(&etcd, "/vqos/v1/hosts/h1/vifs/vm1", json!({"weight": 7}));
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    wait("the policy over TLS, connected", &h1, || {
+        (h1.get("/v1/policies/vm1")["weight"] == 7
+            && h1.get("/v1/health")["cluster"]["state"] == "connected")
+            .then_some(())
+    });
+    wait("the status over TLS", &h1, || {
+        status(&etcd, "h1").filter(|s| s["vifs"]["vm1"]["weight"] == 7)
+    });
+    // Plain text to the TLS port: never connected, and the health says so.
+    let plain = etcd.url().replace("https://", "http://");
+    let h2 = daemon_to(dir.path(), "h2", &plain, "");
+    let health = wait("h2's failure in health", &h2, || {
+        let h = h2.get("/v1/health");
+        h["cluster"]["error"].is_string().then_some(h)
+    });
+    println!("plain http to the TLS port: {}", health["cluster"]["error"]);
+    assert_eq!(health["cluster"]["state"], "connecting", "{health}");
+    assert_eq!(health["cluster"]["syncs"], 0, "{health}");
+    assert!(status(&etcd, "h2").is_none());
+}
+
 #[test]
 fn etcd_down_keeps_the_policies_and_a_restart_resyncs() {
     if skip("etcd_down_keeps_the_policies_and_a_restart_resyncs") {
@@ -275,12 +309,7 @@ fn a_tenant_is_held_to_its_cluster_max_on_real_traffic_as_demand_moves() {
         "/vqos/v1/tenants/acme",
         json!({"max": "200Mbit", "min": "50Mbit"}),
     );
-    let section = |host: &str| {
-        format!(
-            "[cluster]\nhost = \"{host}\"\nendpoints = [\"{}\"]\nperiod = \"250ms\"\n",
-            etcd.url()
-        )
-    };
+    let section = |host: &str| common::cluster::section(host, &etcd, "period = \"250ms\"\n");
     let h1 = common::lab_with(10, &[1], &section("h1"));
     let h2 = common::lab_with(11, &[1], &section("h2"));
     for (host, lab) in [("h1", &h1), ("h2", &h2)] {
@@ -338,10 +367,7 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
     let etcd = Etcd::start(4);
     put(&etcd, "/vqos/v1/tenants/acme", json!({"min": "300Mbit"}));
     put(&etcd, "/vqos/v1/tenants/bulk", json!({}));
-    let section = format!(
-        "[cluster]\nhost = \"h1\"\nendpoints = [\"{}\"]\nperiod = \"250ms\"\n",
-        etcd.url()
-    );
+    let section = common::cluster::section("h1", &etcd, "period = \"250ms\"\n");
     let lab = common::lab_with(12, &[1, 9], &section);
     for (vm, tenant, weight) in [(0, "acme", 1), (1, "bulk", 9)] {
         put(

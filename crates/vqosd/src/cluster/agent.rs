@@ -11,11 +11,11 @@ use vqos_cluster::etcd::deadline;
 use vqos_cluster::etcd_client::{
     Client, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse, WatchStream,
 };
-use vqos_cluster::{etcd_client, keys, EtcdError, HostStatus};
+use vqos_cluster::{etcd_client, keys, local_shares, EtcdError, HostStatus};
 
 use super::config::ClusterConfig;
 use super::desired::Desired;
-use super::period::{local_shares, own_status, Meter};
+use super::period::{own_status, Meter};
 use crate::api::Api;
 
 /// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.

@@ -1,10 +1,10 @@
-//! What the agent does every period, apart from etcd: measure its vifs, write its status,
-//! compute its tenant vifs' shares from every host's status.
+//! What the agent does every period, apart from etcd: measure its vifs and write its status
+//! (the shares from every host's status are `vqos_cluster::local_shares`).
 
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use vqos_cluster::{estimate_demand, split, HostStatus, Member, Share, TenantLimits, VifStatus};
+use vqos_cluster::{estimate_demand, HostStatus, VifStatus};
 
 use super::desired::Desired;
 use crate::api::Api;
@@ -97,110 +97,5 @@ pub(super) fn own_status(
         period_ms,
         vifs,
         errors: desired.problems.clone(),
-    }
-}
-
-/// The shares of `host`'s tenant vifs: for each tenant with a vif here, the split of its
-/// limits among its vifs on every host of `all` (by host, then port: every agent orders them
-/// alike). Vifs without a tenant, or whose tenant has no valid policy, get none.
-pub fn local_shares(
-    host: &str,
-    all: &BTreeMap<String, HostStatus>,
-    tenants: &BTreeMap<String, TenantLimits>,
-) -> BTreeMap<String, Share> {
-    let mut out = BTreeMap::new();
-    let Some(own) = all.get(host) else {
-        return out;
-    };
-    let mine: std::collections::BTreeSet<&str> = own
-        .vifs
-        .values()
-        .filter_map(|v| v.tenant.as_deref())
-        .collect();
-    for t in mine {
-        let Some(limits) = tenants.get(t) else {
-            continue;
-        };
-        let mut who = Vec::new();
-        let mut members = Vec::new();
-        for (h, s) in all {
-            for (port, v) in &s.vifs {
-                if v.tenant.as_deref() == Some(t) {
-                    who.push((h.as_str(), port.as_str()));
-                    members.push(Member {
-                        weight: v.weight,
-                        max_bps: v.max_bps,
-                        demand_bps: v.demand_bps,
-                    });
-                }
-            }
-        }
-        for ((h, port), share) in who.into_iter().zip(split(limits, &members)) {
-            if h == host {
-                out.insert(port.to_string(), share);
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vif(tenant: &str, demand: Option<u64>) -> VifStatus {
-        VifStatus {
-            tenant: Some(tenant.into()),
-            weight: 1,
-            demand_bps: demand,
-            ..Default::default()
-        }
-    }
-
-    fn host(vifs: &[(&str, VifStatus)]) -> HostStatus {
-        HostStatus {
-            health: "ok".into(),
-            vifs: vifs
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.clone()))
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn each_host_takes_its_part_of_the_same_split() {
-        let all = BTreeMap::from([
-            ("h1".to_string(), host(&[("vm1", vif("acme", None))])),
-            (
-                "h2".to_string(),
-                host(&[
-                    ("vm2", vif("acme", None)),
-                    ("vm3", vif("acme", Some(100))),
-                    ("vm4", vif("other", None)),
-                ]),
-            ),
-        ]);
-        let tenants = BTreeMap::from([(
-            "acme".to_string(),
-            TenantLimits {
-                min_bps: 0,
-                max_bps: Some(1000),
-            },
-        )]);
-        let h1 = local_shares("h1", &all, &tenants);
-        let h2 = local_shares("h2", &all, &tenants);
-        assert_eq!(h1["vm1"].max_bps, Some(450));
-        assert_eq!(h2["vm2"].max_bps, Some(450));
-        assert_eq!(h2["vm3"].max_bps, Some(100));
-        // A tenant without a policy gives no share; an absent host none either.
-        assert!(!h2.contains_key("vm4"));
-        assert!(local_shares("h3", &all, &tenants).is_empty());
-        // When h1's status expires, h2 takes the whole max.
-        let alone = BTreeMap::from([("h2".to_string(), all["h2"].clone())]);
-        assert_eq!(
-            local_shares("h2", &alone, &tenants)["vm2"].max_bps,
-            Some(900)
-        );
     }
 }

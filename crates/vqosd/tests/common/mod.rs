@@ -2,6 +2,8 @@
 //! VMs on its TAP ports, iperf3 reports and the reference allocation.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -173,7 +175,9 @@ pub fn drop_count(stats: &Value, name: &str, reason: &str) -> u64 {
 /// namespace on the uplink. Fields drop in order: the daemon, then the namespaces, then files.
 pub struct Lab {
     pub daemon: Daemon,
-    pub sink: Netns,
+    /// The sink (shared by several labs' uplinks when built with [`LabSpec::sink`]; deleted
+    /// when the last one drops).
+    pub sink: Arc<Netns>,
     pub uplink: String,
     /// (TAP name, its VM).
     pub vms: Vec<(String, Netns)>,
@@ -188,6 +192,37 @@ pub fn lab(test_id: u8, weights: &[u32]) -> Lab {
 
 /// [`lab`] with `extra` appended to the daemon's config (e.g. a `[cluster]` section).
 pub fn lab_with(test_id: u8, weights: &[u32], extra: &str) -> Lab {
+    lab_spec(
+        test_id,
+        weights,
+        LabSpec {
+            extra,
+            ..LabSpec::default()
+        },
+    )
+}
+
+/// How a lab differs from [`lab`]'s.
+#[derive(Default)]
+pub struct LabSpec<'a> {
+    /// Appended to the daemon's config (e.g. a `[cluster]` section).
+    pub extra: &'a str,
+    /// The switch's capacity (default [`CAPACITY_BPS`]).
+    pub capacity_bps: Option<u64>,
+    /// A sink namespace to share with other labs (the uplink goes there, on this lab's own
+    /// subnet); default: a sink of its own.
+    pub sink: Option<Arc<Netns>>,
+}
+
+/// The sink namespace of a test's labs, for [`LabSpec::sink`].
+pub fn shared_sink(test_id: u8) -> Arc<Netns> {
+    let pid = std::process::id() % 100_000;
+    let prefix = format!("q{pid}{}", char::from(b'a' + test_id));
+    Arc::new(Netns::new(format!("{prefix}-sink")).without_ipv6())
+}
+
+/// [`lab`] as `spec` says.
+pub fn lab_spec(test_id: u8, weights: &[u32], spec: LabSpec) -> Lab {
     let pid = std::process::id() % 100_000;
     let prefix = format!("q{pid}{}", char::from(b'a' + test_id));
     let net = format!("10.{}.{test_id}", 200 + pid % 50);
@@ -195,8 +230,9 @@ pub fn lab_with(test_id: u8, weights: &[u32], extra: &str) -> Lab {
     let socket = dir.path().join("vqosd.sock");
     let uplink = format!("{prefix}u");
     let mut text = format!(
-        "capacity = \"940Mbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
+        "capacity = \"{}bit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
          [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n",
+        spec.capacity_bps.unwrap_or(CAPACITY_BPS),
         dir.path().join("state.json").display(),
         socket.display()
     );
@@ -208,11 +244,13 @@ pub fn lab_with(test_id: u8, weights: &[u32], extra: &str) -> Lab {
             "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n"
         ));
     }
-    text.push_str(extra);
+    text.push_str(spec.extra);
     let config = dir.path().join("vqosd.toml");
     fs::write(&config, text).unwrap();
     let daemon = Daemon::start(&config, &socket);
-    let sink = Netns::new(format!("{prefix}-sink")).without_ipv6();
+    let sink = spec
+        .sink
+        .unwrap_or_else(|| Arc::new(Netns::new(format!("{prefix}-sink")).without_ipv6()));
     sink.take_link(&uplink, &format!("{net}.254/24"));
     let vms = taps
         .into_iter()
@@ -367,9 +405,28 @@ pub fn check(
     expected_aggregate: f64,
 ) {
     let rates: Vec<f64> = goodputs.iter().map(|g| g * WIRE_PER_PAYLOAD).collect();
-    let rates = rates.as_slice();
+    check_l2(
+        what,
+        &rates,
+        policies,
+        CAPACITY_BPS,
+        tol,
+        expected_aggregate,
+    );
+}
+
+/// [`check`] of L2 rates (Mbit/s, as the switch counts them: e.g. a vif's `rx_bytes` over a
+/// window) on a switch of `capacity_bps`.
+pub fn check_l2(
+    what: &str,
+    rates: &[f64],
+    policies: &[VifPolicy],
+    capacity_bps: u64,
+    tol: f64,
+    expected_aggregate: f64,
+) {
     let total: f64 = rates.iter().sum();
-    let cap = CAPACITY_BPS as f64 / 1e6;
+    let cap = capacity_bps as f64 / 1e6;
     assert!(
         total <= cap * (1.0 + WINDOW_SLACK),
         "{what}: aggregate {total:.1} above the capacity {cap}"
@@ -385,7 +442,7 @@ pub fn check(
             expected_aggregate * 100.0
         );
     }
-    let want = reference(policies, ((total * 1e6) as u64).min(CAPACITY_BPS));
+    let want = reference(policies, ((total * 1e6) as u64).min(capacity_bps));
     println!("{what}: measured {rates:.1?} (Σ {total:.1}) Mbit/s, reference {want:.1?}");
     for (got, want) in rates.iter().zip(&want) {
         assert!(

@@ -1,0 +1,67 @@
+//! Shared by the cluster tests: etcd keys through `etcdctl`, the agent's config section, and
+//! the rates of vifs on several hosts over one common window.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vqos_testkit::Etcd;
+
+use super::{counter, Daemon};
+
+/// Writes `value` (JSON) at `key`.
+pub fn put(etcd: &Etcd, key: &str, value: Value) {
+    etcd.ctl(&["put", key, &value.to_string()]);
+}
+
+/// The status key of `host`, if there is one.
+pub fn status(etcd: &Etcd, host: &str) -> Option<Value> {
+    let out = etcd.ctl(&[
+        "get",
+        &format!("/vqos/v1/status/{host}"),
+        "--print-value-only",
+    ]);
+    serde_json::from_str(out.trim()).ok()
+}
+
+/// Every host's status key, by host, read at one revision.
+pub fn statuses(etcd: &Etcd) -> BTreeMap<String, Value> {
+    let out = etcd.ctl(&["get", "--prefix", "/vqos/v1/status/"]);
+    let lines: Vec<&str> = out.lines().collect();
+    lines
+        .chunks(2)
+        .filter_map(|kv| {
+            let host = kv.first()?.strip_prefix("/vqos/v1/status/")?;
+            Some((host.to_string(), serde_json::from_str(kv.get(1)?).ok()?))
+        })
+        .collect()
+}
+
+/// A `[cluster]` section for `host` on `etcd`, with `more` lines (e.g. `period = "250ms"`).
+pub fn section(host: &str, etcd: &Etcd, more: &str) -> String {
+    format!(
+        "[cluster]\nhost = \"{host}\"\nendpoints = [\"{}\"]\n{more}",
+        etcd.url()
+    )
+}
+
+/// The rates (Mbit/s, L2 as the switch counts them) at which the vifs `(daemon, port)` sent
+/// into their switches over about `secs`: what each switch admitted, since a vif the engine
+/// refuses is not read (its frames wait in its TAP). Every daemon's `/v1/stats` is read at the
+/// start and at the end (a few ms apart; the stats are published every 25 ms).
+pub fn rx_mbit(vifs: &[(&Daemon, &str)], secs: f64) -> Vec<f64> {
+    let read = || -> Vec<u64> {
+        vifs.iter()
+            .map(|(d, port)| counter(&d.get("/v1/stats"), port, "rx_bytes"))
+            .collect()
+    };
+    let a = read();
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let b = read();
+    let dt = t.elapsed().as_secs_f64();
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (b - a) as f64 * 8.0 / dt / 1e6)
+        .collect()
+}
