@@ -32,9 +32,11 @@
 #![deny(missing_docs)]
 
 mod etcd;
+mod packet;
 mod testpmd;
 
 pub use etcd::{etcd_missing, openssl_missing, Etcd};
+pub use packet::PacketSocket;
 pub use testpmd::{testpmd_missing, Testpmd};
 
 use std::fs::File;

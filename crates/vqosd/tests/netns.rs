@@ -325,47 +325,14 @@ fn set_offloads(tap: &OwnedFd, offloads: libc::c_uint) {
 /// Sends `count` raw Ethernet frames of `len` bytes out of `link` (call inside its namespace):
 /// broadcast, from a locally administered address, EtherType 0x88b5 (local experimental).
 fn send_raw(link: &str, len: usize, count: usize) {
-    // SAFETY: socket() has no memory arguments; checked below.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    assert!(
-        fd >= 0,
-        "AF_PACKET socket: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: fd is a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let name = std::ffi::CString::new(link).unwrap();
-    // SAFETY: name is NUL-terminated.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    assert!(ifindex > 0, "no link {link} here");
-    // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    addr.sll_addr[..6].copy_from_slice(&[0xff; 6]);
+    // Protocol 0: a socket that only sends.
+    let sock = vqos_testkit::PacketSocket::bind(link, 0);
     let mut frame = vec![0u8; len];
     frame[..6].copy_from_slice(&[0xff; 6]);
     frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x33, 0x33]);
     frame[12..14].copy_from_slice(&[0x88, 0xb5]);
     for _ in 0..count {
-        // SAFETY: frame and addr are live for the call; sizes are theirs.
-        let r = unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&addr as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(
-            r,
-            len as isize,
-            "sendto: {}",
-            std::io::Error::last_os_error()
-        );
+        sock.send(&frame);
     }
 }
 
