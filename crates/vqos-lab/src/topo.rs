@@ -309,6 +309,18 @@ pub fn vqosd_config(
             sc.cost_model.emulate_batch
         ));
     }
+    if let Ok(Some(p)) = sc.cost_model.pricing() {
+        // Purchases priced with the scenario's model, as the simulator prices them.
+        if let Some(m) = p.model {
+            s.push_str(&format!(
+                "\n[cost_model]\nbase_cycles = {:?}\ncycles_per_byte = {:?}\n\
+                 price_frame_bytes = {}\n",
+                m.base_cycles(),
+                m.cycles_per_byte(),
+                p.frame_bytes
+            ));
+        }
+    }
     let c = &sc.controller;
     if sc.fairness {
         s.push_str("\n[fairness]\n");
