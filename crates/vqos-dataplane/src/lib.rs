@@ -56,6 +56,7 @@
 //!   configured with its address.
 #![deny(missing_docs)]
 
+pub mod calib;
 pub mod config;
 pub mod error;
 pub mod fault;
@@ -74,6 +75,7 @@ pub mod sys;
 pub mod tap;
 pub mod vhost_user;
 
+pub use calib::{CostSamples, COST_SAMPLES};
 pub use config::{
     EmulatedWork, MacPolicy, PortBackend, PortSpec, Readiness, SwitchConfig, DEFAULT_LEARN_MACS,
 };
