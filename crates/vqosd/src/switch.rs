@@ -138,6 +138,10 @@ impl Backend for SwitchBackend {
         self.handle.set_policies(policies.clone()).map_err(convert)
     }
 
+    fn cost_samples(&self) -> Vec<vqos_sched::calibrate::Sample> {
+        self.handle.cost_samples().snapshot()
+    }
+
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
         // The switch takes one probability per vif in the order of its policy set.
         let order = self.handle.policies();
