@@ -138,6 +138,8 @@ mod tests {
         assert_eq!(ring.recorded(), COST_SAMPLES as u64 + 11);
         let oldest = s.iter().map(|x| x.cycles).min().unwrap();
         assert_eq!(oldest, 1010);
-        assert!(s.iter().all(|x| x.bytes == x.cycles - 1000 + 64 && x.frames == 1));
+        assert!(s
+            .iter()
+            .all(|x| x.bytes == x.cycles - 1000 + 64 && x.frames == 1));
     }
 }

@@ -81,7 +81,10 @@ fn calibrate_fits_the_sampled_batches_and_apply_reprices_the_purchases() {
 
     let m: CostModelView = c.call("GET", "/v1/cost-model", None).unwrap();
     assert_eq!((m.cost.as_str(), m.source.as_str()), ("cycles", "config"));
-    assert_eq!((m.base_cycles, m.cycles_per_byte), (Some(1300.0), Some(0.25)));
+    assert_eq!(
+        (m.base_cycles, m.cycles_per_byte),
+        (Some(1300.0), Some(0.25))
+    );
     assert_eq!((m.price_frame_bytes, m.core_share), (1518, 1.0));
     assert_eq!(m.sold_per_sec, Some(2 * 553_194_993));
     assert_eq!(m.budget_per_sec, Some(1_540_000_000));

@@ -88,7 +88,10 @@ mod tests {
         let set = c.policy_set();
         let m = set.pricing.model.unwrap();
         assert_eq!((m.base_cycles(), m.cycles_per_byte()), (1300.0, 0.25));
-        assert_eq!((set.pricing.frame_bytes, set.pricing.core_share), (1518, 0.9));
+        assert_eq!(
+            (set.pricing.frame_bytes, set.pricing.core_share),
+            (1518, 0.9)
+        );
         // 8 Gbit/s of 1518-byte frames need 72 % of the core: within 90 %.
         assert_eq!(set.cost_per_sec(4_000_000_000), 553_194_993);
         // Without the table: the defaults (no model, iMIX frames, the whole core).
@@ -145,7 +148,9 @@ mod tests {
         assert!(e.contains("Purchases need 3.922G cycles/s"), "{e}");
         let bytes = "capacity = \"1Gbit\"\n[cost_model]\ncore_share = 0.5\n";
         assert_eq!(
-            Config::parse(bytes, |_| None).map_err(|e| vqos_api::chain(&e)).unwrap_err(),
+            Config::parse(bytes, |_| None)
+                .map_err(|e| vqos_api::chain(&e))
+                .unwrap_err(),
             "Invalid config: cost_model: the table prices purchases in cycles; it needs cost = \
              \"cycles\""
         );
