@@ -1030,6 +1030,27 @@ mod tests {
     }
 
     #[test]
+    fn vqosd_config_prices_purchases_as_the_simulator_does() {
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"10Gbit\"\nengine = \"c2qos\"\n\
+             cpu_hz = 1540000000\n[cost_model]\nper_packet_cycles = 1000.0\n\
+             per_byte_cycles = 0.25\nclassify_cycles = 300.0\nprice_frame_bytes = 1518\n\
+             [[vm]]\nname = \"vm1\"\nmax = \"4Gbit\"\n",
+        )
+        .unwrap();
+        let p = vec![sc.vms[0].initial.policy.clone()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        let (switch, sim) = (parsed.policy_set(), sc.policies_at(0));
+        assert_eq!(switch.pricing, sim.pricing, "{cfg}");
+        assert_eq!(switch.pricing.frame_bytes, 1518);
+        assert_eq!(
+            switch.cost_per_sec(4_000_000_000),
+            sim.cost_per_sec(4_000_000_000)
+        );
+    }
+
+    #[test]
     fn tbf_burst_covers_a_tso_frame() {
         let a = tbf_args(940_000_000, 100);
         assert_eq!(a[2], "940000000bit");

@@ -97,6 +97,8 @@ mod tests {
         // Without the table: the defaults (no model, iMIX frames, the whole core).
         let d = parse("").unwrap().policy_set().pricing;
         assert_eq!(d, vqos_sched::Pricing::default());
+        // A reload cannot change it: the switch's pricing needs a restart.
+        assert_eq!(parse("").unwrap().restart_needed(&c), vec!["cost_model"]);
         // Only the share: purchases priced as their share of the capacity, 80 % of 85 %.
         assert!(parse("[cost_model]\ncore_share = 0.85\n").is_ok());
         let e = parse("[cost_model]\ncore_share = 0.75\n").unwrap_err();
