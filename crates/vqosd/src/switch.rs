@@ -9,8 +9,6 @@ use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
     EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle,
 };
-#[cfg(test)]
-use vqos_sched::PolicyError;
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
