@@ -45,10 +45,13 @@ pub struct CalibrateRequest {
 /// The answer of `POST /v1/calibrate`: the fit and whether it was installed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CalibrationView {
-    /// Fitted cycles per frame.
+    /// Fitted cycles per frame (the per-batch cost spread over a full batch included).
     pub base_cycles: f64,
     /// Fitted cycles per byte.
     pub cycles_per_byte: f64,
+    /// Fitted cycles per batch whatever it holds (before being spread over 32 frames).
+    #[serde(default)]
+    pub batch_cycles: f64,
     /// Batches the fit used.
     pub samples: usize,
     /// Batches left out as outliers (preempted).

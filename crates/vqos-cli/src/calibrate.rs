@@ -67,8 +67,9 @@ fn calibrate_to(c: &Client, args: &CalibrateArgs, out: &mut impl Write) -> Resul
     )?;
     writeln!(
         out,
-        "  cycles(frame) = {:.1} + {:.4} x bytes  ({} cycles)",
-        f.base_cycles, f.cycles_per_byte, f.cycles_unit
+        "  cycles(frame) = {:.1} + {:.4} x bytes  ({} cycles; {:.0} per batch, spread over 32 \
+         frames, included)",
+        f.base_cycles, f.cycles_per_byte, f.cycles_unit, f.batch_cycles
     )?;
     if f.applied {
         writeln!(
@@ -198,7 +199,8 @@ mod tests {
         assert_eq!(
             text,
             "Fitted over 64 batches (0 outliers left out), frames of 64..1500 bytes, rms error \
-             0.0 %:\n  cycles(frame) = 2000.0 + 0.5000 x bytes  (ns cycles)\nApplied until \
+             0.0 %:\n  cycles(frame) = 2000.0 + 0.5000 x bytes  (ns cycles; 0 per batch, spread over 32 \
+             frames, included)\nApplied until \
              vqosd restarts. To keep it, in vqosd's config:\n  [cost_model]\n  base_cycles = \
              2000.0\n  cycles_per_byte = 0.5000\npricing (cycles): calibrated model, 2000.0 + \
              0.5000 x bytes cycles per frame, priced at 1518-byte frames; purchases need 0.909G of \

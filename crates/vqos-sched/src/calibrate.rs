@@ -1,8 +1,9 @@
 //! Calibration: the [`FrameCost`] of a running switch, fitted to the cycles its batches took.
 //!
 //! A batch of `frames` frames and `bytes` bytes costs `Σ (a + b·len_i) = a·frames + b·bytes`
-//! cycles under the model, so the model's coefficients are the least-squares solution of
-//! `cycles ≈ a·frames + b·bytes` over the batches sampled (two regressors, no intercept).
+//! cycles under the model, plus what the batch costs whatever it holds (polling, the engine's
+//! decision, the flush): `cycles ≈ c + a·frames + b·bytes`, fitted by least squares over the
+//! batches sampled.
 //!
 //! ## Behavior
 //! - Batches without frames are ignored. At least [`MIN_SAMPLES`] batches with frames are
@@ -12,9 +13,13 @@
 //!   the median absolute residual (plus one cycle) is left out and the fit redone (a batch the
 //!   kernel preempted took milliseconds that were not forwarding work), as long as enough
 //!   batches with spread remain.
-//! - Negative coefficients are not a cost: when the unconstrained solution has one, the best
-//!   fit with that coefficient at 0 is taken (the non-negative least-squares solution of two
-//!   unknowns).
+//! - The per-batch cost `c` is reported (`batch_cycles`) and spread over a full batch of
+//!   [`MAX_BURST`] frames in the model's `base_cycles` (`a + c/32`): a vif that uses its
+//!   purchase is busy, and a busy vif's batches are full. When every batch had the same number
+//!   of frames, `c` cannot be told from `a`, and the fit is `cycles ≈ a·frames + b·bytes`.
+//! - Negative coefficients are not a cost: when the three-term solution has one, the fit
+//!   without `c` is taken; when that one has one, the best fit with that coefficient at 0 (the
+//!   non-negative least-squares solution of two unknowns).
 //!
 //! ## Limitations
 //! - The fit is over whatever traffic the samples saw: a calibration under one flow per vif
@@ -24,6 +29,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::cost::{CostError, FrameCost};
+use crate::engine::MAX_BURST;
 
 /// Fewest batches with frames a fit accepts.
 pub const MIN_SAMPLES: usize = 32;
@@ -48,8 +54,10 @@ pub struct Sample {
 /// A fitted model and how well it fits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Fit {
-    /// The model.
+    /// The model (per-batch cost included in `base_cycles`, spread over a full batch).
     pub model: FrameCost,
+    /// Cycles a batch costs whatever it holds (the fit's `c`), before it is spread.
+    pub batch_cycles: f64,
     /// Batches the fit used.
     pub samples: usize,
     /// Batches left out as outliers.
@@ -99,11 +107,8 @@ pub enum CalibrateError {
 /// Fits `cycles ≈ a·frames + b·bytes` to `samples`; see the module docs.
 pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
     let used: Vec<Sample> = samples.iter().copied().filter(|s| s.frames > 0).collect();
-    let first = solve(&used)?;
-    let resid: Vec<f64> = used
-        .iter()
-        .map(|s| residual(&first.model, s).abs())
-        .collect();
+    let (first, k) = solve(&used)?;
+    let resid: Vec<f64> = used.iter().map(|s| residual(&k, s).abs()).collect();
     let mut sorted = resid.clone();
     sorted.sort_by(f64::total_cmp);
     let limit = OUTLIER_FACTOR * sorted[sorted.len() / 2] + 1.0;
@@ -117,7 +122,7 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
         return Ok(first);
     }
     match solve(&kept) {
-        Ok(f) => Ok(Fit {
+        Ok((f, _)) => Ok(Fit {
             outliers: used.len() - kept.len(),
             ..f
         }),
@@ -126,29 +131,63 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
     }
 }
 
-/// Measured minus modelled cycles of one batch.
-fn residual(m: &FrameCost, s: &Sample) -> f64 {
-    s.cycles as f64 - m.base_cycles() * f64::from(s.frames) - m.cycles_per_byte() * s.bytes as f64
+/// Fitted cycles per batch, per frame and per byte.
+#[derive(Debug, Clone, Copy)]
+struct Coef {
+    batch: f64,
+    frame: f64,
+    byte: f64,
 }
 
-/// The least-squares fit over `used` (all with frames), checked for count and spread.
-fn solve(used: &[Sample]) -> Result<Fit, CalibrateError> {
-    if used.len() < MIN_SAMPLES {
-        return Err(CalibrateError::TooFewSamples {
-            got: used.len(),
-            need: MIN_SAMPLES,
-        });
+/// Measured minus modelled cycles of one batch.
+fn residual(k: &Coef, s: &Sample) -> f64 {
+    s.cycles as f64 - k.batch - k.frame * f64::from(s.frames) - k.byte * s.bytes as f64
+}
+
+/// The determinant of a symmetric 3×3 matrix.
+fn det3(m: &[[f64; 3]; 3]) -> f64 {
+    m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+}
+
+/// `cycles ≈ c + a·frames + b·bytes` by Cramer's rule on the normal equations, if the three
+/// are identifiable and none is negative.
+fn with_batch_term(used: &[Sample]) -> Option<Coef> {
+    let mut m = [[0.0; 3]; 3];
+    let mut r = [0.0; 3];
+    for s in used {
+        let x = [1.0, f64::from(s.frames), s.bytes as f64];
+        for i in 0..3 {
+            for j in 0..3 {
+                m[i][j] += x[i] * x[j];
+            }
+            r[i] += x[i] * s.cycles as f64;
+        }
     }
-    let mean = |s: &Sample| s.bytes / u64::from(s.frames);
-    let min_bytes = used.iter().map(mean).min().unwrap_or(0);
-    let max_bytes = used.iter().map(mean).max().unwrap_or(0);
-    if max_bytes - min_bytes < MIN_SPREAD_BYTES {
-        return Err(CalibrateError::NoSpread {
-            min_bytes,
-            max_bytes,
-            need: MIN_SPREAD_BYTES,
-        });
+    let d = det3(&m);
+    // Relative to the diagonal: near 0 when frames (or bytes) are (nearly) constant or
+    // proportional, where the terms cannot be told apart.
+    if !(d > 1e-9 * m[0][0] * m[1][1] * m[2][2]) {
+        return None;
     }
+    let solve = |col: usize| {
+        let mut mc = m;
+        for (row, v) in mc.iter_mut().zip(r) {
+            row[col] = v;
+        }
+        det3(&mc) / d
+    };
+    let k = Coef {
+        batch: solve(0),
+        frame: solve(1),
+        byte: solve(2),
+    };
+    (k.batch >= 0.0 && k.frame >= 0.0 && k.byte >= 0.0).then_some(k)
+}
+
+/// `cycles ≈ a·frames + b·bytes`, a negative coefficient set to 0 and the other refitted.
+fn without_batch_term(used: &[Sample]) -> Result<Coef, CalibrateError> {
     let (mut sff, mut sfb, mut sbb, mut sfc, mut sbc) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for s in used {
         let (f, b, c) = (f64::from(s.frames), s.bytes as f64, s.cycles as f64);
@@ -171,23 +210,54 @@ fn solve(used: &[Sample]) -> Result<Fit, CalibrateError> {
     } else if b < 0.0 {
         (a, b) = (sfc / sff, 0.0);
     }
-    let model =
-        FrameCost::new(a.max(0.0), b.max(0.0)).map_err(|e| CalibrateError::Degenerate(Some(e)))?;
+    Ok(Coef {
+        batch: 0.0,
+        frame: a.max(0.0),
+        byte: b.max(0.0),
+    })
+}
+
+/// The least-squares fit over `used` (all with frames), checked for count and spread.
+fn solve(used: &[Sample]) -> Result<(Fit, Coef), CalibrateError> {
+    if used.len() < MIN_SAMPLES {
+        return Err(CalibrateError::TooFewSamples {
+            got: used.len(),
+            need: MIN_SAMPLES,
+        });
+    }
+    let mean = |s: &Sample| s.bytes / u64::from(s.frames);
+    let min_bytes = used.iter().map(mean).min().unwrap_or(0);
+    let max_bytes = used.iter().map(mean).max().unwrap_or(0);
+    if max_bytes - min_bytes < MIN_SPREAD_BYTES {
+        return Err(CalibrateError::NoSpread {
+            min_bytes,
+            max_bytes,
+            need: MIN_SPREAD_BYTES,
+        });
+    }
+    let k = match with_batch_term(used) {
+        Some(k) => k,
+        None => without_batch_term(used)?,
+    };
+    let model = FrameCost::new(k.frame + k.batch / f64::from(MAX_BURST), k.byte)
+        .map_err(|e| CalibrateError::Degenerate(Some(e)))?;
     let sq: f64 = used
         .iter()
         .map(|s| {
-            let r = residual(&model, s) / (s.cycles as f64).max(1.0);
+            let r = residual(&k, s) / (s.cycles as f64).max(1.0);
             r * r
         })
         .sum();
-    Ok(Fit {
+    let fit = Fit {
         model,
+        batch_cycles: k.batch,
         samples: used.len(),
         outliers: 0,
         min_frame_bytes: min_bytes,
         max_frame_bytes: max_bytes,
         rms_relative_error: (sq / used.len() as f64).sqrt(),
-    })
+    };
+    Ok((fit, k))
 }
 
 #[cfg(test)]
@@ -218,11 +288,40 @@ mod tests {
         assert!((f.model.base_cycles() - 1300.0).abs() < 1e-6, "{f:?}");
         assert!((f.model.cycles_per_byte() - 0.25).abs() < 1e-9, "{f:?}");
         assert_eq!((f.samples, f.outliers), (200, 0));
+        assert!(f.batch_cycles.abs() < 1e-3, "{f:?}");
         assert!(f.rms_relative_error < 1e-9);
         assert!(
             f.min_frame_bytes <= 70 && f.max_frame_bytes >= 1400,
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn a_per_batch_cost_is_recovered_and_spread_over_a_full_batch() {
+        let samples: Vec<Sample> = exact(200, 1300, 1)
+            .into_iter()
+            .map(|s| Sample {
+                cycles: s.cycles + 6_400,
+                ..s
+            })
+            .collect();
+        let f = fit(&samples).unwrap();
+        assert!((f.batch_cycles - 6_400.0).abs() < 1e-3, "{f:?}");
+        assert!((f.model.base_cycles() - 1_500.0).abs() < 1e-3, "{f:?}");
+        assert!((f.model.cycles_per_byte() - 0.25).abs() < 1e-6, "{f:?}");
+        assert!(f.rms_relative_error < 1e-6);
+        // Full batches only: the batch term cannot be told from the frame term.
+        let full: Vec<Sample> = samples
+            .iter()
+            .map(|s| Sample {
+                frames: 32,
+                bytes: s.bytes / u64::from(s.frames) * 32,
+                cycles: 6_400 + 1300 * 32 + s.bytes / u64::from(s.frames) * 8,
+            })
+            .collect();
+        let f = fit(&full).unwrap();
+        assert_eq!(f.batch_cycles, 0.0);
+        assert!((f.model.base_cycles() - 1_500.0).abs() < 1e-3, "{f:?}");
     }
 
     #[test]

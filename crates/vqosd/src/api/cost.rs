@@ -111,6 +111,7 @@ impl Api {
             &CalibrationView {
                 base_cycles: fit.model.base_cycles(),
                 cycles_per_byte: fit.model.cycles_per_byte(),
+                batch_cycles: fit.batch_cycles,
                 samples: fit.samples,
                 outliers: fit.outliers,
                 min_frame_bytes: fit.min_frame_bytes,
