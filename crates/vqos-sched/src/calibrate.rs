@@ -168,7 +168,8 @@ fn with_batch_term(used: &[Sample]) -> Option<Coef> {
     let d = det3(&m);
     // Relative to the diagonal: near 0 when frames (or bytes) are (nearly) constant or
     // proportional, where the terms cannot be told apart.
-    if !(d > 1e-9 * m[0][0] * m[1][1] * m[2][2]) {
+    // A NaN determinant (sums overflowed to infinity) is refused too.
+    if d.is_nan() || d <= 1e-9 * m[0][0] * m[1][1] * m[2][2] {
         return None;
     }
     let solve = |col: usize| {
