@@ -13,12 +13,15 @@
 //! - [`wire`]: `PolicyPatch` (a partial policy in a request), `PortRequest`, `PolicyView`,
 //!   `PortView`, `StatsView`, `HealthView`, `ReloadView`, `ErrorBody`, `MacAddr`, `Rate`, `Size`,
 //!   `check_port_name`.
+//! - [`cost`]: `CostModelView`, `CalibrateRequest`, `CalibrationView` (the cost model and
+//!   `POST /v1/calibrate`).
 //! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod cost;
 pub mod http;
 pub mod stats;
 pub mod wire;

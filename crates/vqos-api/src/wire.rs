@@ -448,6 +448,9 @@ pub struct StatsView {
     /// Learnt MAC addresses.
     #[serde(default)]
     pub mac_entries: u64,
+    /// How purchases are priced in cycles (as `GET /v1/cost-model`, without the samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<crate::cost::CostModelView>,
 }
 
 /// How the forwarding loop is doing, in `GET /v1/health`.

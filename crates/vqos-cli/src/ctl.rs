@@ -454,6 +454,9 @@ fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
         format_rate(s.capacity_bps),
         format_rate(Some(total))
     )?;
+    if let Some(m) = &s.cost_model {
+        writeln!(out, "{}", crate::calibrate::describe_pricing(m))?;
+    }
     writeln!(
         out,
         "{:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod alloc;
+mod calibrate;
 mod cluster;
 mod cluster_sim;
 mod ctl;
@@ -51,6 +52,15 @@ enum Command {
     Stats(ctl::StatsArgs),
     /// Make vqosd re-read its config file and apply what changed (as SIGHUP does).
     Reload(reload::ReloadArgs),
+    /// Fit the running switch's cycle cost model (cycles per frame and per byte); --apply
+    /// installs it.
+    ///
+    /// The model is cycles(frame) = base_cycles + cycles_per_byte * bytes, fitted by least
+    /// squares over the last 1024 vif batches the switch forwarded (frames, bytes and the cycles
+    /// each batch took). c2qos, and vqos with cost = "cycles", price every purchase with it: a
+    /// purchase of R bit/s needs R / (8 * S) frames per second of S bytes (price_frame_bytes,
+    /// the iMIX average 354 by default), each costing cycles(S).
+    Calibrate(calibrate::CalibrateArgs),
     /// Run a scenario on real traffic in network namespaces (vqosd or a kernel baseline).
     Lab(lab::LabArgs),
     /// Tenant and vif policies across hosts, in etcd; the hosts' status (docs/cluster.md).
@@ -103,6 +113,7 @@ fn main() {
         Command::Policy(args) => ctl::policy(&conn, args),
         Command::Stats(args) => ctl::stats(&conn, args),
         Command::Reload(args) => reload::run(&conn, args),
+        Command::Calibrate(args) => calibrate::run(&conn, args),
         Command::Lab(args) => lab::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Completions { shell } => {

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use vqos_sched::{PolicySet, VifPolicy, VifSpec};
 
+use crate::calib::CostSamples;
 use crate::config::{PortSpec, Readiness, SwitchConfig};
 use crate::error::SwitchError;
 use crate::runner::{Answer, Command, Runner, WAKE_TOKEN};
@@ -48,6 +49,8 @@ pub struct SwitchHandle {
     stats: Arc<Mutex<Arc<SwitchStats>>>,
     /// The uplink's name.
     uplink: String,
+    /// The loop's per-batch cost samples (written by the loop, read here).
+    cost_samples: Arc<CostSamples>,
     /// The loop's clock origin (its `time_ns` counts from here).
     origin: Instant,
 }
@@ -79,6 +82,7 @@ impl SwitchHandle {
         let mut sw = Switch::new(config, 0)?;
         let uplink = sw.uplink_name().to_string();
         let policies = sw.policies().clone();
+        let cost_samples = sw.cost_samples().clone();
         let wake = Arc::new(EventFd::new()?);
         let pending = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
@@ -116,6 +120,7 @@ impl SwitchHandle {
             wake,
             stats,
             uplink,
+            cost_samples,
             origin,
         })
     }
@@ -241,6 +246,12 @@ impl SwitchHandle {
         self.pending.store(true, Ordering::Release);
         self.wake.signal();
         Ok(())
+    }
+
+    /// The last vif batches' frames, bytes and cycles ([`CostSamples`]), read without waiting
+    /// for the loop.
+    pub fn cost_samples(&self) -> &CostSamples {
+        &self.cost_samples
     }
 
     /// The latest stats snapshot (published by the loop every `stats_interval_ns`).

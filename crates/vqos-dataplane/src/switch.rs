@@ -24,6 +24,7 @@ use vqos_sched::{
     Engine, EngineKind, PolicySet, Scheduler, Step, TokenBucket, Usage, VifPolicy, VifSpec,
 };
 
+use crate::calib::CostSamples;
 use crate::config::{EmulatedWork, MacPolicy, PortSpec, SwitchConfig};
 use crate::error::SwitchError;
 use crate::frame::format_mac;
@@ -79,6 +80,8 @@ pub struct Switch {
     flood_unknown_to_vifs: bool,
     /// Loop counters.
     pub(crate) counters: LoopStats,
+    /// The last vif batches' frames, bytes and cycles, for calibration (shared with readers).
+    cost_samples: Arc<CostSamples>,
     /// When stats are next due, ns.
     next_stats_ns: u64,
     /// When the MAC table is next swept, ns.
@@ -133,6 +136,7 @@ impl Switch {
                 cycles_unit: CYCLES_UNIT,
                 ..Default::default()
             },
+            cost_samples: Arc::new(CostSamples::new()),
             next_stats_ns: now_ns,
             next_age_ns: now_ns.saturating_add(1_000_000_000),
         };
@@ -157,6 +161,11 @@ impl Switch {
     /// Which engine runs.
     pub fn engine_kind(&self) -> EngineKind {
         self.engine_kind
+    }
+
+    /// The last vif batches' costs ([`CostSamples`]; share the `Arc` with readers).
+    pub fn cost_samples(&self) -> &Arc<CostSamples> {
+        &self.cost_samples
     }
 
     /// The experiments' emulated work, if any.
@@ -507,6 +516,8 @@ impl Switch {
             bytes,
             cycles: cycles().wrapping_sub(t0),
         };
+        self.cost_samples
+            .record(usage.packets, usage.bytes, usage.cycles);
         self.sched.charge(granted, usage, now_ns);
         got
     }

@@ -309,6 +309,18 @@ pub fn vqosd_config(
             sc.cost_model.emulate_batch
         ));
     }
+    if let Ok(Some(p)) = sc.cost_model.pricing() {
+        // Purchases priced with the scenario's model, as the simulator prices them.
+        if let Some(m) = p.model {
+            s.push_str(&format!(
+                "\n[cost_model]\nbase_cycles = {:?}\ncycles_per_byte = {:?}\n\
+                 price_frame_bytes = {}\n",
+                m.base_cycles(),
+                m.cycles_per_byte(),
+                p.frame_bytes
+            ));
+        }
+    }
     let c = &sc.controller;
     if sc.fairness {
         s.push_str("\n[fairness]\n");
@@ -1015,6 +1027,27 @@ mod tests {
         );
         // NC is the router's bottleneck, not the host's 10 Gbit/s.
         assert_eq!(pid.capacity_bps, 940_000_000);
+    }
+
+    #[test]
+    fn vqosd_config_prices_purchases_as_the_simulator_does() {
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"10Gbit\"\nengine = \"c2qos\"\n\
+             cpu_hz = 1540000000\n[cost_model]\nper_packet_cycles = 1000.0\n\
+             per_byte_cycles = 0.25\nclassify_cycles = 300.0\nprice_frame_bytes = 1518\n\
+             [[vm]]\nname = \"vm1\"\nmax = \"4Gbit\"\n",
+        )
+        .unwrap();
+        let p = vec![sc.vms[0].initial.policy.clone()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
+        let (switch, sim) = (parsed.policy_set(), sc.policies_at(0));
+        assert_eq!(switch.pricing, sim.pricing, "{cfg}");
+        assert_eq!(switch.pricing.frame_bytes, 1518);
+        assert_eq!(
+            switch.cost_per_sec(4_000_000_000),
+            sim.cost_per_sec(4_000_000_000)
+        );
     }
 
     #[test]

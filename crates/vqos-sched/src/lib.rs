@@ -18,7 +18,9 @@
 
 pub mod alloc;
 pub mod bucket;
+pub mod calibrate;
 pub mod controllers;
+pub mod cost;
 pub mod driver;
 pub mod engine;
 pub mod engines;
@@ -30,6 +32,7 @@ pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};
 pub use bucket::TokenBucket;
+pub use cost::{CostError, CycleCostModel, FrameCost, Pricing};
 pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};
 pub use engine::{Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST};
 pub use engines::build;

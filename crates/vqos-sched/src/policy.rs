@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::cost::{CostError, Pricing};
 use crate::units::{format_bytes, format_rate};
 
 /// Index of a vif in its [`PolicySet`] (dense, `0..len`).
@@ -186,6 +187,19 @@ pub enum PolicyError {
     /// The cycle cost model needs a cycle budget.
     #[error("The cycles cost model needs cycles_per_sec > 0")]
     NeedsCycleBudget,
+    /// The pricing of purchases in cycles is not valid.
+    #[error(transparent)]
+    Pricing(#[from] CostError),
+    /// The guarantees the engine gives need more of the core (or link) than may be sold.
+    #[error("Purchases need {sold}, more than the {budget} the switch may sell ({engine})")]
+    Oversold {
+        /// The engine whose guarantees were priced.
+        engine: String,
+        /// Σ of the guarantees, priced.
+        sold: String,
+        /// What may be sold.
+        budget: String,
+    },
 }
 
 /// All vifs sharing one uplink, with the link's capacity and the cost model.
@@ -197,6 +211,10 @@ pub struct PolicySet {
     pub cost: CostModel,
     /// Cycles per second the forwarding core can spend (used by the cycles cost model).
     pub cycles_per_sec: u64,
+    /// How the cycles cost model prices purchases ([`crate::cost`]); the default prices them
+    /// as their share of the capacity.
+    #[serde(default)]
+    pub pricing: Pricing,
     /// The vifs; a vif's [`VifId`] is its index here.
     pub vifs: Vec<VifSpec>,
 }
@@ -208,6 +226,7 @@ impl PolicySet {
             capacity_bps,
             cost: CostModel::Bytes,
             cycles_per_sec: 2_000_000_000,
+            pricing: Pricing::default(),
             vifs: Vec::new(),
         }
     }
@@ -252,6 +271,7 @@ impl PolicySet {
         if self.cost == CostModel::Cycles && self.cycles_per_sec == 0 {
             return Err(PolicyError::NeedsCycleBudget);
         }
+        self.pricing.validate()?;
         // Linear in the vifs: the data plane validates every snapshot on its forwarding thread.
         let mut seen = std::collections::HashSet::with_capacity(self.vifs.len());
         for v in &self.vifs {
@@ -283,16 +303,20 @@ impl PolicySet {
 
     /// Cost units per second that a rate of `bps` is worth under this set's cost model.
     ///
-    /// Bytes: `bps / 8`. Cycles: the share of the core that the rate is of the capacity, i.e. a
-    /// tenant who bought a quarter of the link gets a quarter of the core's cycles (C2QoS prices
-    /// bandwidth in cycles at the reference packet size). With cycles and no finite capacity, the
-    /// rate is priced at 1 cycle per bit as a documented fallback.
+    /// Bytes: `bps / 8`. Cycles with a frame cost model ([`Pricing::model`]): the frames per
+    /// second `bps` is at the reference frame size times what one such frame costs,
+    /// `bps / (8·S) · (base_cycles + cycles_per_byte·S)` (C2QoS §III-B: purchased bandwidth
+    /// priced under the reference traffic). Cycles without a model: the share of the core that
+    /// the rate is of the capacity (a tenant who bought a quarter of the link gets a quarter of
+    /// the core's cycles); with no finite capacity either, 1 cycle per bit as a documented
+    /// fallback.
     pub fn cost_per_sec(&self, bps: u64) -> u64 {
         match self.cost {
             CostModel::Bytes => bps / 8,
-            CostModel::Cycles => match self.capacity_bps {
+            CostModel::Cycles => match (self.pricing.model, self.capacity_bps) {
+                (Some(m), _) => m.cycles_per_sec(bps, self.pricing.frame_bytes),
                 // bps <= 2^64 and cycles_per_sec <= 2^64: the product fits in u128.
-                Some(cap) if cap > 0 => {
+                (None, Some(cap)) if cap > 0 => {
                     let v = u128::from(bps) * u128::from(self.cycles_per_sec) / u128::from(cap);
                     u64::try_from(v).unwrap_or(u64::MAX)
                 }

@@ -148,71 +148,9 @@ struct RawExpect {
     vms: Option<Vec<String>>,
 }
 
-/// Per-packet CPU cost of the switch, after C2QoS §III: ingress (copy, grows with size),
-/// classification (grows with the number of flows), egress; times a deployment factor.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CycleCostModel {
-    /// Fixed ingress + egress cycles per packet.
-    pub per_packet_cycles: f64,
-    /// Ingress copy cycles per byte.
-    pub per_byte_cycles: f64,
-    /// Classification cycles per packet with a warm flow cache.
-    pub classify_cycles: f64,
-    /// Extra classification cost (fraction) when the flows overflow the flow cache.
-    pub miss_factor: f64,
-    /// Flows the exact-match cache holds before misses begin.
-    pub flow_cache_entries: u32,
-    /// Deployment multiplier (remote NUMA 1.4–1.5, 2 cores 1.47, ...).
-    pub deployment_factor: f64,
-    /// In the lab, make every vif batch of vqosd take at least the model's cycles (`[emulate]`
-    /// of vqosd: it spins on the cycle counter when its real work was quicker), so the real
-    /// switch's core has the model's cost and the simulator's capacity. The model's cycles are
-    /// then the counter's (TSC) cycles: give the scenario the counter's rate as `cpu_hz`. The
-    /// simulator ignores the flag. Default false.
-    pub emulate_in_lab: bool,
-    /// With `emulate_in_lab`: most frames per vif batch of the lab's vqosd (0: no limit, the
-    /// engine's 32). A core slowed down to the model's cost that kept batches of 32 would hold
-    /// a latency-sensitive vif that much longer behind a batch in progress than the emulated
-    /// core does. The simulator (which has no latency) ignores it.
-    pub emulate_batch: u32,
-}
-
-impl Default for CycleCostModel {
-    fn default() -> Self {
-        // Calibrated so a 2 GHz core forwards about 10 Gbit/s of 1518-byte frames (~2 400
-        // cycles each) and 64-byte frames cost ~10× more cycles per bit (C2QoS Fig. 2).
-        CycleCostModel {
-            per_packet_cycles: 800.0,
-            per_byte_cycles: 0.9,
-            classify_cycles: 200.0,
-            miss_factor: 1.0,
-            flow_cache_entries: 8192,
-            deployment_factor: 1.0,
-            emulate_in_lab: false,
-            emulate_batch: 0,
-        }
-    }
-}
-
-impl CycleCostModel {
-    /// Cycles to forward one packet of `bytes` when `flows` flows cross the switch.
-    pub fn cycles(&self, bytes: u32, flows: u32) -> f64 {
-        self.frame_cycles(flows) + self.byte_cycles() * f64::from(bytes)
-    }
-
-    /// The part of [`cycles`](Self::cycles) every packet costs whatever its size.
-    pub fn frame_cycles(&self, flows: u32) -> f64 {
-        let miss = (f64::from(flows) / f64::from(self.flow_cache_entries.max(1))).min(1.0);
-        let classify = self.classify_cycles * (1.0 + self.miss_factor * miss);
-        (self.per_packet_cycles + classify) * self.deployment_factor
-    }
-
-    /// The part of [`cycles`](Self::cycles) per byte of a packet.
-    pub fn byte_cycles(&self) -> f64 {
-        self.per_byte_cycles * self.deployment_factor
-    }
-}
+/// The per-packet CPU cost model (`[cost_model]`): defined with the pricing it feeds in
+/// `vqos-sched`, re-exported here under its old path.
+pub use vqos_sched::cost::CycleCostModel;
 
 /// Parameters of the controllers (optional `[controller]` table).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Default)]
@@ -687,6 +625,10 @@ impl Scenario {
         if scenario.cpu_hz == 0 {
             return Err(invalid("cpu_hz: must be greater than 0"));
         }
+        scenario
+            .cost_model
+            .pricing()
+            .map_err(|e| invalid(format!("cost_model: {e}")))?;
         scenario.expectations = raw
             .expect
             .iter()
@@ -694,9 +636,9 @@ impl Scenario {
             .collect::<Result<_, _>>()?;
         // Every phase's policy set must be valid.
         for p in scenario.phases() {
-            scenario
-                .policies_at(p.0)
-                .validate()
+            let set = scenario.policies_at(p.0);
+            set.validate()
+                .and_then(|()| set.check_sold(scenario.engine))
                 .map_err(|source| ScenarioError::Policy {
                     at_s: p.0 as f64 / 1e9,
                     source,
@@ -801,6 +743,9 @@ impl Scenario {
         let mut set = PolicySet::new(Some(self.capacity_bps));
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
+        if let Ok(Some(pricing)) = self.cost_model.pricing() {
+            set.pricing = pricing;
+        }
         for (vm, (s, _, _)) in self.vms.iter().zip(self.state_at(t_ns)) {
             set = set.with_vif(&vm.name, self.direction_policy(&s.policy));
         }
@@ -1020,15 +965,5 @@ near_reference_pct = 3
             .unwrap_err()
             .to_string()
             .contains("both on and off"));
-    }
-
-    #[test]
-    fn cost_model_prices_small_packets_per_bit() {
-        let m = CycleCostModel::default();
-        let per_bit_small = m.cycles(64, 10) / 512.0;
-        let per_bit_big = m.cycles(1518, 10) / (1518.0 * 8.0);
-        let ratio = per_bit_small / per_bit_big;
-        assert!((7.0..=13.0).contains(&ratio), "ratio {ratio}");
-        assert!(m.cycles(1518, 100_000) > m.cycles(1518, 10));
     }
 }

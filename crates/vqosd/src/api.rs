@@ -14,6 +14,8 @@
 //! | `/v1/policies/NAME` | GET, PUT |
 //! | `/v1/stats` | GET |
 //! | `/v1/reload` | POST |
+//! | `/v1/cost-model` | GET |
+//! | `/v1/calibrate` | POST |
 //! | `/metrics` | GET |
 
 use std::collections::BTreeMap;
@@ -39,6 +41,7 @@ use vqos_api::wire::ClusterHealthView;
 use vqos_cluster::Share;
 
 mod cluster;
+mod cost;
 mod reload;
 
 /// Why the API could not start.
@@ -255,10 +258,12 @@ impl Api {
                 }
             }
         }
-        set.validate().map_err(|source| ApiError::Restore {
-            path: config.state_file.clone(),
-            source,
-        })?;
+        set.validate()
+            .and_then(|()| set.check_sold(config.engine))
+            .map_err(|source| ApiError::Restore {
+                path: config.state_file.clone(),
+                source,
+            })?;
         if ports.len() > config.max_ports {
             return Err(ApiError::TooManyPorts {
                 path: config.state_file.clone(),
@@ -361,6 +366,8 @@ impl Api {
             (["v1", "policies", name], "PUT") => self.set_policy(name, &req.body),
             (["v1", "stats"], "GET") => Ok(Response::json(200, &self.stats())),
             (["v1", "reload"], "POST") => self.reload_request(caller),
+            (["v1", "cost-model"], "GET") => Ok(self.get_cost_model()),
+            (["v1", "calibrate"], "POST") => self.calibrate(&req.body),
             (["metrics"], "GET") => Ok(Response::text(
                 200,
                 metrics::CONTENT_TYPE,
@@ -478,6 +485,7 @@ impl Api {
         next.set
             .validate()
             .map_err(|e| (policy_status(&e), e.to_string()))?;
+        self.check_sold(&next.set)?;
         let port = PortConfig::from_request(&req).map_err(|e| (422, e))?;
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != port.name);
@@ -560,6 +568,7 @@ impl Api {
             .set
             .with_policy(name, policy.clone())
             .map_err(|e| (policy_status(&e), e.to_string()))?;
+        self.check_sold(&next_set)?;
         let next = View {
             set: next_set,
             ..v.clone()
@@ -678,6 +687,8 @@ impl Api {
             ports,
             loops: raw.loops,
             mac_entries: raw.mac_entries,
+            cost_model: (set.cost == vqos_sched::CostModel::Cycles)
+                .then(|| self.cost_model_view(&view, 0)),
         }
     }
 }
@@ -702,7 +713,8 @@ fn allowed(segs: &[&str]) -> Option<&'static str> {
         ["v1", "ports"] => Some("GET, POST"),
         ["v1", "ports", _] => Some("GET, DELETE"),
         ["v1", "policies", _] => Some("GET, PUT"),
-        ["v1", "reload"] => Some("POST"),
+        ["v1", "reload"] | ["v1", "calibrate"] => Some("POST"),
+        ["v1", "cost-model"] => Some("GET"),
         _ => None,
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
@@ -178,6 +179,11 @@ pub trait Backend: Send + Sync {
     fn stats(&self) -> SwitchStats;
     /// Whether the forwarding loop is alive and reporting (`/v1/health`, the watchdog).
     fn loop_health(&self) -> LoopHealth;
+    /// The last vif batches' frames, bytes and cycles, for calibration (`POST /v1/calibrate`);
+    /// none by default.
+    fn cost_samples(&self) -> Vec<Sample> {
+        Vec::new()
+    }
     /// Stops forwarding; called once when the daemon leaves.
     fn stop(&self);
 }
@@ -213,6 +219,10 @@ struct MockState {
     stopped: bool,
     /// What `loop_health` reports; `None`: a live loop (dead once stopped).
     health: Option<LoopHealth>,
+    /// What `cost_samples` reports.
+    samples: Vec<Sample>,
+    /// The last set `set_policies` installed.
+    last_set: Option<PolicySet>,
 }
 
 /// The stats interval the mock pretends its loop has, ns (the data plane's default).
@@ -265,6 +275,16 @@ impl MockBackend {
         self.lock().stopped
     }
 
+    /// Makes `cost_samples` report `samples` from now on (batches a loop would have measured).
+    pub fn set_cost_samples(&self, samples: Vec<Sample>) {
+        self.lock().samples = samples;
+    }
+
+    /// The policy set last installed by `set_policies` with its pricing, if any.
+    pub fn last_policies(&self) -> Option<PolicySet> {
+        self.lock().last_set.clone()
+    }
+
     /// Makes `loop_health` report `health` from now on (simulates a dead or hung loop).
     pub fn set_loop_health(&self, health: LoopHealth) {
         self.lock().health = Some(health);
@@ -315,6 +335,7 @@ impl Backend for MockBackend {
                 slot.1 = v.policy.clone();
             }
         }
+        s.last_set = Some(policies.clone());
         Ok(())
     }
 
@@ -370,6 +391,10 @@ impl Backend for MockBackend {
             running: !s.stopped,
             ..LoopHealth::alive(MOCK_STATS_INTERVAL_NS)
         })
+    }
+
+    fn cost_samples(&self) -> Vec<Sample> {
+        self.lock().samples.clone()
     }
 
     fn stop(&self) {

@@ -39,6 +39,12 @@
 //! # also: max_out (= max, what the vm sends), max_in = "100Mbit" (what it receives; default:
 //! # the same as max, "unlimited": none), burst = "64KiB" (sent above max after idling)
 //!
+//! [cost_model]                # optional, with cost = "cycles": how purchases are priced
+//! base_cycles = 1300.0        # cycles(frame) = base_cycles + cycles_per_byte · bytes
+//! cycles_per_byte = 0.25      # (fit them with `vqos calibrate`); neither: a purchase's share
+//! price_frame_bytes = 354     # of the capacity is its share of the core. Frames purchases are
+//! core_share = 1.0            # priced at (iMIX); share of cycles_per_sec that may be sold
+//!
 //! [emulate]                   # optional, experiments only: a least cost per vif frame
 //! frame_cycles = 20000        # a vif's batch takes at least these cycle-counter (TSC)
 //! byte_cycles = 0.25          # cycles per frame read plus these per on-wire byte
@@ -74,9 +80,11 @@ use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
 use vqos_sched::engine::MAX_BURST;
 use vqos_sched::units::parse_duration_ns;
-use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
+use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, VifPolicy};
 
 use crate::backend::PortConfig;
+
+mod cost_model;
 use crate::wire::{check_port_name, PortKind, PortRequest, Rate, WireError};
 
 /// How TAP ports move frames (config `tap_io`): the daemon's name for the data plane's
@@ -146,6 +154,9 @@ pub enum ConfigError {
     /// An `[emulate]` value out of range.
     #[error("Invalid config: {0}")]
     Emulate(String),
+    /// A `[cost_model]` value out of range or out of place.
+    #[error("Invalid config: {0}")]
+    CostModel(String),
     /// The token file could not be read.
     #[error("Cannot read token file {path}")]
     TokenFile {
@@ -184,6 +195,7 @@ struct RawConfig {
     fairness: Option<RawFairness>,
     pid_ecn: Option<RawPid>,
     emulate: Option<RawEmulate>,
+    cost_model: Option<cost_model::RawCostModel>,
     cluster: Option<crate::cluster::RawCluster>,
 }
 
@@ -388,6 +400,8 @@ pub struct Config {
     pub cost: CostModel,
     /// The core's cycle budget per second (cost model `cycles`).
     pub cycles_per_sec: u64,
+    /// How purchases are priced in cycles (`[cost_model]`).
+    pub pricing: Pricing,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
     /// How TAP ports move frames.
@@ -449,6 +463,7 @@ impl Config {
         if let Some(c) = raw.cycles_per_sec {
             set.cycles_per_sec = c;
         }
+        set.pricing = cost_model::pricing(raw.cost_model, set.cost)?;
         let mut ports = Vec::with_capacity(raw.port.len());
         for p in raw.port {
             check_port_name(&p.name)?;
@@ -458,6 +473,7 @@ impl Config {
             ports.push((port, policy));
         }
         set.validate()?;
+        set.check_sold(engine)?;
         let max_ports = raw.max_ports.unwrap_or(DEFAULT_MAX_PORTS);
         if max_ports == 0 || ports.len() > max_ports {
             return Err(ConfigError::MaxPorts(format!(
@@ -545,6 +561,7 @@ impl Config {
             engine,
             cost: set.cost,
             cycles_per_sec: set.cycles_per_sec,
+            pricing: set.pricing,
             busy_poll: raw.busy_poll.unwrap_or(false),
             tap_io: raw.tap_io.unwrap_or_default(),
             storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
@@ -573,6 +590,7 @@ impl Config {
         let mut set = PolicySet::new(self.capacity_bps);
         set.cost = self.cost;
         set.cycles_per_sec = self.cycles_per_sec;
+        set.pricing = self.pricing;
         for (p, policy) in &self.ports {
             set = set.with_vif(&p.name, policy.clone());
         }
@@ -590,6 +608,7 @@ impl Config {
             engine,
             cost,
             cycles_per_sec,
+            pricing,
             busy_poll,
             tap_io,
             storm_pps,
@@ -616,6 +635,7 @@ impl Config {
         differ(*engine == next.engine, "engine");
         differ(*cost == next.cost, "cost");
         differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
+        differ(*pricing == next.pricing, "cost_model");
         differ(*busy_poll == next.busy_poll, "busy_poll");
         differ(*tap_io == next.tap_io, "tap_io");
         differ(*storm_pps == next.storm_pps, "storm_pps");

@@ -37,8 +37,9 @@
 //! ## Limitations
 //! - HTTP/1.1 subset: `Content-Length` bodies only (no chunked requests), no keep-alive, no TLS
 //!   (TCP listens on loopback only).
-//! - Engine, cost model and the other switch settings come from the config only; changing them
-//!   needs a restart. Ports, policies, capacity and `max_ports` follow a reload of the config
+//! - Engine, cost (bytes or cycles), `[cost_model]` and the other switch settings come from the
+//!   config only; changing them needs a restart (a model fitted by `POST /v1/calibrate` can be
+//!   installed live, until the restart). Ports, policies, capacity and `max_ports` follow a reload of the config
 //!   file (SIGHUP, `POST /v1/reload`; see [`api`]'s `reload` module and docs/api.md).
 #![deny(missing_docs)]
 

@@ -525,6 +525,7 @@ mod tests {
                 ..Default::default()
             }],
             mac_entries: 4,
+            cost_model: None,
         }
     }
 

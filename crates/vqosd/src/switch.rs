@@ -152,6 +152,10 @@ impl Backend for SwitchBackend {
         self.handle.set_policies(policies.clone()).map_err(convert)
     }
 
+    fn cost_samples(&self) -> Vec<vqos_sched::calibrate::Sample> {
+        self.handle.cost_samples().snapshot()
+    }
+
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
         // The switch takes one probability per vif in the order of its policy set.
         let order = self.handle.policies();
@@ -246,7 +250,7 @@ mod tests {
     use super::*;
     use crate::backend::DROP_REASONS;
     use vqos_dataplane::MemPort;
-    use vqos_sched::EngineKind;
+    use vqos_sched::{EngineKind, PolicyError};
 
     #[test]
     fn drives_a_switch_on_memory_ports() {
@@ -326,6 +330,60 @@ mod tests {
         assert!(b
             .set_policies(&PolicySet::new(Some(1_000_000_000)))
             .is_err());
+    }
+
+    /// The real switch samples its vif batches for calibration, and its c2qos engine refuses an
+    /// overselling set even when nothing checked it before.
+    #[test]
+    fn samples_batches_and_refuses_an_overselling_set() {
+        use vqos_dataplane::frame::{build_frame, VnetHdr};
+        let (uplink, _peer) = MemPort::pair("up0", 1024);
+        let mut sc = SwitchConfig::new(PortSpec::custom(Box::new(uplink)));
+        sc.engine = EngineKind::C2qos;
+        sc.cost = vqos_sched::CostModel::Cycles;
+        sc.capacity_bps = Some(1_000_000_000);
+        let interval_ns = sc.stats_interval_ns;
+        let b = SwitchBackend::from_handle(SwitchHandle::start(sc).unwrap(), interval_ns);
+        let (vm1, peer) = MemPort::pair("vm1", 1024);
+        b.handle()
+            .add_port(PortSpec::custom(Box::new(vm1)), VifPolicy::default())
+            .unwrap();
+        for (i, len) in [60usize, 1400].into_iter().cycle().take(20).enumerate() {
+            let src = 0x02_00_00_00_00_01 + (i as u64 % 2);
+            peer.inject(build_frame(
+                VnetHdr::default(),
+                0x02_00_00_00_00_ff,
+                src,
+                0x0800,
+                &vec![0; len],
+            ));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while b.cost_samples().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let samples = b.cost_samples();
+        assert!(!samples.is_empty());
+        assert!(
+            samples.iter().all(|s| s.frames >= 1 && s.bytes >= 74),
+            "{samples:?}"
+        );
+        let over = b
+            .handle()
+            .policies()
+            .with_policy(
+                "vm1",
+                VifPolicy {
+                    max_bps: Some(2_000_000_000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert!(matches!(
+            b.set_policies(&over),
+            Err(BackendError::Policy(PolicyError::Oversold { .. }))
+        ));
+        b.stop();
     }
 
     #[test]

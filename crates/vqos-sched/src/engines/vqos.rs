@@ -25,7 +25,10 @@
 //!   stops choosing it, and it gets exactly its floor (ANCS Fig. 5: 200 Mbit/s, not 200 plus a
 //!   share). The lead a floored vif builds is capped a couple of batches ahead of the system's
 //!   virtual time, so the moment its weighted share rises above the floor it is back in the fair
-//!   tier. Σ floors ≤ capacity is validated, so floors can always be honoured.
+//!   tier. Σ floors ≤ capacity is validated, so floors can always be honoured; under cycles the
+//!   floors are priced by the set's [`crate::cost::Pricing`] (a frame cost model at a reference
+//!   frame size, or their share of the capacity) and Σ priced floors ≤ the core's sellable
+//!   cycles is checked on `configure` ([`PolicySet::check_sold`]).
 //! - **Priorities.** Among the vifs whose tag is within a small slack of the smallest (1 ms of
 //!   the resource divided by the total weight), the most urgent priority is served first. A
 //!   latency-sensitive vif that sends little is always within the slack (its tag restarts at the
@@ -158,6 +161,7 @@ impl Engine for Vqos {
 
     fn configure(&mut self, policies: &PolicySet, now_ns: u64) -> Result<(), PolicyError> {
         policies.validate()?;
+        policies.check_sold(EngineKind::Vqos)?;
         self.cost = policies.cost;
         self.resource_per_sec = policies
             .capacity_cost_per_sec()

@@ -176,6 +176,7 @@ impl Api {
             }
         }
         nv.set.validate().map_err(|e| refused(422, e))?;
+        self.check_sold(&nv.set).map_err(|(s, e)| refused(s, e))?;
         if nv.ports.len() > next.max_ports {
             return Err(refused(
                 409,
