@@ -117,6 +117,8 @@ struct RawVmKeys {
 #[serde(deny_unknown_fields)]
 struct RawVm {
     name: String,
+    /// Overrides `[topology].direction` for this VM.
+    direction: Option<String>,
     #[serde(flatten)]
     keys: RawVmKeys,
 }
@@ -297,6 +299,8 @@ impl VmSettings {
 pub struct Vm {
     /// Unique name (also the vif's name).
     pub name: String,
+    /// Which way its traffic goes (its own `direction`, else `[topology].direction`).
+    pub direction: Direction,
     /// Settings at time 0.
     pub initial: VmSettings,
     /// When it starts sending, ns.
@@ -377,7 +381,7 @@ pub struct Scenario {
     pub cpu_hz: u64,
     /// Per-packet CPU cost.
     pub cost_model: CycleCostModel,
-    /// Upload or download.
+    /// `[topology].direction`: the default of every VM's [`Vm::direction`].
     pub direction: Direction,
     /// External bottleneck rate, bits/s.
     pub bottleneck_bps: Option<u64>,
@@ -406,6 +410,38 @@ fn rate(what: &str, text: &str) -> Result<Option<u64>, ScenarioError> {
 
 fn time(what: &str, text: &str) -> Result<u64, ScenarioError> {
     parse_duration_ns(text).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+/// `"upload"` or `"download"` (`None` when not given).
+fn parse_direction(what: &str, text: Option<&str>) -> Result<Option<Direction>, ScenarioError> {
+    match text {
+        None => Ok(None),
+        Some("upload") => Ok(Some(Direction::Upload)),
+        Some("download") => Ok(Some(Direction::Download)),
+        Some(other) => Err(invalid(format!(
+            "{what}: '{other}' (expected \"upload\" or \"download\")"
+        ))),
+    }
+}
+
+/// A download VM's data passes the switch's inbound path, which has no scheduler: only the
+/// inbound maximum (`max_in`, else `max`) and PID-ECN act on it. A weight, a minimum or a
+/// priority would be silently ignored (by the switch as by the simulator), so they are refused.
+fn check_download_policy(what: &str, p: &VifPolicy) -> Result<(), ScenarioError> {
+    let d = VifPolicy::default();
+    let key = if p.weight != d.weight {
+        "weight"
+    } else if p.min_bps != d.min_bps {
+        "min"
+    } else if p.priority != d.priority {
+        "priority"
+    } else {
+        return Ok(());
+    };
+    Err(invalid(format!(
+        "{what}: {key} cannot act on a download VM (the switch schedules only what VMs send; \
+         what they receive passes only its inbound maximum, max_in or max)"
+    )))
 }
 
 fn apply_keys(
@@ -538,15 +574,8 @@ impl Scenario {
             }
         };
         let topo = raw.topology.unwrap_or_default();
-        let direction = match topo.direction.as_deref() {
-            None | Some("upload") => Direction::Upload,
-            Some("download") => Direction::Download,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "topology.direction: '{other}' (expected \"upload\" or \"download\")"
-                )))
-            }
-        };
+        let direction = parse_direction("topology.direction", topo.direction.as_deref())?
+            .unwrap_or(Direction::Upload);
         let bottleneck_bps = match &topo.bottleneck {
             Some(b) => rate("topology.bottleneck", b)?,
             None => None,
@@ -593,8 +622,15 @@ impl Scenario {
             if start_ns >= stop_ns {
                 return Err(invalid(format!("{what}: start is not before stop")));
             }
+            let vm_direction =
+                parse_direction(&format!("{what}.direction"), v.direction.as_deref())?
+                    .unwrap_or(direction);
+            if vm_direction == Direction::Download {
+                check_download_policy(&what, &initial.policy)?;
+            }
             vms.push(Vm {
                 name: v.name.clone(),
+                direction: vm_direction,
                 initial,
                 start_ns,
                 stop_ns,
@@ -654,6 +690,9 @@ impl Scenario {
             };
             let what = format!("event at {} for '{}'", e.at, vms[vm].name);
             let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
+            if vms[vm].direction == Direction::Download {
+                check_download_policy(&what, &settings.policy)?;
+            }
             current[vm] = settings.clone();
             events.push(Event {
                 at_ns,
@@ -802,23 +841,34 @@ impl Scenario {
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
         for (vm, (s, _, _)) in self.vms.iter().zip(self.state_at(t_ns)) {
-            set = set.with_vif(&vm.name, self.direction_policy(&s.policy));
+            set = set.with_vif(&vm.name, s.policy);
         }
         set
     }
 
-    /// The policy the engine enforces for a VM in this scenario's direction: upload as
-    /// written; download with the inbound maximum as the max (`max_in`, else `max`, as the
-    /// data plane's downlink bucket) and the engine's default burst (the burst is for what a
-    /// VM sends; the downlink bucket keeps its own depth).
-    pub fn direction_policy(&self, p: &VifPolicy) -> VifPolicy {
-        match self.direction {
+    /// Whether VM `i` receives (its data comes from the uplink) rather than sends.
+    pub fn is_download(&self, i: usize) -> bool {
+        self.vms[i].direction == Direction::Download
+    }
+
+    /// Whether some VMs upload and others download.
+    pub fn mixed_directions(&self) -> bool {
+        let first = self.vms.first().map(|v| v.direction);
+        self.vms.iter().any(|v| Some(v.direction) != first)
+    }
+
+    /// The policy a VM's data meets, for the reference allocation: upload as written (the
+    /// engine's); download only its inbound maximum (`max_in`, else `max`, as the data
+    /// plane's downlink bucket) — weight 1, no minimum, no burst: the switch does not
+    /// schedule what a VM receives.
+    pub fn reference_policy(&self, i: usize, p: &VifPolicy) -> VifPolicy {
+        match self.vms[i].direction {
             Direction::Upload => p.clone(),
             Direction::Download => VifPolicy {
                 max_bps: p.inbound_max_bps(true),
                 max_in_bps: None,
                 burst_bytes: None,
-                ..p.clone()
+                ..VifPolicy::default()
             },
         }
     }

@@ -1,5 +1,12 @@
-//! The discrete-event simulation: sources → vif queues → the engine's poll loop on one core →
-//! the host link → an optional external bottleneck → receivers, with ACKs back to TCP senders.
+//! The discrete-event simulation of what the switch does, in both directions, with ACKs back
+//! to TCP senders:
+//!
+//! - **upload** (a VM sends): sources → vif queue → the engine's poll loop on one core → the
+//!   host link → an optional external bottleneck → receivers;
+//! - **download** (a VM receives): sources outside → the external bottleneck → the host link's
+//!   inbound direction → the switch's inbound path (the VM's inbound maximum, a token bucket
+//!   that drops, then PID-ECN marking) → the VM. No engine: the data plane schedules only what
+//!   VMs send (docs/design.md, "One model of the download direction").
 //!
 //! ## Behavior
 //! - **Sources.** Greedy TCP-like flows (slow start, then AIMD: +1 segment per RTT, halve once
@@ -14,23 +21,36 @@
 //!   [`TX_RING_NS`] decouples the core from the link; when it is full the core waits.
 //! - **The link** serialises at `capacity`; the optional **bottleneck** is a drop-tail FIFO of
 //!   `bottleneck_queue` packets at its own rate, shared by whoever sends (so by connection count).
-//! - **Controllers** run at their own wake times on the per-vif byte counters of the switch, as
-//!   in the daemon: the fairness adjuster's limits become the vifs' maximums (the lower of the
-//!   user's and the controller's), PID-ECN marks CE on ECN-capable packets as they are served.
+//! - **The inbound path** of a download VM is the data plane's: its inbound maximum (`max_in`,
+//!   else `max`) is [`vqos_sched::bucket::link_bucket`], the very bucket the data plane's
+//!   downlink uses (4 ms deep, at least two 64 KiB frames); a packet that finds it empty is
+//!   dropped (`rate_limited`), the TCP sender sees a loss. The host link's inbound direction
+//!   serialises at `capacity` with no queue limit (the sender's own queue).
+//! - **Controllers** run at their own wake times on the per-vif byte counters of the switch
+//!   (sent plus received), as in the daemon: the fairness adjuster's limits become the vifs'
+//!   maximums (the lower of the user's and the controller's; for a download VM the inbound
+//!   maximum follows, as `max` does without `max_in`); PID-ECN marks CE on ECN-capable packets
+//!   of the VM's data direction: as they are served (upload) or as they pass the inbound path
+//!   (download), as the data plane does.
 //! - Deterministic: the only randomness (ECN draws, flow start jitter) comes from the seed.
 //!
 //! ## Limitations
-//! - `direction = "download"` runs the same pipeline (the engine governs each VM's traffic
-//!   through the host link); only the labels differ.
+//! - Inbound packets cost the simulated core no cycles (the data plane reads the uplink in
+//!   the same loop; at the papers' rates the cost is a few % of the core).
+//! - The bottleneck is one FIFO for both directions; a download packet enters it when sent,
+//!   an upload packet when the host link has sent it, up to [`TX_RING_NS`] ahead of the core's
+//!   clock: the two streams are merged in the order they are computed, not exactly in time.
+//! - An unlimited UDP source outside sends at `capacity`.
 //! - No TSO super-frames, no delayed ACKs, no retransmission timeouts (a loss is detected one
 //!   RTT later, as by duplicate ACKs).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use vqos_sched::bucket::{bytes_per_sec, link_bucket};
 use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
 use vqos_sched::controllers::pid_ecn::{PidEcn, PidParams};
-use vqos_sched::{Granted, PolicySet, Scheduler, Step, Usage, Verdict};
+use vqos_sched::{Granted, PolicySet, Scheduler, Step, TokenBucket, Usage, Verdict};
 
 use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};
 
@@ -121,6 +141,9 @@ pub struct VmCounters {
     pub policed: u64,
     /// Packets dropped at the external bottleneck.
     pub bottleneck_drops: u64,
+    /// Packets to a download VM dropped by its inbound maximum (the data plane's
+    /// `rate_limited`).
+    pub rate_limited: u64,
     /// Packets marked CE.
     pub ce_marks: u64,
     /// Cycles the core spent on the vif's packets.
@@ -161,6 +184,10 @@ pub struct Sim<'a> {
     switch_ns: u64,
     /// When the link finishes what it was given.
     link_free_ns: u64,
+    /// When the host link's inbound direction finishes what it was given.
+    link_in_free_ns: u64,
+    /// Each VM's inbound maximum (download VMs), as the data plane's downlink bucket.
+    down_buckets: Vec<Option<TokenBucket>>,
     /// Departure times of packets in the bottleneck queue.
     bottleneck: VecDeque<u64>,
     bottleneck_free_ns: u64,
@@ -243,6 +270,8 @@ impl<'a> Sim<'a> {
             seq: 0,
             switch_ns: 0,
             link_free_ns: 0,
+            link_in_free_ns: 0,
+            down_buckets: vec![None; n],
             bottleneck: VecDeque::new(),
             bottleneck_free_ns: 0,
             bottleneck_bps: sc.bottleneck_bps,
@@ -328,16 +357,41 @@ impl<'a> Sim<'a> {
             }
             self.fill_tcp(i, t);
         }
+        self.configure(t);
+    }
+
+    /// Gives the engine the policies in force (the scenario's, with the controllers' limits)
+    /// and sets every download VM's inbound bucket from them; an unchanged rate keeps its
+    /// bucket, as the data plane's `rebucket` does.
+    fn configure(&mut self, t: u64) {
         let policies = self.effective_policies(t);
         // Validated when the scenario was parsed; the controller's limits never go below a
         // floor, so a failure here would be a bug worth seeing.
         if let Err(e) = self.sched.configure(&policies, t) {
             panic!("policy set at {t} ns refused: {e}");
         }
+        for (i, v) in policies.vifs.iter().enumerate() {
+            let rate = self
+                .sc
+                .is_download(i)
+                .then(|| v.policy.inbound_max_bps(true))
+                .flatten();
+            let b = &mut self.down_buckets[i];
+            *b = match (b.take(), rate) {
+                (_, None) => None,
+                (Some(old), Some(r)) if old.rate_per_sec() == bytes_per_sec(r) => Some(old),
+                (_, Some(r)) => Some(link_bucket(r, t)),
+            };
+        }
     }
 
-    /// Lets the VM's TCP flows put segments into its ring while they may.
+    /// Lets the VM's TCP flows put segments into its ring while they may; a download VM's
+    /// senders outside send them into the inbound path at once.
     fn fill_tcp(&mut self, vm: usize, t: u64) {
+        if self.sc.is_download(vm) {
+            self.send_inbound_tcp(vm, t);
+            return;
+        }
         let v = &mut self.vms[vm];
         if !v.active
             || v.settings.traffic != Traffic::Tcp
@@ -366,8 +420,46 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Turns UDP credit accrued up to `t` into datagrams in the ring (overflow is lost).
+    /// The segments a download VM's flows may send at `t`, through the inbound path.
+    fn send_inbound_tcp(&mut self, vm: usize, t: u64) {
+        let v = &self.vms[vm];
+        if !v.active
+            || v.settings.traffic != Traffic::Tcp
+            || v.flows.is_empty()
+            || !v.settings.is_on(v.start_ns, t)
+        {
+            return;
+        }
+        let n = v.flows.len();
+        let mut idle_rounds = 0;
+        while idle_rounds < n {
+            let v = &mut self.vms[vm];
+            let f = v.flows[v.flow_cursor % n];
+            v.flow_cursor = (v.flow_cursor + 1) % n;
+            let flow = &mut self.flows[f];
+            if f64::from(flow.inflight) < flow.cwnd {
+                flow.inflight += 1;
+                let pkt = Pkt {
+                    flow: f as u32,
+                    bytes: flow.seg_bytes,
+                    sent_ns: t,
+                };
+                self.inbound(vm, pkt, t);
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+            }
+        }
+    }
+
+    /// Turns UDP credit accrued up to `t` into datagrams in the ring (overflow is lost); for
+    /// a download VM, into datagrams through the inbound path (an unlimited source outside
+    /// sends at `capacity`).
     fn fill_udp(&mut self, vm: usize, t: u64) {
+        if self.sc.is_download(vm) {
+            self.send_inbound_udp(vm, t);
+            return;
+        }
         let v = &mut self.vms[vm];
         // `<`, not `<=`: an unlimited source tops its queue up whenever it is asked, also at the
         // instant of its last fill (at its start nothing else would wake the loop for it).
@@ -410,17 +502,115 @@ impl<'a> Sim<'a> {
         v.udp_last_ns = t;
     }
 
+    /// The datagrams a download VM's source outside has produced by `t`, through the inbound
+    /// path.
+    fn send_inbound_udp(&mut self, vm: usize, t: u64) {
+        let v = &mut self.vms[vm];
+        if !v.active || v.settings.traffic != Traffic::Udp || t <= v.udp_last_ns {
+            return;
+        }
+        if !v.settings.is_on(v.start_ns, t) {
+            v.udp_last_ns = t;
+            return;
+        }
+        let rate = v.settings.rate_bps.unwrap_or(self.sc.capacity_bps);
+        let pkt_bits_ns = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
+        v.udp_credit += u128::from(rate) * u128::from(t - v.udp_last_ns);
+        let n = v.udp_credit / pkt_bits_ns;
+        v.udp_credit -= n * pkt_bits_ns;
+        v.udp_last_ns = t;
+        let pkt = Pkt {
+            flow: UDP,
+            bytes: v.settings.packet_size,
+            sent_ns: t,
+        };
+        for _ in 0..n {
+            self.inbound(vm, pkt, t);
+        }
+    }
+
+    /// The external bottleneck for a packet of VM `vm` arriving at `at`: when it leaves, or
+    /// `None` when the queue is full (counted).
+    fn through_bottleneck(&mut self, vm: usize, bytes: u32, at: u64) -> Option<u64> {
+        let Some(b) = self.bottleneck_bps else {
+            return Some(at);
+        };
+        while self.bottleneck.front().is_some_and(|&d| d <= at) {
+            self.bottleneck.pop_front();
+        }
+        if self.bottleneck.len() >= self.sc.bottleneck_queue as usize {
+            self.counters[vm].bottleneck_drops += 1;
+            return None;
+        }
+        let ser_b = (u64::from(bytes) * 8 * NS).div_ceil(b);
+        self.bottleneck_free_ns = self.bottleneck_free_ns.max(at) + ser_b;
+        self.bottleneck.push_back(self.bottleneck_free_ns);
+        Some(self.bottleneck_free_ns)
+    }
+
+    /// A packet sent to download VM `vm` at `t`: the bottleneck, the host link inbound, the
+    /// VM's inbound maximum (drop), PID-ECN's mark, delivery, and the ACK (or loss) one base
+    /// RTT later.
+    fn inbound(&mut self, vm: usize, pkt: Pkt, t: u64) {
+        let tcp = pkt.flow != UDP;
+        let rtt = if tcp {
+            self.flows[pkt.flow as usize].base_rtt_ns
+        } else {
+            0
+        };
+        let Some(at) = self.through_bottleneck(vm, pkt.bytes, t) else {
+            if tcp {
+                self.push_event(t + rtt, pkt.flow as usize, EvKind::Loss);
+            }
+            return;
+        };
+        let ser = (u64::from(pkt.bytes) * 8 * NS).div_ceil(self.sc.capacity_bps);
+        self.link_in_free_ns = self.link_in_free_ns.max(at) + ser;
+        let at = self.link_in_free_ns;
+        if let Some(b) = &mut self.down_buckets[vm] {
+            b.refill(at);
+            if !b.positive() {
+                self.counters[vm].rate_limited += 1;
+                if tcp {
+                    self.push_event(at + rtt, pkt.flow as usize, EvKind::Loss);
+                }
+                return;
+            }
+            b.consume(u64::from(pkt.bytes));
+        }
+        let ce = tcp && self.pid.as_mut().is_some_and(|p| p.should_mark(vm));
+        if ce {
+            self.counters[vm].ce_marks += 1;
+        }
+        self.counters[vm].switched_bytes += u64::from(pkt.bytes);
+        if let Some(b) = self.bins[vm].get_mut((at / BIN_NS) as usize) {
+            *b += u64::from(pkt.bytes);
+            self.counters[vm].delivered_bytes += u64::from(pkt.bytes);
+        }
+        if tcp {
+            let f = pkt.flow as usize;
+            let flow = &mut self.flows[f];
+            flow.srtt_ns = (flow.srtt_ns * 7 + (at + rtt - pkt.sent_ns)) / 8;
+            self.push_event(at + rtt, f, EvKind::Ack { ce });
+        }
+    }
+
     /// When the next UDP datagram of any VM arrives, or an on/off source turns, after `t`.
     fn next_udp_ns(&self, t: u64) -> u64 {
         let mut next = u64::MAX;
-        for v in &self.vms {
+        for (i, v) in self.vms.iter().enumerate() {
             if v.active {
                 next = next.min(v.settings.next_toggle(v.start_ns, t));
             }
             if !v.active || v.settings.traffic != Traffic::Udp || !v.settings.is_on(v.start_ns, t) {
                 continue;
             }
-            if let Some(r) = v.settings.rate_bps {
+            // A download source outside without a rate sends at the capacity.
+            let rate = match v.settings.rate_bps {
+                None if self.sc.is_download(i) => Some(self.sc.capacity_bps),
+                r => r,
+            };
+            if let Some(r) = rate {
                 let pkt = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
                 let need = pkt.saturating_sub(v.udp_credit).div_ceil(u128::from(r));
                 next = next.min(v.udp_last_ns.saturating_add(need as u64).max(t + 1));
@@ -544,10 +734,7 @@ impl<'a> Sim<'a> {
             }
         }
         if changed {
-            let policies = self.effective_policies(t);
-            if let Err(e) = self.sched.configure(&policies, t) {
-                panic!("controller limits refused at {t} ns: {e}");
-            }
+            self.configure(t);
         }
     }
 
@@ -603,24 +790,14 @@ impl<'a> Sim<'a> {
             // The host link.
             let ser = (u64::from(pkt.bytes) * 8 * NS).div_ceil(cap);
             self.link_free_ns = self.link_free_ns.max(at_cpu) + ser;
-            let mut delivered = self.link_free_ns;
             // The external bottleneck.
-            if let Some(b) = self.bottleneck_bps {
-                while self.bottleneck.front().is_some_and(|&d| d <= delivered) {
-                    self.bottleneck.pop_front();
+            let sent = self.link_free_ns;
+            let Some(delivered) = self.through_bottleneck(vm, pkt.bytes, sent) else {
+                if pkt.flow != UDP {
+                    self.push_event(sent + rtt, pkt.flow as usize, EvKind::Loss);
                 }
-                if self.bottleneck.len() >= self.sc.bottleneck_queue as usize {
-                    self.counters[vm].bottleneck_drops += 1;
-                    if pkt.flow != UDP {
-                        self.push_event(delivered + rtt, pkt.flow as usize, EvKind::Loss);
-                    }
-                    continue;
-                }
-                let ser_b = (u64::from(pkt.bytes) * 8 * NS).div_ceil(b);
-                self.bottleneck_free_ns = self.bottleneck_free_ns.max(delivered) + ser_b;
-                delivered = self.bottleneck_free_ns;
-                self.bottleneck.push_back(delivered);
-            }
+                continue;
+            };
             let bin = (delivered / BIN_NS) as usize;
             if let Some(b) = self.bins[vm].get_mut(bin) {
                 *b += u64::from(pkt.bytes);
