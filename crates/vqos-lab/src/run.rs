@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use vqos_probe::flood::{self, run_flood, FloodConfig, FloodSummary};
 
 use vqos_sched::VifPolicy;
-use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
+use vqos_sim::scenario::{Scenario, Traffic, VmSettings};
 use vqos_sim::{build_report, simulate, BIN_NS};
 
 pub use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
@@ -447,7 +447,6 @@ fn drive(
         cleanup,
     )?;
     let nvm = sc.vms.len();
-    let download = sc.direction == Direction::Download;
 
     // Two servers per VM in the sink.
     for i in 0..nvm {
@@ -477,7 +476,7 @@ fn drive(
     let _discard: Vec<UdpSocket> = (0..nvm)
         .map(|i| {
             let port = FLOOD_BASE_PORT + i as u16;
-            if download {
+            if sc.is_download(i) {
                 discard_socket(&topo.vm_ns[i], &topo.vm_ip[i], port)
             } else {
                 discard_socket(&topo.sink_ns, &topo.sink_ip, port)
@@ -549,7 +548,7 @@ fn drive(
                         restarts[i] += 1;
                         let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
                         let generator = if load.traffic == Traffic::Udp {
-                            let (from_ns, to_ip) = if download {
+                            let (from_ns, to_ip) = if sc.is_download(i) {
                                 (&topo.sink_ns, &topo.vm_ip[i])
                             } else {
                                 (&topo.vm_ns[i], &topo.sink_ip)
@@ -566,8 +565,14 @@ fn drive(
                         } else {
                             let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
                             let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
-                            let args =
-                                iperf_args(&title, &topo.sink_ip, port, secs, &load, download);
+                            let args = iperf_args(
+                                &title,
+                                &topo.sink_ip,
+                                port,
+                                secs,
+                                &load,
+                                sc.is_download(i),
+                            );
                             let args: Vec<&str> = args.iter().map(String::as_str).collect();
                             let log =
                                 logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));

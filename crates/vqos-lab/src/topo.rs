@@ -205,9 +205,13 @@ pub struct Topology {
     meters_used: AtomicBool,
     /// Capacity of the host link, bits/s.
     capacity_bps: u64,
-    /// Upload or download.
-    direction: Direction,
+    /// Each VM's direction.
+    directions: Vec<Direction>,
 }
+
+/// The IFB device in the router's namespace that holds the bottleneck shared by both
+/// directions (scenarios whose VMs upload and download).
+const SHARED_BOTTLENECK_DEV: &str = "ifb0";
 
 /// Formats bits/s for tc.
 fn tc_rate(bps: u64) -> String {
@@ -410,7 +414,7 @@ impl Topology {
             meter_max: Mutex::new(vec![None; nvm]),
             meters_used: AtomicBool::new(false),
             capacity_bps: sc.capacity_bps,
-            direction: sc.direction,
+            directions: sc.vms.iter().map(|v| v.direction).collect(),
         };
 
         // The switch and the links from the VMs to the edge (router or sink).
@@ -487,7 +491,7 @@ impl Topology {
                         let mac = vm_mac(i);
                         run(&["ip", "-n", ns, "link", "set", "eth0", "address", &mac])?;
                         run(&["ip", "-n", &sw, "link", "set", &port, "up"])?;
-                        topo.meter_match.push(match sc.direction {
+                        topo.meter_match.push(match sc.vms[i].direction {
                             Direction::Upload => MeterMatch::InPort(i as u32 + 1),
                             Direction::Download => MeterMatch::DlDst(mac),
                         });
@@ -601,6 +605,22 @@ impl Topology {
                 Baseline::Vqos => format!("{prefix}u"),
                 _ => "eth0".to_string(),
             };
+            if sc.mixed_directions() {
+                // One queue for both directions: each router interface's egress is redirected
+                // to an IFB device that holds the bottleneck's tbf (the packets then leave by
+                // the interface they were going to).
+                let ifb = SHARED_BOTTLENECK_DEV;
+                run(&["ip", "-n", &router_ns, "link", "add", ifb, "type", "ifb"])?;
+                run(&["ip", "-n", &router_ns, "link", "set", ifb, "up"])?;
+                for dev in ["r0", toward_switch.as_str()] {
+                    run(&["tc", "-n", &router_ns, "qdisc", "add", "dev", dev, "clsact"])?;
+                    run(&[
+                        "tc", "-n", &router_ns, "filter", "add", "dev", dev, "egress", "protocol",
+                        "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress",
+                        "redirect", "dev", ifb,
+                    ])?;
+                }
+            }
             topo.router = Some((router_ns, "r0".into(), toward_switch));
             topo.set_bottleneck(None, sc.bottleneck_at(0), sc.bottleneck_queue)?;
         }
@@ -727,11 +747,19 @@ impl Topology {
         Ok(())
     }
 
+    /// Where the capacity tbf goes: the uplink's egress when some VM uploads, each download
+    /// VM's port.
     fn egress_devs(&self) -> Vec<String> {
-        match self.direction {
-            Direction::Upload => vec!["upl".into()],
-            Direction::Download => self.ports.clone(),
+        let mut devs = Vec::new();
+        if self.directions.contains(&Direction::Upload) {
+            devs.push("upl".to_string());
         }
+        for (port, d) in self.ports.iter().zip(&self.directions) {
+            if *d == Direction::Download {
+                devs.push(port.clone());
+            }
+        }
+        devs
     }
 
     fn htb_class(&self, i: usize, p: &VifPolicy, verb: &str) -> Result<(), LabError> {
@@ -846,14 +874,19 @@ impl Topology {
         Ok(())
     }
 
-    /// The router's interface that carries the scenario's traffic out: toward the sink for
-    /// upload, toward the switch's uplink for download.
+    /// The router's device that holds the bottleneck: its interface toward the sink when
+    /// every VM uploads, toward the switch's uplink when every VM downloads, and the IFB
+    /// device both interfaces' egress is redirected to when the directions are mixed (one
+    /// queue for both, as the simulator's bottleneck).
     pub fn bottleneck_dev(&self) -> Option<(&str, &str)> {
+        let up = self.directions.contains(&Direction::Upload);
+        let down = self.directions.contains(&Direction::Download);
         self.router
             .as_ref()
-            .map(|(ns, to_sink, to_switch)| match self.direction {
-                Direction::Upload => (ns.as_str(), to_sink.as_str()),
-                Direction::Download => (ns.as_str(), to_switch.as_str()),
+            .map(|(ns, to_sink, to_switch)| match (up, down) {
+                (true, true) => (ns.as_str(), SHARED_BOTTLENECK_DEV),
+                (_, false) => (ns.as_str(), to_sink.as_str()),
+                (false, true) => (ns.as_str(), to_switch.as_str()),
             })
     }
 
@@ -883,17 +916,18 @@ impl Topology {
 
     /// Cumulative bytes each VM has sent (upload) or received (download) through the switch.
     pub fn vm_bytes(&self) -> Result<Vec<u64>, LabError> {
-        let upload = self.direction == Direction::Upload;
+        let upload = |i: usize| self.directions[i] == Direction::Upload;
         if let Some(client) = &self.client {
             let v: serde_json::Value = client
                 .call("GET", "/v1/stats", None)
                 .map_err(|e| LabError::Vqosd(format!("Cannot read stats: {e}")))?;
             let ports = v["ports"].as_array().cloned().unwrap_or_default();
-            let key = if upload { "rx_bytes" } else { "tx_bytes" };
             return Ok(self
                 .ports
                 .iter()
-                .map(|name| {
+                .enumerate()
+                .map(|(i, name)| {
+                    let key = if upload(i) { "rx_bytes" } else { "tx_bytes" };
                     ports
                         .iter()
                         .find(|p| p["name"] == name.as_str())
@@ -906,7 +940,7 @@ impl Topology {
         // OVS counts a VM's packets on its port before the meter drops them: what the switch
         // let through is the port's bytes less the meter's drops (upload).
         let drops = match &self.ovs {
-            Some(o) if upload && self.meters_used.load(Ordering::SeqCst) => o.meter_drops(),
+            Some(o) if self.meters_used.load(Ordering::SeqCst) => o.meter_drops(),
             _ => Default::default(),
         };
         Ok(self
@@ -917,7 +951,11 @@ impl Topology {
                 let bytes = all
                     .iter()
                     .find(|(n, _, _)| n == name)
-                    .map_or(0, |&(_, rx, tx)| if upload { rx } else { tx });
+                    .map_or(0, |&(_, rx, tx)| if upload(i) { rx } else { tx });
+                if !upload(i) {
+                    // A download meter drops after the port's counter: tx is what passed.
+                    return bytes;
+                }
                 bytes.saturating_sub(drops.get(&(i as u32 + 1)).copied().unwrap_or(0))
             })
             .collect())
