@@ -65,6 +65,9 @@ pub struct Report {
     pub checks: Vec<CheckResult>,
     /// Fraction of the switch core that was busy.
     pub cpu_busy: f64,
+    /// The scenario's warnings (keys that cannot act); absent from the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -174,6 +177,7 @@ pub fn build_report(
         phases,
         checks,
         cpu_busy,
+        warnings: sc.warnings.clone(),
     }
 }
 
@@ -388,6 +392,9 @@ pub fn render_text(r: &Report) -> String {
         r.engine,
         r.cpu_busy * 100.0
     );
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
     for (i, p) in r.phases.iter().enumerate() {
         let _ = writeln!(
             s,

@@ -41,7 +41,7 @@ mod raw;
 pub use cost::{ControllerParams, CycleCostModel};
 pub use expect::{Check, Expectation};
 
-use keys::{apply_keys, check_download_policy, parse_direction, rate, time};
+use keys::{apply_keys, download_policy_warning, parse_direction, rate, time};
 use raw::{toml_error, RawScenario, RawVmKeys};
 
 fn invalid(msg: impl Into<String>) -> ScenarioError {
@@ -183,6 +183,9 @@ pub struct Scenario {
     pub events: Vec<Event>,
     /// Expectations.
     pub expectations: Vec<Expectation>,
+    /// What the file sets that cannot act (a weight, minimum or priority on a download VM),
+    /// one line each; the reports repeat them.
+    pub warnings: Vec<String>,
 }
 
 /// Default base RTT inside one host (a namespace or VM to a sink through the switch).
@@ -267,6 +270,7 @@ impl Scenario {
             on_off_ns: None,
         };
         let mut vms: Vec<Vm> = Vec::new();
+        let mut warnings = Vec::new();
         let mut names = BTreeSet::new();
         for v in &raw.vm {
             if !names.insert(v.name.clone()) {
@@ -283,7 +287,7 @@ impl Scenario {
                 parse_direction(&format!("{what}.direction"), v.direction.as_deref())?
                     .unwrap_or(direction);
             if vm_direction == Direction::Download {
-                check_download_policy(&what, &initial.policy)?;
+                warnings.extend(download_policy_warning(&what, &initial.policy));
             }
             vms.push(Vm {
                 name: v.name.clone(),
@@ -348,7 +352,7 @@ impl Scenario {
             let what = format!("event at {} for '{}'", e.at, vms[vm].name);
             let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
             if vms[vm].direction == Direction::Download {
-                check_download_policy(&what, &settings.policy)?;
+                warnings.extend(download_policy_warning(&what, &settings.policy));
             }
             current[vm] = settings.clone();
             events.push(Event {
@@ -379,6 +383,7 @@ impl Scenario {
             vms,
             events,
             expectations: Vec::new(),
+            warnings,
         };
         if scenario.cpu_hz == 0 {
             return Err(invalid("cpu_hz: must be greater than 0"));

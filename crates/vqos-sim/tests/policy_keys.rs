@@ -1,6 +1,6 @@
 //! The policy keys `burst`, `max_in` and `max_out` in scenario files: parsed, refused with the
 //! key named, and in force (upload: `max_out` and the burst; download: `max_in`); the keys that
-//! cannot act on a download VM refused; per-VM directions.
+//! cannot act on a download VM accepted with a warning; per-VM directions.
 
 use vqos_sched::policy::UNLIMITED_IN_BPS;
 use vqos_sim::{run_text, Scenario};
@@ -122,16 +122,19 @@ fn full_error(text: &str) -> String {
 }
 
 #[test]
-fn scheduling_keys_are_refused_on_a_download_vm() {
+fn scheduling_keys_on_a_download_vm_are_accepted_with_a_warning() {
     for (keys, needle) in [
-        ("weight = 3", "vm 'vm1': weight cannot act on a download VM"),
+        (
+            "weight = 3",
+            "vm 'vm1': weight cannot act on a download VM and is ignored",
+        ),
         (
             "min = \"10Mbit\"",
             "vm 'vm1': min cannot act on a download VM",
         ),
         (
-            "priority = 1",
-            "vm 'vm1': priority cannot act on a download VM",
+            "weight = 2\npriority = 1",
+            "vm 'vm1': weight, priority cannot act on a download VM",
         ),
         (
             "[[event]]\nat = \"1s\"\nvm = \"vm1\"\nweight = 2",
@@ -143,15 +146,32 @@ fn scheduling_keys_are_refused_on_a_download_vm() {
         } else {
             scenario("download", keys)
         };
-        let err = full_error(&text);
-        assert!(err.contains(needle), "{keys}: {err}");
+        let s = Scenario::parse(&text).unwrap();
+        assert_eq!(s.warnings.len(), 1, "{keys}: {:?}", s.warnings);
+        assert!(s.warnings[0].contains(needle), "{keys}: {}", s.warnings[0]);
+        // The report repeats it, in the text and in the JSON.
+        let (report, _) = run_text(&text, 1).unwrap();
+        assert!(vqos_sim::render_text(&report).contains(&format!("warning: {needle}")));
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["warnings"][0].as_str().unwrap().contains(needle));
+        // And the key acts on nothing: vm1 and vm2 (no keys) share the link equally.
+        let p = &report.phases[0];
+        assert_eq!(p.vifs["vm1"].expected_bps, p.vifs["vm2"].expected_bps);
     }
+    // No warning without such keys, and none in the JSON.
+    let (report, _) = run_text(&scenario("download", ""), 1).unwrap();
+    assert!(report.warnings.is_empty());
+    assert!(serde_json::to_value(&report)
+        .unwrap()
+        .get("warnings")
+        .is_none());
     // The same keys on an upload VM of a download scenario are the engine's.
     let text = scenario(
         "download",
         "direction = \"upload\"\nweight = 3\nmin = \"10Mbit\"",
     );
     let s = Scenario::parse(&text).unwrap();
+    assert!(s.warnings.is_empty());
     assert!(!s.is_download(0) && s.is_download(1) && s.mixed_directions());
     assert!(full_error(&scenario("upload", "direction = \"sideways\""))
         .contains("vm 'vm1'.direction: 'sideways' (expected \"upload\" or \"download\")"));

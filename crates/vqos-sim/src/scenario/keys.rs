@@ -33,22 +33,26 @@ pub(super) fn parse_direction(
 
 /// A download VM's data passes the switch's inbound path, which has no scheduler: only the
 /// inbound maximum (`max_in`, else `max`) and PID-ECN act on it. A weight, a minimum or a
-/// priority would be silently ignored (by the switch as by the simulator), so they are refused.
-pub(super) fn check_download_policy(what: &str, p: &VifPolicy) -> Result<(), ScenarioError> {
+/// priority there is accepted (the format requires it) but acts on nothing, by the switch as
+/// by the simulator: the warning says so, naming the key.
+pub(super) fn download_policy_warning(what: &str, p: &VifPolicy) -> Option<String> {
     let d = VifPolicy::default();
-    let key = if p.weight != d.weight {
-        "weight"
-    } else if p.min_bps != d.min_bps {
-        "min"
-    } else if p.priority != d.priority {
-        "priority"
-    } else {
-        return Ok(());
-    };
-    Err(invalid(format!(
-        "{what}: {key} cannot act on a download VM (the switch schedules only what VMs send; \
-         what they receive passes only its inbound maximum, max_in or max)"
-    )))
+    let keys: Vec<&str> = [
+        ("weight", p.weight != d.weight),
+        ("min", p.min_bps != d.min_bps),
+        ("priority", p.priority != d.priority),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(k, _)| *k)
+    .collect();
+    (!keys.is_empty()).then(|| {
+        format!(
+            "{what}: {} cannot act on a download VM and is ignored (the switch schedules only \
+             what VMs send; what they receive passes only its inbound maximum, max_in or max)",
+            keys.join(", ")
+        )
+    })
 }
 
 pub(super) fn apply_keys(
