@@ -21,7 +21,7 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
     pub drops: BTreeMap<String, u64>,
-    /// Frames marked ECN CE on their way to the port.
+    /// Frames of the port marked ECN CE: on their way to it, or from it to the uplink.
     pub ecn_marked: u64,
     /// Frames chosen for CE marking but not ECN-capable (left unmarked).
     #[serde(default)]

@@ -428,8 +428,8 @@ pub struct PortStatsView {
     /// enforces `min(policy max, this)`, never below the policy's minimum.
     #[serde(default)]
     pub controller_limit_bps: Option<u64>,
-    /// The PID-ECN controller's CE-marking probability for frames to the vif (`null` for the
-    /// uplink; 0 without the controller).
+    /// The PID-ECN controller's CE-marking probability for the vif's frames, to it and from it
+    /// to the uplink (`null` for the uplink; 0 without the controller).
     #[serde(default)]
     pub ecn_probability: Option<f64>,
 }

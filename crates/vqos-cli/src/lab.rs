@@ -29,7 +29,7 @@ enum LabCommand {
         after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
         link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6, \
-        pid-ecn-unequal, pid-ecn-start-stop.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
+        pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
         --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n\n\
         Writes DIR/summary.md and, per run, a directory with results.json, report.md, plots."
     )]

@@ -223,9 +223,10 @@ impl SwitchHandle {
         (*lock(&self.control).policies).clone()
     }
 
-    /// Sets the probability of marking ECN CE on frames from the uplink to each vif (the
-    /// PID-ECN controller's output), one per vif in the order of [`SwitchHandle::policies`].
-    /// Applied between batches; new ports start at 0.
+    /// Sets the probability of marking ECN CE on each vif's data (the PID-ECN controller's
+    /// output): ECT frames from the uplink to the vif and ECT frames the vif sends to the
+    /// uplink, one per vif in the order of [`SwitchHandle::policies`]. Applied between batches;
+    /// new ports start at 0.
     pub fn set_ecn_probabilities(&self, probabilities: Vec<f64>) -> Result<(), SwitchError> {
         let control = lock(&self.control);
         if probabilities.len() != control.policies.len()

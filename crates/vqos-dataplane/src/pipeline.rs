@@ -9,8 +9,10 @@
 //! its shaper). The caller charges the engine.
 //!
 //! Every frame going from the uplink to a vif, unicast or a flooded copy, passes that vif's
-//! downlink maximum; unicast ones may be CE-marked (a flooded frame is one buffer shared by
-//! all its copies, so its copies are not marked). Unknown unicast from a vif goes to the
+//! downlink maximum; unicast ones may be CE-marked with the vif's ECN probability (a flooded
+//! frame is one buffer shared by all its copies, so its copies are not marked). Frames a vif
+//! sends to the uplink alone may be CE-marked with the same probability after admission, so
+//! the PID-ECN controller marks the data direction of whatever the vif does. Unknown unicast from a vif goes to the
 //! uplink only unless the switch is configured to flood it to the vifs too.
 //!
 //! The pipeline owns only its buffers; it borrows the port table, the MAC table, the
@@ -127,12 +129,23 @@ impl Pipeline {
             if !Self::anti_spoof(s, macs, src, src_mac, now) {
                 continue;
             }
+            let dst = Self::lookup(macs, dst_mac, now);
             if let Some(a) = admission.as_mut() {
-                if !self.admit(s, a, i, wire, now) {
+                let Some(marked) = self.admit(s, a, i, wire, now) else {
                     continue;
+                };
+                // PID-ECN on the data a vif sends: what goes to the uplink alone (unicast,
+                // or unknown unicast that is not flooded to the vifs) may be CE-marked with
+                // the vif's probability, unless the engine marked it already.
+                let to_uplink_only = match dst {
+                    Some(d) => d == 0,
+                    None => !is_group(dst_mac) && !flood_unknown_to_vifs,
+                };
+                if !marked && to_uplink_only {
+                    self.mark_with(s, i);
                 }
             }
-            match Self::lookup(macs, dst_mac, now) {
+            match dst {
                 Some(d) if d == src => {
                     s.c.drops[DropReason::Hairpin] += 1;
                     continue;
@@ -221,8 +234,8 @@ impl Pipeline {
         false
     }
 
-    /// The engine's verdict on frame `i` of a vif batch: dropped (`policed`), forwarded, or
-    /// forwarded with CE set.
+    /// The engine's verdict on frame `i` of a vif batch: dropped (`policed`, `None`),
+    /// forwarded (`Some(false)`), or forwarded with CE set (`Some(true)`).
     fn admit(
         &mut self,
         s: &mut PortEntry,
@@ -230,23 +243,38 @@ impl Pipeline {
         i: usize,
         wire: u64,
         now: u64,
-    ) -> bool {
+    ) -> Option<bool> {
         // wire < 2^26 (see frame::wire_bytes): fits u32.
         match a.sched.admit(a.granted, wire as u32, now) {
-            Verdict::Forward => true,
+            Verdict::Forward => Some(false),
             Verdict::Drop => {
                 s.c.drops[DropReason::Policed] += 1;
-                false
+                None
             }
             Verdict::MarkCe => {
-                // A GSO frame is marked once: every segment cut from it carries CE.
-                if frame::mark_ce(&mut self.batch.frame_mut(i)[VNET_HDR_LEN..]) {
-                    s.c.ecn_marked += 1;
-                } else {
-                    s.c.ecn_not_ect += 1;
-                }
-                true
+                self.mark(s, i);
+                Some(true)
             }
+        }
+    }
+
+    /// Sets CE on frame `i` and counts it on `s` (`ecn_marked`, or `ecn_not_ect` when the
+    /// frame is not ECT). A GSO frame is marked once: every segment cut from it carries CE.
+    fn mark(&mut self, s: &mut PortEntry, i: usize) {
+        if frame::mark_ce(&mut self.batch.frame_mut(i)[VNET_HDR_LEN..]) {
+            s.c.ecn_marked += 1;
+        } else {
+            s.c.ecn_not_ect += 1;
+        }
+    }
+
+    /// Marks frame `i` with the probability `s` was given (PID-ECN), counted on `s`; no draw
+    /// when the probability is 0.
+    #[inline]
+    fn mark_with(&mut self, s: &mut PortEntry, i: usize) {
+        let threshold = s.ecn_threshold;
+        if threshold > 0 && (self.next_random() >> 32) < threshold {
+            self.mark(s, i);
         }
     }
 
@@ -342,14 +370,7 @@ impl Pipeline {
             if !Self::downlink_allows(slot, wire, now) {
                 return false;
             }
-            let mark = slot.ecn_threshold;
-            if mark > 0 && (self.next_random() >> 32) < mark {
-                if frame::mark_ce(&mut self.batch.frame_mut(i)[VNET_HDR_LEN..]) {
-                    slot.c.ecn_marked += 1;
-                } else {
-                    slot.c.ecn_not_ect += 1;
-                }
-            }
+            self.mark_with(slot, i);
         }
         self.push_out(d, i);
         true

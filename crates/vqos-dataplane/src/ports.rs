@@ -103,7 +103,8 @@ pub(crate) struct PortEntry {
     pub c: PortCounters,
     /// The vif's maximum enforced on uplink→vif frames.
     pub down_bucket: Option<TokenBucket>,
-    /// CE marking probability on uplink→vif frames, scaled to 2^32 (2^32 = always).
+    /// The vif's CE marking probability (PID-ECN), scaled to 2^32 (2^32 = always): applied to
+    /// uplink→vif unicast frames and to the frames the vif sends to the uplink alone.
     pub ecn_threshold: u64,
     /// Moving average of frame size read from this port, bytes (to size capacity-limited
     /// batches).

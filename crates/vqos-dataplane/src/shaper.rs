@@ -13,29 +13,11 @@
 
 use vqos_sched::TokenBucket;
 
-/// Burst absorbed by the capacity and per-vif buckets, in time at their rate (4 ms).
-pub const BUCKET_WINDOW_NS: u64 = 4_000_000;
-/// Smallest bucket depth: two 64 KiB super-frames.
-pub const BUCKET_MIN_DEPTH_BYTES: u64 = 2 * 65_536;
-/// Nanoseconds per second.
-const NS_PER_SEC: u128 = 1_000_000_000;
-
-/// Bytes per second of a rate in bits per second (at least 1).
-#[inline]
-pub fn bytes_per_sec(rate_bps: u64) -> u64 {
-    (rate_bps / 8).max(1)
-}
-
-/// A full byte bucket for `rate_bps`, [`BUCKET_WINDOW_NS`] deep (at least
-/// [`BUCKET_MIN_DEPTH_BYTES`]), with unbounded debt.
-pub fn rate_bucket(rate_bps: u64, now_ns: u64) -> TokenBucket {
-    let rate = bytes_per_sec(rate_bps);
-    // rate < 2^61 and the window < 2^64: the product fits in u128.
-    let depth = (u128::from(rate) * u128::from(BUCKET_WINDOW_NS) / NS_PER_SEC)
-        .max(u128::from(BUCKET_MIN_DEPTH_BYTES))
-        .min(i64::MAX as u128) as u64;
-    TokenBucket::new(rate, depth, u64::MAX, now_ns)
-}
+pub use vqos_sched::bucket::{
+    bytes_per_sec, link_bucket as rate_bucket,
+    LINK_BUCKET_MIN_DEPTH_BYTES as BUCKET_MIN_DEPTH_BYTES,
+    LINK_BUCKET_WINDOW_NS as BUCKET_WINDOW_NS,
+};
 
 /// Keeps `bucket` if it already runs at `rate_bps` (tokens and debt carry over a policy change
 /// that does not touch it), else a fresh one; `None` without a rate.

@@ -138,7 +138,8 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Drops by reason.
     pub drops: DropCounters,
-    /// Frames marked ECN CE (by the engine on ingress, by the ECN probability on egress). A GSO
+    /// Frames marked ECN CE: by the engine on ingress, or with the vif's ECN probability on
+    /// either of its directions (frames to the vif, frames from it to the uplink). A GSO
     /// super-frame counts once; every segment cut from it carries CE.
     pub ecn_marked: u64,
     /// Frames chosen for CE marking but not ECN-capable (Not-ECT, or not IP): left unmarked.
@@ -148,7 +149,8 @@ pub struct PortStats {
     /// Source MAC addresses from this port not learnt because the port's share of the MAC
     /// table (or the table) was full; frames to them are flooded. Not a drop.
     pub mac_learn_refused: u64,
-    /// Probability of CE marking on the uplink→vif direction (vifs only).
+    /// Probability of CE marking of the vif's data, to it from the uplink and from it to the
+    /// uplink (vifs only).
     pub ecn_probability: f64,
     /// The engine's view of the vif (credit, throttled).
     pub engine: Option<VifEngineState>,

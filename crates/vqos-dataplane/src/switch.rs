@@ -298,7 +298,10 @@ impl Switch {
         self.set_policies(next, now_ns)
     }
 
-    /// Sets the CE marking probability of uplink→vif frames, one per vif in policy order.
+    /// Sets each vif's CE marking probability, one per vif in policy order: ECT frames of the
+    /// vif's data direction are marked with it, whichever way the vif's traffic goes —
+    /// uplink→vif unicast frames, and frames the vif sends to the uplink alone (after the
+    /// engine admitted them). Counted on the vif's port (`ecn_marked`, `ecn_not_ect`).
     pub fn set_ecn_probabilities(
         &mut self,
         probabilities: &[f64],

@@ -29,15 +29,18 @@
 //! - Latency: a scenario's `[[probe]]` tables ([`probe`]) run a vqos-probe server in the sink
 //!   and one client per phase in the VM; `results.json` gets `latency` (per probe, per phase
 //!   p50/p99/p99.9) and the report a latency table. The simulator ignores `[[probe]]`.
-//! - `direction = "download"` runs iperf3 in reverse (`-R`); the baselines then shape the
-//!   bridge's ports toward the VMs only with the capacity tbf (no per-VM HTB).
+//! - A download VM (its `direction`, else `[topology].direction`) runs iperf3 in reverse
+//!   (`-R`), its UDP flood from the sink; the baselines then shape the bridge's port toward it
+//!   only with the capacity tbf (no per-VM HTB).
 //! - The scenario's `controllers` (fairness adjuster, PID-ECN) and `[controller]` gains run in
 //!   vqosd (its `controllers` config key; PID-ECN's NC is the tightest link, as in the
 //!   simulator); the baselines run without them. The VMs and the sink run Reno (AIMD, the
 //!   simulator's model) with `net.ipv4.tcp_ecn = 1`, so TCP negotiates ECN and CE marks reach
 //!   the senders (a host default of BBR would ignore them).
-//! - The router's tbf sits on its interface toward the sink for upload and toward the switch's
-//!   uplink for download; bottleneck events change its rate in place (`tc qdisc change`).
+//! - The router's tbf sits on its interface toward the sink when every VM uploads, toward the
+//!   switch's uplink when every VM downloads, and on an IFB device both interfaces' egress is
+//!   redirected to when the directions are mixed (one queue for both, as in the simulator);
+//!   bottleneck events change its rate in place (`tc qdisc change`).
 //! - CPU numbers on a small machine include iperf3's and TCP's own work in softirq.
 //! - Scenarios with `[cost_model] emulate_in_lab` (the switch's core is what is under test) get
 //!   vqosd pinned to a CPU of its own and the lab's threads and children to the others

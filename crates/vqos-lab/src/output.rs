@@ -180,6 +180,13 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
             sim.map_or("–".into(), |p| format!("{:.1} %", p.unfairness * 100.0))
         );
     }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(s, "## Warnings\n");
+        for w in &r.warnings {
+            let _ = writeln!(s, "- {w}");
+        }
+        let _ = writeln!(s);
+    }
     let _ = writeln!(s, "## Expectations of the scenario\n");
     if r.checks.is_empty() {
         let _ = writeln!(s, "The scenario states none.\n");

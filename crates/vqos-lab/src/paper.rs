@@ -61,6 +61,10 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         &["pid-ecn-unequal-uncontrolled.toml", "pid-ecn-unequal.toml"],
     ),
     ("pid-ecn-start-stop", &["pid-ecn-start-stop.toml"]),
+    (
+        "pid-ecn-mixed",
+        &["pid-ecn-mixed-uncontrolled.toml", "pid-ecn-mixed.toml"],
+    ),
 ];
 
 /// What `vqos lab paper` runs.

@@ -5,23 +5,22 @@
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vqos_probe::flood::{self, run_flood, FloodConfig, FloodSummary};
-
 use vqos_sched::VifPolicy;
-use vqos_sim::scenario::{Direction, Scenario, Traffic, VmSettings};
+use vqos_sim::scenario::{Scenario, Traffic};
 use vqos_sim::{build_report, simulate, BIN_NS};
 
 pub use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
 use crate::output;
 use crate::probe::{self, ProbeResult, ProbeSpec, Probes};
-use crate::sys::{self, spawn, Cleanup, Proc};
+use crate::sys::{self, spawn, Cleanup};
 use crate::topo::{self, Baseline, Topology};
 use crate::LabError;
+
+mod generators;
+
+use generators::{discard_socket, flood_failed, iperf_args, start_flood, Client, Generator, Load};
 
 /// First iperf3 server port; VM `i` uses `BASE + 2i` and `BASE + 2i + 1` (alternately, so a
 /// restarted client never meets a server still busy with the previous test).
@@ -29,9 +28,6 @@ const IPERF_BASE_PORT: u16 = 5201;
 
 /// UDP port of VM `i`'s flood at its receiver: `FLOOD_BASE_PORT + i`.
 const FLOOD_BASE_PORT: u16 = 9100;
-
-/// Nice value of a flood thread while it is greedy (see [`start_flood`]).
-const FLOOD_GREEDY_NICE: i32 = 19;
 
 /// Multiplies every time of `sc` by `f`.
 pub fn scale_scenario(sc: &mut Scenario, f: f64) {
@@ -82,191 +78,6 @@ pub fn resample(
                 .collect()
         })
         .collect()
-}
-
-/// What one VM's iperf3 client does; a change restarts it.
-#[derive(Debug, Clone, PartialEq)]
-struct Load {
-    traffic: Traffic,
-    flows: u32,
-    packet_size: u32,
-    rate_bps: Option<u64>,
-}
-
-impl Load {
-    fn of(s: &VmSettings) -> Load {
-        Load {
-            traffic: s.traffic,
-            flows: s.flows.max(1),
-            packet_size: s.packet_size,
-            rate_bps: s.rate_bps,
-        }
-    }
-}
-
-/// One VM's running client.
-struct Client {
-    load: Load,
-    generator: Generator,
-}
-
-/// What sends a VM's traffic.
-///
-/// TCP is iperf3 (real TCP stacks with the scenario's connection count and congestion
-/// control). UDP is [`vqos_probe::flood`] on a thread of this process inside the sender's
-/// namespace: paced at the scenario's on-wire rate (iperf3's `-b` counts payload), and fast
-/// enough for 64-byte frames — iperf3 sends one datagram per system call and reached only
-/// ~15–50 kpps per VM on the lab's 2-core machine, too few to load the switch's core as the
-/// C2QoS experiment needs. The far end has a bound socket that never reads (the frames are
-/// dropped there, without ICMP replies).
-enum Generator {
-    Iperf(Proc),
-    Flood {
-        stop: Arc<AtomicBool>,
-        thread: Option<JoinHandle<Result<Result<FloodSummary, String>, String>>>,
-        /// Where its summary (or error) is written when it stops.
-        log: PathBuf,
-    },
-}
-
-impl Generator {
-    /// Stops it. A flood that failed (it could not enter its namespace, or `sendmmsg` failed
-    /// other than for a full queue) returns its error: the VM sent nothing, or stopped early,
-    /// and a report computed on that would be about traffic that never ran.
-    fn stop(&mut self) -> Result<(), String> {
-        match self {
-            Generator::Iperf(p) => {
-                p.stop(Duration::from_secs(2));
-                Ok(())
-            }
-            Generator::Flood { stop, thread, log } => {
-                stop.store(true, Ordering::Relaxed);
-                let Some(h) = thread.take() else {
-                    return Ok(());
-                };
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err("flood thread panicked".into()))
-                    .and_then(|r| r);
-                let text = match &r {
-                    Ok(sum) => serde_json::to_string_pretty(sum).unwrap_or_default(),
-                    Err(e) => serde_json::json!({ "error": e }).to_string(),
-                };
-                let _ = std::fs::write(log, text + "\n");
-                r.map(|_| ())
-            }
-        }
-    }
-}
-
-impl Drop for Generator {
-    fn drop(&mut self) {
-        // On an error path the run already fails; the flood's own error is in its log.
-        let _ = self.stop();
-    }
-}
-
-fn flood_failed(vm: &str, e: String) -> LabError {
-    LabError::Setup(format!("The UDP flood of {vm} failed: {e}"))
-}
-
-/// A flood of `load` from namespace `ns` to `to` for `secs`; its summary goes to `log`.
-fn start_flood(
-    ns: &str,
-    to: SocketAddr,
-    secs: f64,
-    load: &Load,
-    log: PathBuf,
-) -> Result<Generator, LabError> {
-    let mut cfg = FloodConfig::new(to);
-    cfg.frame_bytes = (load.packet_size as usize).clamp(flood::MIN_FRAME, flood::MAX_FRAME);
-    if cfg.frame_bytes != load.packet_size as usize {
-        eprintln!(
-            "vqos lab: warning: UDP packet_size {} sent as {}-byte frames (the flood's range is \
-             {}..={}); the simulator counts {}-byte packets",
-            load.packet_size,
-            cfg.frame_bytes,
-            flood::MIN_FRAME,
-            flood::MAX_FRAME,
-            load.packet_size
-        );
-    }
-    cfg.rate_bps = load.rate_bps.filter(|&r| r > 0);
-    cfg.duration = Duration::from_secs_f64(secs.max(0.1));
-    // A greedy flood (one that asks for more than it gets) yields the CPU: in the papers'
-    // testbeds every VM had cores of its own; here a spinning generator would otherwise take
-    // the switch's core and the well-behaved senders' CPU, and the experiment would measure
-    // the host's scheduler instead of the switch.
-    cfg.greedy_nice = Some(FLOOD_GREEDY_NICE);
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let thread = sys::in_netns(ns, move || {
-        run_flood(&cfg, Some(&flag)).map_err(|e| format!("{e:#}"))
-    })?;
-    Ok(Generator::Flood {
-        stop,
-        thread: Some(thread),
-        log,
-    })
-}
-
-/// A UDP socket bound to `ip:port` inside namespace `ns` that is never read: a flood's
-/// datagrams are dropped there (receive buffer full) instead of drawing ICMP "port
-/// unreachable" answers back through the switch.
-fn discard_socket(ns: &str, ip: &str, port: u16) -> Result<UdpSocket, LabError> {
-    let addr: SocketAddr = format!("{ip}:{port}")
-        .parse()
-        .map_err(|e| LabError::Invalid(format!("address {ip}:{port}: {e}")))?;
-    let h = sys::in_netns(ns, move || UdpSocket::bind(addr))?;
-    let bound = h
-        .join()
-        .map_err(|_| LabError::Invalid("discard socket thread panicked".into()))?
-        .map_err(LabError::Invalid)?;
-    bound.map_err(|source| LabError::Io {
-        what: format!("UDP discard socket {addr} in {ns}"),
-        source,
-    })
-}
-
-/// The iperf3 client arguments for the TCP `load` for `secs` seconds.
-fn iperf_args(
-    title: &str,
-    dst: &str,
-    port: u16,
-    secs: f64,
-    load: &Load,
-    download: bool,
-) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "iperf3".into(),
-        "-c".into(),
-        dst.into(),
-        "-p".into(),
-        port.to_string(),
-        "-t".into(),
-        format!("{:.1}", secs.max(1.0)),
-        "-P".into(),
-        load.flows.to_string(),
-        "-J".into(),
-        "-T".into(),
-        title.into(),
-    ];
-    if download {
-        a.push("-R".into());
-    }
-    // UDP loads are floods ([`Generator`]), never iperf3.
-    debug_assert_eq!(load.traffic, Traffic::Tcp);
-    if load.packet_size != 1500 {
-        // MSS = wire bytes minus Ethernet, IPv4 and TCP headers.
-        a.extend([
-            "-M".into(),
-            load.packet_size.saturating_sub(54).max(88).to_string(),
-        ]);
-    }
-    if let Some(r) = load.rate_bps {
-        a.extend(["-b".into(), r.to_string()]);
-    }
-    a
 }
 
 fn timestamp() -> String {
@@ -447,7 +258,6 @@ fn drive(
         cleanup,
     )?;
     let nvm = sc.vms.len();
-    let download = sc.direction == Direction::Download;
 
     // Two servers per VM in the sink.
     for i in 0..nvm {
@@ -477,7 +287,7 @@ fn drive(
     let _discard: Vec<UdpSocket> = (0..nvm)
         .map(|i| {
             let port = FLOOD_BASE_PORT + i as u16;
-            if download {
+            if sc.is_download(i) {
                 discard_socket(&topo.vm_ns[i], &topo.vm_ip[i], port)
             } else {
                 discard_socket(&topo.sink_ns, &topo.sink_ip, port)
@@ -549,7 +359,7 @@ fn drive(
                         restarts[i] += 1;
                         let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
                         let generator = if load.traffic == Traffic::Udp {
-                            let (from_ns, to_ip) = if download {
+                            let (from_ns, to_ip) = if sc.is_download(i) {
                                 (&topo.sink_ns, &topo.vm_ip[i])
                             } else {
                                 (&topo.vm_ns[i], &topo.sink_ip)
@@ -566,8 +376,14 @@ fn drive(
                         } else {
                             let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
                             let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
-                            let args =
-                                iperf_args(&title, &topo.sink_ip, port, secs, &load, download);
+                            let args = iperf_args(
+                                &title,
+                                &topo.sink_ip,
+                                port,
+                                secs,
+                                &load,
+                                sc.is_download(i),
+                            );
                             let args: Vec<&str> = args.iter().map(String::as_str).collect();
                             let log =
                                 logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
@@ -703,21 +519,6 @@ mod tests {
         ];
         let b = resample(&s, 1, 100_000_000, 4);
         assert_eq!(b, vec![vec![1000, 1000, 1000, 1000]]);
-    }
-
-    #[test]
-    fn iperf_arguments_follow_the_load() {
-        let tcp = Load {
-            traffic: Traffic::Tcp,
-            flows: 10,
-            packet_size: 1500,
-            rate_bps: None,
-        };
-        let a = iperf_args("t", "10.0.0.1", 5201, 5.0, &tcp, true).join(" ");
-        assert!(
-            a.contains("-P 10") && a.contains("-R") && !a.contains("-M"),
-            "{a}"
-        );
     }
 
     #[test]

@@ -30,113 +30,25 @@
 //! Per-VM counters are what each VM sent into the switch (received bytes of its port); behind an
 //! external bottleneck that can exceed what reached the sink.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vqos_api::client::{Client, Endpoint};
-use vqos_sched::{CostModel, VifPolicy};
+use vqos_sched::VifPolicy;
 use vqos_sim::scenario::{Direction, Scenario};
 
 use crate::ovs::{MeterMatch, Ovs, OvsTools};
-use crate::sys::{self, run, run_quiet, spawn, Cleanup, NetnsCounters};
+use crate::sys::{self, run, spawn, Cleanup, NetnsCounters};
 use crate::LabError;
 
-/// Which switch carries the traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Baseline {
-    /// vqosd with the scenario's engine and policies.
-    #[default]
-    Vqos,
-    /// A Linux bridge, no QoS.
-    Bridge,
-    /// A Linux bridge with an HTB class per VM.
-    Htb,
-    /// A Linux bridge with a tbf per VM at its max.
-    Tbf,
-    /// Open vSwitch's userspace datapath with an OpenFlow meter per VM at its max.
-    Ovs,
-}
+mod baseline;
+mod qos;
+mod vqosd;
 
-impl Baseline {
-    /// Its name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Baseline::Vqos => "vqos",
-            Baseline::Bridge => "bridge",
-            Baseline::Htb => "htb",
-            Baseline::Tbf => "tbf",
-            Baseline::Ovs => "ovs",
-        }
-    }
-
-    /// What this baseline can and cannot express of the scenario's policies.
-    pub fn capabilities(self) -> &'static str {
-        match self {
-            Baseline::Vqos => {
-                "vqosd with the scenario's engine: weights, minimums, maximums and priorities as \
-                 the engine implements them, changed live through the control API."
-            }
-            Baseline::Bridge => {
-                "Linux bridge, no QoS (native Xen's behaviour): no weights, no minimums, no \
-                 maximums; the uplink is a tbf at the scenario's capacity, so TCP splits it by \
-                 connection count and RTT."
-            }
-            Baseline::Htb => {
-                "Linux HTB on the uplink's egress (the papers' \"traffic controller\"): weights \
-                 only as the quantum (64 KiB × weight) that divides the excess; minimums as the \
-                 class rate (a 1 Mbit floor otherwise); maximums as the ceil; no priority used. \
-                 With TSO/GSO a 64 KiB super-packet is one dequeue, so a quantum under 64 KiB \
-                 silently splits equally — hence quanta of at least 64 KiB. The shaping costs \
-                 softirq CPU in the kernel."
-            }
-            Baseline::Tbf => {
-                "One tbf per VM at its maximum (the Kubernetes bandwidth plugin): caps only; no \
-                 weights, no minimums; VMs without a maximum share the capacity tbf like the \
-                 bridge."
-            }
-            Baseline::Ovs => {
-                "Open vSwitch, userspace datapath (datapath_type=netdev, veth ports read through \
-                 packet sockets, userspace TSO), L2 learning (NORMAL): maximums only, as an \
-                 OpenFlow 1.3 meter per VM (kbps, drop band, 300 ms burst) on the VM's packets \
-                 (in_port for upload, dl_dst for download), changed live with mod-meter. A meter \
-                 is a policer: it drops, it cannot queue, so TCP runs somewhat under the cap. No \
-                 weights, no minimums, no priorities: meters cannot express them, and OVS's \
-                 queues (QoS table, linux-htb) are not applied by the userspace datapath; \
-                 ingress_policing_rate needs tc police, which this kernel lacks. The capacity is \
-                 a tbf on the uplink's egress, as for the bridge. The 'vqosd' CPU figure is \
-                 ovs-vswitchd's CPU."
-            }
-        }
-    }
-}
-
-impl fmt::Display for Baseline {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Baseline {
-    type Err = LabError;
-    fn from_str(s: &str) -> Result<Self, LabError> {
-        Ok(match s {
-            "vqos" => Baseline::Vqos,
-            "bridge" => Baseline::Bridge,
-            "htb" => Baseline::Htb,
-            "tbf" => Baseline::Tbf,
-            "ovs" => Baseline::Ovs,
-            other => {
-                return Err(LabError::Invalid(format!(
-                    "Unknown baseline '{other}': expected vqos, bridge, htb, tbf or ovs"
-                )))
-            }
-        })
-    }
-}
+pub use baseline::Baseline;
+pub use vqosd::{find_vqosd, vqosd_config};
 
 /// For scenarios whose switch core is the resource under test (`[cost_model] emulate_in_lab`)
 /// on a machine with at least two CPUs: the CPU vqosd is pinned to, and the others, where the
@@ -205,161 +117,13 @@ pub struct Topology {
     meters_used: AtomicBool,
     /// Capacity of the host link, bits/s.
     capacity_bps: u64,
-    /// Upload or download.
-    direction: Direction,
+    /// Each VM's direction.
+    directions: Vec<Direction>,
 }
 
-/// Formats bits/s for tc.
-fn tc_rate(bps: u64) -> String {
-    format!("{bps}bit")
-}
-
-/// tbf arguments for `bps`: a burst of 4 ms (at least 16 KiB) and a queue of `queue_pkts`.
-fn tbf_args(bps: u64, queue_pkts: u32) -> Vec<String> {
-    let burst = (bps / 8 / 250).max(16 * 1024);
-    let limit = (u64::from(queue_pkts) * 1514).max(2 * burst);
-    vec![
-        "tbf".into(),
-        "rate".into(),
-        tc_rate(bps),
-        "burst".into(),
-        burst.to_string(),
-        "limit".into(),
-        limit.to_string(),
-    ]
-}
-
-/// Runs `tc` with the static prefix `pre` and the dynamic tail.
-fn tc(pre: &[&str], tail: &[String]) -> Result<String, LabError> {
-    let mut v: Vec<&str> = pre.to_vec();
-    v.extend(tail.iter().map(String::as_str));
-    run(&v)
-}
-
-/// Where to find vqosd: `explicit`, else `$VQOSD_BIN`, else next to the running binary, else
-/// `target/release/vqosd` of the workspace, built with cargo when missing.
-pub fn find_vqosd(explicit: Option<&Path>) -> Result<PathBuf, LabError> {
-    if let Some(p) = explicit {
-        return Ok(p.to_path_buf());
-    }
-    if let Some(p) = std::env::var_os("VQOSD_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            let p = dir.join("vqosd");
-            if p.is_file() && dir.ends_with("release") {
-                return Ok(p);
-            }
-        }
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = root.join("target/release/vqosd");
-    if !p.is_file() {
-        let root_s = root.display().to_string();
-        run(&[
-            "cargo",
-            "build",
-            "--release",
-            "-p",
-            "vqosd",
-            "--manifest-path",
-            &format!("{root_s}/Cargo.toml"),
-        ])?;
-    }
-    Ok(p)
-}
-
-/// The vqosd config for the scenario's capacity, engine, cost and initial policies.
-pub fn vqosd_config(
-    sc: &Scenario,
-    work: &Path,
-    uplink: &str,
-    ports: &[String],
-    policies: &[VifPolicy],
-) -> String {
-    let cost = match sc.cost {
-        CostModel::Bytes => "bytes",
-        CostModel::Cycles => "cycles",
-    };
-    let mut names = Vec::new();
-    if sc.fairness {
-        names.push("\"fairness\"");
-    }
-    if sc.pid_ecn {
-        names.push("\"pid-ecn\"");
-    }
-    let mut s = format!(
-        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\n\
-         state_file = \"{}\"\nremove_taps_on_exit = true\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
-        sc.capacity_bps,
-        sc.engine,
-        sc.cpu_hz,
-        work.join("state.json").display(),
-        names.join(", "),
-        work.join("vqosd.sock").display(),
-    );
-    if sc.cost_model.emulate_in_lab {
-        // The model's per-packet and per-byte cycles, at the VMs' initial flow counts.
-        let flows: u32 = sc.vms.iter().map(|v| v.initial.flows.max(1)).sum();
-        s.push_str(&format!(
-            "\n[emulate]\nframe_cycles = {}\nbyte_cycles = {:?}\nbatch = {}\n",
-            sc.cost_model.frame_cycles(flows).round() as u64,
-            sc.cost_model.byte_cycles(),
-            sc.cost_model.emulate_batch
-        ));
-    }
-    if let Ok(Some(p)) = sc.cost_model.pricing() {
-        // Purchases priced with the scenario's model, as the simulator prices them.
-        if let Some(m) = p.model {
-            s.push_str(&format!(
-                "\n[cost_model]\nbase_cycles = {:?}\ncycles_per_byte = {:?}\n\
-                 price_frame_bytes = {}\n",
-                m.base_cycles(),
-                m.cycles_per_byte(),
-                p.frame_bytes
-            ));
-        }
-    }
-    let c = &sc.controller;
-    if sc.fairness {
-        s.push_str("\n[fairness]\n");
-        if let Some(p) = c.fairness_period_s {
-            s.push_str(&format!("period = \"{}ns\"\n", (p * 1e9) as u64));
-        }
-    }
-    if sc.pid_ecn {
-        // NC = the tightest link, as the simulator takes it (the router's bottleneck when
-        // there is one, else the host's capacity).
-        s.push_str(&format!("\n[pid_ecn]\ncapacity = {}\n", sc.tightest_bps()));
-        for (k, v) in [("kp", c.kp), ("ki", c.ki), ("kd", c.kd)] {
-            if let Some(v) = v {
-                s.push_str(&format!("{k} = {v:?}\n"));
-            }
-        }
-    }
-    for (name, p) in ports.iter().zip(policies) {
-        let max = p
-            .max_bps
-            .map_or_else(|| "\"unlimited\"".to_string(), |m| m.to_string());
-        // max_in and burst only when the scenario states them (absent: vqosd's defaults).
-        let mut extra = String::new();
-        if let Some(m) = p.max_in_bps {
-            extra.push_str(&match m {
-                vqos_sched::policy::UNLIMITED_IN_BPS => ", max_in = \"unlimited\"".to_string(),
-                m => format!(", max_in = {m}"),
-            });
-        }
-        if let Some(b) = p.burst_bytes {
-            extra.push_str(&format!(", burst = {b}"));
-        }
-        s.push_str(&format!(
-            "\n[[port]]\nname = \"{name}\"\ncreate = true\npolicy = {{ weight = {}, min = {}, max = {max}, priority = {}{extra} }}\n",
-            p.weight, p.min_bps, p.priority
-        ));
-    }
-    s
-}
+/// The IFB device in the router's namespace that holds the bottleneck shared by both
+/// directions (scenarios whose VMs upload and download).
+const SHARED_BOTTLENECK_DEV: &str = "ifb0";
 
 impl Topology {
     /// Builds the topology for `sc` under `baseline`, registering everything in `cleanup`;
@@ -422,7 +186,7 @@ impl Topology {
             meter_max: Mutex::new(vec![None; nvm]),
             meters_used: AtomicBool::new(false),
             capacity_bps: sc.capacity_bps,
-            direction: sc.direction,
+            directions: sc.vms.iter().map(|v| v.direction).collect(),
         };
 
         // The switch and the links from the VMs to the edge (router or sink).
@@ -499,7 +263,7 @@ impl Topology {
                         let mac = vm_mac(i);
                         run(&["ip", "-n", ns, "link", "set", "eth0", "address", &mac])?;
                         run(&["ip", "-n", &sw, "link", "set", &port, "up"])?;
-                        topo.meter_match.push(match sc.direction {
+                        topo.meter_match.push(match sc.vms[i].direction {
                             Direction::Upload => MeterMatch::InPort(i as u32 + 1),
                             Direction::Download => MeterMatch::DlDst(mac),
                         });
@@ -613,6 +377,22 @@ impl Topology {
                 Baseline::Vqos => format!("{prefix}u"),
                 _ => "eth0".to_string(),
             };
+            if sc.mixed_directions() {
+                // One queue for both directions: each router interface's egress is redirected
+                // to an IFB device that holds the bottleneck's tbf (the packets then leave by
+                // the interface they were going to).
+                let ifb = SHARED_BOTTLENECK_DEV;
+                run(&["ip", "-n", &router_ns, "link", "add", ifb, "type", "ifb"])?;
+                run(&["ip", "-n", &router_ns, "link", "set", ifb, "up"])?;
+                for dev in ["r0", toward_switch.as_str()] {
+                    run(&["tc", "-n", &router_ns, "qdisc", "add", "dev", dev, "clsact"])?;
+                    run(&[
+                        "tc", "-n", &router_ns, "filter", "add", "dev", dev, "egress", "protocol",
+                        "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress",
+                        "redirect", "dev", ifb,
+                    ])?;
+                }
+            }
             topo.router = Some((router_ns, "r0".into(), toward_switch));
             topo.set_bottleneck(None, sc.bottleneck_at(0), sc.bottleneck_queue)?;
         }
@@ -636,276 +416,20 @@ impl Topology {
         Ok(topo)
     }
 
-    /// The uplink's egress qdiscs and, per baseline, the per-VM shaping.
-    fn install_qos(&self, policies: &[VifPolicy]) -> Result<(), LabError> {
-        let Some(sw) = &self.switch_ns else {
-            return Ok(());
-        };
-        let cap = self.capacity_bps;
-        match self.baseline {
-            Baseline::Vqos => {}
-            Baseline::Bridge | Baseline::Tbf | Baseline::Ovs => {
-                // Toward the sink for upload, toward the VMs' ports for download.
-                for dev in self.egress_devs() {
-                    tc(
-                        &["tc", "-n", sw, "qdisc", "replace", "dev", &dev, "root"],
-                        &tbf_args(cap, 1000),
-                    )?;
-                }
-                if self.baseline == Baseline::Tbf {
-                    for (i, p) in policies.iter().enumerate() {
-                        self.set_vm_tbf(i, p.max_bps)?;
-                    }
-                }
-                if self.baseline == Baseline::Ovs {
-                    for (i, p) in policies.iter().enumerate() {
-                        self.set_vm_meter(i, p.max_bps)?;
-                    }
-                }
-            }
-            Baseline::Htb => {
-                let dev = "upl";
-                run(&[
-                    "tc", "-n", sw, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
-                    "default", "999",
-                ])?;
-                run(&[
-                    "tc",
-                    "-n",
-                    sw,
-                    "class",
-                    "add",
-                    "dev",
-                    dev,
-                    "parent",
-                    "1:",
-                    "classid",
-                    "1:1",
-                    "htb",
-                    "rate",
-                    &tc_rate(cap),
-                    "ceil",
-                    &tc_rate(cap),
-                    "burst",
-                    "128k",
-                    "cburst",
-                    "128k",
-                ])?;
-                run(&[
-                    "tc",
-                    "-n",
-                    sw,
-                    "class",
-                    "add",
-                    "dev",
-                    dev,
-                    "parent",
-                    "1:1",
-                    "classid",
-                    "1:999",
-                    "htb",
-                    "rate",
-                    &tc_rate(HTB_FLOOR_BPS),
-                    "ceil",
-                    &tc_rate(cap),
-                ])?;
-                for (i, p) in policies.iter().enumerate() {
-                    self.htb_class(i, p, "add")?;
-                    run(&[
-                        "tc",
-                        "-n",
-                        sw,
-                        "filter",
-                        "add",
-                        "dev",
-                        dev,
-                        "parent",
-                        "1:",
-                        "protocol",
-                        "ip",
-                        "prio",
-                        "1",
-                        "u32",
-                        "match",
-                        "ip",
-                        "src",
-                        &format!("{}/32", self.vm_ip[i]),
-                        "flowid",
-                        &format!("1:{}", 10 + i),
-                    ])?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn egress_devs(&self) -> Vec<String> {
-        match self.direction {
-            Direction::Upload => vec!["upl".into()],
-            Direction::Download => self.ports.clone(),
-        }
-    }
-
-    fn htb_class(&self, i: usize, p: &VifPolicy, verb: &str) -> Result<(), LabError> {
-        let sw = self.switch_ns.as_deref().unwrap_or_default();
-        let cap = self.capacity_bps;
-        let rate = p.min_bps.max(HTB_FLOOR_BPS);
-        let ceil = p.max_bps.unwrap_or(cap).min(cap).max(rate);
-        let quantum = HTB_QUANTUM_PER_WEIGHT * u64::from(p.weight);
-        run(&[
-            "tc",
-            "-n",
-            sw,
-            "class",
-            verb,
-            "dev",
-            "upl",
-            "parent",
-            "1:1",
-            "classid",
-            &format!("1:{}", 10 + i),
-            "htb",
-            "rate",
-            &tc_rate(rate),
-            "ceil",
-            &tc_rate(ceil),
-            "quantum",
-            &quantum.to_string(),
-            "burst",
-            "64k",
-            "cburst",
-            "64k",
-        ])?;
-        Ok(())
-    }
-
-    fn set_vm_tbf(&self, i: usize, max_bps: Option<u64>) -> Result<(), LabError> {
-        let ns = &self.vm_ns[i];
-        let dev = &self.vm_if[i];
-        match max_bps {
-            Some(m) => {
-                tc(
-                    &["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root"],
-                    &tbf_args(m, 1000),
-                )?;
-            }
-            None => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
-        }
-        Ok(())
-    }
-
-    /// Sets (or removes) VM `i`'s meter (ovs): meter `i + 1`.
-    fn set_vm_meter(&self, i: usize, max_bps: Option<u64>) -> Result<(), LabError> {
-        let Some(o) = &self.ovs else {
-            return Ok(());
-        };
-        let mut maxes = self
-            .meter_max
-            .lock()
-            .map_err(|_| LabError::Setup("meter state poisoned".into()))?;
-        let prev = maxes[i];
-        if prev == max_bps {
-            return Ok(());
-        }
-        o.set_meter(i as u32 + 1, &self.meter_match[i], prev, max_bps)?;
-        maxes[i] = max_bps;
-        if max_bps.is_some() {
-            self.meters_used.store(true, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-
-    /// Applies VM `i`'s new policy (the baselines apply what they can express).
-    pub fn set_policy(&self, i: usize, name: &str, p: &VifPolicy) -> Result<(), LabError> {
-        match self.baseline {
-            Baseline::Vqos => {
-                let client = self
-                    .client
-                    .as_ref()
-                    .ok_or_else(|| LabError::Vqosd("no client".into()))?;
-                let mut body = serde_json::json!({
-                    "weight": p.weight,
-                    "min": p.min_bps,
-                    "max": p.max_bps.map_or(serde_json::Value::from("unlimited"), serde_json::Value::from),
-                    "priority": p.priority,
-                });
-                // Only when the scenario states them (a scenario cannot unset them), so that a
-                // vqosd from before these keys still takes the others.
-                if let Some(m) = p.max_in_bps {
-                    body["max_in"] = match m {
-                        vqos_sched::policy::UNLIMITED_IN_BPS => "unlimited".into(),
-                        m => m.into(),
-                    };
-                }
-                if let Some(b) = p.burst_bytes {
-                    body["burst"] = b.into();
-                }
-                client
-                    .call::<serde_json::Value>(
-                        "PUT",
-                        &format!("/v1/policies/{}", self.ports[i]),
-                        Some(&body),
-                    )
-                    .map_err(|e| {
-                        LabError::Vqosd(format!("Cannot set the policy of {name}: {e}"))
-                    })?;
-            }
-            Baseline::Bridge => {}
-            Baseline::Htb => self.htb_class(i, p, "change")?,
-            Baseline::Tbf => self.set_vm_tbf(i, p.max_bps)?,
-            Baseline::Ovs => self.set_vm_meter(i, p.max_bps)?,
-        }
-        Ok(())
-    }
-
-    /// The router's interface that carries the scenario's traffic out: toward the sink for
-    /// upload, toward the switch's uplink for download.
-    pub fn bottleneck_dev(&self) -> Option<(&str, &str)> {
-        self.router
-            .as_ref()
-            .map(|(ns, to_sink, to_switch)| match self.direction {
-                Direction::Upload => (ns.as_str(), to_sink.as_str()),
-                Direction::Download => (ns.as_str(), to_switch.as_str()),
-            })
-    }
-
-    /// Sets (or removes, `None`) the router's bottleneck; `prev` is the one in place. A rate
-    /// change on an existing tbf is a `tc qdisc change` (the queue is kept).
-    pub fn set_bottleneck(
-        &self,
-        prev: Option<u64>,
-        bps: Option<u64>,
-        queue_pkts: u32,
-    ) -> Result<(), LabError> {
-        let Some((ns, dev)) = self.bottleneck_dev() else {
-            return Ok(());
-        };
-        match (prev, bps) {
-            (_, Some(b)) => {
-                let verb = if prev.is_some() { "change" } else { "replace" };
-                tc(
-                    &["tc", "-n", ns, "qdisc", verb, "dev", dev, "root"],
-                    &tbf_args(b, queue_pkts),
-                )?;
-            }
-            (_, None) => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
-        }
-        Ok(())
-    }
-
     /// Cumulative bytes each VM has sent (upload) or received (download) through the switch.
     pub fn vm_bytes(&self) -> Result<Vec<u64>, LabError> {
-        let upload = self.direction == Direction::Upload;
+        let upload = |i: usize| self.directions[i] == Direction::Upload;
         if let Some(client) = &self.client {
             let v: serde_json::Value = client
                 .call("GET", "/v1/stats", None)
                 .map_err(|e| LabError::Vqosd(format!("Cannot read stats: {e}")))?;
             let ports = v["ports"].as_array().cloned().unwrap_or_default();
-            let key = if upload { "rx_bytes" } else { "tx_bytes" };
             return Ok(self
                 .ports
                 .iter()
-                .map(|name| {
+                .enumerate()
+                .map(|(i, name)| {
+                    let key = if upload(i) { "rx_bytes" } else { "tx_bytes" };
                     ports
                         .iter()
                         .find(|p| p["name"] == name.as_str())
@@ -918,7 +442,7 @@ impl Topology {
         // OVS counts a VM's packets on its port before the meter drops them: what the switch
         // let through is the port's bytes less the meter's drops (upload).
         let drops = match &self.ovs {
-            Some(o) if upload && self.meters_used.load(Ordering::SeqCst) => o.meter_drops(),
+            Some(o) if self.meters_used.load(Ordering::SeqCst) => o.meter_drops(),
             _ => Default::default(),
         };
         Ok(self
@@ -929,7 +453,11 @@ impl Topology {
                 let bytes = all
                     .iter()
                     .find(|(n, _, _)| n == name)
-                    .map_or(0, |&(_, rx, tx)| if upload { rx } else { tx });
+                    .map_or(0, |&(_, rx, tx)| if upload(i) { rx } else { tx });
+                if !upload(i) {
+                    // A download meter drops after the port's counter: tx is what passed.
+                    return bytes;
+                }
                 bytes.saturating_sub(drops.get(&(i as u32 + 1)).copied().unwrap_or(0))
             })
             .collect())
@@ -972,89 +500,5 @@ mod tests {
         );
         assert!(Baseline::Ovs.capabilities().contains("meter"));
         assert_eq!(vm_mac(258), "02:76:71:00:01:02");
-    }
-
-    #[test]
-    fn vqosd_config_carries_capacity_engine_and_policies() {
-        let sc = Scenario::parse(
-            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\nengine = \"ancs\"\n\
-             [[vm]]\nname = \"vm1\"\nweight = 3\nmax = \"50Mbit\"\n",
-        )
-        .unwrap();
-        let p = vec![sc.vms[0].initial.policy.clone()];
-        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
-        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
-        assert_eq!(parsed.capacity_bps, Some(200_000_000));
-        assert_eq!(parsed.engine.to_string(), "ancs");
-        assert_eq!(parsed.ports.len(), 1);
-        assert!(cfg.contains("weight = 3"), "{cfg}");
-        assert!(cfg.contains("max = 50000000"), "{cfg}");
-        assert!(parsed.controllers.is_empty());
-        // max_in and burst reach vqosd when the scenario states them.
-        let sc = Scenario::parse(
-            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\n[[vm]]\nname = \"vm1\"\n\
-             max_in = \"20Mbit\"\nburst = \"64KiB\"\n[[vm]]\nname = \"vm2\"\nmax_in = \"unlimited\"\n",
-        )
-        .unwrap();
-        let p: Vec<_> = sc.vms.iter().map(|v| v.initial.policy.clone()).collect();
-        let ports = ["p0".to_string(), "p1".to_string()];
-        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &ports, &p);
-        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
-        assert_eq!(parsed.ports[0].1, p[0], "{cfg}");
-        assert_eq!(parsed.ports[1].1, p[1], "{cfg}");
-        assert_eq!(p[0].burst_bytes, Some(65_536));
-    }
-
-    #[test]
-    fn vqosd_config_carries_the_controllers_and_their_gains() {
-        let sc = Scenario::parse(
-            "name = \"t\"\nduration = \"2s\"\ncapacity = \"10Gbit\"\n\
-             [topology]\nbottleneck = \"940Mbit\"\ncontrollers = [\"fairness\", \"pid-ecn\"]\n\
-             [controller]\nkp = 0.002\nkd = 1e-5\nfairness_period_s = 2.5\n\
-             [[vm]]\nname = \"vm1\"\n",
-        )
-        .unwrap();
-        let p = vec![sc.vms[0].initial.policy.clone()];
-        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
-        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
-        let f = parsed.controllers.fairness.expect("fairness");
-        assert_eq!(f.period_ns, 2_500_000_000);
-        let pid = parsed.controllers.pid_ecn.expect("pid-ecn");
-        assert_eq!((pid.kp, pid.kd), (0.002, 1e-5));
-        assert_eq!(
-            pid.ki,
-            vqos_sched::controllers::pid_ecn::PidParams::default().ki
-        );
-        // NC is the router's bottleneck, not the host's 10 Gbit/s.
-        assert_eq!(pid.capacity_bps, 940_000_000);
-    }
-
-    #[test]
-    fn vqosd_config_prices_purchases_as_the_simulator_does() {
-        let sc = Scenario::parse(
-            "name = \"t\"\nduration = \"2s\"\ncapacity = \"10Gbit\"\nengine = \"c2qos\"\n\
-             cpu_hz = 1540000000\n[cost_model]\nper_packet_cycles = 1000.0\n\
-             per_byte_cycles = 0.25\nclassify_cycles = 300.0\nprice_frame_bytes = 1518\n\
-             [[vm]]\nname = \"vm1\"\nmax = \"4Gbit\"\n",
-        )
-        .unwrap();
-        let p = vec![sc.vms[0].initial.policy.clone()];
-        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
-        let parsed = vqosd::config::Config::parse(&cfg, |_| None).unwrap();
-        let (switch, sim) = (parsed.policy_set(), sc.policies_at(0));
-        assert_eq!(switch.pricing, sim.pricing, "{cfg}");
-        assert_eq!(switch.pricing.frame_bytes, 1518);
-        assert_eq!(
-            switch.cost_per_sec(4_000_000_000),
-            sim.cost_per_sec(4_000_000_000)
-        );
-    }
-
-    #[test]
-    fn tbf_burst_covers_a_tso_frame() {
-        let a = tbf_args(940_000_000, 100);
-        assert_eq!(a[2], "940000000bit");
-        let burst: u64 = a[4].parse().unwrap();
-        assert!(burst >= 16 * 1024);
     }
 }

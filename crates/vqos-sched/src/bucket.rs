@@ -10,6 +10,32 @@
 
 use crate::units::NS_PER_SEC;
 
+/// Burst a link bucket absorbs, in time at its rate (4 ms): the data plane's uplink capacity
+/// and per-vif inbound maximum, and the simulator's model of the latter.
+pub const LINK_BUCKET_WINDOW_NS: u64 = 4_000_000;
+/// Smallest link bucket depth: two 64 KiB super-frames.
+pub const LINK_BUCKET_MIN_DEPTH_BYTES: u64 = 2 * 65_536;
+
+/// Bytes per second of a rate in bits per second (at least 1).
+#[inline]
+pub fn bytes_per_sec(rate_bps: u64) -> u64 {
+    (rate_bps / 8).max(1)
+}
+
+/// A full byte bucket for `rate_bps`, [`LINK_BUCKET_WINDOW_NS`] deep (at least
+/// [`LINK_BUCKET_MIN_DEPTH_BYTES`]), with unbounded debt: a frame is let through while the
+/// tokens are positive and its real size is charged, so the average is exact. The data plane's
+/// uplink capacity and per-vif inbound maximum are such buckets; the simulator models the
+/// inbound maximum with the same function, so both drop the same frames.
+pub fn link_bucket(rate_bps: u64, now_ns: u64) -> TokenBucket {
+    let rate = bytes_per_sec(rate_bps);
+    // rate < 2^61 and the window < 2^64: the product fits in u128.
+    let depth = (u128::from(rate) * u128::from(LINK_BUCKET_WINDOW_NS) / u128::from(NS_PER_SEC))
+        .max(u128::from(LINK_BUCKET_MIN_DEPTH_BYTES))
+        .min(i64::MAX as u128) as u64;
+    TokenBucket::new(rate, depth, u64::MAX, now_ns)
+}
+
 /// A lazily refilled token bucket allowing bounded debt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket {

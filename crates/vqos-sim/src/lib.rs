@@ -10,7 +10,7 @@
 //! reference allocation and checks the scenario's expectations.
 //!
 //! ## Limitations
-//! See [`sim`]: one forwarding core, no TSO, no timeouts; download runs the upload pipeline.
+//! See [`sim`]: one forwarding core, no TSO, no timeouts.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -11,6 +11,7 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vqos_sched::alloc::{allocate, Claim};
+use vqos_sched::VifPolicy;
 
 use crate::scenario::{Check, Scenario};
 
@@ -64,6 +65,9 @@ pub struct Report {
     pub checks: Vec<CheckResult>,
     /// Fraction of the switch core that was busy.
     pub cpu_busy: f64,
+    /// The scenario's warnings (keys that cannot act); absent from the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -122,7 +126,7 @@ pub fn build_report(
         let active: Vec<usize> = (0..sc.vms.len())
             .filter(|&i| sc.active_at(i, start))
             .collect();
-        let claims: Vec<Claim> = active
+        let claims: Vec<(usize, VifPolicy, Option<u64>)> = active
             .iter()
             .map(|&i| {
                 let s = &state[i].0;
@@ -134,11 +138,10 @@ pub fn build_report(
                     }
                     (r, _) => r,
                 };
-                Claim::new(&policies.vifs[i].policy, demand)
+                (i, sc.reference_policy(i, &policies.vifs[i].policy), demand)
             })
             .collect();
-        // Validated at parse time; an empty phase has nothing to allocate.
-        let expected = allocate(sc.tightest_at(start), &claims).unwrap_or_default();
+        let expected = reference(sc, start, &claims);
         let mut vifs = BTreeMap::new();
         let mut rates = Vec::new();
         let mut weights = Vec::new();
@@ -174,7 +177,40 @@ pub fn build_report(
         phases,
         checks,
         cpu_busy,
+        warnings: sc.warnings.clone(),
     }
+}
+
+/// The reference allocation of a phase starting at `start`, one rate per claim `(vm, policy,
+/// demand)` in order. A bottleneck is one link that everything crosses, both directions
+/// included (docs/scenarios.md); without one, what VMs send and what they receive cross the
+/// host link in its two directions, each of `capacity`.
+fn reference(sc: &Scenario, start: u64, claims: &[(usize, VifPolicy, Option<u64>)]) -> Vec<u64> {
+    let groups: Vec<Vec<usize>> = if sc.bottleneck_at(start).is_some() {
+        vec![(0..claims.len()).collect()]
+    } else {
+        [false, true]
+            .iter()
+            .map(|&down| {
+                (0..claims.len())
+                    .filter(|&k| sc.is_download(claims[k].0) == down)
+                    .collect()
+            })
+            .collect()
+    };
+    let mut out = vec![0; claims.len()];
+    for g in groups.iter().filter(|g| !g.is_empty()) {
+        let c: Vec<Claim> = g
+            .iter()
+            .map(|&k| Claim::new(&claims[k].1, claims[k].2))
+            .collect();
+        // Validated at parse time.
+        let a = allocate(sc.tightest_at(start), &c).unwrap_or_default();
+        for (&k, r) in g.iter().zip(a) {
+            out[k] = r;
+        }
+    }
+    out
 }
 
 fn mbit(b: f64) -> String {
@@ -356,6 +392,9 @@ pub fn render_text(r: &Report) -> String {
         r.engine,
         r.cpu_busy * 100.0
     );
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
     for (i, p) in r.phases.iter().enumerate() {
         let _ = writeln!(
             s,

@@ -5,11 +5,8 @@
 //! validated at every phase (so an event that would make Σ min exceed the capacity is refused
 //! before anything runs).
 
-use serde::Deserialize;
 use std::collections::BTreeSet;
 use thiserror::Error;
-use vqos_sched::policy::UNLIMITED_IN_BPS;
-use vqos_sched::units::{parse_bytes, parse_duration_ns, parse_rate};
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
 
 /// Why a scenario was refused.
@@ -36,134 +33,19 @@ pub enum ScenarioError {
 /// and the lab runs in real time; a longer run is almost surely a typo (`"36000"` for `"3600"`).
 pub const MAX_DURATION_NS: u64 = 3_600 * 1_000_000_000;
 
+mod cost;
+mod expect;
+mod keys;
+mod raw;
+
+pub use cost::{ControllerParams, CycleCostModel};
+pub use expect::{Check, Expectation};
+
+use keys::{apply_keys, download_policy_warning, parse_direction, rate, time};
+use raw::{toml_error, RawScenario, RawVmKeys};
+
 fn invalid(msg: impl Into<String>) -> ScenarioError {
     ScenarioError::Invalid(msg.into())
-}
-
-/// The file as written (strings for rates and times).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawScenario {
-    name: String,
-    #[serde(default)]
-    description: String,
-    duration: String,
-    capacity: String,
-    #[serde(default = "default_engine")]
-    engine: String,
-    #[serde(default)]
-    settle: Option<String>,
-    #[serde(default)]
-    cost: Option<String>,
-    #[serde(default)]
-    cpu_hz: Option<u64>,
-    #[serde(default)]
-    cost_model: Option<CycleCostModel>,
-    #[serde(default)]
-    topology: Option<RawTopology>,
-    #[serde(default)]
-    vm: Vec<RawVm>,
-    #[serde(default)]
-    event: Vec<RawEvent>,
-    #[serde(default)]
-    expect: Vec<RawExpect>,
-    #[serde(default)]
-    controller: Option<ControllerParams>,
-    /// `[[probe]]` latency probes: run by `vqos lab` only, accepted and ignored here.
-    #[serde(default, rename = "probe")]
-    _probe: Vec<toml::Table>,
-}
-
-fn default_engine() -> String {
-    "vqos".to_string()
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawTopology {
-    #[serde(default)]
-    direction: Option<String>,
-    #[serde(default)]
-    bottleneck: Option<String>,
-    #[serde(default)]
-    bottleneck_queue: Option<u32>,
-    #[serde(default)]
-    controllers: Vec<String>,
-}
-
-/// Keys a vm and an event share.
-#[derive(Debug, Deserialize, Default, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-struct RawVmKeys {
-    weight: Option<u32>,
-    min: Option<String>,
-    #[serde(alias = "max_out")]
-    max: Option<String>,
-    max_in: Option<String>,
-    burst: Option<String>,
-    priority: Option<u8>,
-    flows: Option<u32>,
-    traffic: Option<String>,
-    packet_size: Option<u32>,
-    rate: Option<String>,
-    rtt: Option<String>,
-    on: Option<String>,
-    off: Option<String>,
-    start: Option<String>,
-    stop: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawVm {
-    name: String,
-    #[serde(flatten)]
-    keys: RawVmKeys,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEvent {
-    at: String,
-    vm: Option<String>,
-    bottleneck: Option<String>,
-    #[serde(flatten)]
-    keys: RawVmKeys,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawExpect {
-    phase: usize,
-    vm: Option<String>,
-    near_reference_pct: Option<f64>,
-    aggregate_at_least: Option<f64>,
-    keeps_at_least: Option<f64>,
-    of_phase: Option<usize>,
-    loses_at_least: Option<f64>,
-    unfairness_at_most: Option<f64>,
-    unfairness_at_least: Option<f64>,
-    ratio_at_most: Option<f64>,
-    ratio_at_least: Option<f64>,
-    vms: Option<Vec<String>>,
-}
-
-/// The per-packet CPU cost model (`[cost_model]`): defined with the pricing it feeds in
-/// `vqos-sched`, re-exported here under its old path.
-pub use vqos_sched::cost::CycleCostModel;
-
-/// Parameters of the controllers (optional `[controller]` table).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub struct ControllerParams {
-    /// PID-ECN proportional gain (default: the controller's documented default).
-    pub kp: Option<f64>,
-    /// PID-ECN integral gain.
-    pub ki: Option<f64>,
-    /// PID-ECN derivative gain.
-    pub kd: Option<f64>,
-    /// Fairness adjuster period, seconds.
-    pub fairness_period_s: Option<f64>,
 }
 
 /// How a VM sends.
@@ -235,6 +117,8 @@ impl VmSettings {
 pub struct Vm {
     /// Unique name (also the vif's name).
     pub name: String,
+    /// Which way its traffic goes (its own `direction`, else `[topology].direction`).
+    pub direction: Direction,
     /// Settings at time 0.
     pub initial: VmSettings,
     /// When it starts sending, ns.
@@ -260,40 +144,6 @@ pub struct Event {
     pub stop_ns: Option<u64>,
 }
 
-/// A check the report evaluates.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Check {
-    /// The VM's mean is within this percentage of the reference allocation.
-    NearReference(f64),
-    /// The aggregate is at least this fraction of the tightest link.
-    AggregateAtLeast(f64),
-    /// The VM keeps at least this fraction of its rate in phase `of_phase`.
-    KeepsAtLeast(f64, usize),
-    /// The VM loses at least this fraction of its rate in phase `of_phase`.
-    LosesAtLeast(f64, usize),
-    /// Unfairness index at most this.
-    UnfairnessAtMost(f64),
-    /// Unfairness index at least this.
-    UnfairnessAtLeast(f64),
-    /// Ratio of the largest to the smallest rate among `vms` (or all active) at most this.
-    RatioAtMost(f64),
-    /// The same ratio at least this.
-    RatioAtLeast(f64),
-}
-
-/// An expectation of the scenario.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Expectation {
-    /// Phase number, 1-based.
-    pub phase: usize,
-    /// The VM it is about (for per-VM checks).
-    pub vm: Option<usize>,
-    /// VMs a ratio is taken over (empty = all active).
-    pub vms: Vec<usize>,
-    /// The check.
-    pub check: Check,
-}
-
 /// A parsed, validated scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -315,7 +165,7 @@ pub struct Scenario {
     pub cpu_hz: u64,
     /// Per-packet CPU cost.
     pub cost_model: CycleCostModel,
-    /// Upload or download.
+    /// `[topology].direction`: the default of every VM's [`Vm::direction`].
     pub direction: Direction,
     /// External bottleneck rate, bits/s.
     pub bottleneck_bps: Option<u64>,
@@ -333,105 +183,13 @@ pub struct Scenario {
     pub events: Vec<Event>,
     /// Expectations.
     pub expectations: Vec<Expectation>,
+    /// What the file sets that cannot act (a weight, minimum or priority on a download VM),
+    /// one line each; the reports repeat them.
+    pub warnings: Vec<String>,
 }
 
 /// Default base RTT inside one host (a namespace or VM to a sink through the switch).
 pub const DEFAULT_RTT_NS: u64 = 200_000;
-
-fn rate(what: &str, text: &str) -> Result<Option<u64>, ScenarioError> {
-    parse_rate(text).map_err(|e| invalid(format!("{what}: {e}")))
-}
-
-fn time(what: &str, text: &str) -> Result<u64, ScenarioError> {
-    parse_duration_ns(text).map_err(|e| invalid(format!("{what}: {e}")))
-}
-
-fn apply_keys(
-    what: &str,
-    base: &VmSettings,
-    k: &RawVmKeys,
-) -> Result<(VmSettings, Option<u64>, Option<u64>), ScenarioError> {
-    let mut s = base.clone();
-    if let Some(w) = k.weight {
-        s.policy.weight = w;
-    }
-    if let Some(m) = &k.min {
-        s.policy.min_bps = rate(&format!("{what}.min"), m)?
-            .ok_or_else(|| invalid(format!("{what}.min: a minimum cannot be unlimited")))?;
-    }
-    if let Some(m) = &k.max {
-        s.policy.max_bps = rate(&format!("{what}.max"), m)?;
-    }
-    if let Some(m) = &k.max_in {
-        s.policy.max_in_bps = Some(rate(&format!("{what}.max_in"), m)?.unwrap_or(UNLIMITED_IN_BPS));
-    }
-    if let Some(b) = &k.burst {
-        s.policy.burst_bytes =
-            Some(parse_bytes(b).map_err(|e| invalid(format!("{what}.burst: {e}")))?);
-    }
-    if let Some(p) = k.priority {
-        s.policy.priority = p;
-    }
-    if let Some(f) = k.flows {
-        if f == 0 || f > 10_000 {
-            return Err(invalid(format!(
-                "{what}.flows: {f} is out of range 1..=10000"
-            )));
-        }
-        s.flows = f;
-    }
-    if let Some(t) = &k.traffic {
-        s.traffic = match t.as_str() {
-            "tcp" => Traffic::Tcp,
-            "udp" => Traffic::Udp,
-            other => {
-                return Err(invalid(format!(
-                    "{what}.traffic: '{other}' (expected \"tcp\" or \"udp\")"
-                )))
-            }
-        };
-    }
-    if let Some(p) = k.packet_size {
-        if !(64..=65_535).contains(&p) {
-            return Err(invalid(format!(
-                "{what}.packet_size: {p} is out of range 64..=65535"
-            )));
-        }
-        s.packet_size = p;
-    }
-    if let Some(r) = &k.rate {
-        s.rate_bps = rate(&format!("{what}.rate"), r)?;
-        if s.rate_bps == Some(0) {
-            return Err(invalid(format!("{what}.rate: must be greater than 0")));
-        }
-    }
-    if let Some(r) = &k.rtt {
-        s.rtt_ns = time(&format!("{what}.rtt"), r)?.max(1_000);
-    }
-    match (&k.on, &k.off) {
-        (None, None) => {}
-        (Some(on), Some(off)) => {
-            let on = time(&format!("{what}.on"), on)?;
-            let off = time(&format!("{what}.off"), off)?;
-            if on == 0 {
-                return Err(invalid(format!("{what}.on: must be greater than 0")));
-            }
-            s.on_off_ns = (off > 0).then_some((on, off));
-        }
-        _ => return Err(invalid(format!("{what}: give both on and off, or neither"))),
-    }
-    let start = k
-        .start
-        .as_deref()
-        .map(|t| time(&format!("{what}.start"), t))
-        .transpose()?;
-    let stop = k
-        .stop
-        .as_deref()
-        .map(|t| time(&format!("{what}.stop"), t))
-        .transpose()?;
-    Ok((s, start, stop))
-}
 
 impl Scenario {
     /// Parses and validates a scenario from TOML text.
@@ -476,15 +234,8 @@ impl Scenario {
             }
         };
         let topo = raw.topology.unwrap_or_default();
-        let direction = match topo.direction.as_deref() {
-            None | Some("upload") => Direction::Upload,
-            Some("download") => Direction::Download,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "topology.direction: '{other}' (expected \"upload\" or \"download\")"
-                )))
-            }
-        };
+        let direction = parse_direction("topology.direction", topo.direction.as_deref())?
+            .unwrap_or(Direction::Upload);
         let bottleneck_bps = match &topo.bottleneck {
             Some(b) => rate("topology.bottleneck", b)?,
             None => None,
@@ -519,6 +270,7 @@ impl Scenario {
             on_off_ns: None,
         };
         let mut vms: Vec<Vm> = Vec::new();
+        let mut warnings = Vec::new();
         let mut names = BTreeSet::new();
         for v in &raw.vm {
             if !names.insert(v.name.clone()) {
@@ -531,8 +283,15 @@ impl Scenario {
             if start_ns >= stop_ns {
                 return Err(invalid(format!("{what}: start is not before stop")));
             }
+            let vm_direction =
+                parse_direction(&format!("{what}.direction"), v.direction.as_deref())?
+                    .unwrap_or(direction);
+            if vm_direction == Direction::Download {
+                warnings.extend(download_policy_warning(&what, &initial.policy));
+            }
             vms.push(Vm {
                 name: v.name.clone(),
+                direction: vm_direction,
                 initial,
                 start_ns,
                 stop_ns,
@@ -592,6 +351,9 @@ impl Scenario {
             };
             let what = format!("event at {} for '{}'", e.at, vms[vm].name);
             let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
+            if vms[vm].direction == Direction::Download {
+                warnings.extend(download_policy_warning(&what, &settings.policy));
+            }
             current[vm] = settings.clone();
             events.push(Event {
                 at_ns,
@@ -621,6 +383,7 @@ impl Scenario {
             vms,
             events,
             expectations: Vec::new(),
+            warnings,
         };
         if scenario.cpu_hz == 0 {
             return Err(invalid("cpu_hz: must be greater than 0"));
@@ -645,75 +408,6 @@ impl Scenario {
                 })?;
         }
         Ok(scenario)
-    }
-
-    fn vm_index(&self, name: &str, what: &str) -> Result<usize, ScenarioError> {
-        self.vms
-            .iter()
-            .position(|v| v.name == name)
-            .ok_or_else(|| invalid(format!("{what}: unknown vm '{name}'")))
-    }
-
-    fn expectation(&self, x: &RawExpect) -> Result<Expectation, ScenarioError> {
-        let what = format!("expect (phase {})", x.phase);
-        let nphases = self.phases().len();
-        if x.phase == 0 || x.phase > nphases {
-            return Err(invalid(format!(
-                "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases)"
-            )));
-        }
-        let mut checks = Vec::new();
-        let of = x.of_phase.unwrap_or(1);
-        if of == 0 || of > nphases {
-            return Err(invalid(format!("{what}: of_phase must be 1..={nphases}")));
-        }
-        if let Some(v) = x.near_reference_pct {
-            checks.push((Check::NearReference(v), true));
-        }
-        if let Some(v) = x.aggregate_at_least {
-            checks.push((Check::AggregateAtLeast(v), false));
-        }
-        if let Some(v) = x.keeps_at_least {
-            checks.push((Check::KeepsAtLeast(v, of), true));
-        }
-        if let Some(v) = x.loses_at_least {
-            checks.push((Check::LosesAtLeast(v, of), true));
-        }
-        if let Some(v) = x.unfairness_at_most {
-            checks.push((Check::UnfairnessAtMost(v), false));
-        }
-        if let Some(v) = x.unfairness_at_least {
-            checks.push((Check::UnfairnessAtLeast(v), false));
-        }
-        if let Some(v) = x.ratio_at_most {
-            checks.push((Check::RatioAtMost(v), false));
-        }
-        if let Some(v) = x.ratio_at_least {
-            checks.push((Check::RatioAtLeast(v), false));
-        }
-        if checks.len() != 1 {
-            return Err(invalid(format!(
-                "{what}: give exactly one check (near_reference_pct, aggregate_at_least, keeps_at_least, loses_at_least, unfairness_at_most, unfairness_at_least, ratio_at_most, ratio_at_least)"
-            )));
-        }
-        let (check, needs_vm) = checks.remove(0);
-        let vm = match &x.vm {
-            Some(n) => Some(self.vm_index(n, &what)?),
-            None if needs_vm => return Err(invalid(format!("{what}: this check needs a vm"))),
-            None => None,
-        };
-        let vms = x
-            .vms
-            .iter()
-            .flatten()
-            .map(|n| self.vm_index(n, &what))
-            .collect::<Result<_, _>>()?;
-        Ok(Expectation {
-            phase: x.phase,
-            vm,
-            vms,
-            check,
-        })
     }
 
     /// Every VM's settings, start and stop as they stand at `t_ns` (events at `t_ns` applied).
@@ -747,23 +441,34 @@ impl Scenario {
             set.pricing = pricing;
         }
         for (vm, (s, _, _)) in self.vms.iter().zip(self.state_at(t_ns)) {
-            set = set.with_vif(&vm.name, self.direction_policy(&s.policy));
+            set = set.with_vif(&vm.name, s.policy);
         }
         set
     }
 
-    /// The policy the engine enforces for a VM in this scenario's direction: upload as
-    /// written; download with the inbound maximum as the max (`max_in`, else `max`, as the
-    /// data plane's downlink bucket) and the engine's default burst (the burst is for what a
-    /// VM sends; the downlink bucket keeps its own depth).
-    pub fn direction_policy(&self, p: &VifPolicy) -> VifPolicy {
-        match self.direction {
+    /// Whether VM `i` receives (its data comes from the uplink) rather than sends.
+    pub fn is_download(&self, i: usize) -> bool {
+        self.vms[i].direction == Direction::Download
+    }
+
+    /// Whether some VMs upload and others download.
+    pub fn mixed_directions(&self) -> bool {
+        let first = self.vms.first().map(|v| v.direction);
+        self.vms.iter().any(|v| Some(v.direction) != first)
+    }
+
+    /// The policy a VM's data meets, for the reference allocation: upload as written (the
+    /// engine's); download only its inbound maximum (`max_in`, else `max`, as the data
+    /// plane's downlink bucket) — weight 1, no minimum, no burst: the switch does not
+    /// schedule what a VM receives.
+    pub fn reference_policy(&self, i: usize, p: &VifPolicy) -> VifPolicy {
+        match self.vms[i].direction {
             Direction::Upload => p.clone(),
             Direction::Download => VifPolicy {
                 max_bps: p.inbound_max_bps(true),
                 max_in_bps: None,
                 burst_bytes: None,
-                ..p.clone()
+                ..VifPolicy::default()
             },
         }
     }
@@ -822,31 +527,6 @@ impl Scenario {
     pub fn tightest_bps(&self) -> u64 {
         self.tightest_at(0)
     }
-}
-
-/// Turns a toml error into one line naming the problem and the line number. For an unknown
-/// key the line is the key's own (toml reports the enclosing table for flattened tables).
-fn toml_error(text: &str, e: &toml::de::Error) -> ScenarioError {
-    let msg = e.message().to_string();
-    let Some(span) = e.span() else {
-        return ScenarioError::Toml(msg);
-    };
-    let start = span.start.min(text.len());
-    let mut line = text[..start].matches('\n').count() + 1;
-    if let Some(key) = msg
-        .strip_prefix("unknown field `")
-        .and_then(|r| r.split('`').next())
-    {
-        let found = text.lines().enumerate().skip(line - 1).find(|(_, l)| {
-            l.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
-        });
-        if let Some((i, _)) = found {
-            line = i + 1;
-        }
-    }
-    ScenarioError::Toml(format!("line {line}: {msg}"))
 }
 
 #[cfg(test)]

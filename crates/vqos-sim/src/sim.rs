@@ -1,5 +1,12 @@
-//! The discrete-event simulation: sources → vif queues → the engine's poll loop on one core →
-//! the host link → an optional external bottleneck → receivers, with ACKs back to TCP senders.
+//! The discrete-event simulation of what the switch does, in both directions, with ACKs back
+//! to TCP senders:
+//!
+//! - **upload** (a VM sends): sources → vif queue → the engine's poll loop on one core → the
+//!   host link → an optional external bottleneck → receivers;
+//! - **download** (a VM receives): sources outside → the external bottleneck → the host link's
+//!   inbound direction → the switch's inbound path (the VM's inbound maximum, a token bucket
+//!   that drops, then PID-ECN marking) → the VM. No engine: the data plane schedules only what
+//!   VMs send (docs/design.md, "One model of the download direction").
 //!
 //! ## Behavior
 //! - **Sources.** Greedy TCP-like flows (slow start, then AIMD: +1 segment per RTT, halve once
@@ -14,25 +21,41 @@
 //!   [`TX_RING_NS`] decouples the core from the link; when it is full the core waits.
 //! - **The link** serialises at `capacity`; the optional **bottleneck** is a drop-tail FIFO of
 //!   `bottleneck_queue` packets at its own rate, shared by whoever sends (so by connection count).
-//! - **Controllers** run at their own wake times on the per-vif byte counters of the switch, as
-//!   in the daemon: the fairness adjuster's limits become the vifs' maximums (the lower of the
-//!   user's and the controller's), PID-ECN marks CE on ECN-capable packets as they are served.
+//! - **The inbound path** of a download VM is the data plane's: its inbound maximum (`max_in`,
+//!   else `max`) is [`vqos_sched::bucket::link_bucket`], the very bucket the data plane's
+//!   downlink uses (4 ms deep, at least two 64 KiB frames); a packet that finds it empty is
+//!   dropped (`rate_limited`), the TCP sender sees a loss. The host link's inbound direction
+//!   serialises at `capacity` with no queue limit (the sender's own queue).
+//! - **Controllers** run at their own wake times on the per-vif byte counters of the switch
+//!   (sent plus received), as in the daemon: the fairness adjuster's limits become the vifs'
+//!   maximums (the lower of the user's and the controller's; for a download VM the inbound
+//!   maximum follows, as `max` does without `max_in`); PID-ECN marks CE on ECN-capable packets
+//!   of the VM's data direction: as they are served (upload) or as they pass the inbound path
+//!   (download), as the data plane does.
 //! - Deterministic: the only randomness (ECN draws, flow start jitter) comes from the seed.
 //!
 //! ## Limitations
-//! - `direction = "download"` runs the same pipeline (the engine governs each VM's traffic
-//!   through the host link); only the labels differ.
+//! - Inbound packets cost the simulated core no cycles (the data plane reads the uplink in
+//!   the same loop; at the papers' rates the cost is a few % of the core).
+//! - The bottleneck is one FIFO for both directions; a download packet enters it when sent,
+//!   an upload packet when the host link has sent it, up to [`TX_RING_NS`] ahead of the core's
+//!   clock: the two streams are merged in the order they are computed, not exactly in time.
+//! - An unlimited UDP source outside sends at `capacity`.
 //! - No TSO super-frames, no delayed ACKs, no retransmission timeouts (a loss is detected one
 //!   RTT later, as by duplicate ACKs).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use vqos_sched::bucket::{bytes_per_sec, link_bucket};
 use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
 use vqos_sched::controllers::pid_ecn::{PidEcn, PidParams};
-use vqos_sched::{Granted, PolicySet, Scheduler, Step, Usage, Verdict};
+use vqos_sched::{Granted, PolicySet, Scheduler, Step, TokenBucket, Usage, Verdict};
 
 use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};
+
+mod path;
+mod sources;
 
 /// Packets a vif queue (the guest's ring) holds.
 pub const VIF_QUEUE_PKTS: usize = 256;
@@ -121,6 +144,9 @@ pub struct VmCounters {
     pub policed: u64,
     /// Packets dropped at the external bottleneck.
     pub bottleneck_drops: u64,
+    /// Packets to a download VM dropped by its inbound maximum (the data plane's
+    /// `rate_limited`).
+    pub rate_limited: u64,
     /// Packets marked CE.
     pub ce_marks: u64,
     /// Cycles the core spent on the vif's packets.
@@ -161,6 +187,10 @@ pub struct Sim<'a> {
     switch_ns: u64,
     /// When the link finishes what it was given.
     link_free_ns: u64,
+    /// When the host link's inbound direction finishes what it was given.
+    link_in_free_ns: u64,
+    /// Each VM's inbound maximum (download VMs), as the data plane's downlink bucket.
+    down_buckets: Vec<Option<TokenBucket>>,
     /// Departure times of packets in the bottleneck queue.
     bottleneck: VecDeque<u64>,
     bottleneck_free_ns: u64,
@@ -243,6 +273,8 @@ impl<'a> Sim<'a> {
             seq: 0,
             switch_ns: 0,
             link_free_ns: 0,
+            link_in_free_ns: 0,
+            down_buckets: vec![None; n],
             bottleneck: VecDeque::new(),
             bottleneck_free_ns: 0,
             bottleneck_bps: sc.bottleneck_bps,
@@ -328,132 +360,32 @@ impl<'a> Sim<'a> {
             }
             self.fill_tcp(i, t);
         }
+        self.configure(t);
+    }
+
+    /// Gives the engine the policies in force (the scenario's, with the controllers' limits)
+    /// and sets every download VM's inbound bucket from them; an unchanged rate keeps its
+    /// bucket, as the data plane's `rebucket` does.
+    fn configure(&mut self, t: u64) {
         let policies = self.effective_policies(t);
         // Validated when the scenario was parsed; the controller's limits never go below a
         // floor, so a failure here would be a bug worth seeing.
         if let Err(e) = self.sched.configure(&policies, t) {
             panic!("policy set at {t} ns refused: {e}");
         }
-    }
-
-    /// Lets the VM's TCP flows put segments into its ring while they may.
-    fn fill_tcp(&mut self, vm: usize, t: u64) {
-        let v = &mut self.vms[vm];
-        if !v.active
-            || v.settings.traffic != Traffic::Tcp
-            || v.flows.is_empty()
-            || !v.settings.is_on(v.start_ns, t)
-        {
-            return;
+        for (i, v) in policies.vifs.iter().enumerate() {
+            let rate = self
+                .sc
+                .is_download(i)
+                .then(|| v.policy.inbound_max_bps(true))
+                .flatten();
+            let b = &mut self.down_buckets[i];
+            *b = match (b.take(), rate) {
+                (_, None) => None,
+                (Some(old), Some(r)) if old.rate_per_sec() == bytes_per_sec(r) => Some(old),
+                (_, Some(r)) => Some(link_bucket(r, t)),
+            };
         }
-        let n = v.flows.len();
-        let mut idle_rounds = 0;
-        while v.queue.len() < VIF_QUEUE_PKTS && idle_rounds < n {
-            let f = v.flows[v.flow_cursor % n];
-            v.flow_cursor = (v.flow_cursor + 1) % n;
-            let flow = &mut self.flows[f];
-            if f64::from(flow.inflight) < flow.cwnd {
-                flow.inflight += 1;
-                v.queue.push_back(Pkt {
-                    flow: f as u32,
-                    bytes: flow.seg_bytes,
-                    sent_ns: t,
-                });
-                idle_rounds = 0;
-            } else {
-                idle_rounds += 1;
-            }
-        }
-    }
-
-    /// Turns UDP credit accrued up to `t` into datagrams in the ring (overflow is lost).
-    fn fill_udp(&mut self, vm: usize, t: u64) {
-        let v = &mut self.vms[vm];
-        // `<`, not `<=`: an unlimited source tops its queue up whenever it is asked, also at the
-        // instant of its last fill (at its start nothing else would wake the loop for it).
-        if !v.active || v.settings.traffic != Traffic::Udp || t < v.udp_last_ns {
-            return;
-        }
-        if !v.settings.is_on(v.start_ns, t) {
-            // Off: the application produces nothing; credit does not accrue.
-            v.udp_last_ns = t;
-            return;
-        }
-        let pkt_bits_ns = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
-        match v.settings.rate_bps {
-            None => {
-                while v.queue.len() < VIF_QUEUE_PKTS {
-                    v.queue.push_back(Pkt {
-                        flow: UDP,
-                        bytes: v.settings.packet_size,
-                        sent_ns: t,
-                    });
-                }
-            }
-            Some(r) => {
-                v.udp_credit += u128::from(r) * u128::from(t - v.udp_last_ns);
-                let n = v.udp_credit / pkt_bits_ns;
-                v.udp_credit -= n * pkt_bits_ns;
-                for _ in 0..n {
-                    if v.queue.len() < VIF_QUEUE_PKTS {
-                        v.queue.push_back(Pkt {
-                            flow: UDP,
-                            bytes: v.settings.packet_size,
-                            sent_ns: t,
-                        });
-                    } else {
-                        self.counters[vm].guest_drops += 1;
-                    }
-                }
-            }
-        }
-        v.udp_last_ns = t;
-    }
-
-    /// When the next UDP datagram of any VM arrives, or an on/off source turns, after `t`.
-    fn next_udp_ns(&self, t: u64) -> u64 {
-        let mut next = u64::MAX;
-        for v in &self.vms {
-            if v.active {
-                next = next.min(v.settings.next_toggle(v.start_ns, t));
-            }
-            if !v.active || v.settings.traffic != Traffic::Udp || !v.settings.is_on(v.start_ns, t) {
-                continue;
-            }
-            if let Some(r) = v.settings.rate_bps {
-                let pkt = u128::from(v.settings.packet_size) * 8 * u128::from(NS);
-                let need = pkt.saturating_sub(v.udp_credit).div_ceil(u128::from(r));
-                next = next.min(v.udp_last_ns.saturating_add(need as u64).max(t + 1));
-            }
-        }
-        next
-    }
-
-    fn on_event(&mut self, t: u64, f: usize, kind: EvKind) {
-        let flow = &mut self.flows[f];
-        if !flow.alive {
-            return;
-        }
-        flow.inflight = flow.inflight.saturating_sub(1);
-        let congestion = match kind {
-            EvKind::Ack { ce } => ce,
-            EvKind::Loss => true,
-        };
-        if congestion {
-            if t.saturating_sub(flow.last_cut_ns) >= flow.srtt_ns {
-                flow.cwnd = (flow.cwnd / 2.0).max(1.0);
-                flow.ssthresh = flow.cwnd;
-                flow.last_cut_ns = t;
-            }
-        } else if flow.cwnd < flow.ssthresh {
-            flow.cwnd += 1.0;
-        } else {
-            flow.cwnd += 1.0 / flow.cwnd;
-        }
-        let max_cwnd = RWND_BYTES / f64::from(flow.seg_bytes);
-        flow.cwnd = flow.cwnd.min(max_cwnd);
-        let vm = flow.vm;
-        self.fill_tcp(vm, t);
     }
 
     /// Runs the whole scenario.
@@ -544,10 +476,7 @@ impl<'a> Sim<'a> {
             }
         }
         if changed {
-            let policies = self.effective_policies(t);
-            if let Err(e) = self.sched.configure(&policies, t) {
-                panic!("controller limits refused at {t} ns: {e}");
-            }
+            self.configure(t);
         }
     }
 
@@ -562,92 +491,6 @@ impl<'a> Sim<'a> {
             self.control_trace
                 .push(self.ctrl_limits.iter().map(|l| l.unwrap_or(0)).collect());
         }
-    }
-
-    fn serve(&mut self, granted: Granted, t: u64) {
-        let vm = granted.vif();
-        let max_packets = granted.max_packets();
-        let cap = self.sc.capacity_bps;
-        let mut usage = Usage::default();
-        let mut cpu_cycles: f64 = 0.0;
-        for _ in 0..max_packets {
-            let Some(pkt) = self.vms[vm].queue.pop_front() else {
-                break;
-            };
-            cpu_cycles += self.cost_model.cycles(pkt.bytes, self.total_flows);
-            let at_cpu = t + (cpu_cycles * 1e9 / self.sc.cpu_hz as f64) as u64;
-            let verdict = self.sched.admit(&granted, pkt.bytes, at_cpu);
-            let rtt = if pkt.flow == UDP {
-                0
-            } else {
-                self.flows[pkt.flow as usize].base_rtt_ns
-            };
-            if verdict == Verdict::Drop {
-                self.counters[vm].policed += 1;
-                if pkt.flow != UDP {
-                    self.push_event(at_cpu + rtt, pkt.flow as usize, EvKind::Loss);
-                }
-                continue;
-            }
-            let mut ce = verdict == Verdict::MarkCe;
-            if let Some(pid) = self.pid.as_mut() {
-                if pkt.flow != UDP && pid.should_mark(vm) {
-                    ce = true;
-                }
-            }
-            if ce && pkt.flow != UDP {
-                self.counters[vm].ce_marks += 1;
-            }
-            usage.packets += 1;
-            usage.bytes += u64::from(pkt.bytes);
-            // The host link.
-            let ser = (u64::from(pkt.bytes) * 8 * NS).div_ceil(cap);
-            self.link_free_ns = self.link_free_ns.max(at_cpu) + ser;
-            let mut delivered = self.link_free_ns;
-            // The external bottleneck.
-            if let Some(b) = self.bottleneck_bps {
-                while self.bottleneck.front().is_some_and(|&d| d <= delivered) {
-                    self.bottleneck.pop_front();
-                }
-                if self.bottleneck.len() >= self.sc.bottleneck_queue as usize {
-                    self.counters[vm].bottleneck_drops += 1;
-                    if pkt.flow != UDP {
-                        self.push_event(delivered + rtt, pkt.flow as usize, EvKind::Loss);
-                    }
-                    continue;
-                }
-                let ser_b = (u64::from(pkt.bytes) * 8 * NS).div_ceil(b);
-                self.bottleneck_free_ns = self.bottleneck_free_ns.max(delivered) + ser_b;
-                delivered = self.bottleneck_free_ns;
-                self.bottleneck.push_back(delivered);
-            }
-            let bin = (delivered / BIN_NS) as usize;
-            if let Some(b) = self.bins[vm].get_mut(bin) {
-                *b += u64::from(pkt.bytes);
-                self.counters[vm].delivered_bytes += u64::from(pkt.bytes);
-            }
-            if pkt.flow != UDP {
-                let f = pkt.flow as usize;
-                let sample = delivered + rtt - pkt.sent_ns;
-                let flow = &mut self.flows[f];
-                flow.srtt_ns = (flow.srtt_ns * 7 + sample) / 8;
-                self.push_event(delivered + rtt, f, EvKind::Ack { ce });
-            }
-        }
-        let cycles = cpu_cycles as u64;
-        usage.cycles = cycles;
-        self.busy_cycles += u128::from(cycles);
-        self.counters[vm].cycles += cycles;
-        self.counters[vm].switched_bytes += usage.bytes;
-        let cpu_ns = (u128::from(cycles) * u128::from(NS) / u128::from(self.sc.cpu_hz)) as u64;
-        let mut next = t + cpu_ns.max(1);
-        // The NIC ring is full: the core waits for the link.
-        if self.link_free_ns > next + TX_RING_NS {
-            next = self.link_free_ns - TX_RING_NS;
-        }
-        self.switch_ns = next;
-        self.sched.charge(granted, usage, next);
-        self.fill_tcp(vm, t);
     }
 }
 

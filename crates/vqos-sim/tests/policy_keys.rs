@@ -1,5 +1,6 @@
 //! The policy keys `burst`, `max_in` and `max_out` in scenario files: parsed, refused with the
-//! key named, and in force (upload: `max_out` and the burst; download: `max_in`).
+//! key named, and in force (upload: `max_out` and the burst; download: `max_in`); the keys that
+//! cannot act on a download VM accepted with a warning; per-VM directions.
 
 use vqos_sched::policy::UNLIMITED_IN_BPS;
 use vqos_sim::{run_text, Scenario};
@@ -42,7 +43,8 @@ fn keys_parse_into_the_policy() {
         s.policies_at(0).vifs[0].policy.max_in_bps,
         Some(UNLIMITED_IN_BPS)
     );
-    // Download: the engine enforces the inbound max, with the default burst.
+    // Download: the engine gets the policy as written (as vqosd does); the reference takes
+    // the inbound max, which the inbound path enforces.
     let s = Scenario::parse(&scenario(
         "download",
         "max = \"200Mbit\"\nmax_in = \"100Mbit\"\nburst = \"64KiB\"",
@@ -51,11 +53,17 @@ fn keys_parse_into_the_policy() {
     let p = &s.policies_at(0).vifs[0].policy;
     assert_eq!(
         (p.max_bps, p.max_in_bps, p.burst_bytes),
+        (Some(200_000_000), Some(100_000_000), Some(65_536))
+    );
+    let r = s.reference_policy(0, p);
+    assert_eq!(
+        (r.max_bps, r.max_in_bps, r.burst_bytes),
         (Some(100_000_000), None, None)
     );
     // Without max_in, download follows max, as the data plane does.
     let s = Scenario::parse(&scenario("download", "max = \"200Mbit\"")).unwrap();
-    assert_eq!(s.policies_at(0).vifs[0].policy.max_bps, Some(200_000_000));
+    let p = &s.policies_at(0).vifs[0].policy;
+    assert_eq!(s.reference_policy(0, p).max_bps, Some(200_000_000));
 }
 
 #[test]
@@ -99,4 +107,102 @@ fn max_out_holds_upload_and_max_in_holds_download() {
             want / 1e6
         );
     }
+}
+
+/// The message with its sources, as the CLI prints it.
+fn full_error(text: &str) -> String {
+    let e = Scenario::parse(text).unwrap_err();
+    let mut err = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        err = format!("{err}: {s}");
+        source = s.source();
+    }
+    err
+}
+
+#[test]
+fn scheduling_keys_on_a_download_vm_are_accepted_with_a_warning() {
+    for (keys, needle) in [
+        (
+            "weight = 3",
+            "vm 'vm1': weight cannot act on a download VM and is ignored",
+        ),
+        (
+            "min = \"10Mbit\"",
+            "vm 'vm1': min cannot act on a download VM",
+        ),
+        (
+            "weight = 2\npriority = 1",
+            "vm 'vm1': weight, priority cannot act on a download VM",
+        ),
+        (
+            "[[event]]\nat = \"1s\"\nvm = \"vm1\"\nweight = 2",
+            "event at 1s for 'vm1': weight cannot act on a download VM",
+        ),
+    ] {
+        let text = if keys.starts_with("[[event]]") {
+            format!("{}{keys}\n", scenario("download", ""))
+        } else {
+            scenario("download", keys)
+        };
+        let s = Scenario::parse(&text).unwrap();
+        assert_eq!(s.warnings.len(), 1, "{keys}: {:?}", s.warnings);
+        assert!(s.warnings[0].contains(needle), "{keys}: {}", s.warnings[0]);
+        // The report repeats it, in the text and in the JSON.
+        let (report, _) = run_text(&text, 1).unwrap();
+        assert!(vqos_sim::render_text(&report).contains(&format!("warning: {needle}")));
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["warnings"][0].as_str().unwrap().contains(needle));
+        // And the key acts on nothing: vm1 and vm2 (no keys) share the link equally.
+        let p = &report.phases[0];
+        assert_eq!(p.vifs["vm1"].expected_bps, p.vifs["vm2"].expected_bps);
+    }
+    // No warning without such keys, and none in the JSON.
+    let (report, _) = run_text(&scenario("download", ""), 1).unwrap();
+    assert!(report.warnings.is_empty());
+    assert!(serde_json::to_value(&report)
+        .unwrap()
+        .get("warnings")
+        .is_none());
+    // The same keys on an upload VM of a download scenario are the engine's.
+    let text = scenario(
+        "download",
+        "direction = \"upload\"\nweight = 3\nmin = \"10Mbit\"",
+    );
+    let s = Scenario::parse(&text).unwrap();
+    assert!(s.warnings.is_empty());
+    assert!(!s.is_download(0) && s.is_download(1) && s.mixed_directions());
+    assert!(full_error(&scenario("upload", "direction = \"sideways\""))
+        .contains("vm 'vm1'.direction: 'sideways' (expected \"upload\" or \"download\")"));
+    // Direction is not a key an event may change.
+    let text = format!(
+        "{}[[event]]\nat = \"1s\"\nvm = \"vm1\"\ndirection = \"upload\"\n",
+        scenario("download", "")
+    );
+    assert!(full_error(&text).contains("unknown field `direction`"));
+}
+
+#[test]
+fn a_download_vm_gets_its_inbound_max_an_upload_vm_its_share_in_one_scenario() {
+    // vm1 uploads (engine, 1 Gbit/s host link out), vm2 downloads (max_in 100 Mbit/s, host
+    // link in): no bottleneck, so the two directions do not compete.
+    let text = scenario(
+        "download",
+        "direction = \"upload\"\nmax_out = \"600Mbit\"\nmax_in = \"50Mbit\"",
+    )
+    .replace(
+        "[[vm]]\nname = \"vm2\"\ntraffic = \"udp\"",
+        "[[vm]]\nname = \"vm2\"\ntraffic = \"udp\"\nmax_in = \"100Mbit\"\nrate = \"300Mbit\"",
+    );
+    let (report, out) = run_text(&text, 1).unwrap();
+    let p = &report.phases[0];
+    let (vm1, vm2) = (p.vifs["vm1"].mean_bps, p.vifs["vm2"].mean_bps);
+    assert!((vm1 - 600e6).abs() <= 0.02 * 600e6, "vm1 {vm1}");
+    assert!((vm2 - 100e6).abs() <= 0.02 * 100e6, "vm2 {vm2}");
+    assert_eq!(p.vifs["vm2"].expected_bps, 100e6);
+    assert_eq!(p.vifs["vm1"].expected_bps, 600e6);
+    // The inbound bucket dropped what the source sent above it; the engine never saw vm2.
+    assert!(out.counters[1].rate_limited > 0);
+    assert_eq!(out.counters[1].policed, 0);
 }

@@ -10,7 +10,8 @@
 //!   snapshot path as a policy change; the user's policy stays as stored and answered);
 //! - PID-ECN sees the bytes each vif sent and received (`rx_bytes + tx_bytes`, the paper's
 //!   `B_i`); its probabilities go to the switch with [`Api::set_ecn_probabilities`], which marks
-//!   CE on frames from the uplink to the vif.
+//!   CE on the vif's data whichever way it flows: ECT frames from the uplink to the vif and ECT
+//!   frames the vif sends to the uplink.
 //!
 //! [`spawn`] runs the step function on a thread. It is the only place a clock is read: the time
 //! is the switch's stats snapshot time when the backend has one (so the counters and their time

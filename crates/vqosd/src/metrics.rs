@@ -74,7 +74,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vqos_port_ecn_marked_total",
         "counter",
-        "Frames marked ECN CE on their way to the port.",
+        "Frames of the port marked ECN CE: on their way to it, or from it to the uplink.",
     ),
     (
         "vqos_port_ecn_not_ect_total",
@@ -109,7 +109,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vqos_ecn_probability",
         "gauge",
-        "The PID-ECN controller's CE-marking probability for frames to the vif.",
+        "The PID-ECN controller's CE-marking probability for the vif's frames, both ways.",
     ),
     ("vqos_policy_weight", "gauge", "Weight of the vif's policy."),
     (

@@ -1,0 +1,109 @@
+//! `[[expect]]`: what a scenario states must hold, checked by the report.
+
+use super::raw::RawExpect;
+use super::{invalid, Scenario, ScenarioError};
+
+/// A check the report evaluates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    /// The VM's mean is within this percentage of the reference allocation.
+    NearReference(f64),
+    /// The aggregate is at least this fraction of the tightest link.
+    AggregateAtLeast(f64),
+    /// The VM keeps at least this fraction of its rate in phase `of_phase`.
+    KeepsAtLeast(f64, usize),
+    /// The VM loses at least this fraction of its rate in phase `of_phase`.
+    LosesAtLeast(f64, usize),
+    /// Unfairness index at most this.
+    UnfairnessAtMost(f64),
+    /// Unfairness index at least this.
+    UnfairnessAtLeast(f64),
+    /// Ratio of the largest to the smallest rate among `vms` (or all active) at most this.
+    RatioAtMost(f64),
+    /// The same ratio at least this.
+    RatioAtLeast(f64),
+}
+
+/// An expectation of the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    /// Phase number, 1-based.
+    pub phase: usize,
+    /// The VM it is about (for per-VM checks).
+    pub vm: Option<usize>,
+    /// VMs a ratio is taken over (empty = all active).
+    pub vms: Vec<usize>,
+    /// The check.
+    pub check: Check,
+}
+
+impl Scenario {
+    pub(super) fn vm_index(&self, name: &str, what: &str) -> Result<usize, ScenarioError> {
+        self.vms
+            .iter()
+            .position(|v| v.name == name)
+            .ok_or_else(|| invalid(format!("{what}: unknown vm '{name}'")))
+    }
+
+    pub(super) fn expectation(&self, x: &RawExpect) -> Result<Expectation, ScenarioError> {
+        let what = format!("expect (phase {})", x.phase);
+        let nphases = self.phases().len();
+        if x.phase == 0 || x.phase > nphases {
+            return Err(invalid(format!(
+                "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases)"
+            )));
+        }
+        let mut checks = Vec::new();
+        let of = x.of_phase.unwrap_or(1);
+        if of == 0 || of > nphases {
+            return Err(invalid(format!("{what}: of_phase must be 1..={nphases}")));
+        }
+        if let Some(v) = x.near_reference_pct {
+            checks.push((Check::NearReference(v), true));
+        }
+        if let Some(v) = x.aggregate_at_least {
+            checks.push((Check::AggregateAtLeast(v), false));
+        }
+        if let Some(v) = x.keeps_at_least {
+            checks.push((Check::KeepsAtLeast(v, of), true));
+        }
+        if let Some(v) = x.loses_at_least {
+            checks.push((Check::LosesAtLeast(v, of), true));
+        }
+        if let Some(v) = x.unfairness_at_most {
+            checks.push((Check::UnfairnessAtMost(v), false));
+        }
+        if let Some(v) = x.unfairness_at_least {
+            checks.push((Check::UnfairnessAtLeast(v), false));
+        }
+        if let Some(v) = x.ratio_at_most {
+            checks.push((Check::RatioAtMost(v), false));
+        }
+        if let Some(v) = x.ratio_at_least {
+            checks.push((Check::RatioAtLeast(v), false));
+        }
+        if checks.len() != 1 {
+            return Err(invalid(format!(
+                "{what}: give exactly one check (near_reference_pct, aggregate_at_least, keeps_at_least, loses_at_least, unfairness_at_most, unfairness_at_least, ratio_at_most, ratio_at_least)"
+            )));
+        }
+        let (check, needs_vm) = checks.remove(0);
+        let vm = match &x.vm {
+            Some(n) => Some(self.vm_index(n, &what)?),
+            None if needs_vm => return Err(invalid(format!("{what}: this check needs a vm"))),
+            None => None,
+        };
+        let vms = x
+            .vms
+            .iter()
+            .flatten()
+            .map(|n| self.vm_index(n, &what))
+            .collect::<Result<_, _>>()?;
+        Ok(Expectation {
+            phase: x.phase,
+            vm,
+            vms,
+            check,
+        })
+    }
+}
