@@ -234,7 +234,12 @@ fn read_head(r: &mut impl Read, what: &'static str) -> Result<(String, Vec<u8>),
     let mut head = HeadBuffer::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let n = r.read(&mut chunk)?;
+        let n = match r.read(&mut chunk) {
+            Ok(n) => n,
+            // A signal (SIGHUP asking for a reload, SIGCHLD) landed on this thread: read again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             return Err(if head.is_empty() {
                 HttpError::Io(io::ErrorKind::UnexpectedEof.into())
@@ -451,6 +456,30 @@ mod tests {
         assert_eq!(r.body, b"hello");
         let r = req(b"GET / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc").unwrap();
         assert_eq!(r.body, b"abc");
+    }
+
+    #[test]
+    fn a_read_interrupted_by_a_signal_is_retried() {
+        // Every other read fails with EINTR, as when SIGHUP lands on the reading thread.
+        struct Interrupting<'a>(&'a [u8], bool);
+        impl Read for Interrupting<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                self.1 = !self.1;
+                if self.1 {
+                    return Err(io::ErrorKind::Interrupted.into());
+                }
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let r = read_response(&mut Interrupting(raw, false), 16).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        let raw = b"GET /v1/stats HTTP/1.1\r\nHost: x\r\n\r\n";
+        let r = read_request(&mut Interrupting(raw, false), 16).unwrap();
+        assert_eq!(r.path, "/v1/stats");
     }
 
     #[test]

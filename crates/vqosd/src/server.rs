@@ -566,6 +566,7 @@ fn refuse_now<C: Conn>(stream: &mut C, resp: &Response) {
     while drained < DRAIN_NOW_BYTES {
         match stream.read(&mut buf) {
             Ok(n) if n > 0 => drained += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             _ => break,
         }
     }
@@ -591,6 +592,7 @@ fn refuse<C: Conn>(shared: &Shared, stream: &mut C, resp: &Response) {
     while drained < DRAIN_BYTES {
         match input.read(&mut buf) {
             Ok(n) if n > 0 => drained += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             _ => break,
         }
     }
