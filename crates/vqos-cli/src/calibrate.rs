@@ -45,7 +45,7 @@ fn calibrate_to(c: &Client, args: &CalibrateArgs, out: &mut impl Write) -> Resul
         if args.json {
             writeln!(out, "{}", serde_json::to_string_pretty(&m)?)?;
         } else {
-            writeln!(out, "{}", describe_pricing(&m))?;
+            writeln!(out, "{}", m.describe())?;
             writeln!(out, "{} batches sampled for calibration", m.samples)?;
         }
         return Ok(());
@@ -84,40 +84,8 @@ fn calibrate_to(c: &Client, args: &CalibrateArgs, out: &mut impl Write) -> Resul
         "  [cost_model]\n  base_cycles = {:.1}\n  cycles_per_byte = {:.4}",
         f.base_cycles, f.cycles_per_byte
     )?;
-    writeln!(out, "{}", describe_pricing(&f.cost_model))?;
+    writeln!(out, "{}", f.cost_model.describe())?;
     Ok(())
-}
-
-/// One line on the pricing in force: `pricing (cycles): config model, 1300.0 + 0.2500 x bytes
-/// cycles per frame, priced at 1518-byte frames; purchases need 1.106G of 1.540G cycles/s
-/// (72 %)`.
-pub fn describe_pricing(m: &CostModelView) -> String {
-    let model = match (m.base_cycles, m.cycles_per_byte) {
-        (Some(a), Some(b)) => format!(
-            "{} model, {a:.1} + {b:.4} x bytes cycles per frame, priced at {}-byte frames",
-            m.source, m.price_frame_bytes
-        ),
-        _ => "no model, a purchase's share of the capacity is its share of the core".to_string(),
-    };
-    let unit = if m.cost == "cycles" {
-        "cycles/s"
-    } else {
-        "bytes/s"
-    };
-    let sold = match (m.sold_per_sec, m.budget_per_sec) {
-        (Some(s), Some(b)) if b > 0 => format!(
-            "; purchases need {} of {} {unit} ({:.0} %)",
-            giga(s),
-            giga(b),
-            100.0 * s as f64 / b as f64
-        ),
-        _ => String::new(),
-    };
-    format!("pricing ({}): {model}{sold}", m.cost)
-}
-
-fn giga(v: u64) -> String {
-    format!("{:.3}G", v as f64 / 1e9)
 }
 
 #[cfg(test)]

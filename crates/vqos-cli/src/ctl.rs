@@ -455,7 +455,7 @@ fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
         format_rate(Some(total))
     )?;
     if let Some(m) = &s.cost_model {
-        writeln!(out, "{}", crate::calibrate::describe_pricing(m))?;
+        writeln!(out, "{}", m.describe())?;
     }
     writeln!(
         out,

@@ -27,6 +27,7 @@ pub mod engines;
 pub mod policy;
 #[cfg(test)]
 mod proptest_config;
+pub mod sold;
 pub mod testing;
 pub mod units;
 

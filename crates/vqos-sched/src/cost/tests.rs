@@ -1,5 +1,7 @@
 use super::*;
-use crate::policy::VifPolicy;
+use crate::engine::EngineKind;
+use crate::policy::{CostModel, PolicyError, PolicySet, VifPolicy};
+use crate::sold::format_cost;
 
 fn max(gbit: u64) -> VifPolicy {
     VifPolicy {
