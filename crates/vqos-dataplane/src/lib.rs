@@ -56,6 +56,7 @@
 //!   configured with its address.
 #![deny(missing_docs)]
 
+pub mod afpacket;
 pub mod config;
 pub mod error;
 pub mod fault;
@@ -75,6 +76,7 @@ pub mod tap;
 pub mod tap_uring;
 pub mod vhost_user;
 
+pub use afpacket::{AfPacketOptions, AfPacketPort, AfPacketStatus};
 pub use config::{
     EmulatedWork, MacPolicy, PortBackend, PortSpec, Readiness, SwitchConfig, DEFAULT_LEARN_MACS,
 };
