@@ -172,3 +172,187 @@ fn the_legacy_10_byte_header_gives_the_same_frames() {
         10,
     );
 }
+
+/// A TCP/IPv4 super-frame to MAC_VM: 20-byte IPv4 and TCP headers, `data` payload bytes, cut
+/// into segments of `gso_size` (partial checksum: the pseudo-header sum in the TCP header).
+fn tso_frame(gso_size: u16, data: usize) -> Vec<u8> {
+    let total = (20 + 20 + data) as u16;
+    let mut p = vec![0u8; 40 + data];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[8] = 64;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&[10, 9, 0, 1]);
+    p[16..20].copy_from_slice(&[10, 9, 0, 2]);
+    let sum16 = |b: &[u8]| -> u32 {
+        b.chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+            .sum()
+    };
+    let fold = |mut s: u32| -> u16 {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    };
+    let c = !fold(sum16(&p[..20]));
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&40000u16.to_be_bytes());
+    p[22..24].copy_from_slice(&5201u16.to_be_bytes());
+    p[24..28].copy_from_slice(&1u32.to_be_bytes());
+    p[32] = 5 << 4;
+    p[33] = 0x10; // ACK
+    p[34..36].copy_from_slice(&0xffffu16.to_be_bytes());
+    for (i, b) in p[40..].iter_mut().enumerate() {
+        *b = (i % 253) as u8;
+    }
+    // Pseudo-header: addresses, protocol, TCP length.
+    let pseudo = sum16(&p[12..20]) + 6 + u32::from(total - 20);
+    p[36..38].copy_from_slice(&fold(pseudo).to_be_bytes());
+    let hdr = VnetHdr {
+        flags: VNET_F_NEEDS_CSUM,
+        gso_type: VNET_GSO_TCPV4,
+        hdr_len: 54,
+        gso_size,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    build_frame(hdr, MAC_VM, MAC_A, 0x0800, &p)
+}
+
+/// A TCP super-frame (GSO) crosses the veth whole: one frame of 20 kB with its header (the
+/// kernel's `hdr_len` is its own: the linear part of the buffer it built).
+#[test]
+fn tcp_super_frames_cross_whole_with_their_header() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair("g", AfPacketOptions::default());
+    let f = tso_frame(1448, 20_000);
+    assert_eq!(send(&mut a, std::slice::from_ref(&f)), 1);
+    let got = read_n(&mut b, 1);
+    assert_eq!(got.len(), 1, "one super-frame, not segments");
+    let (g, h) = (&got[0], VnetHdr::parse(&got[0]));
+    let sent = VnetHdr::parse(&f);
+    println!("sent {sent:?}, received {h:?}");
+    assert_eq!(g[VNET_HDR_LEN..], f[VNET_HDR_LEN..]);
+    assert_eq!(
+        (h.flags, h.gso_type, h.gso_size, h.csum_start, h.csum_offset),
+        (
+            sent.flags,
+            sent.gso_type,
+            sent.gso_size,
+            sent.csum_start,
+            sent.csum_offset
+        )
+    );
+    assert!(validate(g).is_ok());
+}
+
+/// Frames to the interface's own address are the host's: not read (counted); frames the
+/// interface sends for the host are not read either.
+#[test]
+fn the_hosts_own_frames_are_left_to_the_host() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair { mut a, mut b, ns } = pair("h", AfPacketOptions::default());
+    // To eb's own MAC (the host's on that end), then one to a VM behind it.
+    assert_eq!(send(&mut a, &[frame(MAC_B, 1), frame(MAC_VM, 2)]), 2);
+    let got = read_n(&mut b, 1);
+    assert_eq!(got, vec![frame(MAC_VM, 2)]);
+    assert_eq!(b.af_status().skipped_host, 1);
+    // The host's own transmissions on eb (an ARP request from its stack) are not read by eb's
+    // port; they reach ea's.
+    ns.run(|| {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "add", "10.9.0.1/24", "dev", "eb"])
+            .status();
+        let _ = std::process::Command::new("ping")
+            .args(["-c", "1", "-W", "1", "10.9.0.2"])
+            .output();
+    });
+    let seen_by_a = read_n(&mut a, 1);
+    assert!(!seen_by_a.is_empty(), "the host's ARP request reached ea");
+    let mut batch = Batch::new();
+    assert_eq!(b.recv_batch(&mut batch, BATCH_FRAMES).unwrap(), 0);
+    assert_eq!(b.counters().rx_frames, 1);
+}
+
+/// A frame the kernel refuses (longer than the MTU without GSO; an unknown GSO type) ends the
+/// batch: the frames before it went out, it and the rest are `tx_errors`.
+#[test]
+fn a_refused_frame_ends_the_batch() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair("r", AfPacketOptions::default());
+    let too_long = build_frame(VnetHdr::default(), MAC_VM, MAC_A, ETHERTYPE, &[7; 1600]);
+    let bad_gso = {
+        let mut f = frame(MAC_VM, 9);
+        f[1] = 3; // unknown GSO type
+        f
+    };
+    let frames = [frame(MAC_VM, 1), too_long, frame(MAC_VM, 2), bad_gso];
+    assert_eq!(send(&mut a, &frames[..3]), 1);
+    let c = a.counters();
+    assert_eq!(
+        (c.tx_frames, c.tx_bytes, c.tx_errors),
+        (1, frames[0].len() as u64, 2)
+    );
+    assert_eq!(send(&mut a, &[frames[2].clone(), frames[3].clone()]), 1);
+    assert_eq!(a.counters().tx_errors, 3);
+    assert_eq!(
+        read_n(&mut b, 2),
+        vec![frames[0].clone(), frames[2].clone()]
+    );
+}
+
+/// The interface is promiscuous while a port holds it, and not after.
+#[test]
+fn promiscuous_while_attached() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair { a, b, ns } = pair("p", AfPacketOptions::default());
+    let promiscuity = |dev: &str| -> String {
+        let out = std::process::Command::new("ip")
+            .args(["-d", "-n", ns.name(), "link", "show", dev])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let at = text.find("promiscuity ").expect("ip -d shows promiscuity");
+        text[at..].split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(promiscuity("ea"), "1");
+    drop(a);
+    assert_eq!(promiscuity("ea"), "0");
+    assert_eq!(promiscuity("eb"), "1");
+    drop(b);
+}
+
+#[test]
+fn a_missing_or_bad_interface_is_a_clear_error() {
+    assert!(matches!(
+        AfPacketPort::open("vqa-no-such0"),
+        Err(PortError::Missing(_))
+    ));
+    for bad in ["", "sixteen-bytes-xx", "nul\0byte"] {
+        assert!(
+            matches!(AfPacketPort::open(bad), Err(PortError::BadName(_))),
+            "{bad:?}"
+        );
+    }
+}
