@@ -304,12 +304,13 @@ fn op_err(port: &str, op: &'static str, source: io::Error) -> PortError {
     }
 }
 
-/// `count` message headers, zeroed.
+/// A batch's worth of message headers, zeroed.
 fn mmsghdrs() -> [libc::mmsghdr; BATCH_FRAMES] {
     // SAFETY: mmsghdr is plain old data (null pointers, zero lengths); all-zero is valid.
     unsafe { std::mem::zeroed() }
 }
 
+/// An iovec of nothing (the unused second one of a 12-byte-header message).
 const EMPTY_IOV: libc::iovec = libc::iovec {
     iov_base: std::ptr::null_mut(),
     iov_len: 0,
