@@ -12,6 +12,10 @@
 #           change, side by side with the current one in one run
 #   rr-uring, vqos-uring  the same two with tap_io = "uring" (batched TAP reads and writes on
 #           an io_uring instead of one system call per frame)
+#   rr+afp, vqos+afp, rr-uring+afp, vqos-uring+afp  with -U afpacket: the same vqosd
+#           switches with the uplink on an existing interface (`[uplink] kind = "af-packet"`:
+#           one end of a veth pair in the switch namespace, attached through AF_PACKET, the other
+#           end in the sink) instead of a TAP the switch makes and moves into the sink
 #   ovs     Open vSwitch userspace datapath: ovs-vswitchd, datapath_type=netdev,
 #           other_config:userspace-tso-enable=true, ports of type "tap"
 #
@@ -28,16 +32,20 @@
 # senders' system time (counted in "all CPUs").
 #
 # Run as root:  scripts/bench-dataplane.sh [-t SECONDS] [-n VMS] [-s bridge,rr,vqos,ovs]
-#                                          [-C CAPACITY] [-B VQOSD] [-w MINUTES] [-o DIR]
+#                                          [-U tap,afpacket] [-C CAPACITY] [-B VQOSD]
+#                                          [-w MINUTES] [-o DIR]
 #   -t  seconds per iperf3 run (default 8; ≥ 3)
 #   -n  VM namespaces (default 8; ≥ 4: the vqos variant has one vif per VM)
 #   -s  the switches to run, in this order (default bridge,rr,vqos,ovs)
+#   -U  the uplinks of the vqosd switches (rr, vqos, rr-uring, vqos-uring), each run once per
+#       uplink, side by side: tap (default) and/or afpacket (the switch named SWITCH+afp)
 #   -C  capacity of the vqos variant (default unlimited)
 #   -B  the vqosd binary of the rr-base and vqos-base switches (e.g. a copy built before a change)
 #   -w  first wait until the 1-minute load average is below 1.0, re-checking every 2 minutes,
 #       for at most MINUTES (then exit with status 3 without measuring)
 #   -o  output directory (default lab-out/, gitignored): bench-dataplane-DATE.csv and .md, and
 #       beside them vqosd's final `vqos stats --json` per engine and ovs-vswitchd's log
+# VQOSD=PATH in the environment: the vqosd binary to measure (default target/release/vqosd).
 # It installs iperf3, ethtool, jq and openvswitch-switch with apt-get if missing (without
 # starting the system's OVS service), builds target/release/vqosd if missing, and runs every
 # switch inside a namespace of its own: OVS with its database, sockets, pid and log files in a
@@ -57,11 +65,13 @@ usage() {
     exit 2
 }
 BASE_VQOSD=
-while getopts 't:n:s:C:B:w:o:h' opt; do
+UPLINKS=tap
+while getopts 't:n:s:U:C:B:w:o:h' opt; do
     case $opt in
         t) SECS=$OPTARG ;;
         n) NVM=$OPTARG ;;
         s) SWITCHES=$OPTARG ;;
+        U) UPLINKS=$OPTARG ;;
         C) VQOS_CAPACITY=$OPTARG ;;
         B) BASE_VQOSD=$OPTARG ;;
         w) WAIT_MIN=$OPTARG ;;
@@ -74,9 +84,28 @@ case $NVM in '' | *[!0-9]*) usage ;; esac
 case $WAIT_MIN in '' | *[!0-9]*) usage ;; esac
 [ "$SECS" -ge 3 ] && [ "$NVM" -ge 4 ] && [ "$NVM" -le 99 ] || usage
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
+IFS=, read -r -a UPLINK_LIST <<<"$UPLINKS"
+for u in "${UPLINK_LIST[@]}"; do
+    case $u in tap | afpacket) ;; *) echo "unknown uplink '$u'" >&2; usage ;; esac
+done
+# Every vqosd switch once per uplink, in the order given.
+expanded=()
+for s in "${SWITCH_LIST[@]}"; do
+    case $s in
+        rr | vqos | rr-uring | vqos-uring)
+            for u in "${UPLINK_LIST[@]}"; do
+                if [ "$u" = tap ]; then expanded+=("$s"); else expanded+=("$s+afp"); fi
+            done
+            ;;
+        *) expanded+=("$s") ;;
+    esac
+done
+SWITCH_LIST=("${expanded[@]}")
+SWITCHES=$(IFS=,; echo "${SWITCH_LIST[*]}")
 for s in "${SWITCH_LIST[@]}"; do
     case $s in
         bridge | rr | vqos | ovs | rr-uring | vqos-uring) ;;
+        rr+afp | vqos+afp | rr-uring+afp | vqos-uring+afp) ;;
         rr-base | vqos-base)
             [ -x "$BASE_VQOSD" ] || { echo "switch '$s' needs -B with an executable vqosd" >&2; usage; }
             ;;
@@ -122,9 +151,9 @@ case ",$SWITCHES," in
 esac
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 
-VQOSD=target/release/vqosd
+VQOSD=${VQOSD:-target/release/vqosd}
 case ",$SWITCHES," in
-    *,rr,* | *,vqos,*)
+    *,rr* | *,vqos*)
         if [ ! -x "$VQOSD" ]; then
             command -v cargo >/dev/null || PATH="$HOME/.cargo/bin:$PATH"
             log "building vqosd (release)"
@@ -156,6 +185,7 @@ SINK_NS="${P}-sink"
 vm_ns() { echo "${P}-vm$1"; }
 vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
 SINK_DEV="${P}u"
+AFP_DEV="${P}a" # the switch's end of the veth pair of an AF_PACKET uplink (in SW_NS)
 TMP=$(mktemp -d /tmp/vqos-bench-dp.XXXXXX)
 HZ=$(getconf CLK_TCK)
 PIDS=() # every process this script started, by PID
@@ -266,8 +296,11 @@ stop_bridge() {
     ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
 }
 
-start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring
-    local kind=$1 engine=${1%-base} bin=$VQOSD cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
+start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each maybe +afp
+    local tag=$1 kind=${1%+afp} engine bin=$VQOSD cfg="$TMP/vqosd-$1.toml" i pol capacity=unlimited
+    local uplink=tap
+    [ "$kind" = "$tag" ] || uplink=afpacket
+    engine=${kind%-base}
     [ "$kind" = "$engine" ] || bin=$BASE_VQOSD
     engine=${engine%-uring}
     [ "$kind" = "$engine-uring" ] && bin=$VQOSD
@@ -276,13 +309,18 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring
         echo "capacity = \"$capacity\""
         echo "engine = \"$engine\""
         [ "$kind" = "$engine-uring" ] && echo 'tap_io = "uring"'
-        echo "state_file = \"$TMP/state-$kind.json\""
+        echo "state_file = \"$TMP/state-$tag.json\""
         # The current build's TAPs would outlive it (a -B build may not know the key).
         [ "$bin" = "$VQOSD" ] && echo 'remove_taps_on_exit = true'
         echo '[api]'
-        echo "socket = \"$TMP/vqosd-$kind.sock\""
+        echo "socket = \"$TMP/vqosd-$tag.sock\""
         echo '[uplink]'
-        echo "name = \"$SINK_DEV\""
+        if [ "$uplink" = afpacket ]; then
+            echo "name = \"$AFP_DEV\""
+            echo 'kind = "af-packet"'
+        else
+            echo "name = \"$SINK_DEV\""
+        fi
         for i in $(seq "$NVM"); do
             if [ "$engine" != vqos ]; then
                 pol='{ weight = 1 }'
@@ -294,16 +332,21 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring
             printf '[[port]]\nname = "%s"\npolicy = %s\n' "$(vm_dev "$i")" "$pol"
         done
     } >"$cfg"
-    ip netns exec "$SW_NS" "$bin" --config "$cfg" >"$TMP/vqosd-$kind.log" 2>&1 &
+    if [ "$uplink" = afpacket ]; then
+        # The sink's end ($SINK_DEV) is plugged into the sink below, like the TAP it replaces.
+        ip -n "$SW_NS" link add "$AFP_DEV" type veth peer name "$SINK_DEV"
+        ip netns exec "$SW_NS" sysctl -qw "net.ipv6.conf.$AFP_DEV.disable_ipv6=1"
+    fi
+    ip netns exec "$SW_NS" "$bin" --config "$cfg" >"$TMP/vqosd-$tag.log" 2>&1 &
     SWPID=$!
     PIDS+=("$SWPID")
     for _ in $(seq 100); do
-        grep -q 'listening on' "$TMP/vqosd-$kind.log" && break
+        grep -q 'listening on' "$TMP/vqosd-$tag.log" && break
         kill -0 "$SWPID" 2>/dev/null || break
         sleep 0.1
     done
-    grep -q 'listening on' "$TMP/vqosd-$kind.log" || {
-        cat "$TMP/vqosd-$kind.log" >&2
+    grep -q 'listening on' "$TMP/vqosd-$tag.log" || {
+        cat "$TMP/vqosd-$tag.log" >&2
         return 1
     }
     plug_all
@@ -314,6 +357,7 @@ stop_vqosd() { # SIGTERM: vqosd closes its TAPs (they vanish from the VMs)
         --socket "$TMP/vqosd-$SW_KIND.sock" >"$OUTDIR/bench-dataplane-$STAMP-vqosd-$SW_KIND-stats.json" 2>&1 || true
     stop_pid "$SWPID" 10
     unplug_all
+    ip -n "$SW_NS" link del "$AFP_DEV" 2>/dev/null || true
 }
 
 OVSDIR="$TMP/ovs"
@@ -369,14 +413,14 @@ start_switch() {
     SW_KIND=$1
     case $1 in
         bridge) start_bridge ;;
-        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring) start_vqosd "$1" ;;
+        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring | *+afp) start_vqosd "$1" ;;
         ovs) start_ovs ;;
     esac
 }
 stop_switch() {
     case $SW_KIND in
         bridge) stop_bridge ;;
-        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring) stop_vqosd ;;
+        rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring | *+afp) stop_vqosd ;;
         ovs) stop_ovs ;;
     esac
     SWPID=
@@ -519,6 +563,7 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
         if (s == "rr-base") return "vqosd `rr` (-B build)"
         if (s == "vqos-base") return "vqosd `vqos`, 8 policies (-B build)" (cap == "unlimited" ? "" : ", " cap)
         if (s == "ovs") return "OVS userspace (netdev, TSO)"
+        if (s ~ /\+afp$/) { b = s; sub(/\+afp$/, "", b); return label(b) ", AF_PACKET uplink" }
         return s
     }
     function cname(m) { return m == "1stream" ? "1 stream" : m == "4streams" ? "4 streams (-P 4)" : "4 VMs × 1 stream" }
@@ -536,16 +581,18 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(sw[i]), cname(m[i]),
                 (o[i] == "on" ? "on (TSO/GSO/GRO)" : "off (1514-byte frames)"), g[i], pc[i], si[i], all[i], per[i], pall[i], rt[i]
         print ""
-        print "| case | offloads | rr / bridge | rr / OVS | vqos 8 policies / rr | rr / rr (-B build) | vqos / vqos (-B build) |"
-        print "|---|---|---|---|---|---|---|"
+        print "| case | offloads | rr / bridge | rr / OVS | vqos 8 policies / rr | rr / rr (-B build) | vqos / vqos (-B build) | rr AF_PACKET / TAP uplink | vqos AF_PACKET / TAP uplink |"
+        print "|---|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= nc; i++) {
             k = cm[i] SUBSEP co[i]
-            printf "| %s | %s | %s | %s | %s | %s | %s |\n", cname(cm[i]), co[i],
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cname(cm[i]), co[i],
                 ratio(G["rr", cm[i], co[i]], G["bridge", cm[i], co[i]]),
                 ratio(G["rr", cm[i], co[i]], G["ovs", cm[i], co[i]]),
                 ratio(G["vqos", cm[i], co[i]], G["rr", cm[i], co[i]]),
                 ratio(G["rr", cm[i], co[i]], G["rr-base", cm[i], co[i]]),
-                ratio(G["vqos", cm[i], co[i]], G["vqos-base", cm[i], co[i]])
+                ratio(G["vqos", cm[i], co[i]], G["vqos-base", cm[i], co[i]]),
+                ratio(G["rr+afp", cm[i], co[i]], G["rr", cm[i], co[i]]),
+                ratio(G["vqos+afp", cm[i], co[i]], G["vqos", cm[i], co[i]])
         }
     }' >"$MD"
 echo

@@ -230,7 +230,7 @@ fn default_true() -> bool {
     true
 }
 
-/// What kind of port a vif is.
+/// What kind of port a vif (or the uplink) is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PortKind {
     /// A Linux TAP device (namespaces, containers, VMs whose TAP vqosd holds).
@@ -241,6 +241,10 @@ pub enum PortKind {
     /// Hypervisor).
     #[serde(rename = "vhost-user")]
     VhostUser,
+    /// An existing interface (a NIC, a veth) attached through an `AF_PACKET` socket: the
+    /// uplink only (`[uplink] kind = "af-packet"`); a vif of this kind is refused.
+    #[serde(rename = "af-packet")]
+    AfPacket,
 }
 
 /// Which side of a vhost-user socket vqosd is.

@@ -399,6 +399,7 @@ fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsVie
         let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
         let kind = match (p.kind, p.create) {
             (PortKind::VhostUser, _) => "vhost-user",
+            (PortKind::AfPacket, _) => "af-packet",
             (PortKind::Tap, true) => "tap",
             (PortKind::Tap, false) => "tap-attach",
         };

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use vqos_sched::{CostModel, Engine, EngineKind};
 
+use crate::afpacket::AfPacketPort;
 use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::port::Port;
@@ -31,6 +32,9 @@ pub enum PortBackend {
     TapOwn,
     /// Attach to the existing persistent TAP of the spec's name.
     TapAttach,
+    /// Attach to the existing interface of the spec's name (a NIC, a veth) through an
+    /// `AF_PACKET` socket ([`AfPacketPort`]); for the uplink.
+    AfPacket,
     /// A ready-made port (in-memory, fault-injecting, ...).
     Custom(Box<dyn Port>),
 }
@@ -41,6 +45,7 @@ impl std::fmt::Debug for PortBackend {
             PortBackend::TapCreate => f.write_str("TapCreate"),
             PortBackend::TapAttach => f.write_str("TapAttach"),
             PortBackend::TapOwn => f.write_str("TapOwn"),
+            PortBackend::AfPacket => f.write_str("AfPacket"),
             PortBackend::Custom(p) => write!(f, "Custom({})", p.name()),
         }
     }
@@ -125,6 +130,17 @@ impl PortSpec {
         }
     }
 
+    /// An existing interface attached through an `AF_PACKET` socket ([`PortBackend::AfPacket`]),
+    /// the uplink on a NIC without a TAP in between.
+    pub fn af_packet(name: &str) -> Self {
+        PortSpec {
+            name: name.to_string(),
+            backend: PortBackend::AfPacket,
+            macs: MacPolicy::default(),
+            tap_io: TapIo::default(),
+        }
+    }
+
     /// A ready-made port, named after it.
     pub fn custom(port: Box<dyn Port>) -> Self {
         PortSpec {
@@ -168,6 +184,7 @@ impl PortSpec {
             PortBackend::TapCreate => tap(TapMode::Create)?,
             PortBackend::TapAttach => tap(TapMode::Attach)?,
             PortBackend::TapOwn => tap(TapMode::Own)?,
+            PortBackend::AfPacket => Box::new(AfPacketPort::open(&name).map_err(wrap)?),
             PortBackend::Custom(p) => p,
         };
         Ok((port, self.macs))

@@ -14,7 +14,8 @@
 //!   [`start`]): the same switch on a loop thread that owns the clock and epoll.
 //! - [`SwitchHandle::add_port`]`(`[`PortSpec`]`, VifPolicy)`: a vif port ([`PortSpec::tap`]
 //!   creates a TAP, [`PortSpec::tap_attach`] attaches to a persistent one,
-//!   [`PortSpec::custom`] takes any [`Port`]; [`PortSpec::with_mac_policy`] /
+//!   [`PortSpec::custom`] takes any [`Port`]; [`PortSpec::af_packet`] attaches the uplink to
+//!   an existing interface through an `AF_PACKET` socket, [`AfPacketPort`]; [`PortSpec::with_mac_policy`] /
 //!   [`PortSpec::with_allowed_macs`] set its port security, [`MacPolicy`]).
 //! - [`SwitchHandle::remove_port`]`(name)`: only that port is affected.
 //! - [`SwitchHandle::set_policies`]`(PolicySet)` / [`SwitchHandle::set_policy`]`(name,
@@ -56,6 +57,7 @@
 //!   configured with its address.
 #![deny(missing_docs)]
 
+pub mod afpacket;
 pub mod calib;
 pub mod config;
 pub mod error;
@@ -76,6 +78,7 @@ pub mod tap;
 pub mod tap_uring;
 pub mod vhost_user;
 
+pub use afpacket::{AfPacketOptions, AfPacketPort, AfPacketStatus};
 pub use calib::{CostSamples, COST_SAMPLES};
 pub use config::{
     EmulatedWork, MacPolicy, PortBackend, PortSpec, Readiness, SwitchConfig, DEFAULT_LEARN_MACS,

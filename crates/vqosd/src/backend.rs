@@ -70,6 +70,12 @@ impl PortConfig {
     /// no socket nor socket role.
     pub fn from_request(req: &PortRequest) -> Result<PortConfig, String> {
         match req.kind {
+            PortKind::AfPacket => {
+                return Err(format!(
+                    "Port '{}': kind = \"af-packet\" is for the uplink only ([uplink] kind)",
+                    req.name
+                ));
+            }
             PortKind::Tap => {
                 if req.socket.is_some() || req.mode.is_some() {
                     return Err(format!(

@@ -27,6 +27,8 @@
 //! [uplink]
 //! name = "vqos-up"
 //! create = true
+//! # kind = "af-packet"        # attach to an existing interface (a NIC, no TAP): "tap" (default)
+//! #                           # or "af-packet" (then no `create`)
 //!
 //! [[port]]
 //! name = "vm1"
@@ -368,16 +370,15 @@ struct RawMetrics {
     listen: Option<SocketAddr>,
 }
 
-fn default_true() -> bool {
-    true
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawUplink {
     name: String,
-    #[serde(default = "default_true")]
-    create: bool,
+    /// Default true (TAPs only).
+    create: Option<bool>,
+    /// `tap` (default) or `af-packet`.
+    #[serde(default)]
+    kind: PortKind,
 }
 
 /// The optional TCP listener.
@@ -494,10 +495,27 @@ impl Config {
                 if ports.iter().any(|(p, _)| p.name == u.name) {
                     return Err(ConfigError::Policy(PolicyError::DuplicateVif(u.name)));
                 }
+                match (u.kind, u.create) {
+                    (PortKind::Tap, _) => {}
+                    (PortKind::AfPacket, None) => {}
+                    (PortKind::AfPacket, Some(_)) => {
+                        return Err(ConfigError::Port(format!(
+                            "Uplink '{}': create is for TAPs (kind = \"af-packet\" attaches to \
+                             an existing interface)",
+                            u.name
+                        )));
+                    }
+                    (PortKind::VhostUser, _) => {
+                        return Err(ConfigError::Port(format!(
+                            "Uplink '{}': kind must be \"tap\" or \"af-packet\"",
+                            u.name
+                        )));
+                    }
+                }
                 Some(PortConfig {
                     name: u.name,
-                    kind: PortKind::Tap,
-                    create: u.create,
+                    kind: u.kind,
+                    create: u.create.unwrap_or(u.kind == PortKind::Tap),
                     socket: None,
                     mode: None,
                     macs: Vec::new(),
@@ -761,6 +779,30 @@ create = false
 
     fn err(text: &str) -> String {
         vqos_api::chain(&Config::parse(text, env).unwrap_err())
+    }
+
+    #[test]
+    fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
+        let c = Config::parse("[uplink]\nname = \"eth1\"\nkind = \"af-packet\"", env).unwrap();
+        let up = c.uplink.unwrap();
+        assert_eq!(
+            (up.name.as_str(), up.kind, up.create),
+            ("eth1", PortKind::AfPacket, false)
+        );
+        let tap = Config::parse("[uplink]\nname = \"up0\"", env).unwrap();
+        assert_eq!(
+            tap.uplink.map(|u| (u.kind, u.create)),
+            Some((PortKind::Tap, true))
+        );
+        assert!(
+            err("[uplink]\nname = \"eth1\"\nkind = \"af-packet\"\ncreate = false")
+                .contains("Uplink 'eth1': create is for TAPs")
+        );
+        assert!(err("[uplink]\nname = \"eth1\"\nkind = \"vhost-user\"")
+            .contains("Uplink 'eth1': kind must be \"tap\" or \"af-packet\""));
+        assert!(err("[[port]]\nname = \"vm1\"\nkind = \"af-packet\"")
+            .contains("Port 'vm1': kind = \"af-packet\" is for the uplink only"));
+        assert!(err("[uplink]\nname = \"eth1\"\nkind = \"nic\"").contains("unknown variant `nic`"));
     }
 
     #[test]

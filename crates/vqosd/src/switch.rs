@@ -45,6 +45,8 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
     let spec = match port.kind {
         PortKind::Tap if port.create => PortSpec::tap_owned(&port.name),
         PortKind::Tap => PortSpec::tap_attach(&port.name),
+        // The uplink only (the config and the API refuse vifs of this kind).
+        PortKind::AfPacket => PortSpec::af_packet(&port.name),
         PortKind::VhostUser => {
             let socket = port.socket.as_deref().unwrap_or_default();
             let config = match port.mode.unwrap_or_default() {
@@ -139,6 +141,13 @@ impl SwitchBackend {
 
 impl Backend for SwitchBackend {
     fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+        if port.kind == PortKind::AfPacket {
+            // The API and the config refuse these; a state file edited by hand may not.
+            return Err(BackendError::Port {
+                name: port.name.clone(),
+                message: "kind = \"af-packet\" is for the uplink only".into(),
+            });
+        }
         self.handle
             .add_port(spec(port, self.tap_io)?, policy.clone())
             .map_err(convert)

@@ -322,6 +322,13 @@ fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
             "Vif 'vm1': min cannot be unlimited",
         ),
         (
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "eth1", "kind": "af-packet"})),
+            422,
+            "Port 'eth1': kind = \"af-packet\" is for the uplink only",
+        ),
+        (
             "PUT",
             "/v1/policies/vm1",
             Some(json!({"wieght": 2})),

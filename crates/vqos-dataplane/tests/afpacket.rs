@@ -1,0 +1,364 @@
+//! The AF_PACKET uplink ([`AfPacketPort`]) on a veth pair inside a namespace the test makes:
+//! one port on each end, frames both ways with their order, bytes and counters, TCP
+//! super-frames, the host's own frames left alone, refused frames ending a batch, promiscuous
+//! mode for the socket's lifetime. Both header sizes: the 12-byte one (Linux ≥ 6.2) and the
+//! legacy 10-byte one with split iovecs. Root only; SKIP otherwise.
+
+use std::time::Duration;
+
+use vqos_dataplane::frame::{
+    build_frame, validate, VnetHdr, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4, VNET_HDR_LEN,
+};
+use vqos_dataplane::{AfPacketOptions, AfPacketPort, Batch, Port, PortError, BATCH_FRAMES};
+use vqos_testkit::{machine_lock, poll, Netns};
+
+/// The two ends' own addresses.
+const MAC_A: u64 = 0x02_00_00_aa_00_01;
+const MAC_B: u64 = 0x02_00_00_bb_00_01;
+/// A VM behind the switch (not an end's address: frames to it are `PACKET_OTHERHOST`).
+const MAC_VM: u64 = 0x02_00_00_00_77_01;
+/// Local experimental EtherType: nothing in the namespace answers these frames.
+const ETHERTYPE: u16 = 0x88b5;
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        println!("SKIP: needs root");
+    }
+    root
+}
+
+fn mac_str(m: u64) -> String {
+    let o = m.to_be_bytes();
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        o[2], o[3], o[4], o[5], o[6], o[7]
+    )
+}
+
+/// A namespace with a veth pair `ea` (MAC_A) – `eb` (MAC_B), IPv6 off (no solicitations), and
+/// an [`AfPacketPort`] on each end.
+struct Pair {
+    a: AfPacketPort,
+    b: AfPacketPort,
+    ns: Netns,
+}
+
+fn pair(tag: &str, opts: AfPacketOptions) -> Pair {
+    let ns = Netns::new(format!("vqa{}{tag}", std::process::id() % 100_000)).without_ipv6();
+    let ip = |args: &[&str]| {
+        let mut all = vec!["ip", "-n", ns.name()];
+        all.extend_from_slice(args);
+        vqos_testkit::sh(&all);
+    };
+    ip(&[
+        "link", "add", "name", "ea", "type", "veth", "peer", "name", "eb",
+    ]);
+    ip(&["link", "set", "dev", "ea", "address", &mac_str(MAC_A)]);
+    ip(&["link", "set", "dev", "eb", "address", &mac_str(MAC_B)]);
+    let (a, b) = ns.run(|| {
+        (
+            AfPacketPort::open_with("ea", opts).unwrap(),
+            AfPacketPort::open_with("eb", opts).unwrap(),
+        )
+    });
+    Pair { a, b, ns }
+}
+
+/// Frame `seq`: to `dst`, a length that varies with `seq` (60..1514 Ethernet bytes), the
+/// sequence number in the first payload bytes.
+fn frame(dst: u64, seq: u32) -> Vec<u8> {
+    let len = 60 + (seq as usize * 97) % (1514 - 60);
+    let mut payload = vec![(seq % 251) as u8; len - 14];
+    payload[..4].copy_from_slice(&seq.to_be_bytes());
+    build_frame(VnetHdr::default(), dst, MAC_VM, ETHERTYPE, &payload)
+}
+
+/// Reads from `port` until `n` frames came (5 s at most); their bytes.
+fn read_n(port: &mut AfPacketPort, n: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut batch = Batch::new();
+    poll(Duration::from_secs(5), || {
+        batch.clear();
+        port.recv_batch(&mut batch, BATCH_FRAMES).unwrap();
+        got.extend((0..batch.len()).map(|i| batch.frame(i).to_vec()));
+        (got.len() >= n).then_some(())
+    });
+    got
+}
+
+fn send(port: &mut AfPacketPort, frames: &[Vec<u8>]) -> usize {
+    let mut batch = Batch::new();
+    for f in frames {
+        assert!(batch.push(f));
+    }
+    let idx: Vec<u8> = (0..frames.len() as u8).collect();
+    port.send_batch(&batch, &idx).unwrap()
+}
+
+/// `rounds` batches of 32 from `from` to `to`: every frame arrives once, in order, byte for
+/// byte (header: the kernel reports no offload for these frames, all zero), the counters
+/// match, and the sender never reads its own frames back.
+fn one_way(from: &mut AfPacketPort, to: &mut AfPacketPort, rounds: u32) {
+    let mut want = Vec::new();
+    for r in 0..rounds {
+        let frames: Vec<Vec<u8>> = (0..BATCH_FRAMES as u32)
+            .map(|i| {
+                frame(
+                    if i % 5 == 0 { u64::MAX >> 16 } else { MAC_VM },
+                    r * 100 + i,
+                )
+            })
+            .collect();
+        assert_eq!(send(from, &frames), frames.len());
+        want.extend(frames);
+    }
+    let got = read_n(to, want.len());
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "frame {i} differs");
+        assert!(validate(g).is_ok());
+    }
+    let bytes: u64 = want.iter().map(|f| f.len() as u64).sum();
+    let (tc, rc) = (from.counters(), to.counters());
+    assert_eq!(
+        (tc.tx_frames, tc.tx_bytes, tc.tx_errors),
+        (want.len() as u64, bytes, 0)
+    );
+    assert_eq!(
+        (rc.rx_frames, rc.rx_bytes, rc.rx_errors),
+        (want.len() as u64, bytes, 0)
+    );
+    let mut batch = Batch::new();
+    assert_eq!(
+        from.recv_batch(&mut batch, BATCH_FRAMES).unwrap(),
+        0,
+        "read back"
+    );
+}
+
+fn both_ways(opts: AfPacketOptions, tag: &str, hdr_bytes: usize) {
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair(tag, opts);
+    assert_eq!(a.af_status().vnet_hdr_bytes, hdr_bytes);
+    one_way(&mut a, &mut b, 4);
+    one_way(&mut b, &mut a, 4);
+}
+
+#[test]
+fn frames_cross_a_veth_pair_both_ways_in_order_byte_for_byte() {
+    if !root() {
+        return;
+    }
+    both_ways(AfPacketOptions::default(), "x", 12);
+}
+
+#[test]
+fn the_legacy_10_byte_header_gives_the_same_frames() {
+    if !root() {
+        return;
+    }
+    both_ways(
+        AfPacketOptions {
+            legacy_vnet_hdr: true,
+            ..Default::default()
+        },
+        "l",
+        10,
+    );
+}
+
+/// A TCP/IPv4 super-frame to MAC_VM: 20-byte IPv4 and TCP headers, `data` payload bytes, cut
+/// into segments of `gso_size` (partial checksum: the pseudo-header sum in the TCP header).
+fn tso_frame(gso_size: u16, data: usize) -> Vec<u8> {
+    let total = (20 + 20 + data) as u16;
+    let mut p = vec![0u8; 40 + data];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[8] = 64;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&[10, 9, 0, 1]);
+    p[16..20].copy_from_slice(&[10, 9, 0, 2]);
+    let sum16 = |b: &[u8]| -> u32 {
+        b.chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+            .sum()
+    };
+    let fold = |mut s: u32| -> u16 {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    };
+    let c = !fold(sum16(&p[..20]));
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&40000u16.to_be_bytes());
+    p[22..24].copy_from_slice(&5201u16.to_be_bytes());
+    p[24..28].copy_from_slice(&1u32.to_be_bytes());
+    p[32] = 5 << 4;
+    p[33] = 0x10; // ACK
+    p[34..36].copy_from_slice(&0xffffu16.to_be_bytes());
+    for (i, b) in p[40..].iter_mut().enumerate() {
+        *b = (i % 253) as u8;
+    }
+    // Pseudo-header: addresses, protocol, TCP length.
+    let pseudo = sum16(&p[12..20]) + 6 + u32::from(total - 20);
+    p[36..38].copy_from_slice(&fold(pseudo).to_be_bytes());
+    let hdr = VnetHdr {
+        flags: VNET_F_NEEDS_CSUM,
+        gso_type: VNET_GSO_TCPV4,
+        hdr_len: 54,
+        gso_size,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    build_frame(hdr, MAC_VM, MAC_A, 0x0800, &p)
+}
+
+/// A TCP super-frame (GSO) crosses the veth whole: one frame of 20 kB with its header (the
+/// kernel's `hdr_len` is its own: the linear part of the buffer it built).
+#[test]
+fn tcp_super_frames_cross_whole_with_their_header() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair("g", AfPacketOptions::default());
+    super_frame(&mut a, &mut b);
+    super_frame(&mut b, &mut a);
+}
+
+/// One TCP super-frame from `from` arrives whole at `to`.
+fn super_frame(from: &mut AfPacketPort, to: &mut AfPacketPort) {
+    let f = tso_frame(1448, 20_000);
+    let sent = VnetHdr::parse(&f);
+    assert_eq!(send(from, std::slice::from_ref(&f)), 1);
+    let got = read_n(to, 1);
+    assert_eq!(got.len(), 1, "one super-frame, not segments");
+    let (g, h) = (&got[0], VnetHdr::parse(&got[0]));
+    println!("sent {sent:?}, received {h:?}");
+    assert_eq!(g[VNET_HDR_LEN..], f[VNET_HDR_LEN..]);
+    assert_eq!(
+        (h.flags, h.gso_type, h.gso_size, h.csum_start, h.csum_offset),
+        (
+            sent.flags,
+            sent.gso_type,
+            sent.gso_size,
+            sent.csum_start,
+            sent.csum_offset
+        )
+    );
+    assert!(validate(g).is_ok());
+}
+
+/// Frames to the interface's own address are the host's: not read (counted); frames the
+/// interface sends for the host are not read either.
+#[test]
+fn the_hosts_own_frames_are_left_to_the_host() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair { mut a, mut b, ns } = pair("h", AfPacketOptions::default());
+    // To eb's own MAC (the host's on that end), then one to a VM behind it.
+    assert_eq!(send(&mut a, &[frame(MAC_B, 1), frame(MAC_VM, 2)]), 2);
+    let got = read_n(&mut b, 1);
+    assert_eq!(got, vec![frame(MAC_VM, 2)]);
+    assert_eq!(b.af_status().skipped_host, 1);
+    // The host's own transmissions on eb (an ARP request from its stack) are not read by eb's
+    // port; they reach ea's.
+    ns.run(|| {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "add", "10.9.0.1/24", "dev", "eb"])
+            .status();
+        let _ = std::process::Command::new("ping")
+            .args(["-c", "1", "-W", "1", "10.9.0.2"])
+            .output();
+    });
+    let seen_by_a = read_n(&mut a, 1);
+    assert!(!seen_by_a.is_empty(), "the host's ARP request reached ea");
+    let mut batch = Batch::new();
+    assert_eq!(b.recv_batch(&mut batch, BATCH_FRAMES).unwrap(), 0);
+    assert_eq!(b.counters().rx_frames, 1);
+}
+
+/// A frame the kernel refuses (longer than the MTU without GSO; an unknown GSO type) ends the
+/// batch: the frames before it went out, it and the rest are `tx_errors`.
+#[test]
+fn a_refused_frame_ends_the_batch() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair("r", AfPacketOptions::default());
+    let too_long = build_frame(VnetHdr::default(), MAC_VM, MAC_A, ETHERTYPE, &[7; 1600]);
+    let bad_gso = {
+        let mut f = frame(MAC_VM, 9);
+        f[1] = 3; // unknown GSO type
+        f
+    };
+    let frames = [frame(MAC_VM, 1), too_long, frame(MAC_VM, 2), bad_gso];
+    assert_eq!(send(&mut a, &frames[..3]), 1);
+    let c = a.counters();
+    assert_eq!(
+        (c.tx_frames, c.tx_bytes, c.tx_errors),
+        (1, frames[0].len() as u64, 2)
+    );
+    assert_eq!(send(&mut a, &[frames[2].clone(), frames[3].clone()]), 1);
+    assert_eq!(a.counters().tx_errors, 3);
+    assert_eq!(
+        read_n(&mut b, 2),
+        vec![frames[0].clone(), frames[2].clone()]
+    );
+}
+
+/// The interface is promiscuous while a port holds it, and not after.
+#[test]
+fn promiscuous_while_attached() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair { a, b, ns } = pair("p", AfPacketOptions::default());
+    let promiscuity = |dev: &str| -> String {
+        let out = std::process::Command::new("ip")
+            .args(["-d", "-n", ns.name(), "link", "show", dev])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let at = text.find("promiscuity ").expect("ip -d shows promiscuity");
+        text[at..].split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(promiscuity("ea"), "1");
+    drop(a);
+    assert_eq!(promiscuity("ea"), "0");
+    assert_eq!(promiscuity("eb"), "1");
+    drop(b);
+}
+
+#[test]
+fn a_missing_or_bad_interface_is_a_clear_error() {
+    assert!(matches!(
+        AfPacketPort::open("vqa-no-such0"),
+        Err(PortError::Missing(_))
+    ));
+    for bad in ["", "sixteen-bytes-xx", "nul\0byte"] {
+        assert!(
+            matches!(AfPacketPort::open(bad), Err(PortError::BadName(_))),
+            "{bad:?}"
+        );
+    }
+}
