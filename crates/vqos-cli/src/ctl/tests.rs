@@ -1,0 +1,237 @@
+//! The control commands' unit tests.
+
+use super::*;
+use clap::Parser;
+use std::sync::Arc;
+use vqos_api::stats::PortStats;
+use vqosd::api::Api;
+use vqosd::backend::MockBackend;
+use vqosd::config::Config;
+use vqosd::server::{Server, ServerConfig};
+
+/// A daemon on the mock switch in a temp dir, and a client of it.
+fn daemon(dir: &std::path::Path) -> (Server, Arc<MockBackend>, Client) {
+    let text = format!(
+        "capacity = \"1Gbit\"\nstate_file = \"{0}/state.json\"\n[api]\nsocket = \"{0}/s.sock\"\n\
+         [uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\n\
+         [[port]]\nname = \"vm2\"\npolicy = {{ weight = 2, max = \"500Mbit\" }}\n",
+        dir.display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let mock = Arc::new(MockBackend::new());
+    let api = Arc::new(Api::start(&config, mock.clone()).unwrap());
+    let server = Server::start(&ServerConfig::from_config(&config), api).unwrap();
+    let client = Client::new(vqos_api::client::Endpoint::Unix(config.socket_path));
+    (server, mock, client)
+}
+
+#[derive(Parser)]
+struct T {
+    #[command(subcommand)]
+    c: TCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum TCmd {
+    Port(PortArgs),
+    Policy(PolicyArgs),
+}
+
+/// Parses and runs a `port`/`policy` command line, returning its output or its error.
+fn run(c: &Client, line: &str) -> Result<String> {
+    let t = T::try_parse_from(std::iter::once("vqos").chain(line.split_whitespace()))?;
+    let mut out = Vec::new();
+    match t.c {
+        TCmd::Port(a) => port_to(c, a, &mut out)?,
+        TCmd::Policy(a) => policy_to(c, a, &mut out)?,
+    }
+    Ok(String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn port_and_policy_commands_against_a_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, c) = daemon(dir.path());
+    let list = run(&c, "port list").unwrap();
+    assert!(list.lines().next().unwrap().starts_with("PORT"));
+    assert!(list.contains("vm2") && list.contains("500Mbit"), "{list}");
+
+    let out = run(
+        &c,
+        "port add vm3 --attach --weight 3 --max 200Mbit --mac 02:00:00:00:00:03",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "Attached port vm3: weight 3, min 0bit, max 200Mbit, priority 7\n"
+    );
+    let (p, pol) = mock.ports().pop().unwrap();
+    assert!(!p.create);
+    assert_eq!(p.macs[0].to_string(), "02:00:00:00:00:03");
+    assert_eq!(pol.max_bps, Some(200_000_000));
+
+    let out = run(&c, "policy set vm1 --min 200Mbit --priority 1").unwrap();
+    assert_eq!(
+        out,
+        "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+    );
+    let out = run(&c, "policy get vm1").unwrap();
+    assert_eq!(
+        out,
+        "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+    );
+    let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
+    assert_eq!(json["min_bps"], 200_000_000);
+
+    // The daemon's refusals come back as its message.
+    let e = run(&c, "policy set vm1 --min 1100Mbit").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Sum of minimums 1.1Gbit exceeds capacity 1Gbit"
+    );
+    let e = run(&c, "policy set nope --weight 2").unwrap_err();
+    assert_eq!(e.to_string(), "Unknown vif 'nope'");
+    let e = run(&c, "policy set vm1 --weight 0").unwrap_err();
+    assert_eq!(e.to_string(), "Vif 'vm1': weight must be greater than 0");
+    // Checked before anything is sent.
+    let e = run(&c, "policy set vm1").unwrap_err();
+    assert!(e.to_string().starts_with("Nothing to set"));
+    let e = run(&c, "policy set vm1 --max 5Mbyte").unwrap_err();
+    assert!(format!("{e:#}").contains("Invalid rate '5Mbyte'"), "{e:#}");
+    // Burst and the two maxima: set, shown, and reset.
+    let out = run(
+        &c,
+        "policy set vm1 --burst 64KiB --max-in 100Mbit --max-out 200Mbit",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "vm1: weight 1, min 200Mbit, max 200Mbit, priority 1, max_in 100Mbit, burst 64KiB\n"
+    );
+    // The switch got them.
+    let (_, pol) = mock
+        .ports()
+        .into_iter()
+        .find(|(p, _)| p.name == "vm1")
+        .unwrap();
+    assert_eq!(
+        (pol.burst_bytes, pol.max_in_bps, pol.max_bps),
+        (Some(65_536), Some(100_000_000), Some(200_000_000))
+    );
+    let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
+    assert_eq!(
+        (&json["burst_bytes"], &json["max_in_bps"], &json["max_bps"]),
+        (&json!(65_536), &json!(100_000_000), &json!(200_000_000))
+    );
+    let out = run(&c, "policy set vm1 --max-in unlimited --burst default").unwrap();
+    assert_eq!(
+        out,
+        "vm1: weight 1, min 200Mbit, max 200Mbit, priority 1, max_in unlimited\n"
+    );
+    let out = run(&c, "policy set vm1 --max-in max --max unlimited").unwrap();
+    assert_eq!(
+        out,
+        "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
+    );
+    let e = run(&c, "policy set vm1 --burst 0").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Vif 'vm1': burst 0B is out of range 1B..=1GiB"
+    );
+    let e = run(&c, "policy set vm1 --burst 64Kbit").unwrap_err();
+    assert!(format!("{e:#}").contains("Invalid size '64Kbit'"), "{e:#}");
+    let e = run(&c, "policy set vm1 --max-in fast").unwrap_err();
+    assert!(
+        format!("{e:#}").contains("--max-in: Invalid rate 'fast'"),
+        "{e:#}"
+    );
+    let e = run(&c, "policy set vm1 --priority 8").unwrap_err();
+    assert!(e.to_string().contains("out of range"));
+    let e = run(&c, "port add vm4 --mac zz").unwrap_err();
+    assert!(e.to_string().contains("Invalid MAC address 'zz'"));
+
+    // A vhost-user port: kind, socket and role reach the daemon, the listing shows them.
+    let out = run(&c, "port add vm5 --vhost-user /run/vqos/vm5.sock --client").unwrap();
+    assert!(out.starts_with("Added vhost-user port vm5"), "{out}");
+    let (p, _) = mock.ports().pop().unwrap();
+    assert_eq!(
+        (p.kind, p.socket.as_deref(), p.mode),
+        (
+            PortKind::VhostUser,
+            Some("/run/vqos/vm5.sock"),
+            Some(VhostUserRole::Client)
+        )
+    );
+    let list = run(&c, "port list").unwrap();
+    assert!(
+        list.contains("vm5") && list.contains("client /run/vqos/vm5.sock: state unknown"),
+        "{list}"
+    );
+    let e = run(&c, "port add vm6 --client").unwrap_err();
+    assert!(e.to_string().contains("--vhost-user"), "{e}");
+    assert_eq!(run(&c, "port del vm5").unwrap(), "Removed port vm5\n");
+
+    assert_eq!(run(&c, "port del vm3").unwrap(), "Removed port vm3\n");
+    let e = run(&c, "port del vm3").unwrap_err();
+    assert_eq!(e.to_string(), "Unknown vif 'vm3'");
+}
+
+#[test]
+fn stats_table_shows_rate_share_policy_and_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, c) = daemon(dir.path());
+    let mut drops = std::collections::BTreeMap::new();
+    drops.insert("spoofed".to_string(), 7);
+    mock.set_port_stats(PortStats {
+        name: "vm2".into(),
+        rate_bps: 250_000_000,
+        drops,
+        throttled: true,
+        ..Default::default()
+    });
+    let s: StatsView = c.call("GET", "/v1/stats", None).unwrap();
+    let mut out = Vec::new();
+    write_stats(&mut out, &s).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let vm2 = text.lines().find(|l| l.starts_with("vm2")).unwrap();
+    let cols: Vec<&str> = vm2.split_whitespace().collect();
+    assert_eq!(
+        cols,
+        ["vm2", "250Mbit", "25.0%", "2", "0bit", "500Mbit", "7", "7", "yes"]
+    );
+    assert!(text.contains("drops: vm2 spoofed=7"), "{text}");
+    assert!(text.starts_with("engine vqos, capacity 1Gbit, vifs sending 250Mbit"));
+}
+
+#[test]
+fn connection_options() {
+    let conn = ConnArgs {
+        url: Some("http://127.0.0.1:7451/".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        conn.client().unwrap().endpoint().to_string(),
+        "http://127.0.0.1:7451"
+    );
+    let bad = ConnArgs {
+        url: Some("127.0.0.1:7451".into()),
+        ..Default::default()
+    };
+    assert!(bad
+        .client()
+        .unwrap_err()
+        .to_string()
+        .starts_with("Invalid URL"));
+    let sock = ConnArgs {
+        socket: Some("/tmp/x.sock".into()),
+        ..Default::default()
+    };
+    assert_eq!(sock.client().unwrap().endpoint().to_string(), "/tmp/x.sock");
+    // An unreachable daemon is a clear error.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = Client::new(vqos_api::client::Endpoint::Unix(
+        dir.path().join("none.sock"),
+    ));
+    let e = run(&missing, "port list").unwrap_err();
+    assert!(e.to_string().starts_with("Cannot connect to"), "{e}");
+}
