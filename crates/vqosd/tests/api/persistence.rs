@@ -1,0 +1,181 @@
+//! Changes that must be all or nothing on the switch and on disk, and the state a restart
+//! restores.
+
+use super::*;
+
+#[test]
+fn a_switch_failure_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    d.mock.fail_next_add("Cannot open /dev/net/tun");
+    let (status, body) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+    assert_eq!(status, 500);
+    assert_eq!(body["error"], "Port 'vm3': Cannot open /dev/net/tun");
+    assert_eq!(d.snapshot(), before);
+}
+
+#[test]
+fn a_failed_state_write_undoes_the_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    // Make the state directory unwritable for the temp file: a directory in its place.
+    let tmp = vqosd::state::temp_path(&d.state_file);
+    fs::create_dir(&tmp).unwrap();
+    fs::write(tmp.join("x"), "x").unwrap();
+    let (status, body) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
+    assert_eq!(status, 500, "{body}");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("Change not saved, nothing changed"));
+    let (status, _) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+    assert_eq!(status, 500);
+    let (status, _) = d.send("DELETE", "/v1/ports/vm2", None);
+    assert_eq!(status, 500);
+    assert_eq!(d.snapshot(), before);
+    let switch: Vec<_> = d
+        .mock
+        .ports()
+        .into_iter()
+        .map(|(p, pol)| (p.name, pol.weight))
+        .collect();
+    assert_eq!(switch, vec![("vm1".to_string(), 1), ("vm2".to_string(), 2)]);
+    fs::remove_dir_all(&tmp).unwrap();
+    let (status, _) = d.send("PUT", "/v1/policies/vm1", Some(json!({"weight": 7})));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let before = d.snapshot();
+    let calls_before = d.mock.calls();
+    let tmp = vqosd::state::temp_path(&d.state_file);
+    fs::create_dir(&tmp).unwrap();
+    fs::write(tmp.join("x"), "x").unwrap();
+    // vm1 is first: taking it out and adding it back would reorder the switch's ports (and
+    // re-create its TAP).
+    let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(d.mock.calls(), calls_before, "the switch was touched");
+    let names: Vec<String> = d.mock.ports().into_iter().map(|(p, _)| p.name).collect();
+    assert_eq!(names, ["vm1", "vm2"]);
+    assert_eq!(d.snapshot(), before);
+    fs::remove_dir_all(&tmp).unwrap();
+    let (status, _) = d.send("DELETE", "/v1/ports/vm1", None);
+    assert_eq!(status, 200);
+    assert_eq!(d.mock.ports().len(), 1);
+}
+
+#[test]
+fn restart_restores_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ports_before, policies_before) = {
+        let d = start(dir.path());
+        for (path, body) in [
+            (
+                "/v1/policies/vm1",
+                json!({"weight": 4, "max": "300Mbit", "priority": 1}),
+            ),
+            (
+                "/v1/policies/vm2",
+                json!({"min": "200Mbit", "max": null, "weight": 6}),
+            ),
+        ] {
+            let (status, answer) = d.send("PUT", path, Some(body));
+            assert_eq!(status, 200, "{answer}");
+        }
+        let (status, answer) = d.send(
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm3", "create": false, "macs": ["02:00:00:00:00:03"], "policy": {"weight": 2, "min": "50Mbit", "priority": 0}})),
+        );
+        assert_eq!(status, 201, "{answer}");
+        (d.get("/v1/ports"), d.get("/v1/policies"))
+        // Dropped here: listeners closed, the API and its mock switch gone.
+    };
+    let d = start(dir.path());
+    assert_eq!(d.get("/v1/policies"), policies_before);
+    assert_eq!(d.get("/v1/ports"), ports_before);
+    // The new switch received every port with its restored policy.
+    let switch: Vec<_> = d
+        .mock
+        .ports()
+        .into_iter()
+        .map(|(p, pol)| {
+            (
+                p.name,
+                p.create,
+                pol.weight,
+                pol.min_bps,
+                pol.max_bps,
+                pol.priority,
+            )
+        })
+        .collect();
+    assert_eq!(
+        switch,
+        vec![
+            ("vm1".to_string(), true, 4, 0, Some(300_000_000), 1),
+            ("vm2".to_string(), false, 6, 200_000_000, None, 3),
+            ("vm3".to_string(), false, 2, 50_000_000, None, 0),
+        ]
+    );
+}
+
+#[test]
+fn a_config_port_deleted_through_the_api_stays_deleted_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let names =
+        |d: &Daemon| -> Vec<String> { d.mock.ports().into_iter().map(|(p, _)| p.name).collect() };
+    {
+        let d = start(dir.path());
+        let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
+        assert_eq!(status, 200, "{body}");
+    }
+    {
+        let d = start(dir.path());
+        assert_eq!(names(&d), ["vm2"]);
+        assert_eq!(d.get("/v1/health")["ports"], 1);
+        let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+        assert_eq!(saved["removed"], json!(["vm1"]));
+        // Added again through the API: it is back, with the policy given, and stays.
+        let (status, body) = d.send(
+            "POST",
+            "/v1/ports",
+            Some(json!({"name": "vm1", "policy": {"weight": 7}})),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let d = start(dir.path());
+    // A port of the config again: in the config's order.
+    assert_eq!(names(&d), ["vm1", "vm2"]);
+    assert_eq!(d.get("/v1/policies/vm1")["weight"], 7);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    assert!(saved.get("removed").is_none(), "{saved}");
+}
+
+#[test]
+fn restored_state_that_breaks_the_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let d = start(dir.path());
+        let (status, _) = d.send("PUT", "/v1/policies/vm1", Some(json!({"min": "500Mbit"})));
+        assert_eq!(status, 200);
+    }
+    // The operator lowers the capacity below the saved minimums.
+    let text =
+        config_text(dir.path(), "").replace("capacity = \"1Gbit\"", "capacity = \"800Mbit\"");
+    let config = Config::parse(&text, |_| None).unwrap();
+    let mock = Arc::new(MockBackend::new());
+    let err = vqos_api::chain(&Api::start(&config, mock.clone()).err().unwrap());
+    assert!(err.contains("Restored policies from"), "{err}");
+    assert!(
+        err.contains("Sum of minimums 900Mbit exceeds capacity 800Mbit"),
+        "{err}"
+    );
+    assert!(mock.ports().is_empty());
+}
