@@ -56,6 +56,7 @@ pub mod paper;
 pub mod plot;
 pub mod probe;
 pub mod run;
+pub mod summary;
 pub mod sys;
 pub mod topo;
 
