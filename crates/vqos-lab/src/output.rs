@@ -409,6 +409,9 @@ mod tests {
         let svg = rates_svg(&sc(), &[], &sim);
         // Simulated and one reference step per VM.
         assert_eq!(svg.matches("<polyline").count(), 4);
-        assert!(!svg.contains(">measured<") && svg.contains(">simulated<"), "{svg}");
+        assert!(
+            !svg.contains(">measured<") && svg.contains(">simulated<"),
+            "{svg}"
+        );
     }
 }

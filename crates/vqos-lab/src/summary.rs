@@ -97,7 +97,12 @@ struct Column<'a> {
 }
 
 fn phase_vm(phases: Option<&Vec<Value>>, k: usize, vm: &str) -> Option<f64> {
-    phases?.get(k)?.get("vifs")?.get(vm)?.get("mean_bps")?.as_f64()
+    phases?
+        .get(k)?
+        .get("vifs")?
+        .get(vm)?
+        .get("mean_bps")?
+        .as_f64()
 }
 
 fn phase_key(phases: Option<&Vec<Value>>, k: usize, key: &str) -> Option<f64> {
@@ -136,7 +141,11 @@ fn columns(f: &FileRecord) -> Vec<Column<'_>> {
         error: None,
     }];
     for r in f.runs.iter().filter(|r| r.baseline != "sim") {
-        let engine = r.result.as_ref().ok().and_then(|v| v.get("engine")?.as_str());
+        let engine = r
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|v| v.get("engine")?.as_str());
         let head = if r.baseline == "vqos" {
             format!("lab (`{}`)", engine.unwrap_or(f.scenario.engine.name()))
         } else {
@@ -190,9 +199,7 @@ fn rows(sc: &Scenario, k: usize) -> Vec<Row> {
     rows.push(Row::Aggregate);
     let phase = k + 1;
     let cites = |f: &dyn Fn(&PaperQuantity) -> bool| {
-        sc.paper
-            .iter()
-            .any(|p| p.phase == phase && f(&p.quantity))
+        sc.paper.iter().any(|p| p.phase == phase && f(&p.quantity))
     };
     let expects = |f: &dyn Fn(&Check) -> bool| {
         sc.expectations
@@ -254,7 +261,12 @@ fn file_table(f: &FileRecord) -> String {
                 Row::Unfairness => "unfairness".into(),
                 Row::Ratio(_) => "largest / smallest".into(),
             };
-            let _ = write!(s, "| {} | {label} | {} |", k + 1, paper_cell(sc, k + 1, &row));
+            let _ = write!(
+                s,
+                "| {} | {label} | {} |",
+                k + 1,
+                paper_cell(sc, k + 1, &row)
+            );
             for c in &cols {
                 let cell = if c.error.is_some() {
                     "failed".into()
@@ -299,7 +311,11 @@ fn file_table(f: &FileRecord) -> String {
         }
         s.push('\n');
     }
-    for (c, r) in cols.iter().skip(1).zip(f.runs.iter().filter(|r| r.baseline != "sim")) {
+    for (c, r) in cols
+        .iter()
+        .skip(1)
+        .zip(f.runs.iter().filter(|r| r.baseline != "sim"))
+    {
         if let Some(e) = c.error {
             let _ = writeln!(s, "\nThe `{}` run failed: {e}", r.baseline);
         }
@@ -436,8 +452,14 @@ mod tests {
             md.contains("| phase | | paper | simulator | lab (`ancs`) | `htb` |"),
             "{md}"
         );
-        assert!(md.contains("| 1 | vm1 |  | 100.0 | 100.0 | 100.0 |"), "{md}");
-        assert!(md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | 40.0 |"), "{md}");
+        assert!(
+            md.contains("| 1 | vm1 |  | 100.0 | 100.0 | 100.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | 40.0 |"),
+            "{md}"
+        );
         assert!(md.contains("| 2 | unfairness |  | 25.0 % |"), "{md}");
         assert!(
             md.contains("| 2 | largest / smallest | 1.50 (Fig. 9) | 1.00 | 1.50 | 1.50 |"),
@@ -445,7 +467,10 @@ mod tests {
         );
         // Phase 1 has one VM: no unfairness row (neither paper nor expectation speaks of it).
         assert!(!md.contains("| 1 | unfairness |"), "{md}");
-        assert!(md.contains("| | expectations passed | | – | 1 / 2 | 1 / 2 |"), "{md}");
+        assert!(
+            md.contains("| | expectations passed | | – | 1 / 2 | 1 / 2 |"),
+            "{md}"
+        );
         assert!(md.contains("| 12.3 + 1.0 | 1.0 |"), "{md}");
         assert!(md.contains("![t vqos](img/t.svg)"), "{md}");
     }
@@ -456,16 +481,24 @@ mod tests {
         bad.result = Err("Missing tool: iperf3".into());
         bad.plot = None;
         let md = one(vec![lab("vqos"), bad]);
-        assert!(md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | failed |"), "{md}");
-        assert!(md.contains("The `htb` run failed: Missing tool: iperf3"), "{md}");
+        assert!(
+            md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | failed |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("The `htb` run failed: Missing tool: iperf3"),
+            "{md}"
+        );
     }
 
     #[test]
     fn simulator_only_fills_the_simulator_column() {
         let sim = RunRecord {
             baseline: "sim".into(),
-            result: Ok(json!({"mode": "sim", "engine": "ancs", "phases": phases(50e6, 50e6),
-                "simulated": phases(50e6, 50e6), "checks": [{"pass": true}]})),
+            result: Ok(
+                json!({"mode": "sim", "engine": "ancs", "phases": phases(50e6, 50e6),
+                "simulated": phases(50e6, 50e6), "checks": [{"pass": true}]}),
+            ),
             plot: Some("img/t.svg".into()),
         };
         let md = one(vec![sim]);

@@ -81,7 +81,9 @@ impl Scenario {
     pub(super) fn paper_value(&self, x: &RawPaper) -> Result<PaperValue, ScenarioError> {
         let what = format!("paper ({}, phase {})", x.figure, x.phase);
         if x.figure.trim().is_empty() {
-            return Err(invalid("paper: figure must name the paper's figure or table"));
+            return Err(invalid(
+                "paper: figure must name the paper's figure or table",
+            ));
         }
         let nphases = self.phases().len();
         if x.phase == 0 || x.phase > nphases {
@@ -129,7 +131,9 @@ impl Scenario {
         };
         if let Some(v) = value {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(format!("{what}: the number must be finite and ≥ 0")));
+                return Err(invalid(format!(
+                    "{what}: the number must be finite and ≥ 0"
+                )));
             }
         } else if x.note.trim().is_empty() {
             return Err(invalid(format!(
@@ -174,8 +178,8 @@ mod tests {
         assert_eq!(s.paper[0].cell(), "2.66 (249 vs 662)");
         let s = parse("figure = \"F\"\nphase = 1\nunfairness = true\nvalue = 0.81\n").unwrap();
         assert_eq!(s.paper[0].cell(), "81 %");
-        let s = parse("figure = \"F\"\nphase = 1\naggregate = true\nnote = \"link full\"\n")
-            .unwrap();
+        let s =
+            parse("figure = \"F\"\nphase = 1\naggregate = true\nnote = \"link full\"\n").unwrap();
         assert_eq!(s.paper[0].value, None);
         assert_eq!(s.paper[0].cell(), "link full");
     }
@@ -192,20 +196,44 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_meant() {
         for (paper, needle) in [
-            ("figure = \"F\"\nphase = 3\nvm = \"vm1\"\nmbit = 1\n", "phase must be 1..=2"),
-            ("figure = \"F\"\nphase = 1\nvm = \"vm9\"\nmbit = 1\n", "unknown vm 'vm9'"),
+            (
+                "figure = \"F\"\nphase = 3\nvm = \"vm1\"\nmbit = 1\n",
+                "phase must be 1..=2",
+            ),
+            (
+                "figure = \"F\"\nphase = 1\nvm = \"vm9\"\nmbit = 1\n",
+                "unknown vm 'vm9'",
+            ),
             ("figure = \"F\"\nphase = 1\nmbit = 1\n", "exactly one of"),
             (
                 "figure = \"F\"\nphase = 1\nvm = \"vm1\"\naggregate = true\nmbit = 1\n",
                 "exactly one of",
             ),
-            ("figure = \"F\"\nphase = 1\nvm = \"vm1\"\nvalue = 1\n", "takes mbit"),
-            ("figure = \"F\"\nphase = 1\nratio = true\nmbit = 1\n", "takes value"),
+            (
+                "figure = \"F\"\nphase = 1\nvm = \"vm1\"\nvalue = 1\n",
+                "takes mbit",
+            ),
+            (
+                "figure = \"F\"\nphase = 1\nratio = true\nmbit = 1\n",
+                "takes value",
+            ),
             ("figure = \"F\"\nphase = 1\nvm = \"vm1\"\n", "or its words"),
-            ("figure = \"F\"\nphase = 1\nvm = \"vm1\"\nmbit = -1\n", "finite"),
-            ("figure = \"F\"\nphase = 1\nvm = \"vm1\"\nvms = [\"vm1\"]\nmbit = 1\n", "vms goes"),
-            ("figure = \" \"\nphase = 1\nvm = \"vm1\"\nmbit = 1\n", "figure must"),
-            ("figure = \"F\"\nphase = 1\nvm = \"vm1\"\nmbits = 1\n", "mbits"),
+            (
+                "figure = \"F\"\nphase = 1\nvm = \"vm1\"\nmbit = -1\n",
+                "finite",
+            ),
+            (
+                "figure = \"F\"\nphase = 1\nvm = \"vm1\"\nvms = [\"vm1\"]\nmbit = 1\n",
+                "vms goes",
+            ),
+            (
+                "figure = \" \"\nphase = 1\nvm = \"vm1\"\nmbit = 1\n",
+                "figure must",
+            ),
+            (
+                "figure = \"F\"\nphase = 1\nvm = \"vm1\"\nmbits = 1\n",
+                "mbits",
+            ),
         ] {
             let e = parse(paper).unwrap_err().to_string();
             assert!(e.contains(needle), "{paper}: {e}");
