@@ -39,7 +39,7 @@ impl PaperValue {
     /// a percentage for the unfairness; the note after it (or alone).
     pub fn cell(&self) -> String {
         let v = self.value.map(|v| match self.quantity {
-            PaperQuantity::Vm(_) | PaperQuantity::Aggregate => format!("{}", trim(v / 1e6)),
+            PaperQuantity::Vm(_) | PaperQuantity::Aggregate => trim(v / 1e6),
             PaperQuantity::Ratio(_) => format!("{v:.2}"),
             PaperQuantity::Unfairness => format!("{} %", trim(v * 100.0)),
         });
