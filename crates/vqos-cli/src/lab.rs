@@ -61,6 +61,10 @@ struct PaperArgs {
     /// With `all`: run only the simulator (no root, no lab; the summary's simulator column).
     #[arg(long)]
     sim_only: bool,
+    /// With `all`: only this experiment (repeatable), e.g. to check the lab path or refresh
+    /// one section.
+    #[arg(long, value_name = "NAME")]
+    only: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -135,8 +139,8 @@ fn paper(p: PaperArgs) -> Result<()> {
     if p.name == "all" {
         return paper_all(p);
     }
-    if p.sim_only {
-        let msg = "--sim-only goes with `vqos lab paper all`".to_string();
+    if p.sim_only || !p.only.is_empty() {
+        let msg = "--sim-only and --only go with `vqos lab paper all`".to_string();
         return Err(crate::exit::UsageError(msg).into());
     }
     if !PAPERS.iter().any(|(n, _)| *n == p.name) {
@@ -197,6 +201,9 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     for b in &p.baseline {
         command.push_str(&format!(" --baseline {b}"));
     }
+    for n in &p.only {
+        command.push_str(&format!(" --only {n}"));
+    }
     if p.sim_only {
         command.push_str(" --sim-only");
     }
@@ -208,6 +215,7 @@ fn paper_all(p: PaperArgs) -> Result<()> {
         progress: !p.sim_only,
         scenarios_dir: None,
         sim_only: p.sim_only,
+        only: p.only.clone(),
         command,
     };
     install_interrupt_handler();

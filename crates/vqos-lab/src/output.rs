@@ -12,7 +12,8 @@ use crate::plot::{Line, Plot, Style};
 use crate::LabError;
 
 /// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,
-/// `duration_scale`, `capabilities` and the simulator's phases as `simulated`.
+/// `duration_scale`, `capabilities`, the simulator's phases as `simulated` and its
+/// expectations' outcomes as `simulated_checks`.
 pub fn results_json(
     report: &Report,
     simulated: &Report,
@@ -36,6 +37,10 @@ pub fn results_json(
         o.insert(
             "simulated".into(),
             serde_json::to_value(&simulated.phases).unwrap_or_default(),
+        );
+        o.insert(
+            "simulated_checks".into(),
+            serde_json::to_value(&simulated.checks).unwrap_or_default(),
         );
     }
     v

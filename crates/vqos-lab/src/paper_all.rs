@@ -12,6 +12,8 @@
 //!   `OUT/<name>/<file>/` (`results.json` as `vqos sim --json` plus `simulated`, and a
 //!   simulator-only `rates.svg`); the sweeps, which measure CPU and latency the simulator does
 //!   not model, get only the paper's numbers.
+//! - The files of [`SIM_ONLY_FILES`] (a paper's own scale, beyond this lab) are simulated in
+//!   either mode, as above, after their experiment's lab runs.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,7 +21,9 @@ use std::time::Instant;
 
 use vqos_sim::{build_report, simulate, Scenario, BIN_NS};
 
-use crate::paper::{self, run_paper_runs, scenarios_dir, PaperOptions, PAPERS, SWEEP_PAPER};
+use crate::paper::{
+    self, run_paper_runs, scenarios_dir, PaperOptions, PAPERS, SIM_ONLY_FILES, SWEEP_PAPER,
+};
 use crate::run::scale_scenario;
 use crate::summary::{self, ExperimentRecord, FileRecord, Header, RunRecord};
 use crate::topo::Baseline;
@@ -42,6 +46,8 @@ pub struct AllOptions {
     pub scenarios_dir: Option<PathBuf>,
     /// Only the simulator (no root, seconds).
     pub sim_only: bool,
+    /// Only these experiments (empty: all of [`PAPERS`]).
+    pub only: Vec<String>,
     /// The command line, for the summary's header.
     pub command: String,
 }
@@ -242,12 +248,22 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
             opts.duration_scale
         )));
     }
+    if let Some(bad) = opts.only.iter().find(|n| !PAPERS.iter().any(|p| p.0 == *n)) {
+        let names: Vec<&str> = PAPERS.iter().map(|p| p.0).collect();
+        return Err(LabError::Invalid(format!(
+            "Unknown experiment '{bad}': expected one of {}",
+            names.join(", ")
+        )));
+    }
     crate::sys::clear_interrupt();
     let t0 = Instant::now();
     let date = utc_now();
     let mut records = Vec::new();
     let mut interrupted = false;
-    for (name, files) in PAPERS {
+    let chosen = PAPERS
+        .iter()
+        .filter(|(n, _)| opts.only.is_empty() || opts.only.iter().any(|o| o == n));
+    for (name, files) in chosen {
         if opts.progress {
             eprintln!("== {name}");
         }
@@ -276,6 +292,10 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
         } else {
             lab_experiment(opts, name, files, &mut rec)
         };
+        let r = r.and_then(|()| {
+            let extra = SIM_ONLY_FILES.iter().find(|(n, _)| n == name);
+            extra.map_or(Ok(()), |(_, f)| sim_experiment(opts, name, f, &mut rec))
+        });
         rec.secs = t.elapsed().as_secs_f64();
         records.push(rec);
         match r {
@@ -322,12 +342,14 @@ mod tests {
             progress: false,
             scenarios_dir: None,
             sim_only: true,
+            only: vec![],
             command: "test".into(),
         };
         let md = run_all(&opts).unwrap();
         for (name, files) in PAPERS {
             assert!(md.contains(&format!("\n## {name}\n")), "{name}");
-            for f in *files {
+            let extra = SIM_ONLY_FILES.iter().filter(|(n, _)| n == name);
+            for f in files.iter().chain(extra.flat_map(|(_, f)| f.iter())) {
                 let stem = f.trim_end_matches(".toml");
                 assert!(md.contains(&format!("### {stem}\n")), "{stem}");
                 assert!(out.join(format!("img/{stem}.svg")).is_file(), "{stem}");
@@ -349,8 +371,18 @@ mod tests {
             progress: false,
             scenarios_dir: None,
             sim_only: true,
+            only: vec![],
             command: String::new(),
         };
         assert!(run_all(&opts).unwrap_err().to_string().contains("scale"));
+        let opts = AllOptions {
+            duration_scale: 1.0,
+            only: vec!["ancs-fig99".into()],
+            ..opts
+        };
+        assert!(run_all(&opts)
+            .unwrap_err()
+            .to_string()
+            .contains("ancs-fig99"));
     }
 }
