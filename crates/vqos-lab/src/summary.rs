@@ -241,7 +241,11 @@ fn paper_cell(sc: &Scenario, phase: usize, row: &Row) -> String {
             (PaperQuantity::Ratio(_), Row::Ratio(_)) => true,
             _ => false,
         })
-        .map(|p| format!("{} ({})", p.cell(), p.figure))
+        .map(|p| match (p.number(), p.note.is_empty()) {
+            (Some(n), true) => format!("{n} ({})", p.figure),
+            (Some(n), false) => format!("{n} ({}; {})", p.note, p.figure),
+            (None, _) => format!("{} ({})", p.note, p.figure),
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }

@@ -35,15 +35,19 @@ pub struct PaperValue {
 }
 
 impl PaperValue {
-    /// The value as a table cell: Mbit/s with one decimal for rates, two decimals for a ratio,
-    /// a percentage for the unfairness; the note after it (or alone).
-    pub fn cell(&self) -> String {
-        let v = self.value.map(|v| match self.quantity {
+    /// The number as printed: Mbit/s for rates (86.4), two decimals for a ratio, a
+    /// percentage for the unfairness; `None` when the paper gives only words.
+    pub fn number(&self) -> Option<String> {
+        self.value.map(|v| match self.quantity {
             PaperQuantity::Vm(_) | PaperQuantity::Aggregate => trim(v / 1e6),
             PaperQuantity::Ratio(_) => format!("{v:.2}"),
             PaperQuantity::Unfairness => format!("{} %", trim(v * 100.0)),
-        });
-        match (v, self.note.is_empty()) {
+        })
+    }
+
+    /// The value as a table cell: [`PaperValue::number`], the note after it (or alone).
+    pub fn cell(&self) -> String {
+        match (self.number(), self.note.is_empty()) {
             (Some(v), true) => v,
             (Some(v), false) => format!("{v} ({})", self.note),
             (None, _) => self.note.clone(),
