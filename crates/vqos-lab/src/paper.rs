@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn every_named_file_exists_and_parses() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-        for (name, files) in PAPERS {
+        for (name, files) in PAPERS.iter().chain(SIM_ONLY_FILES) {
             for f in *files {
                 let text = std::fs::read_to_string(dir.join(f))
                     .unwrap_or_else(|e| panic!("{name}: {f}: {e}"));
