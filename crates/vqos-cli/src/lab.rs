@@ -3,7 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use vqos_lab::{
-    install_interrupt_handler, run_lab, run_paper, Baseline, LabOptions, PaperOptions, PAPERS,
+    install_interrupt_handler, run_all, run_lab, run_paper, AllOptions, Baseline, LabOptions,
+    PaperOptions, PAPERS,
 };
 
 /// Arguments of `vqos lab`.
@@ -29,8 +30,12 @@ enum LabCommand {
         after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
         link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6, \
-        pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
-        --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n\n\
+        pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
+        order into DIR/<name>/ and writes DIR/summary.md (paper | simulator | lab | baselines \
+        per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
+        --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n  \
+        sudo vqos lab paper all --out lab-out/paper-all\n  \
+        vqos lab paper all --sim-only --out lab-out/paper-sim   # no root, seconds\n\n\
         Writes DIR/summary.md and, per run, a directory with results.json, report.md, plots."
     )]
     Paper(PaperArgs),
@@ -38,7 +43,7 @@ enum LabCommand {
 
 #[derive(Args, Debug)]
 struct PaperArgs {
-    /// The experiment.
+    /// The experiment, or `all`.
     name: String,
     /// Baselines to run (repeatable; default: the experiment's own choice).
     #[arg(long)]
@@ -53,6 +58,13 @@ struct PaperArgs {
     /// results.json is under out_dir).
     #[arg(long)]
     json: bool,
+    /// With `all`: run only the simulator (no root, no lab; the summary's simulator column).
+    #[arg(long)]
+    sim_only: bool,
+    /// With `all`: only this experiment (repeatable), e.g. to check the lab path or refresh
+    /// one section.
+    #[arg(long, value_name = "NAME")]
+    only: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +136,13 @@ pub fn run(args: LabArgs) -> Result<()> {
 }
 
 fn paper(p: PaperArgs) -> Result<()> {
+    if p.name == "all" {
+        return paper_all(p);
+    }
+    if p.sim_only || !p.only.is_empty() {
+        let msg = "--sim-only and --only go with `vqos lab paper all`".to_string();
+        return Err(crate::exit::UsageError(msg).into());
+    }
     if !PAPERS.iter().any(|(n, _)| *n == p.name) {
         let names: Vec<&str> = PAPERS.iter().map(|x| x.0).collect();
         let msg = format!(
@@ -155,6 +174,55 @@ fn paper(p: PaperArgs) -> Result<()> {
     if p.json {
         let v = serde_json::json!({
             "experiment": p.name,
+            "out_dir": out.display().to_string(),
+            "summary_md": md,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{md}");
+        println!("results in {}", out.display());
+    }
+    Ok(())
+}
+
+fn paper_all(p: PaperArgs) -> Result<()> {
+    let baselines = p
+        .baseline
+        .iter()
+        .map(|b| b.parse::<Baseline>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = p
+        .out
+        .unwrap_or_else(|| std::path::PathBuf::from("lab-out/paper-all"));
+    let mut command = format!("vqos lab paper all --out {}", out.display());
+    if p.duration_scale != 1.0 {
+        command.push_str(&format!(" --duration-scale {}", p.duration_scale));
+    }
+    for b in &p.baseline {
+        command.push_str(&format!(" --baseline {b}"));
+    }
+    for n in &p.only {
+        command.push_str(&format!(" --only {n}"));
+    }
+    if p.sim_only {
+        command.push_str(" --sim-only");
+    }
+    let opts = AllOptions {
+        baselines,
+        out_dir: out.clone(),
+        duration_scale: p.duration_scale,
+        vqosd_bin: None,
+        progress: !p.sim_only,
+        scenarios_dir: None,
+        sim_only: p.sim_only,
+        only: p.only.clone(),
+        command,
+    };
+    install_interrupt_handler();
+    let md = run_all(&opts).context("vqos lab paper all")?;
+    if p.json {
+        let v = serde_json::json!({
+            "experiment": "all",
             "out_dir": out.display().to_string(),
             "summary_md": md,
         });

@@ -175,3 +175,50 @@ fn alloc_never_hands_out_more_than_a_huge_capacity() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
+    let out = std::env::temp_dir().join(format!("vqos-cli-paper-all-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = vqos(&[
+        "lab",
+        "paper",
+        "all",
+        "--sim-only",
+        "--duration-scale",
+        "0.1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        md.contains("commit `") && md.contains("duration scale 0.1"),
+        "{md}"
+    );
+    // A section per experiment, a table row for every figure's file, a plot for each.
+    for name in [
+        "ancs-fig4",
+        "ancs-fig5",
+        "ancs-fig6",
+        "ancs-fig8",
+        "ancs-table1-2",
+        "fairness-static",
+        "fairness-fluctuating",
+        "c2qos-fig6",
+        "pid-ecn-unequal",
+        "pid-ecn-start-stop",
+        "pid-ecn-mixed",
+    ] {
+        assert!(
+            md.contains(&format!("| [{name}](#{name}) |")),
+            "{name}: {md}"
+        );
+        assert!(md.contains(&format!("\n## {name}\n")), "{name}");
+    }
+    assert!(md.contains("| 1 | vm1 | 206 (PID-ECN Fig. 4) |"), "{md}");
+    assert!(out.join("img/ancs-fig5.svg").is_file());
+    let o = vqos(&["lab", "paper", "ancs-fig5", "--sim-only"]);
+    assert_eq!(o.status.code(), Some(2), "--sim-only needs all");
+    std::fs::remove_dir_all(&out).unwrap();
+}

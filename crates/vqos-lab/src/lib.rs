@@ -53,13 +53,16 @@ pub mod outcome;
 pub mod output;
 pub mod ovs;
 pub mod paper;
+pub mod paper_all;
 pub mod plot;
 pub mod probe;
 pub mod run;
+pub mod summary;
 pub mod sys;
 pub mod topo;
 
 pub use paper::{run_paper, PaperOptions, PAPERS};
+pub use paper_all::{run_all, AllOptions};
 pub use run::{run_lab, LabOptions, LabOutcome};
 pub use sys::{install_interrupt_handler, interrupted, request_interrupt};
 pub use topo::Baseline;

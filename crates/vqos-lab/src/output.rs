@@ -12,7 +12,8 @@ use crate::plot::{Line, Plot, Style};
 use crate::LabError;
 
 /// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,
-/// `duration_scale`, `capabilities` and the simulator's phases as `simulated`.
+/// `duration_scale`, `capabilities`, the simulator's phases as `simulated` and its
+/// expectations' outcomes as `simulated_checks`.
 pub fn results_json(
     report: &Report,
     simulated: &Report,
@@ -36,6 +37,10 @@ pub fn results_json(
         o.insert(
             "simulated".into(),
             serde_json::to_value(&simulated.phases).unwrap_or_default(),
+        );
+        o.insert(
+            "simulated_checks".into(),
+            serde_json::to_value(&simulated.checks).unwrap_or_default(),
         );
     }
     v
@@ -299,11 +304,16 @@ fn smoothed(bins: &[u64], bin_ns: u64, window: usize) -> Vec<(f64, f64)> {
 }
 
 /// Per-VM rate over time in Mbit/s: measured (solid), simulated (dotted), the reference
-/// allocation per phase (dashed), phases marked.
+/// allocation per phase (dashed), phases marked. Without measured bins (`bins` empty: a
+/// simulator-only plot) the legend has no "measured".
 pub fn rates_svg(sc: &Scenario, bins: &[Vec<u64>], sim_bins: &[Vec<u64>]) -> String {
     let mbit = |series: Vec<(f64, f64)>| series.into_iter().map(|(t, r)| (t, r / 1e6)).collect();
     let sim_window = (500_000_000 / BIN_NS).max(1) as usize;
-    let report = vqos_sim::build_report(sc, "ref", bins, LAB_BIN_NS, 0.0);
+    // The reference needs no rates: empty bins give the same phases and allocations.
+    let no_bins = vec![Vec::new(); sc.vms.len()];
+    let measured = !bins.is_empty();
+    let ref_bins = if measured { bins } else { &no_bins };
+    let report = vqos_sim::build_report(sc, "ref", ref_bins, LAB_BIN_NS, 0.0);
     let mut lines = Vec::new();
     for (i, vm) in sc.vms.iter().enumerate() {
         if let Some(b) = bins.get(i) {
@@ -346,11 +356,15 @@ pub fn rates_svg(sc: &Scenario, bins: &[Vec<u64>], sim_bins: &[Vec<u64>]) -> Str
             .enumerate()
             .map(|(k, p)| (p.start_s, format!("phase {}", k + 1)))
             .collect(),
-        styles: vec![
-            (Style::Solid, "measured".into()),
-            (Style::Dotted, "simulated".into()),
-            (Style::Dashed, "reference".into()),
-        ],
+        styles: [
+            (Style::Solid, "measured"),
+            (Style::Dotted, "simulated"),
+            (Style::Dashed, "reference"),
+        ]
+        .into_iter()
+        .filter(|(s, _)| measured || *s != Style::Solid)
+        .map(|(s, l)| (s, l.to_string()))
+        .collect(),
         x_max: Some(sc.duration_ns as f64 / 1e9),
     }
     .svg()
@@ -391,6 +405,18 @@ mod tests {
         assert!(
             svg.contains("stroke-dasharray=\"6 4\""),
             "reference drawn dashed"
+        );
+    }
+
+    #[test]
+    fn a_simulator_only_plot_has_no_measured_lines() {
+        let sim = vec![vec![125_000; 100], vec![375_000; 100]];
+        let svg = rates_svg(&sc(), &[], &sim);
+        // Simulated and one reference step per VM.
+        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert!(
+            !svg.contains(">measured<") && svg.contains(">simulated<"),
+            "{svg}"
         );
     }
 }

@@ -36,10 +36,12 @@ pub const MAX_DURATION_NS: u64 = 3_600 * 1_000_000_000;
 mod cost;
 mod expect;
 mod keys;
+mod paper;
 mod raw;
 
 pub use cost::{ControllerParams, CycleCostModel};
 pub use expect::{Check, Expectation};
+pub use paper::{PaperQuantity, PaperValue};
 
 use keys::{apply_keys, download_policy_warning, parse_direction, rate, time};
 use raw::{toml_error, RawScenario, RawVmKeys};
@@ -183,6 +185,8 @@ pub struct Scenario {
     pub events: Vec<Event>,
     /// Expectations.
     pub expectations: Vec<Expectation>,
+    /// The paper's numbers (`[[paper]]`): carried for the reports, never simulated.
+    pub paper: Vec<PaperValue>,
     /// What the file sets that cannot act (a weight, minimum or priority on a download VM),
     /// one line each; the reports repeat them.
     pub warnings: Vec<String>,
@@ -383,6 +387,7 @@ impl Scenario {
             vms,
             events,
             expectations: Vec::new(),
+            paper: Vec::new(),
             warnings,
         };
         if scenario.cpu_hz == 0 {
@@ -396,6 +401,11 @@ impl Scenario {
             .expect
             .iter()
             .map(|x| scenario.expectation(x))
+            .collect::<Result<_, _>>()?;
+        scenario.paper = raw
+            .paper
+            .iter()
+            .map(|x| scenario.paper_value(x))
             .collect::<Result<_, _>>()?;
         // Every phase's policy set must be valid.
         for p in scenario.phases() {

@@ -37,6 +37,9 @@ pub(super) struct RawScenario {
     /// `[[probe]]` latency probes: run by `vqos lab` only, accepted and ignored here.
     #[serde(default, rename = "probe")]
     pub(super) _probe: Vec<toml::Table>,
+    /// `[[paper]]`: the paper's numbers, carried for the reports.
+    #[serde(default)]
+    pub(super) paper: Vec<super::paper::RawPaper>,
 }
 
 pub(super) fn default_engine() -> String {
