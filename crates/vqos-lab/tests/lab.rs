@@ -218,12 +218,12 @@ fn download_through_the_router_bottleneck_follows_its_changes() {
 }
 
 /// The simulator and the switch model the download direction alike: two download VMs whose
-/// UDP sources outside send 1.5x their inbound maximums (40 and 60 Mbit/s) through a
+/// UDP sources outside send 1.5x their inbound maximums (4 and 6 Mbit/s) through a
 /// 940 Mbit/s router. The inbound bucket decides both rates (the same `link_bucket` in both),
 /// so each VM's lab mean must be within 3 % of the simulator's (measured: within 0.2 %). The
 /// margin covers the lab's 100 ms sampling and a generator briefly behind on a loaded machine;
 /// a switch or a simulator that scheduled the download direction otherwise (without the
-/// bucket: 60 and 90) would miss it by far more. Why not faster: see the scenario file.
+/// bucket: 6 and 9) would miss it by far more. Why not faster: see the scenario file.
 #[test]
 fn download_agrees_with_the_simulator() {
     if !can_run("download_agrees_with_the_simulator") {
@@ -240,7 +240,7 @@ fn download_agrees_with_the_simulator() {
     opts.out_dir = Some(out.path().to_path_buf());
     let outcome = run_lab(&opts).expect("lab run");
     assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
-    for (vm, want) in [("vm1", 40e6), ("vm2", 60e6)] {
+    for (vm, want) in [("vm1", 4e6), ("vm2", 6e6)] {
         let sim = outcome.simulated.phases[0].vifs[vm].mean_bps;
         let lab = outcome.report.phases[0].vifs[vm].mean_bps;
         assert!(
