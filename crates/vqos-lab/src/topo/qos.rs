@@ -306,7 +306,7 @@ impl Topology {
 
     /// Sets (or removes, `None`) the router's bottleneck; `prev` is the one in place. A rate
     /// change on an existing tbf is a `tc qdisc change` (the queue is kept) that keeps the
-    /// burst of the run's fastest bottleneck ([`bottleneck_tbf_args`]).
+    /// burst of the run's fastest bottleneck (a smaller one could freeze the queue).
     pub fn set_bottleneck(
         &self,
         prev: Option<u64>,
