@@ -119,6 +119,20 @@ pub struct Topology {
     capacity_bps: u64,
     /// Each VM's direction.
     directions: Vec<Direction>,
+    /// The fastest rate the router's bottleneck takes in the run, bits/s (0 = none): its
+    /// tbf keeps this rate's burst at every rate ([`qos::bottleneck_tbf_args`]).
+    bottleneck_peak_bps: u64,
+}
+
+/// The fastest rate the scenario's bottleneck takes, bits/s (0 without one).
+pub(crate) fn bottleneck_peak_bps(sc: &Scenario) -> u64 {
+    let events = sc.events.iter().filter_map(|e| e.bottleneck_bps);
+    sc.bottleneck_bps
+        .into_iter()
+        .chain(events)
+        .filter(|&b| b != u64::MAX)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The IFB device in the router's namespace that holds the bottleneck shared by both
@@ -187,6 +201,7 @@ impl Topology {
             meters_used: AtomicBool::new(false),
             capacity_bps: sc.capacity_bps,
             directions: sc.vms.iter().map(|v| v.direction).collect(),
+            bottleneck_peak_bps: bottleneck_peak_bps(sc),
         };
 
         // The switch and the links from the VMs to the edge (router or sink).

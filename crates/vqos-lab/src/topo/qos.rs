@@ -15,9 +15,29 @@ pub(super) fn tc_rate(bps: u64) -> String {
     format!("{bps}bit")
 }
 
+/// A tbf's burst for `bps`: 4 ms of it, at least 16 KiB, bytes.
+pub(super) fn tbf_burst_bytes(bps: u64) -> u64 {
+    (bps / 8 / 250).max(16 * 1024)
+}
+
 /// tbf arguments for `bps`: a burst of 4 ms (at least 16 KiB) and a queue of `queue_pkts`.
 pub(super) fn tbf_args(bps: u64, queue_pkts: u32) -> Vec<String> {
-    let burst = (bps / 8 / 250).max(16 * 1024);
+    tbf_args_with_burst(bps, tbf_burst_bytes(bps), queue_pkts)
+}
+
+/// The router's bottleneck tbf at `bps` in a run whose bottleneck is at most `peak_bps`: the
+/// burst of the peak rate, the same at every rate. A `tc qdisc change` that shrank the burst
+/// would stall the router: the kernel's tbf takes a frame larger than the burst in place when
+/// it was queued (a GSO frame is only cut when it exceeds the burst on arrival) and then never
+/// has the tokens to send it, so its queue stays frozen until the next change raises the burst
+/// again (docs/experiments.md, the 15 s stall under `policer`).
+pub(super) fn bottleneck_tbf_args(bps: u64, peak_bps: u64, queue_pkts: u32) -> Vec<String> {
+    tbf_args_with_burst(bps, tbf_burst_bytes(bps.max(peak_bps)), queue_pkts)
+}
+
+/// tbf arguments for `bps` with a burst of `burst` bytes and a queue of `queue_pkts` (at least
+/// two bursts).
+fn tbf_args_with_burst(bps: u64, burst: u64, queue_pkts: u32) -> Vec<String> {
     let limit = (u64::from(queue_pkts) * 1514).max(2 * burst);
     vec![
         "tbf".into(),
@@ -285,7 +305,8 @@ impl Topology {
     }
 
     /// Sets (or removes, `None`) the router's bottleneck; `prev` is the one in place. A rate
-    /// change on an existing tbf is a `tc qdisc change` (the queue is kept).
+    /// change on an existing tbf is a `tc qdisc change` (the queue is kept) that keeps the
+    /// burst of the run's fastest bottleneck (a smaller one could freeze the queue).
     pub fn set_bottleneck(
         &self,
         prev: Option<u64>,
@@ -300,7 +321,7 @@ impl Topology {
                 let verb = if prev.is_some() { "change" } else { "replace" };
                 tc(
                     &["tc", "-n", ns, "qdisc", verb, "dev", dev, "root"],
-                    &tbf_args(b, queue_pkts),
+                    &bottleneck_tbf_args(b, self.bottleneck_peak_bps, queue_pkts),
                 )?;
             }
             (_, None) => run_quiet(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]),
@@ -312,6 +333,33 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The burst and the rate of tbf arguments, bytes and bits/s.
+    fn burst_and_rate(a: &[String]) -> (u64, u64) {
+        let rate = a[2].trim_end_matches("bit").parse().unwrap();
+        (a[4].parse().unwrap(), rate)
+    }
+
+    #[test]
+    fn a_bottleneck_change_never_shrinks_the_burst() {
+        // The fluctuating fairness scenario's router: 100, 70, 90, 60, 100, 80 Mbit/s. A frame
+        // of 43 kB fits the burst at 90 Mbit/s (45 000 bytes) and is queued whole; at 60 Mbit/s
+        // with a 4 ms burst (30 000 bytes) the kernel's tbf could never send it.
+        let sc = vqos_sim::scenario::Scenario::parse(include_str!(
+            "../../../../scenarios/fairness-fluctuating.toml"
+        ))
+        .unwrap();
+        let peak = super::super::bottleneck_peak_bps(&sc);
+        assert_eq!(peak, 100_000_000);
+        let mut bursts = Vec::new();
+        for t_s in [0, 15, 30, 45, 60, 75] {
+            let b = sc.bottleneck_at(t_s * 1_000_000_000).unwrap();
+            let (burst, rate) = burst_and_rate(&bottleneck_tbf_args(b, peak, 100));
+            assert_eq!(rate, b);
+            bursts.push(burst);
+        }
+        assert!(bursts.iter().all(|&b| b == 50_000), "{bursts:?}");
+    }
 
     #[test]
     fn tbf_burst_covers_a_tso_frame() {
