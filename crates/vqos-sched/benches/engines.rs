@@ -6,17 +6,19 @@
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use vqos_sched::{build, CostModel, EngineKind, PolicySet, ReadySet, Usage, VifPolicy};
 
-fn policies(n: usize, cost: CostModel) -> PolicySet {
+fn policies(n: usize, cost: CostModel, kind: EngineKind) -> PolicySet {
     let mut set = (0..n).fold(PolicySet::new(Some(10_000_000_000)), |s, i| {
         s.with_vif(
             &format!("v{i}"),
             VifPolicy {
                 weight: 1 + (i % 5) as u32,
                 min_bps: if i % 4 == 0 { 1_000_000 } else { 0 },
-                max_bps: if i % 3 == 0 {
-                    Some(5_000_000_000)
-                } else {
-                    None
+                // C2TB sells each cap (of the core's cycles, or of the link): for c2qos the
+                // caps add up to less than the capacity (it refuses an oversold set).
+                max_bps: match (i % 3 == 0, kind) {
+                    (false, _) => None,
+                    (true, EngineKind::C2qos) => Some(10_000_000_000 / n as u64),
+                    (true, _) => Some(5_000_000_000),
                 },
                 priority: (i % 8) as u8,
                 ..Default::default()
@@ -37,7 +39,7 @@ fn decision(c: &mut Criterion) {
             } else {
                 CostModel::Bytes
             };
-            let set = policies(n, cost);
+            let set = policies(n, cost, kind);
             let mut e = build(kind, &set, 0).expect("valid policies");
             let mut ready = ReadySet::new(n);
             for i in 0..n {
@@ -77,7 +79,7 @@ fn accounting(c: &mut Criterion) {
     let mut g = c.benchmark_group("accounting");
     for kind in [EngineKind::Ancs, EngineKind::C2qos] {
         for n in [10usize, 1_000, 10_000] {
-            let set = policies(n, CostModel::Bytes);
+            let set = policies(n, CostModel::Bytes, kind);
             let mut e = build(kind, &set, 0).expect("valid policies");
             let mut ready = ReadySet::new(n);
             for i in (0..n).step_by(2) {
