@@ -171,18 +171,7 @@ fn paper(p: PaperArgs) -> Result<()> {
     };
     install_interrupt_handler();
     let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
-    if p.json {
-        let v = serde_json::json!({
-            "experiment": p.name,
-            "out_dir": out.display().to_string(),
-            "summary_md": md,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{md}");
-        println!("results in {}", out.display());
-    }
-    Ok(())
+    print_summary(&p.name, &out, &md, p.json)
 }
 
 fn paper_all(p: PaperArgs) -> Result<()> {
@@ -220,9 +209,14 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     };
     install_interrupt_handler();
     let md = run_all(&opts).context("vqos lab paper all")?;
-    if p.json {
+    print_summary("all", &out, &md, p.json)
+}
+
+/// Prints an experiment's summary (or, with `json`, the summary and where the results are).
+fn print_summary(experiment: &str, out: &std::path::Path, md: &str, json: bool) -> Result<()> {
+    if json {
         let v = serde_json::json!({
-            "experiment": "all",
+            "experiment": experiment,
             "out_dir": out.display().to_string(),
             "summary_md": md,
         });
