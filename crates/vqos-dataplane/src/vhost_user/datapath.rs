@@ -30,14 +30,14 @@
 use std::sync::RwLockWriteGuard;
 
 use vhost_user_backend::{VringRwLock, VringState, VringT};
-use virtio_queue::QueueT;
+use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
 use super::backend::{Health, Shared, RX_QUEUE, TX_QUEUE};
 use super::chain::{walk, Segment};
-use super::counters::bump;
+use super::counters::{bump, AtomicCounters};
 use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
-use super::guest::{GuestView, RingView, Slice};
+use super::guest::{GuestView, RingError, RingView, Slice};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
 use crate::port::{Batch, PortIoCounters};
 
@@ -88,6 +88,46 @@ fn live_vring(
 ) -> Option<RwLockWriteGuard<'_, VringState>> {
     let st = vrings?.get(index)?.get_mut();
     (st.is_enabled() && st.get_queue().ready()).then_some(st)
+}
+
+/// Resolves the rings of `q` and counts the chains the guest has made available since the
+/// queue's `next_avail` (one acquire load of the avail index).
+fn open_ring<'m>(view: &mut GuestView<'m>, q: &Queue) -> Result<(RingView<'m>, u16), RingError> {
+    let ring = RingView::new(view, q)?;
+    let pending = ring.pending(q.next_avail())?;
+    Ok((ring, pending))
+}
+
+/// Ends a burst that wrote `used` used elements before `next_used`: one release store of the
+/// used index, and the queue's own copy moves with it (also when the store failed: the
+/// session is quarantined then). `Ok(true)` when something was published.
+fn publish(
+    ring: &RingView<'_>,
+    q: &mut Queue,
+    next_used: u16,
+    used: u16,
+) -> Result<bool, RingError> {
+    if used == 0 {
+        return Ok(false);
+    }
+    let stored = ring.publish_used(next_used);
+    q.set_next_used(next_used);
+    stored.map(|()| true)
+}
+
+/// Interrupts the guest once for the used elements `first_used..next_used` just published,
+/// if it wants one ([`RingView::interrupt_due`]).
+fn interrupt(
+    ring: &RingView<'_>,
+    st: &VringState,
+    event_idx: bool,
+    first_used: u16,
+    next_used: u16,
+    c: &AtomicCounters,
+) {
+    if ring.interrupt_due(event_idx, first_used, next_used) && st.signal_used_queue().is_ok() {
+        bump(&c.interrupts, 1);
+    }
 }
 
 /// Copies `src` to `slot[at..]`; false when it does not fit.
@@ -174,10 +214,7 @@ impl DataPath {
         let max_guest_bytes = (MAX_FRAME_BYTES - widen) as u64;
         let q = st.get_queue_mut();
         let mut view = GuestView::new(mem);
-        let resolved = RingView::new(&mut view, q).and_then(|r| {
-            let p = r.pending(q.next_avail())?;
-            Ok((r, p))
-        });
+        let resolved = open_ring(&mut view, q);
         let (ring, pending) = match resolved {
             Ok(rp) => rp,
             Err(e) => {
@@ -247,17 +284,11 @@ impl DataPath {
         }
         q.set_next_avail(pos);
         let next_used = first_used.wrapping_add(used);
-        let mut published = false;
-        if used > 0 {
-            match ring.publish_used(next_used) {
-                Ok(()) => published = true,
-                Err(e) => {
-                    e.count(c);
-                    broken = true;
-                }
-            }
-            q.set_next_used(next_used);
-        }
+        let published = publish(&ring, q, next_used, used).unwrap_or_else(|e| {
+            e.count(c);
+            broken = true;
+            false
+        });
         if broken {
             shared.quarantine(health);
         }
@@ -275,11 +306,8 @@ impl DataPath {
             // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
             let _ = q.disable_notification(mem);
         }
-        if published
-            && ring.interrupt_due(event_idx, first_used, next_used)
-            && st.signal_used_queue().is_ok()
-        {
-            bump(&c.interrupts, 1);
+        if published {
+            interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
         io.rx_frames += n as u64;
         io.rx_bytes += bytes;
@@ -318,10 +346,7 @@ impl DataPath {
         let q = st.get_queue_mut();
         let event_idx = q.event_idx_enabled();
         let mut view = GuestView::new(mem);
-        let resolved = RingView::new(&mut view, q).and_then(|r| {
-            let p = r.pending(q.next_avail())?;
-            Ok((r, p))
-        });
+        let resolved = open_ring(&mut view, q);
         let (ring, mut left) = match resolved {
             Ok(rp) => rp,
             Err(e) => {
@@ -459,20 +484,14 @@ impl DataPath {
         }
         q.set_next_avail(pos);
         let next_used = first_used.wrapping_add(used);
-        let mut published = false;
-        if used > 0 {
-            match ring.publish_used(next_used) {
-                Ok(()) => published = true,
-                Err(e) => {
-                    // Nothing written this burst reaches the guest.
-                    e.count(c);
-                    shortage = Some(RxShortage::Ring);
-                    sent = 0;
-                    bytes = 0;
-                }
-            }
-            q.set_next_used(next_used);
-        }
+        let published = publish(&ring, q, next_used, used).unwrap_or_else(|e| {
+            // Nothing written this burst reaches the guest.
+            e.count(c);
+            shortage = Some(RxShortage::Ring);
+            sent = 0;
+            bytes = 0;
+            false
+        });
         let lost = (indices.len() - sent) as u64;
         match shortage {
             Some(RxShortage::NoBuffers) => bump(&c.guest_rx_no_buffers_frames, lost),
@@ -485,11 +504,8 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
-        if published
-            && ring.interrupt_due(event_idx, first_used, next_used)
-            && st.signal_used_queue().is_ok()
-        {
-            bump(&c.interrupts, 1);
+        if published {
+            interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
         io.tx_frames += sent as u64;
         io.tx_bytes += bytes;
