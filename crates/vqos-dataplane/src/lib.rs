@@ -89,7 +89,9 @@ pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
 pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
-pub use stats::{DropCounters, DropReason, LoopStats, PortRole, PortStats, SwitchStats};
+pub use stats::{
+    DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,
+};
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapPort};
 pub use tap_uring::TapIo;

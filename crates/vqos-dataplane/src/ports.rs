@@ -13,33 +13,10 @@ use crate::config::MacPolicy;
 use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::port::Port;
-use crate::stats::{DropCounters, PortRole};
+use crate::stats::{PortCounters, PortRole};
 
 /// Samples kept per port for the rate window (window = (samples − 1) × stats interval).
 pub(crate) const RATE_SAMPLES: usize = 5;
-
-/// Counters the loop keeps per port.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct PortCounters {
-    /// Frames read.
-    pub rx_frames: u64,
-    /// Ethernet bytes read.
-    pub rx_bytes: u64,
-    /// Frames written.
-    pub tx_frames: u64,
-    /// Ethernet bytes written.
-    pub tx_bytes: u64,
-    /// Drops by reason.
-    pub drops: DropCounters,
-    /// Frames marked CE.
-    pub ecn_marked: u64,
-    /// Reads that failed.
-    pub rx_errors: u64,
-    /// Source addresses not learnt (port or table full).
-    pub mac_learn_refused: u64,
-    /// Frames chosen for CE marking that were not ECN-capable (left unmarked).
-    pub ecn_not_ect: u64,
-}
 
 /// A port's source-address rule as the loop applies it ([`MacPolicy`], with its state).
 #[derive(Debug)]

@@ -116,17 +116,10 @@ pub enum PortRole {
     Vif,
 }
 
-/// One port's counters and state.
-#[derive(Debug, Clone, Serialize)]
-pub struct PortStats {
-    /// Port name.
-    pub name: String,
-    /// Uplink or vif.
-    pub role: PortRole,
-    /// Vif id in the current policy set (vifs only).
-    pub vif: Option<usize>,
-    /// The vif's policy (vifs only).
-    pub policy: Option<VifPolicy>,
+/// What went through a port, as the loop counts it (one definition for the loop's own table
+/// and for [`PortStats`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
     /// Frames read from the port (dropped ones included).
     pub rx_frames: u64,
     /// Bytes read from the port as they are on the wire (`frame::wire_bytes`: Ethernet headers
@@ -149,6 +142,22 @@ pub struct PortStats {
     /// Source MAC addresses from this port not learnt because the port's share of the MAC
     /// table (or the table) was full; frames to them are flooded. Not a drop.
     pub mac_learn_refused: u64,
+}
+
+/// One port's counters and state.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortStats {
+    /// Port name.
+    pub name: String,
+    /// Uplink or vif.
+    pub role: PortRole,
+    /// Vif id in the current policy set (vifs only).
+    pub vif: Option<usize>,
+    /// The vif's policy (vifs only).
+    pub policy: Option<VifPolicy>,
+    /// What went through the port and what was dropped.
+    #[serde(flatten)]
+    pub counters: PortCounters,
     /// Probability of CE marking of the vif's data, to it from the uplink and from it to the
     /// uplink (vifs only).
     pub ecn_probability: f64,

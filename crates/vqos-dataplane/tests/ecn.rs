@@ -38,7 +38,7 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
     for f in &to_b {
         assert_eq!(f[VNET_HDR_LEN + 15] & 3, 2, "b not marked");
     }
-    assert_eq!(r.stats().port("a").unwrap().ecn_marked, 10);
+    assert_eq!(r.stats().port("a").unwrap().counters.ecn_marked, 10);
     // Not-ECT frames chosen for marking are left alone and counted.
     for _ in 0..3 {
         r.u.inject(frame(MAC_A, MAC_U, 9));
@@ -50,8 +50,8 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
         assert_eq!(f, frame(MAC_A, MAC_U, 9), "unchanged");
     }
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().ecn_not_ect, 3);
-    assert_eq!(s.port("a").unwrap().ecn_marked, 10);
+    assert_eq!(s.port("a").unwrap().counters.ecn_not_ect, 3);
+    assert_eq!(s.port("a").unwrap().counters.ecn_marked, 10);
 }
 
 #[test]
@@ -93,8 +93,8 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
     assert_eq!(to_b.len(), 4);
     assert!(to_b.iter().all(|f| !ce(f)));
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().ecn_marked, 10);
-    assert_eq!(s.port("b").unwrap().ecn_marked, 0);
+    assert_eq!(s.port("a").unwrap().counters.ecn_marked, 10);
+    assert_eq!(s.port("b").unwrap().counters.ecn_marked, 0);
     // Not-ECT frames chosen for marking are left alone and counted.
     for _ in 0..3 {
         r.a.inject(frame(MAC_U, MAC_A, 9));
@@ -107,8 +107,8 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
         "unchanged"
     );
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().ecn_not_ect, 3);
-    assert_eq!(s.port("a").unwrap().ecn_marked, 10);
+    assert_eq!(s.port("a").unwrap().counters.ecn_not_ect, 3);
+    assert_eq!(s.port("a").unwrap().counters.ecn_marked, 10);
     // Probability 0 again: nothing more is marked.
     r.sw.set_ecn_probabilities(&[0.0, 0.0], r.now).unwrap();
     for _ in 0..5 {
@@ -116,5 +116,5 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
     }
     r.run();
     assert!(r.u.take_sent().iter().all(|f| !ce(f)));
-    assert_eq!(r.stats().port("a").unwrap().ecn_marked, 10);
+    assert_eq!(r.stats().port("a").unwrap().counters.ecn_marked, 10);
 }

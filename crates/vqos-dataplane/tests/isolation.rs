@@ -31,7 +31,10 @@ fn a_vif_sending_from_another_vifs_address_takes_none_of_its_traffic() {
     r.run();
     assert_eq!(r.b.take_sent().len(), 10);
     assert!(r.a.take_sent().is_empty(), "a got b's traffic");
-    assert_eq!(r.stats().port("a").unwrap().drops[DropReason::Spoofed], 1);
+    assert_eq!(
+        r.stats().port("a").unwrap().counters.drops[DropReason::Spoofed],
+        1
+    );
 }
 
 #[test]
@@ -61,8 +64,8 @@ fn a_vif_cannot_claim_the_gateways_address_nor_the_network_a_vifs() {
         "a's frame for b left by the uplink"
     );
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().drops[DropReason::Spoofed], 1);
-    assert_eq!(s.port("up").unwrap().drops[DropReason::Spoofed], 1);
+    assert_eq!(s.port("a").unwrap().counters.drops[DropReason::Spoofed], 1);
+    assert_eq!(s.port("up").unwrap().counters.drops[DropReason::Spoofed], 1);
 }
 
 #[test]
@@ -74,7 +77,10 @@ fn port_security_locks_a_vif_to_its_first_addresses_unless_opted_out() {
     r.run();
     let first: Vec<u8> = (0..DEFAULT_LEARN_MACS as u8).collect();
     assert_eq!(tags(&r.u.take_sent()), first);
-    assert_eq!(r.stats().port("a").unwrap().drops[DropReason::Spoofed], 2);
+    assert_eq!(
+        r.stats().port("a").unwrap().counters.drops[DropReason::Spoofed],
+        2
+    );
     // A locked address keeps working.
     r.a.inject(frame(MAC_U, 0x02_00_00_00_10_00, 9));
     r.run();
@@ -89,7 +95,10 @@ fn port_security_locks_a_vif_to_its_first_addresses_unless_opted_out() {
     c.inject(frame(MAC_U, 0x02_00_00_00_10_00, 7)); // a's
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![0, 1, 2, 3, 4, 5]);
-    assert_eq!(r.stats().port("c").unwrap().drops[DropReason::Spoofed], 1);
+    assert_eq!(
+        r.stats().port("c").unwrap().counters.drops[DropReason::Spoofed],
+        1
+    );
 }
 
 #[test]
@@ -146,8 +155,14 @@ fn flooded_copies_obey_each_receivers_downlink_max() {
     // takes it into debt; b, uncapped, gets every copy.
     let s = r.stats();
     let a = s.port("a").unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (130, 1870));
-    assert_eq!(s.port("b").unwrap().tx_frames, 2000);
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (130, 1870)
+    );
+    assert_eq!(s.port("b").unwrap().counters.tx_frames, 2000);
 }
 
 #[test]
@@ -175,7 +190,10 @@ fn storm_control_bounds_what_a_port_floods_per_second() {
     }
     r.advance(500_000_000);
     assert_eq!(r.u.take_sent().len(), 50);
-    assert_eq!(r.stats().port("b").unwrap().drops[DropReason::Storm], 450);
+    assert_eq!(
+        r.stats().port("b").unwrap().counters.drops[DropReason::Storm],
+        450
+    );
 }
 
 #[test]
@@ -218,5 +236,5 @@ fn a_full_uplink_mac_table_does_not_leak_a_tenants_frames_to_another() {
         r.b.take_sent().is_empty(),
         "a's frames for the gateway reached b"
     );
-    assert_eq!(r.stats().port("up").unwrap().mac_learn_refused, 1);
+    assert_eq!(r.stats().port("up").unwrap().counters.mac_learn_refused, 1);
 }

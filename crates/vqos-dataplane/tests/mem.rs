@@ -43,11 +43,11 @@ fn learns_sends_unknown_unicast_to_the_uplink_floods_broadcast_then_unicasts() {
     );
     let s = r.stats();
     let a = s.port("a").unwrap();
-    assert_eq!(a.rx_frames, 2);
-    assert_eq!(a.rx_bytes, 2 * 74);
-    assert_eq!(a.tx_frames, 2);
+    assert_eq!(a.counters.rx_frames, 2);
+    assert_eq!(a.counters.rx_bytes, 2 * 74);
+    assert_eq!(a.counters.tx_frames, 2);
     assert_eq!(s.mac_entries, 3);
-    assert_eq!(a.drops.total(), 0);
+    assert_eq!(a.counters.drops.total(), 0);
     assert!(s.loop_stats.bursts >= 4);
 }
 
@@ -60,8 +60,8 @@ fn allow_list_drops_spoofed_sources() {
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![3]);
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().drops[DropReason::Spoofed], 2);
-    assert_eq!(s.port("a").unwrap().drops.total(), 2);
+    assert_eq!(s.port("a").unwrap().counters.drops[DropReason::Spoofed], 2);
+    assert_eq!(s.port("a").unwrap().counters.drops.total(), 2);
 }
 
 #[test]
@@ -93,8 +93,8 @@ fn malformed_frames_dropped_per_reason_and_others_still_forwarded() {
     got.sort();
     assert_eq!(got, vec![7, 9]);
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().rx_frames, 5);
-    let d = s.port("a").unwrap().drops;
+    assert_eq!(s.port("a").unwrap().counters.rx_frames, 5);
+    let d = s.port("a").unwrap().counters.drops;
     assert_eq!(
         (
             d[DropReason::Truncated],
@@ -215,8 +215,8 @@ fn refused_vif_is_not_read_its_frames_stay_in_its_port() {
     );
     assert_eq!(r.b.pending(), 0);
     let s = r.stats();
-    assert_eq!(s.port("b").unwrap().rx_frames, 40);
-    assert_eq!(s.port("a").unwrap().rx_frames, 0);
+    assert_eq!(s.port("b").unwrap().counters.rx_frames, 40);
+    assert_eq!(s.port("a").unwrap().counters.rx_frames, 0);
     assert!(s.loop_stats.engine_refusals > 0);
     assert_eq!(log.lock().unwrap().charged_bytes, 40 * 74);
 }
@@ -288,13 +288,13 @@ fn gso_frames_are_charged_as_their_segments_and_tiny_gso_size_is_refused() {
     let wire = 10 * (54 + 1448);
     let s = r.stats();
     let a = s.port("a").unwrap();
-    assert_eq!(a.drops[DropReason::BadVnetHdr], 1);
+    assert_eq!(a.counters.drops[DropReason::BadVnetHdr], 1);
     assert_eq!(
-        a.rx_bytes,
+        a.counters.rx_bytes,
         (54 + 14_480) + wire,
         "the refused frame as read"
     );
-    assert_eq!(s.port("up").unwrap().tx_bytes, wire);
+    assert_eq!(s.port("up").unwrap().counters.tx_bytes, wire);
     assert_eq!(log.lock().unwrap().charged_bytes, wire);
 }
 
@@ -348,8 +348,8 @@ fn allow_list_of_several_unsorted_addresses() {
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![1, 3, 4]);
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().rx_frames, 4);
-    assert_eq!(s.port("a").unwrap().drops[DropReason::Spoofed], 1);
+    assert_eq!(s.port("a").unwrap().counters.rx_frames, 4);
+    assert_eq!(s.port("a").unwrap().counters.drops[DropReason::Spoofed], 1);
 }
 
 #[test]
@@ -371,14 +371,26 @@ fn downlink_max_drops_excess_as_rate_limited() {
     // At one instant the full bucket (131 072 bytes) passes frames while it is positive:
     // 14 frames of 9014 bytes leave 4 876, the 15th takes it into debt, the rest drop.
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (15, 25));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (15, 25)
+    );
     // 100 ms later 12 500 bytes have accrued: the debt (−4 138) is repaid and one more passes.
     for _ in 0..40 {
         r.u.inject(big.clone());
     }
     r.advance(100_000_000);
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (16, 64));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (16, 64)
+    );
 }
 
 /// `max_in` limits the download direction on its own: with no `max`, or a different one, the
@@ -402,14 +414,26 @@ fn max_in_limits_the_download_direction_only() {
     r.run();
     // As with the downlink max: 15 frames of 9014 bytes pass the full bucket, 25 drop.
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (15, 25));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (15, 25)
+    );
     // 100 ms later 12 500 bytes have accrued: the debt is repaid and one more passes.
     for _ in 0..40 {
         r.u.inject(big(MAC_U, MAC_A));
     }
     r.advance(100_000_000);
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (16, 64));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (16, 64)
+    );
     // The vif's own sending is not limited by max_in: 40 frames at one instant all leave.
     for _ in 0..40 {
         r.a.inject(big(MAC_A, MAC_U));
@@ -428,7 +452,13 @@ fn max_in_limits_the_download_direction_only() {
     }
     r.run();
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (56, 64));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (56, 64)
+    );
     // "Unlimited in" with a max out: no download bucket at all.
     let policy = VifPolicy {
         max_in_bps: Some(vqos_sched::policy::UNLIMITED_IN_BPS),
@@ -441,7 +471,13 @@ fn max_in_limits_the_download_direction_only() {
     }
     r.run();
     let a = r.stats().port("a").cloned().unwrap();
-    assert_eq!((a.tx_frames, a.drops[DropReason::RateLimited]), (456, 64));
+    assert_eq!(
+        (
+            a.counters.tx_frames,
+            a.counters.drops[DropReason::RateLimited]
+        ),
+        (456, 64)
+    );
 }
 
 #[test]
@@ -472,7 +508,7 @@ fn capacity_holds_vif_frames_back_without_dropping() {
         "the rest waits in the port"
     );
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().drops.total(), 0);
+    assert_eq!(s.port("a").unwrap().counters.drops.total(), 0);
     assert!(s.loop_stats.capacity_waits > 0);
 }
 
@@ -499,7 +535,7 @@ fn faulty_port_does_not_stop_the_switch() {
     }
     let mut now = 0;
     // Failed reads are retried at the next stats publication.
-    while sw.stats(now).port("fa").unwrap().rx_frames < 20 {
+    while sw.stats(now).port("fa").unwrap().counters.rx_frames < 20 {
         run_switch(&mut sw, now);
         now += 25_000_000;
         assert!(
@@ -508,7 +544,7 @@ fn faulty_port_does_not_stop_the_switch() {
         );
     }
     let s = sw.stats(now);
-    let d = s.port("fa").unwrap().drops;
+    let d = s.port("fa").unwrap().counters.drops;
     // Frames 4, 8, 12, 16, 20 corrupted; 5, 10, 15, 20 truncated (20 counts as truncated).
     assert_eq!(d[DropReason::Truncated], 4);
     assert_eq!(d[DropReason::BadVnetHdr], 4);
@@ -519,10 +555,13 @@ fn faulty_port_does_not_stop_the_switch() {
         run_switch(&mut sw, now);
     }
     let s = sw.stats(now);
-    assert_eq!(s.port("up").unwrap().rx_frames, 4);
+    assert_eq!(s.port("up").unwrap().counters.rx_frames, 4);
     let fa = s.port("fa").unwrap();
-    assert_eq!(fa.tx_frames + fa.drops[DropReason::TxError], 4);
-    assert!(fa.drops[DropReason::TxError] >= 1);
+    assert_eq!(
+        fa.counters.tx_frames + fa.counters.drops[DropReason::TxError],
+        4
+    );
+    assert!(fa.counters.drops[DropReason::TxError] >= 1);
 }
 
 #[test]
@@ -545,7 +584,7 @@ fn one_vif_cannot_fill_the_mac_table_for_the_others() {
         "unknown unicast stays off the other vifs"
     );
     let s = r.stats();
-    assert_eq!(s.port("a").unwrap().mac_learn_refused, 92);
+    assert_eq!(s.port("a").unwrap().counters.mac_learn_refused, 92);
     assert_eq!(s.mac_entries, 8);
     // b is still learnt, so the uplink's reply to b is not flooded to a.
     r.b.inject(frame(MAC_U, MAC_B, 2));
@@ -556,7 +595,7 @@ fn one_vif_cannot_fill_the_mac_table_for_the_others() {
     r.run();
     assert_eq!(tags(&r.b.take_sent()), vec![3]);
     assert!(r.a.take_sent().is_empty(), "b's unicast did not leak to a");
-    assert_eq!(r.stats().port("b").unwrap().mac_learn_refused, 0);
+    assert_eq!(r.stats().port("b").unwrap().counters.mac_learn_refused, 0);
 }
 
 /// A port that reports reading more bytes than its buffer holds, then behaves.
@@ -612,8 +651,11 @@ fn a_port_reporting_a_length_past_its_buffer_does_not_stop_the_loop() {
     r.run();
     assert_eq!(tags(&r.u.take_sent()), vec![2]);
     let s = r.stats();
-    assert_eq!(s.port("liar").unwrap().rx_frames, 3);
-    assert_eq!(s.port("liar").unwrap().drops[DropReason::Oversized], 1);
+    assert_eq!(s.port("liar").unwrap().counters.rx_frames, 3);
+    assert_eq!(
+        s.port("liar").unwrap().counters.drops[DropReason::Oversized],
+        1
+    );
 }
 
 #[test]
@@ -636,7 +678,7 @@ fn frames_read_before_a_port_error_are_forwarded_and_the_port_retried() {
     assert_eq!(tags(&u.take_sent()), (0..40).collect::<Vec<u8>>());
     let s = sw.stats(0);
     let p = s.port("fa").unwrap();
-    assert_eq!(p.rx_frames, 40);
-    assert!(p.rx_errors >= 2, "{}", p.rx_errors);
+    assert_eq!(p.counters.rx_frames, 40);
+    assert!(p.counters.rx_errors >= 2, "{}", p.counters.rx_errors);
     assert_eq!(s.loop_stats.burst_frames, 40);
 }

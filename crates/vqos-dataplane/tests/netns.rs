@@ -180,7 +180,7 @@ impl Lab {
             let bytes = lab
                 .vms
                 .iter()
-                .map(|(tap, _)| s.port(tap).expect("port in the stats").rx_bytes)
+                .map(|(tap, _)| s.port(tap).expect("port in the stats").counters.rx_bytes)
                 .collect();
             (at, bytes)
         };
@@ -245,19 +245,22 @@ fn tcp_flows_through_the_switch_and_counters_move() {
     let s = lab.sw().stats();
     for (tap, _) in &lab.vms {
         let p = s.port(tap).unwrap();
-        assert!(p.rx_bytes > 10_000_000, "{tap}: {p:?}");
-        assert!(p.tx_frames > 100, "ACKs and ARP reach the VM");
+        assert!(p.counters.rx_bytes > 10_000_000, "{tap}: {p:?}");
+        assert!(p.counters.tx_frames > 100, "ACKs and ARP reach the VM");
         assert_eq!(
-            p.drops[DropReason::Truncated]
-                + p.drops[DropReason::Oversized]
-                + p.drops[DropReason::BadVnetHdr],
+            p.counters.drops[DropReason::Truncated]
+                + p.counters.drops[DropReason::Oversized]
+                + p.counters.drops[DropReason::BadVnetHdr],
             0
         );
         // TSO: frames are super-frames, far above 1514 bytes on average.
-        assert!(p.rx_bytes / p.rx_frames > 3000, "offloads on: {p:?}");
+        assert!(
+            p.counters.rx_bytes / p.counters.rx_frames > 3000,
+            "offloads on: {p:?}"
+        );
     }
     let up = s.port(lab.sw().uplink_name()).unwrap();
-    assert!(up.tx_bytes > 20_000_000);
+    assert!(up.counters.tx_bytes > 20_000_000);
     assert!(s.loop_stats.bursts > 100 && s.loop_stats.busy_cycles > 0);
 }
 
@@ -379,14 +382,18 @@ fn vqos_weights_1_to_3_split_200_mbit_on_io_uring_taps() {
     check_split(&rates, &[1, 3], goodput(200_000_000), 0.15, 0.90);
     let s = lab.sw().stats();
     for p in &s.ports {
-        assert_eq!(p.rx_errors, 0, "{}: {p:?}", p.name);
+        assert_eq!(p.counters.rx_errors, 0, "{}: {p:?}", p.name);
         assert_eq!(
             p.io.uring_failures, 0,
             "{}: fell back to system calls",
             p.name
         );
         // Both ways, in TSO super-frames (a weight-1 VM sent 915 of them in one run).
-        assert!(p.rx_frames > 100 && p.tx_frames > 100, "{}: {p:?}", p.name);
+        assert!(
+            p.counters.rx_frames > 100 && p.counters.tx_frames > 100,
+            "{}: {p:?}",
+            p.name
+        );
     }
 }
 
@@ -412,8 +419,12 @@ fn vqos_weights_1_to_3_split_200_mbit_on_an_af_packet_uplink() {
     // Traffic both ways on every port (few frames: TSO super-frames of tens of kB; the split
     // itself is checked above).
     for p in &s.ports {
-        assert_eq!(p.rx_errors, 0, "{}: {p:?}", p.name);
-        assert!(p.rx_frames > 100 && p.tx_frames > 100, "{}: {p:?}", p.name);
+        assert_eq!(p.counters.rx_errors, 0, "{}: {p:?}", p.name);
+        assert!(
+            p.counters.rx_frames > 100 && p.counters.tx_frames > 100,
+            "{}: {p:?}",
+            p.name
+        );
     }
     let up = s.port(lab.sw().uplink_name()).unwrap();
     println!("uplink: {up:?}");
@@ -421,7 +432,7 @@ fn vqos_weights_1_to_3_split_200_mbit_on_an_af_packet_uplink() {
     // bringing it up in its namespace (seen once: the sink's first multicast frames).
     assert_eq!(up.io.tx_errors, 0, "{up:?}");
     assert!(
-        up.tx_bytes / up.tx_frames > 3000,
+        up.counters.tx_bytes / up.counters.tx_frames > 3000,
         "super-frames out: {up:?}"
     );
     let status = up.status.as_ref().expect("the AF_PACKET status");

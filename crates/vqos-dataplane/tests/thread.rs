@@ -85,11 +85,11 @@ fn the_loop_thread_forwards_in_both_readiness_modes_and_counts_its_cycles() {
         r.u.inject(frame(MAC_A, MAC_U, 2));
         assert_eq!(tag_of(&collect(&r.a, 1)[0]), 2);
         let s = stats_where(&r.sw, |s| {
-            s.port("a").is_some_and(|p| p.tx_frames == 1)
+            s.port("a").is_some_and(|p| p.counters.tx_frames == 1)
                 && s.loop_stats.busy_cycles > 0
                 && s.loop_stats.idle_cycles > 0
         });
-        assert_eq!(s.port("a").unwrap().rx_frames, 1);
+        assert_eq!(s.port("a").unwrap().counters.rx_frames, 1);
         assert_eq!(s.policy_epoch, 3, "start and two ports");
         r.sw.stop().unwrap();
         assert!(matches!(
@@ -299,12 +299,12 @@ fn a_drained_vif_is_served_again_while_others_stay_backlogged() {
         let vm1 = s.port("vm1").unwrap();
         assert!(backlogged, "{readiness:?}: the neighbours' backlog ran out");
         assert!(
-            vm1.rx_frames * 10 >= sent * 9,
+            vm1.counters.rx_frames * 10 >= sent * 9,
             "{readiness:?}: vm1 read {} of {sent} frames, {} still waiting",
-            vm1.rx_frames,
+            vm1.counters.rx_frames,
             peers[0].pending()
         );
-        assert_eq!(vm1.drops.total(), 0, "{readiness:?}");
+        assert_eq!(vm1.counters.drops.total(), 0, "{readiness:?}");
         sw.stop().unwrap();
     }
 }

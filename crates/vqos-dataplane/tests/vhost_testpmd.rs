@@ -89,7 +89,7 @@ fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
         let s = sw.stats();
         let rx: u64 = ["vm1", "vm2"]
             .iter()
-            .map(|n| s.port(n).unwrap().rx_frames)
+            .map(|n| s.port(n).unwrap().counters.rx_frames)
             .sum();
         (rx == tp_tx).then_some(s)
     })
@@ -97,12 +97,12 @@ fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
     testpmd.quit();
 
     let ports = ["vm1", "vm2"].map(|n| s.port(n).unwrap().clone());
-    let rx: u64 = ports.iter().map(|p| p.rx_frames).sum();
-    let tx: u64 = ports.iter().map(|p| p.tx_frames).sum();
-    let drops: u64 = ports.iter().map(|p| p.drops.total()).sum();
+    let rx: u64 = ports.iter().map(|p| p.counters.rx_frames).sum();
+    let tx: u64 = ports.iter().map(|p| p.counters.tx_frames).sum();
+    let drops: u64 = ports.iter().map(|p| p.counters.drops.total()).sum();
     let tx_error: u64 = ports
         .iter()
-        .map(|p| p.drops[vqos_dataplane::DropReason::TxError])
+        .map(|p| p.counters.drops[vqos_dataplane::DropReason::TxError])
         .sum();
     let c = h.clone().map(|h| h.counters());
     let named: u64 = c

@@ -188,6 +188,7 @@ impl Backend for SwitchBackend {
             .iter()
             .map(|p| {
                 let drops: BTreeMap<String, u64> = p
+                    .counters
                     .drops
                     .iter()
                     .map(|(r, n)| (r.name().to_string(), n))
@@ -195,15 +196,15 @@ impl Backend for SwitchBackend {
                 let engine = p.engine.unwrap_or_default();
                 PortStats {
                     name: p.name.clone(),
-                    rx_frames: p.rx_frames,
-                    rx_bytes: p.rx_bytes,
-                    tx_frames: p.tx_frames,
-                    tx_bytes: p.tx_bytes,
+                    rx_frames: p.counters.rx_frames,
+                    rx_bytes: p.counters.rx_bytes,
+                    tx_frames: p.counters.tx_frames,
+                    tx_bytes: p.counters.tx_bytes,
                     drops,
-                    ecn_marked: p.ecn_marked,
-                    ecn_not_ect: p.ecn_not_ect,
-                    rx_errors: p.rx_errors,
-                    mac_learn_refused: p.mac_learn_refused,
+                    ecn_marked: p.counters.ecn_marked,
+                    ecn_not_ect: p.counters.ecn_not_ect,
+                    rx_errors: p.counters.rx_errors,
+                    mac_learn_refused: p.counters.mac_learn_refused,
                     rate_bps: p.rx_rate_bps,
                     tx_rate_bps: p.tx_rate_bps,
                     credit: engine.credit,

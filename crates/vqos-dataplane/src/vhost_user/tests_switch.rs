@@ -93,7 +93,7 @@ fn two_guests_and_an_uplink_through_a_real_switch() {
     wait_until("the switch's stats", || {
         sw.stats()
             .port("vm1")
-            .is_some_and(|p| p.rx_frames == total as u64 + 1)
+            .is_some_and(|p| p.counters.rx_frames == total as u64 + 1)
     });
     let c1 = h1.counters();
     let c2 = h2.counters();
