@@ -329,3 +329,40 @@ fn charging_a_vif_never_chosen_keeps_its_heap_bounded() {
         pair.compare().unwrap();
     }
 }
+
+/// The engines benchmark's decision case (`benches/engines.rs`, 64 backlogged vifs: weights
+/// 1–5, a 1 Mbit/s floor on every 4th, a cap on every 3rd, priorities 0–7, 48 KB batches every
+/// 38.4 µs): the scan's decisions, and after the first round the floor tier is empty (every
+/// share is above its floor), so a decision costs heap tops, not a scan.
+#[test]
+fn benchmark_mix_decides_as_the_scan_with_an_empty_floor_tier() {
+    let n = 64;
+    let set = (0..n).fold(PolicySet::new(Some(10_000_000_000)), |s, i| {
+        s.with_vif(
+            &format!("v{i}"),
+            VifPolicy {
+                weight: 1 + (i % 5) as u32,
+                min_bps: if i % 4 == 0 { MBIT } else { 0 },
+                max_bps: (i % 3 == 0).then_some(5_000_000_000),
+                priority: (i % 8) as u8,
+                ..Default::default()
+            },
+        )
+    });
+    let mut pair = Pair::new(set, &[true; 64 + 3]).unwrap();
+    let batch = Usage {
+        packets: 32,
+        bytes: 48_000,
+        cycles: 60_000,
+    };
+    for decision in 0..20_000 {
+        pair.now_ns += 38_400;
+        let vif = pair.select().unwrap().expect("all backlogged");
+        pair.charge(vif, batch);
+        if decision >= n {
+            assert_eq!(pair.fast.index.floor_tier_len(), 0, "decision {decision}");
+        }
+        assert!(pair.fast.index.fair_entries() <= 2 * n + super::index::COMPACT_MARGIN);
+    }
+    pair.compare().unwrap();
+}

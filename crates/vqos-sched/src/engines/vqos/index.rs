@@ -319,6 +319,12 @@ impl Index {
         }
     }
 
+    /// Vifs in the floor tier.
+    #[cfg(test)]
+    pub(super) fn floor_tier_len(&self) -> usize {
+        self.floor_tier.len()
+    }
+
     /// Entries in the fair heaps, live and stale.
     #[cfg(test)]
     pub(super) fn fair_entries(&self) -> usize {
