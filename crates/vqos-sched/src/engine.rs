@@ -133,6 +133,13 @@ impl ReadySet {
         None
     }
 
+    /// Word `i` of the bitset (vifs `64·i .. 64·i + 64`, bit `v % 64` for vif `v`); 0 past the
+    /// end.
+    #[inline]
+    pub(crate) fn word(&self, i: usize) -> u64 {
+        self.words.get(i).copied().unwrap_or(0)
+    }
+
     /// Iterates over the ready vifs in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = VifId> + '_ {
         self.words.iter().enumerate().flat_map(|(wi, &w)| {
