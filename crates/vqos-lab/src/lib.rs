@@ -60,6 +60,7 @@ pub mod run;
 pub mod summary;
 pub mod sys;
 pub mod topo;
+pub mod variant;
 
 pub use paper::{run_paper, PaperOptions, PAPERS};
 pub use paper_all::{run_all, AllOptions};
