@@ -56,6 +56,7 @@ pub mod paper;
 pub mod paper_all;
 pub mod plot;
 pub mod probe;
+pub mod publish;
 pub mod run;
 pub mod summary;
 pub mod sys;
@@ -64,6 +65,7 @@ pub mod variant;
 
 pub use paper::{run_paper, PaperOptions, PAPERS};
 pub use paper_all::{run_all, AllOptions};
+pub use publish::{publish, Published};
 pub use run::{run_lab, LabOptions, LabOutcome};
 pub use sys::{install_interrupt_handler, interrupted, request_interrupt};
 pub use topo::Baseline;

@@ -372,7 +372,7 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
     };
     let mut md = summary::summary_md(&header, &records);
     if interrupted {
-        md.push_str("\n**Interrupted**: the experiments after the last section did not run.\n");
+        md.push_str(summary::INTERRUPTED);
     }
     paper::write(&opts.out_dir.join("summary.md"), &md)?;
     if interrupted {

@@ -414,11 +414,21 @@ fn file_table(f: &FileRecord) -> String {
     s
 }
 
+/// The first line of every `summary.md` ([`crate::publish`] recognises a summary by it).
+pub const TITLE: &str = "# The papers' experiments: paper, simulator and lab";
+
+/// The header's words for a `--sim-only` run.
+pub const SIM_ONLY_MODE: &str = "simulator only (`--sim-only`: no lab runs)";
+
+/// The line appended to the summary of an interrupted run.
+pub const INTERRUPTED: &str =
+    "\n**Interrupted**: the experiments after the last section did not run.\n";
+
 /// The whole `summary.md`.
 pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
-    let mut s = String::from("# The papers' experiments: paper, simulator and lab\n\n");
+    let mut s = format!("{TITLE}\n\n");
     let mode = if h.sim_only {
-        "simulator only (`--sim-only`: no lab runs)"
+        SIM_ONLY_MODE
     } else {
         "lab runs with the simulator's prediction"
     };
