@@ -414,7 +414,7 @@ fn file_table(f: &FileRecord) -> String {
     s
 }
 
-/// The first line of every `summary.md` ([`crate::publish`] recognises a summary by it).
+/// The first line of every `summary.md` ([`mod@crate::publish`] recognises a summary by it).
 pub const TITLE: &str = "# The papers' experiments: paper, simulator and lab";
 
 /// The header's words for a `--sim-only` run.
