@@ -472,14 +472,16 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
             if let Some(engine) = &f.engine {
                 let _ = writeln!(
                     s,
-                    "The same file with vqosd and the simulator running `{engine}` instead of \
-                     the file's engine (a run variant: the engine the paper enforced with).\n"
+                    "The same file under the `{engine}` engine instead of its own (a run \
+                     variant: the engine the paper enforced with), in the simulator and, in a \
+                     lab run, in vqosd.\n"
                 );
             }
             s.push_str(&file_table(f));
             for r in &f.runs {
                 if let Some(p) = &r.plot {
-                    let _ = writeln!(s, "\n![{} {}]({p})", f.stem, r.baseline);
+                    let engine = f.engine.as_ref().map_or(String::new(), |e| format!(" {e}"));
+                    let _ = writeln!(s, "\n![{} {}{engine}]({p})", f.stem, r.baseline);
                 }
             }
             s.push('\n');
