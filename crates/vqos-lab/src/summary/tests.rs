@@ -223,3 +223,36 @@ fn an_engine_variant_is_a_table_headed_with_its_engine() {
     // The paper's numbers are the file's, in both tables.
     assert_eq!(md.matches("| 2 | vm2 | 8.63 (Fig. 9) |").count(), 2, "{md}");
 }
+
+#[test]
+fn latency_cells_read_what_the_lab_writes() {
+    // The lab's `latency` key is the serialized ProbeResult list: read it as written.
+    let phase =
+        |phase: usize, p50: Option<f64>, p99: Option<f64>, lost: u64| crate::probe::PhaseLatency {
+            phase,
+            from_s: 0.0,
+            to_s: 1.0,
+            samples: 10,
+            lost,
+            p50_us: p50,
+            p99_us: p99,
+            p999_us: None,
+            mean_us: None,
+            max_us: None,
+            error: None,
+        };
+    let r = crate::probe::ProbeResult {
+        vm: "vm1".into(),
+        protocol: vqos_probe::Protocol::Udp,
+        size: 64,
+        rate_per_s: 1000.0,
+        phases: vec![
+            phase(1, Some(150.4), Some(820.0), 0),
+            phase(2, Some(160.0), Some(9100.6), 2),
+        ],
+    };
+    let v = serde_json::to_value(vec![r]).unwrap();
+    let l = v.as_array();
+    assert_eq!(latency_cell(l, "vm1", "udp", 1), "150 / 820");
+    assert_eq!(latency_cell(l, "vm1", "udp", 2), "160 / 9101 (2 lost)");
+}
