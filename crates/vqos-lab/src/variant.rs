@@ -165,4 +165,23 @@ mod tests {
             );
         }
     }
+
+    /// What the `policer` variant relies on: vqosd turns an adjuster's limit into the vif's
+    /// maximum in the policy set it installs (`effective_policy`), and the `policer` engine
+    /// the switch builds from that set gives the vif one window's credit of it: Xen's
+    /// rate@window, 40 Mbit/s @ 50 ms = 250 000 bytes. A vif without a limit stays unlimited.
+    #[test]
+    fn a_controller_limit_becomes_the_policers_credit_per_window() {
+        use vqos_sched::{PolicySet, VifPolicy};
+        let user = VifPolicy::default();
+        let limited = vqosd::api::effective_policy(&user, Some(40_000_000));
+        assert_eq!(limited.max_bps, Some(40_000_000));
+        let set = PolicySet::new(Some(940_000_000))
+            .with_vif("vm1", limited)
+            .with_vif("vm2", vqosd::api::effective_policy(&user, None));
+        let e = vqos_sched::build(EngineKind::Policer, &set, 0).unwrap();
+        assert_eq!(e.vif_state(0).credit_per_period, 250_000);
+        assert_eq!(e.vif_state(1).credit_per_period, 0);
+        assert!(!e.vif_state(1).throttled);
+    }
 }
