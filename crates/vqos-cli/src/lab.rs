@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use vqos_lab::{
-    install_interrupt_handler, run_all, run_lab, run_paper, AllOptions, Baseline, LabOptions,
-    PaperOptions, PAPERS,
+    install_interrupt_handler, publish, run_all, run_lab, run_paper, AllOptions, Baseline,
+    LabOptions, PaperOptions, PAPERS,
 };
 
 /// Arguments of `vqos lab`.
@@ -35,10 +35,32 @@ enum LabCommand {
         per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
         --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n  \
         sudo vqos lab paper all --out lab-out/paper-all\n  \
-        vqos lab paper all --sim-only --out lab-out/paper-sim   # no root, seconds\n\n\
+        vqos lab publish lab-out/paper-all                      # then: docs/paper-lab.md\n  \
+        vqos lab paper all --sim-only --out lab-out/paper-sim --docs docs   # no root, a minute\n\n\
+        The controlled fairness files also run under the `policer` engine (the paper's vif \
+        credit), in the lab and the simulator.\n\
         Writes DIR/summary.md and, per run, a directory with results.json, report.md, plots."
     )]
     Paper(PaperArgs),
+    /// Publish a `vqos lab paper all` run into the docs: DOCS/paper-lab.md (paper-sim.md for a
+    /// --sim-only run), generated from DIR/summary.md, with its plots in DOCS/img/lab/ (img/sim/).
+    #[command(after_help = "Examples:\n  vqos lab publish lab-out/paper-all\n  \
+        vqos lab publish lab-out/paper-sim --docs docs\n\n\
+        Refuses an interrupted run or a summary whose plots are missing, writing nothing. \
+        Plots in the target img directory that the new page does not link are removed.")]
+    Publish(PublishArgs),
+}
+
+#[derive(Args, Debug)]
+struct PublishArgs {
+    /// The run's output directory (the `--out` of `vqos lab paper all`).
+    dir: std::path::PathBuf,
+    /// The docs directory.
+    #[arg(long, default_value = "docs")]
+    docs: std::path::PathBuf,
+    /// Print `{"page", "plots", "removed"}` instead of a line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -65,6 +87,10 @@ struct PaperArgs {
     /// one section.
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,
+    /// With `all`: when the run completes, publish it into this docs directory as
+    /// `vqos lab publish OUT --docs DOCS` does.
+    #[arg(long, value_name = "DOCS")]
+    docs: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -99,6 +125,7 @@ pub fn run(args: LabArgs) -> Result<()> {
     let a = match args.command {
         LabCommand::Run(a) => a,
         LabCommand::Paper(p) => return paper(p),
+        LabCommand::Publish(p) => return publish_run(&p.dir, &p.docs, p.json),
     };
     let baseline: Baseline = a.baseline.parse()?;
     let engine = match &a.engine {
@@ -139,8 +166,8 @@ fn paper(p: PaperArgs) -> Result<()> {
     if p.name == "all" {
         return paper_all(p);
     }
-    if p.sim_only || !p.only.is_empty() {
-        let msg = "--sim-only and --only go with `vqos lab paper all`".to_string();
+    if p.sim_only || !p.only.is_empty() || p.docs.is_some() {
+        let msg = "--sim-only, --only and --docs go with `vqos lab paper all`".to_string();
         return Err(crate::exit::UsageError(msg).into());
     }
     if !PAPERS.iter().any(|(n, _)| *n == p.name) {
@@ -209,7 +236,33 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     };
     install_interrupt_handler();
     let md = run_all(&opts).context("vqos lab paper all")?;
-    print_summary("all", &out, &md, p.json)
+    print_summary("all", &out, &md, p.json)?;
+    match &p.docs {
+        Some(docs) => publish_run(&out, docs, false),
+        None => Ok(()),
+    }
+}
+
+/// `vqos lab publish`: the run's summary and plots into the docs.
+fn publish_run(dir: &std::path::Path, docs: &std::path::Path, json: bool) -> Result<()> {
+    let p = publish(dir, docs).with_context(|| format!("Publishing {}", dir.display()))?;
+    if json {
+        let v = serde_json::json!({
+            "page": p.page.display().to_string(),
+            "plots": p.plots,
+            "removed": p.removed,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    // On stderr after `paper all`: its `--json` keeps stdout for the summary.
+    eprintln!(
+        "wrote {} and {} plots ({} stale plots removed)",
+        p.page.display(),
+        p.plots,
+        p.removed
+    );
+    Ok(())
 }
 
 /// Prints an experiment's summary (or, with `json`, the summary and where the results are).

@@ -218,7 +218,33 @@ fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
     }
     assert!(md.contains("| 1 | vm1 | 206 (PID-ECN Fig. 4) |"), "{md}");
     assert!(out.join("img/ancs-fig5.svg").is_file());
+    // The fairness paper's enforcement: the controlled files once more under `policer`.
+    assert!(
+        md.contains("### fairness-static under engine `policer`"),
+        "{md}"
+    );
+    assert!(out.join("img/fairness-fluctuating-policer.svg").is_file());
     let o = vqos(&["lab", "paper", "ancs-fig5", "--sim-only"]);
     assert_eq!(o.status.code(), Some(2), "--sim-only needs all");
+    // Publishing into a docs directory: the page and its plots, links under img/sim/.
+    let docs = out.join("docs");
+    let o = vqos(&[
+        "lab",
+        "publish",
+        out.to_str().unwrap(),
+        "--docs",
+        docs.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["plots"].as_u64().unwrap() > 10, "{v}");
+    let page = std::fs::read_to_string(docs.join("paper-sim.md")).unwrap();
+    assert!(page.contains("](img/sim/ancs-fig5.svg)"), "{page}");
+    assert!(docs.join("img/sim/fairness-static-policer.svg").is_file());
+    let o = vqos(&["lab", "publish", docs.to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0), "no summary there");
+    let o = vqos(&["lab", "paper", "ancs-fig5", "--docs", "docs"]);
+    assert_eq!(o.status.code(), Some(2), "--docs needs all");
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -157,6 +157,7 @@ fn every_subcommand_accepts_json() {
         vec!["sim", "--json", "--help"],
         vec!["lab", "run", "--json", "--help"],
         vec!["lab", "paper", "--json", "--help"],
+        vec!["lab", "publish", "--json", "--help"],
         vec!["port", "list", "--json", "--help"],
         vec!["port", "add", "--json", "--help"],
         vec!["port", "del", "--json", "--help"],

@@ -56,13 +56,16 @@ pub mod paper;
 pub mod paper_all;
 pub mod plot;
 pub mod probe;
+pub mod publish;
 pub mod run;
 pub mod summary;
 pub mod sys;
 pub mod topo;
+pub mod variant;
 
 pub use paper::{run_paper, PaperOptions, PAPERS};
 pub use paper_all::{run_all, AllOptions};
+pub use publish::{publish, Published};
 pub use run::{run_lab, LabOptions, LabOutcome};
 pub use sys::{install_interrupt_handler, interrupted, request_interrupt};
 pub use topo::Baseline;

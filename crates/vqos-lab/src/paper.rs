@@ -3,7 +3,9 @@
 //! ## Behavior
 //! - Scenario-file experiments ([`PAPERS`]) run their files from `scenarios/` (the current
 //!   directory's, else the workspace's) under each requested baseline, into
-//!   `OUT/<file stem>[-<baseline>]/`, and write `OUT/summary.md` with one line per run.
+//!   and, under `vqos`, each engine the paper enforced with ([`crate::variant`]: the fairness
+//!   files also under `policer`), into `OUT/<file stem>[-<baseline>|-<engine>]/`, and write
+//!   `OUT/summary.md` with one line per run.
 //! - `ancs-fig8` sweeps 1..=8 VMs (greedy TCP, weight 1, 940 Mbit/s) under `bridge`, `htb` and
 //!   `vqos` (or the `--baseline`s given), one short run each (8 s × the duration scale), and
 //!   writes `OUT/cpu.csv`, a table in `summary.md` and `cpu.svg`: the switch's CPU = vqosd's
@@ -27,7 +29,9 @@ use std::path::{Path, PathBuf};
 use crate::plot::{Line, Plot, Style};
 use crate::run::{run_lab, LabOptions, LabOutcome};
 use crate::topo::Baseline;
+use crate::variant::{variants, Variant};
 use crate::LabError;
+use vqos_sched::EngineKind;
 
 /// The experiments `vqos lab paper` knows, with their scenario files (empty: a sweep).
 pub const PAPERS: &[(&str, &[&str])] = &[
@@ -216,8 +220,18 @@ fn one_run(
     baseline: Baseline,
     out: PathBuf,
 ) -> Result<LabOutcome, LabError> {
+    one_variant(opts, file, Variant::plain(baseline), out)
+}
+
+fn one_variant(
+    opts: &PaperOptions,
+    file: &Path,
+    v: Variant,
+    out: PathBuf,
+) -> Result<LabOutcome, LabError> {
     let mut lo = LabOptions::new(file);
-    lo.baseline = baseline;
+    lo.baseline = v.baseline;
+    lo.engine = v.engine;
     lo.out_dir = Some(out);
     lo.duration_scale = opts.duration_scale;
     lo.vqosd_bin = opts.vqosd_bin.clone();
@@ -236,6 +250,8 @@ pub struct PaperRun {
     pub stem: String,
     /// The switch.
     pub baseline: Baseline,
+    /// vqosd's engine instead of the scenario's (`None`: the scenario's).
+    pub engine: Option<EngineKind>,
     /// Its directory.
     pub dir: PathBuf,
     /// Its `results.json`, or why it failed.
@@ -275,19 +291,16 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<(String, Vec<PaperRun>), La
             md.push_str("| run | baseline | expectations passed | vqosd CPU % | softirq CPU % | directory |\n|---|---|---|---:|---:|---|\n");
             for f in *files {
                 let stem = f.trim_end_matches(".toml");
-                for &b in &baselines {
-                    let name = if b == Baseline::Vqos {
-                        stem.to_string()
-                    } else {
-                        format!("{stem}-{b}")
-                    };
-                    let res = one_run(opts, &dir.join(f), b, out.join(&name));
+                for v in variants(f, &baselines) {
+                    let name = format!("{stem}{}", v.suffix());
+                    let label = v.label();
+                    let res = one_variant(opts, &dir.join(f), v, out.join(&name));
                     let result = match res {
                         Ok(o) => {
                             let pass = o.report.checks.iter().filter(|c| c.pass).count();
                             let _ = writeln!(
                                 md,
-                                "| {stem} | {b} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
+                                "| {stem} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
                                 o.report.checks.len(),
                                 o.vqosd_percent,
                                 o.softirq_percent
@@ -296,13 +309,14 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<(String, Vec<PaperRun>), La
                         }
                         Err(LabError::Interrupted) => return Err(LabError::Interrupted),
                         Err(e) => {
-                            let _ = writeln!(md, "| {stem} | {b} | failed: {e} | | | |");
+                            let _ = writeln!(md, "| {stem} | {label} | failed: {e} | | | |");
                             Err(error_chain(&e))
                         }
                     };
                     runs.push(PaperRun {
                         stem: stem.to_string(),
-                        baseline: b,
+                        baseline: v.baseline,
+                        engine: v.engine,
                         dir: out.join(&name),
                         result,
                     });

@@ -12,6 +12,9 @@
 //!   `OUT/<name>/<file>/` (`results.json` as `vqos sim --json` plus `simulated`, and a
 //!   simulator-only `rates.svg`); the sweeps, which measure CPU and latency the simulator does
 //!   not model, get only the paper's numbers.
+//! - A file with engine variants ([`crate::variant`]: the controlled fairness files under
+//!   `policer`) gets one more table per engine, headed with it, whose simulator column is that
+//!   engine's prediction; its plot is `OUT/img/<file>-<engine>.svg`.
 //! - The files of [`SIM_ONLY_FILES`] (a paper's own scale, beyond this lab) are simulated in
 //!   either mode, as above, after their experiment's lab runs.
 
@@ -22,12 +25,15 @@ use std::time::Instant;
 use vqos_sim::{build_report, simulate, Scenario, BIN_NS};
 
 use crate::paper::{
-    self, run_paper_runs, scenarios_dir, PaperOptions, PAPERS, SIM_ONLY_FILES, SWEEP_PAPER,
+    self, run_paper_runs, scenarios_dir, PaperOptions, PaperRun, PAPERS, SIM_ONLY_FILES,
+    SWEEP_PAPER,
 };
 use crate::run::scale_scenario;
 use crate::summary::{self, ExperimentRecord, FileRecord, Header, RunRecord};
 use crate::topo::Baseline;
+use crate::variant::{engine_variants, Variant};
 use crate::LabError;
+use vqos_sched::EngineKind;
 
 /// What `vqos lab paper all` runs.
 #[derive(Debug, Clone)]
@@ -146,24 +152,38 @@ fn sim_experiment(
                 continue;
             }
         };
-        if crate::sys::interrupted() {
-            return Err(LabError::Interrupted);
+        // The scenario's engine, then each engine the file also runs under in the lab.
+        let engines = std::iter::once(None).chain(engine_variants(f).iter().copied().map(Some));
+        for engine in engines {
+            if crate::sys::interrupted() {
+                return Err(LabError::Interrupted);
+            }
+            let mut sc = sc.clone();
+            let v = Variant {
+                baseline: Baseline::Vqos,
+                engine,
+            };
+            if let Some(e) = engine {
+                sc.engine = e;
+            }
+            let run_name = format!("{stem}{}", v.suffix());
+            let run_dir = opts.out_dir.join(name).join(&run_name);
+            let result = simulate_into(&sc, &run_dir, opts.duration_scale);
+            let plot = result
+                .as_ref()
+                .ok()
+                .and_then(|_| copy_plot(&run_dir.join("rates.svg"), &opts.out_dir, &run_name));
+            rec.files.push(FileRecord {
+                stem: stem.clone(),
+                engine: engine.map(|e| e.to_string()),
+                scenario: sc,
+                runs: vec![RunRecord {
+                    baseline: "sim".into(),
+                    result,
+                    plot,
+                }],
+            });
         }
-        let run_dir = opts.out_dir.join(name).join(&stem);
-        let result = simulate_into(&sc, &run_dir, opts.duration_scale);
-        let plot = result
-            .as_ref()
-            .ok()
-            .and_then(|_| copy_plot(&run_dir.join("rates.svg"), &opts.out_dir, &stem));
-        rec.files.push(FileRecord {
-            stem,
-            scenario: sc,
-            runs: vec![RunRecord {
-                baseline: "sim".into(),
-                result,
-                plot,
-            }],
-        });
     }
     Ok(())
 }
@@ -213,31 +233,66 @@ fn lab_experiment(
             Ok(sc) => sc,
             Err(_) => continue, // run_paper_runs recorded it as failed
         };
-        let mut file_runs = Vec::new();
-        for r in runs.iter().filter(|r| r.stem == stem) {
-            let img = if r.baseline == Baseline::Vqos {
-                stem.clone()
-            } else {
-                format!("{stem}-{}", r.baseline)
-            };
-            let plot = r
-                .result
-                .as_ref()
-                .ok()
-                .and_then(|_| copy_plot(&r.dir.join("rates.svg"), &opts.out_dir, &img));
-            file_runs.push(RunRecord {
-                baseline: r.baseline.to_string(),
-                result: r.result.clone(),
-                plot,
+        for (engine, sc, group) in by_engine(f, &sc, &runs) {
+            let file_runs = group
+                .iter()
+                .map(|r| {
+                    let v = Variant {
+                        baseline: r.baseline,
+                        engine: r.engine,
+                    };
+                    let img = format!("{stem}{}", v.suffix());
+                    let plot = r
+                        .result
+                        .as_ref()
+                        .ok()
+                        .and_then(|_| copy_plot(&r.dir.join("rates.svg"), &opts.out_dir, &img));
+                    RunRecord {
+                        baseline: r.baseline.to_string(),
+                        result: r.result.clone(),
+                        plot,
+                    }
+                })
+                .collect();
+            rec.files.push(FileRecord {
+                stem: stem.clone(),
+                engine: engine.map(|e| e.to_string()),
+                scenario: sc,
+                runs: file_runs,
             });
         }
-        rec.files.push(FileRecord {
-            stem,
-            scenario: sc,
-            runs: file_runs,
-        });
     }
     Ok(())
+}
+
+/// The runs of scenario file `file` grouped into tables: the scenario's engine (with the
+/// kernel baselines beside it), then each engine variant of the file
+/// ([`engine_variants`]), each with the scenario as that group ran it (its engine replaced)
+/// so that the simulator column is that engine's prediction. Groups without runs (e.g. only
+/// `--baseline htb`: no engine variant ran) are left out.
+pub fn by_engine<'a>(
+    file: &str,
+    sc: &Scenario,
+    runs: &'a [PaperRun],
+) -> Vec<(Option<EngineKind>, Scenario, Vec<&'a PaperRun>)> {
+    let stem = file.trim_end_matches(".toml");
+    std::iter::once(None)
+        .chain(engine_variants(file).iter().copied().map(Some))
+        .filter_map(|engine| {
+            let group: Vec<&PaperRun> = runs
+                .iter()
+                .filter(|r| r.stem == stem && r.engine == engine)
+                .collect();
+            if group.is_empty() {
+                return None;
+            }
+            let mut sc = sc.clone();
+            if let Some(e) = engine {
+                sc.engine = e;
+            }
+            Some((engine, sc, group))
+        })
+        .collect()
 }
 
 /// Runs every experiment and writes `OUT/summary.md`; returns its text.
@@ -317,7 +372,7 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
     };
     let mut md = summary::summary_md(&header, &records);
     if interrupted {
-        md.push_str("\n**Interrupted**: the experiments after the last section did not run.\n");
+        md.push_str(summary::INTERRUPTED);
     }
     paper::write(&opts.out_dir.join("summary.md"), &md)?;
     if interrupted {
@@ -357,6 +412,26 @@ mod tests {
             }
         }
         assert!(md.contains("| 2 | vm5 | 150 (ANCS Fig. 5) |"), "{md}");
+        // The controlled fairness files once more under the policer, sim included.
+        for stem in ["fairness-static", "fairness-fluctuating"] {
+            assert!(
+                md.contains(&format!("### {stem} under engine `policer`\n")),
+                "{stem}"
+            );
+            assert!(out.join(format!("img/{stem}-policer.svg")).is_file());
+            let json = out.join(format!("{stem}/{stem}-policer/results.json"));
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+            assert_eq!(v["engine"], "policer", "{stem}");
+        }
+        assert!(
+            md.contains("| phase | | paper | simulator (`policer`) |"),
+            "{md}"
+        );
+        assert!(
+            !md.contains("fairness-static-uncontrolled under engine"),
+            "{md}"
+        );
         assert_eq!(std::fs::read_to_string(out.join("summary.md")).unwrap(), md);
         std::fs::remove_dir_all(&out).unwrap();
     }
@@ -384,5 +459,41 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ancs-fig99"));
+    }
+
+    fn run(stem: &str, baseline: Baseline, engine: Option<EngineKind>) -> PaperRun {
+        PaperRun {
+            stem: stem.into(),
+            baseline,
+            engine,
+            dir: PathBuf::from("/nonexistent"),
+            result: Err("not run".into()),
+        }
+    }
+
+    #[test]
+    fn runs_are_grouped_into_a_table_per_engine() {
+        let dir = scenarios_dir();
+        let sc = parse_scaled(&dir.join("fairness-static.toml"), 1.0).unwrap();
+        let runs = vec![
+            run("fairness-static-uncontrolled", Baseline::Vqos, None),
+            run("fairness-static", Baseline::Vqos, None),
+            run("fairness-static", Baseline::Vqos, Some(EngineKind::Policer)),
+            run("fairness-static", Baseline::Htb, None),
+        ];
+        let g = by_engine("fairness-static.toml", &sc, &runs);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].0, None);
+        assert_eq!(g[0].1.engine, EngineKind::Vqos);
+        let b: Vec<Baseline> = g[0].2.iter().map(|r| r.baseline).collect();
+        assert_eq!(b, [Baseline::Vqos, Baseline::Htb]);
+        assert_eq!(g[1].0, Some(EngineKind::Policer));
+        assert_eq!(g[1].1.engine, EngineKind::Policer);
+        assert_eq!(g[1].2.len(), 1);
+        // Only a kernel baseline ran: no policer table.
+        let only_htb = vec![run("fairness-static", Baseline::Htb, None)];
+        let g = by_engine("fairness-static.toml", &sc, &only_htb);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].0, None);
     }
 }

@@ -7,8 +7,13 @@
 //!   phase and active VM (Mbit/s), the aggregate, and the unfairness index or the largest /
 //!   smallest ratio where the paper or the scenario's expectations speak of them; then the
 //!   expectations passed and the switch's CPU per column.
-//! - The simulator column is the `simulated` phases of the first run that has them; the lab
-//!   column is the `vqos` run (headed with its engine), one more column per other baseline.
+//! - The simulator column is the `simulated` phases of the first run that has them, headed
+//!   with the engine it simulated; the lab column is the `vqos` run (headed with its engine),
+//!   one more column per other baseline. A run variant under another engine (the fairness
+//!   files under `policer`) is a table of its own, its heading naming the engine.
+//! - Runs with latency probes (`[[probe]]`, `latency` in `results.json`) add a row per probe
+//!   and phase: RTT p50 / p99 in µs, and the requests lost when any were; the simulator does
+//!   not model latency, so its cells are "–".
 //! - A failed run is a column of "failed" and a line with its error under the table.
 
 use std::fmt::Write as _;
@@ -50,7 +55,11 @@ pub struct RunRecord {
 pub struct FileRecord {
     /// The file's stem (`ancs-fig5`).
     pub stem: String,
-    /// The parsed scenario (duration-scaled as run), for its VMs and `[[paper]]`.
+    /// The engine its runs used instead of the scenario's, a run variant
+    /// ([`crate::variant`]; `None`: the scenario's own). Shown in the table's heading.
+    pub engine: Option<String>,
+    /// The parsed scenario (duration-scaled as run, its engine the one run), for its VMs and
+    /// `[[paper]]`.
     pub scenario: Scenario,
     /// Its runs in order.
     pub runs: Vec<RunRecord>,
@@ -92,6 +101,8 @@ struct Column<'a> {
     head: String,
     phases: Option<&'a Vec<Value>>,
     checks: Option<&'a Vec<Value>>,
+    /// The probes' results (`latency` of `results.json`; `None`: not measured).
+    latency: Option<&'a Vec<Value>>,
     cpu: Option<String>,
     error: Option<&'a str>,
 }
@@ -139,9 +150,10 @@ fn columns(f: &FileRecord) -> Vec<Column<'_>> {
             }
         });
     let mut cols = vec![Column {
-        head: "simulator".into(),
+        head: format!("simulator (`{}`)", f.scenario.engine.name()),
         phases: sim,
         checks: sim_checks,
+        latency: None,
         cpu: None,
         error: None,
     }];
@@ -156,7 +168,7 @@ fn columns(f: &FileRecord) -> Vec<Column<'_>> {
         } else {
             format!("`{}`", r.baseline)
         };
-        let (phases, checks, cpu, error) = match &r.result {
+        let (phases, checks, latency, cpu, error) = match &r.result {
             Ok(v) => {
                 let cpu = v.get("cpu").map(|c| {
                     let p = |k: &str| c.get(k).and_then(Value::as_f64).unwrap_or(0.0);
@@ -169,16 +181,18 @@ fn columns(f: &FileRecord) -> Vec<Column<'_>> {
                 (
                     v.get("phases").and_then(Value::as_array),
                     v.get("checks").and_then(Value::as_array),
+                    v.get("latency").and_then(Value::as_array),
                     cpu,
                     None,
                 )
             }
-            Err(e) => (None, None, None, Some(e.as_str())),
+            Err(e) => (None, None, None, None, Some(e.as_str())),
         };
         cols.push(Column {
             head,
             phases,
             checks,
+            latency,
             cpu,
             error,
         });
@@ -193,6 +207,59 @@ enum Row {
     Aggregate,
     Unfairness,
     Ratio(Vec<usize>),
+    /// A latency probe, by its VM and protocol.
+    Latency(String, String),
+}
+
+/// The probes any run of the file measured, as (VM, protocol), in the runs' order.
+fn probes(f: &FileRecord) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for r in &f.runs {
+        let list = r
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|v| v.get("latency")?.as_array());
+        for p in list.into_iter().flatten() {
+            let key = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+            let id = (key("vm"), key("protocol"));
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
+/// One probe's cell for phase `phase` (from 1): `p50 / p99` in µs, the requests lost when
+/// any were, "no samples" when the phase has none, "–" when the run did not measure it.
+pub fn latency_cell(
+    latency: Option<&Vec<Value>>,
+    vm: &str,
+    protocol: &str,
+    phase: usize,
+) -> String {
+    let Some(ph) = latency
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("vm").and_then(Value::as_str) == Some(vm))
+        .filter(|p| p.get("protocol").and_then(Value::as_str) == Some(protocol))
+        .filter_map(|p| p.get("phases")?.as_array())
+        .flatten()
+        .find(|x| x.get("phase").and_then(Value::as_u64) == Some(phase as u64))
+    else {
+        return "–".into();
+    };
+    let us = |k: &str| ph.get(k).and_then(Value::as_f64);
+    let lost = ph.get("lost").and_then(Value::as_u64).unwrap_or(0);
+    let mut cell = match (us("p50_us"), us("p99_us")) {
+        (Some(a), Some(b)) => format!("{a:.0} / {b:.0}"),
+        _ => "no samples".into(),
+    };
+    if lost > 0 {
+        let _ = write!(cell, " ({lost} lost)");
+    }
+    cell
 }
 
 fn rows(sc: &Scenario, k: usize) -> Vec<Row> {
@@ -253,6 +320,7 @@ fn paper_cell(sc: &Scenario, phase: usize, row: &Row) -> String {
 fn file_table(f: &FileRecord) -> String {
     let sc = &f.scenario;
     let cols = columns(f);
+    let probes = probes(f);
     let mut s = String::from("| phase | | paper |");
     for c in &cols {
         let _ = write!(s, " {} |", c.head);
@@ -263,12 +331,19 @@ fn file_table(f: &FileRecord) -> String {
     }
     s.push('\n');
     for k in 0..sc.phases().len() {
-        for row in rows(sc, k) {
+        let mut phase_rows = rows(sc, k);
+        phase_rows.extend(
+            probes
+                .iter()
+                .map(|(vm, p)| Row::Latency(vm.clone(), p.clone())),
+        );
+        for row in phase_rows {
             let label = match &row {
                 Row::Vm(i) => sc.vms[*i].name.clone(),
                 Row::Aggregate => "aggregate".into(),
                 Row::Unfairness => "unfairness".into(),
                 Row::Ratio(_) => "largest / smallest".into(),
+                Row::Latency(vm, p) => format!("{vm} {p} probe RTT p50 / p99, µs"),
             };
             let _ = write!(
                 s,
@@ -290,6 +365,7 @@ fn file_table(f: &FileRecord) -> String {
                                 v.iter().map(|&i| sc.vms[i].name.as_str()).collect();
                             ratio(c.phases, k, &names).map_or("–".into(), |r| format!("{r:.2}"))
                         }
+                        Row::Latency(vm, p) => latency_cell(c.latency, vm, p, k + 1),
                     }
                 };
                 let _ = write!(s, " {cell} |");
@@ -320,6 +396,12 @@ fn file_table(f: &FileRecord) -> String {
         }
         s.push('\n');
     }
+    if !probes.is_empty() {
+        s.push_str(
+            "\nProbe rows: round-trip times of the scenario's `[[probe]]` requests, one client \
+             per phase over the phase minus its settle; the simulator does not model latency.\n",
+        );
+    }
     for (c, r) in cols
         .iter()
         .skip(1)
@@ -332,11 +414,21 @@ fn file_table(f: &FileRecord) -> String {
     s
 }
 
+/// The first line of every `summary.md` ([`mod@crate::publish`] recognises a summary by it).
+pub const TITLE: &str = "# The papers' experiments: paper, simulator and lab";
+
+/// The header's words for a `--sim-only` run.
+pub const SIM_ONLY_MODE: &str = "simulator only (`--sim-only`: no lab runs)";
+
+/// The line appended to the summary of an interrupted run.
+pub const INTERRUPTED: &str =
+    "\n**Interrupted**: the experiments after the last section did not run.\n";
+
 /// The whole `summary.md`.
 pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
-    let mut s = String::from("# The papers' experiments: paper, simulator and lab\n\n");
+    let mut s = format!("{TITLE}\n\n");
     let mode = if h.sim_only {
-        "simulator only (`--sim-only`: no lab runs)"
+        SIM_ONLY_MODE
     } else {
         "lab runs with the simulator's prediction"
     };
@@ -366,14 +458,30 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
             let _ = writeln!(s, "{}", md.trim_end());
         }
         for f in &e.files {
-            let _ = writeln!(s, "### {}\n", f.stem);
+            match &f.engine {
+                Some(engine) => {
+                    let _ = writeln!(s, "### {} under engine `{engine}`\n", f.stem);
+                }
+                None => {
+                    let _ = writeln!(s, "### {}\n", f.stem);
+                }
+            }
             if !f.scenario.description.is_empty() {
                 let _ = writeln!(s, "{}\n", f.scenario.description);
+            }
+            if let Some(engine) = &f.engine {
+                let _ = writeln!(
+                    s,
+                    "The same file under the `{engine}` engine instead of its own (a run \
+                     variant: the engine the paper enforced with), in the simulator and, in a \
+                     lab run, in vqosd.\n"
+                );
             }
             s.push_str(&file_table(f));
             for r in &f.runs {
                 if let Some(p) = &r.plot {
-                    let _ = writeln!(s, "\n![{} {}]({p})", f.stem, r.baseline);
+                    let engine = f.engine.as_ref().map_or(String::new(), |e| format!(" {e}"));
+                    let _ = writeln!(s, "\n![{} {}{engine}]({p})", f.stem, r.baseline);
                 }
             }
             s.push('\n');
@@ -383,137 +491,4 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn sc() -> Scenario {
-        Scenario::parse(
-            "name = \"t\"\ndescription = \"two VMs\"\nduration = \"20s\"\ncapacity = \"100Mbit\"\n\
-             [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nstart = \"10s\"\n\
-             [[expect]]\nphase = 2\nunfairness_at_most = 0.1\n\
-             [[paper]]\nfigure = \"Fig. 9\"\nphase = 2\nvm = \"vm2\"\nmbit = 8.63\n\
-             [[paper]]\nfigure = \"Fig. 9\"\nphase = 2\nratio = true\nvalue = 1.5\n",
-        )
-        .unwrap()
-    }
-
-    fn phases(a: f64, b: f64) -> Value {
-        json!([
-            {"vifs": {"vm1": {"mean_bps": 100e6}}, "aggregate_bps": 100e6, "unfairness": 0.0},
-            {"vifs": {"vm1": {"mean_bps": a}, "vm2": {"mean_bps": b}},
-             "aggregate_bps": a + b, "unfairness": 0.25}
-        ])
-    }
-
-    fn lab(baseline: &str) -> RunRecord {
-        RunRecord {
-            baseline: baseline.into(),
-            result: Ok(json!({
-                "mode": "lab", "engine": "ancs", "phases": phases(60e6, 40e6),
-                "simulated": phases(50e6, 50e6),
-                "checks": [{"pass": true}, {"pass": false}],
-                "simulated_checks": [{"pass": true}, {"pass": true}],
-                "cpu": {"vqosd_percent": 12.34, "softirq_percent": 1.0}
-            })),
-            plot: Some("img/t.svg".into()),
-        }
-    }
-
-    fn header() -> Header {
-        Header {
-            date: "2026-11-24 07:00 UTC".into(),
-            commit: "abc1234".into(),
-            duration_scale: 0.5,
-            total_s: 725.0,
-            sim_only: false,
-            command: "vqos lab paper all --out x".into(),
-        }
-    }
-
-    fn one(runs: Vec<RunRecord>) -> String {
-        let e = ExperimentRecord {
-            name: "exp".into(),
-            secs: 61.0,
-            files: vec![FileRecord {
-                stem: "t".into(),
-                scenario: sc(),
-                runs,
-            }],
-            paper_text: None,
-            sweep_md: None,
-        };
-        summary_md(&header(), &[e])
-    }
-
-    #[test]
-    fn the_header_says_when_what_and_how_long() {
-        let md = one(vec![lab("vqos")]);
-        assert!(md.contains("2026-11-24 07:00 UTC"), "{md}");
-        assert!(md.contains("commit `abc1234`") && md.contains("duration scale 0.5"));
-        assert!(md.contains("total run time 12 min 5 s"), "{md}");
-        assert!(md.contains("| [exp](#exp) | 1 min 1 s |"), "{md}");
-    }
-
-    #[test]
-    fn cells_come_from_the_results_and_the_paper() {
-        let md = one(vec![lab("vqos"), lab("htb")]);
-        assert!(
-            md.contains("| phase | | paper | simulator | lab (`ancs`) | `htb` |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 1 | vm1 |  | 100.0 | 100.0 | 100.0 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | 40.0 |"),
-            "{md}"
-        );
-        assert!(md.contains("| 2 | unfairness |  | 25.0 % |"), "{md}");
-        assert!(
-            md.contains("| 2 | largest / smallest | 1.50 (Fig. 9) | 1.00 | 1.50 | 1.50 |"),
-            "{md}"
-        );
-        // Phase 1 has one VM: no unfairness row (neither paper nor expectation speaks of it).
-        assert!(!md.contains("| 1 | unfairness |"), "{md}");
-        assert!(
-            md.contains("| | expectations passed | | 2 / 2 | 1 / 2 | 1 / 2 |"),
-            "{md}"
-        );
-        assert!(md.contains("| 12.3 + 1.0 | 1.0 |"), "{md}");
-        assert!(md.contains("![t vqos](img/t.svg)"), "{md}");
-    }
-
-    #[test]
-    fn a_failed_run_is_shown_as_failed() {
-        let mut bad = lab("htb");
-        bad.result = Err("Missing tool: iperf3".into());
-        bad.plot = None;
-        let md = one(vec![lab("vqos"), bad]);
-        assert!(
-            md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | failed |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("The `htb` run failed: Missing tool: iperf3"),
-            "{md}"
-        );
-    }
-
-    #[test]
-    fn simulator_only_fills_the_simulator_column() {
-        let sim = RunRecord {
-            baseline: "sim".into(),
-            result: Ok(
-                json!({"mode": "sim", "engine": "ancs", "phases": phases(50e6, 50e6),
-                "simulated": phases(50e6, 50e6), "checks": [{"pass": true}]}),
-            ),
-            plot: Some("img/t.svg".into()),
-        };
-        let md = one(vec![sim]);
-        assert!(md.contains("| phase | | paper | simulator |\n"), "{md}");
-        assert!(md.contains("| 2 | vm1 |  | 50.0 |"), "{md}");
-        assert!(md.contains("| | expectations passed | | 1 / 1 |"), "{md}");
-    }
-}
+mod tests;

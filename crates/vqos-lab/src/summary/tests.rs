@@ -1,0 +1,258 @@
+//! Tests of [`super`] on synthetic results.
+
+use super::*;
+use serde_json::json;
+
+fn sc() -> Scenario {
+    Scenario::parse(
+        "name = \"t\"\ndescription = \"two VMs\"\nduration = \"20s\"\ncapacity = \"100Mbit\"\n\
+         [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nstart = \"10s\"\n\
+         [[expect]]\nphase = 2\nunfairness_at_most = 0.1\n\
+         [[paper]]\nfigure = \"Fig. 9\"\nphase = 2\nvm = \"vm2\"\nmbit = 8.63\n\
+         [[paper]]\nfigure = \"Fig. 9\"\nphase = 2\nratio = true\nvalue = 1.5\n",
+    )
+    .unwrap()
+}
+
+fn phases(a: f64, b: f64) -> Value {
+    json!([
+        {"vifs": {"vm1": {"mean_bps": 100e6}}, "aggregate_bps": 100e6, "unfairness": 0.0},
+        {"vifs": {"vm1": {"mean_bps": a}, "vm2": {"mean_bps": b}},
+         "aggregate_bps": a + b, "unfairness": 0.25}
+    ])
+}
+
+fn lab(baseline: &str) -> RunRecord {
+    RunRecord {
+        baseline: baseline.into(),
+        result: Ok(json!({
+            "mode": "lab", "engine": "ancs", "phases": phases(60e6, 40e6),
+            "simulated": phases(50e6, 50e6),
+            "checks": [{"pass": true}, {"pass": false}],
+            "simulated_checks": [{"pass": true}, {"pass": true}],
+            "cpu": {"vqosd_percent": 12.34, "softirq_percent": 1.0}
+        })),
+        plot: Some("img/t.svg".into()),
+    }
+}
+
+fn header() -> Header {
+    Header {
+        date: "2026-11-24 07:00 UTC".into(),
+        commit: "abc1234".into(),
+        duration_scale: 0.5,
+        total_s: 725.0,
+        sim_only: false,
+        command: "vqos lab paper all --out x".into(),
+    }
+}
+
+fn one(runs: Vec<RunRecord>) -> String {
+    let e = ExperimentRecord {
+        name: "exp".into(),
+        secs: 61.0,
+        files: vec![FileRecord {
+            stem: "t".into(),
+            engine: None,
+            scenario: sc(),
+            runs,
+        }],
+        paper_text: None,
+        sweep_md: None,
+    };
+    summary_md(&header(), &[e])
+}
+
+#[test]
+fn the_header_says_when_what_and_how_long() {
+    let md = one(vec![lab("vqos")]);
+    assert!(md.contains("2026-11-24 07:00 UTC"), "{md}");
+    assert!(md.contains("commit `abc1234`") && md.contains("duration scale 0.5"));
+    assert!(md.contains("total run time 12 min 5 s"), "{md}");
+    assert!(md.contains("| [exp](#exp) | 1 min 1 s |"), "{md}");
+}
+
+#[test]
+fn cells_come_from_the_results_and_the_paper() {
+    let md = one(vec![lab("vqos"), lab("htb")]);
+    assert!(
+        md.contains("| phase | | paper | simulator (`vqos`) | lab (`ancs`) | `htb` |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 1 | vm1 |  | 100.0 | 100.0 | 100.0 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | 40.0 |"),
+        "{md}"
+    );
+    assert!(md.contains("| 2 | unfairness |  | 25.0 % |"), "{md}");
+    assert!(
+        md.contains("| 2 | largest / smallest | 1.50 (Fig. 9) | 1.00 | 1.50 | 1.50 |"),
+        "{md}"
+    );
+    // Phase 1 has one VM: no unfairness row (neither paper nor expectation speaks of it).
+    assert!(!md.contains("| 1 | unfairness |"), "{md}");
+    assert!(
+        md.contains("| | expectations passed | | 2 / 2 | 1 / 2 | 1 / 2 |"),
+        "{md}"
+    );
+    assert!(md.contains("| 12.3 + 1.0 | 1.0 |"), "{md}");
+    assert!(md.contains("![t vqos](img/t.svg)"), "{md}");
+}
+
+#[test]
+fn a_failed_run_is_shown_as_failed() {
+    let mut bad = lab("htb");
+    bad.result = Err("Missing tool: iperf3".into());
+    bad.plot = None;
+    let md = one(vec![lab("vqos"), bad]);
+    assert!(
+        md.contains("| 2 | vm2 | 8.63 (Fig. 9) | 50.0 | 40.0 | failed |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("The `htb` run failed: Missing tool: iperf3"),
+        "{md}"
+    );
+}
+
+#[test]
+fn simulator_only_fills_the_simulator_column() {
+    let sim = RunRecord {
+        baseline: "sim".into(),
+        result: Ok(
+            json!({"mode": "sim", "engine": "ancs", "phases": phases(50e6, 50e6),
+            "simulated": phases(50e6, 50e6), "checks": [{"pass": true}]}),
+        ),
+        plot: Some("img/t.svg".into()),
+    };
+    let md = one(vec![sim]);
+    assert!(
+        md.contains("| phase | | paper | simulator (`vqos`) |\n"),
+        "{md}"
+    );
+    assert!(md.contains("| 2 | vm1 |  | 50.0 |"), "{md}");
+    assert!(md.contains("| | expectations passed | | 1 / 1 |"), "{md}");
+}
+
+fn with_latency(baseline: &str) -> RunRecord {
+    let mut r = lab(baseline);
+    let lat = json!([{
+        "vm": "vm1", "protocol": "udp", "size": 64, "rate_per_s": 1000.0,
+        "phases": [
+            {"phase": 1, "samples": 900, "lost": 0, "p50_us": 211.6, "p99_us": 1340.2},
+            {"phase": 2, "samples": 0, "lost": 7, "p50_us": null, "p99_us": null}
+        ]
+    }]);
+    r.result.as_mut().unwrap()["latency"] = lat;
+    r
+}
+
+#[test]
+fn latency_cells_show_p50_p99_and_losses() {
+    let lat = json!([{"vm": "vm1", "protocol": "tcp", "phases": [
+        {"phase": 1, "lost": 0, "p50_us": 99.5, "p99_us": 1000.4},
+        {"phase": 2, "lost": 3, "p50_us": 120.0, "p99_us": 2500.0},
+        {"phase": 3, "lost": 12, "p50_us": null, "p99_us": null}
+    ]}]);
+    let l = lat.as_array();
+    assert_eq!(latency_cell(l, "vm1", "tcp", 1), "100 / 1000");
+    assert_eq!(latency_cell(l, "vm1", "tcp", 2), "120 / 2500 (3 lost)");
+    assert_eq!(latency_cell(l, "vm1", "tcp", 3), "no samples (12 lost)");
+    assert_eq!(latency_cell(l, "vm1", "tcp", 4), "–");
+    assert_eq!(latency_cell(l, "vm1", "udp", 1), "–");
+    assert_eq!(latency_cell(l, "vm2", "tcp", 1), "–");
+    assert_eq!(latency_cell(None, "vm1", "tcp", 1), "–");
+}
+
+#[test]
+fn probe_rows_come_per_phase_with_the_simulator_empty() {
+    let md = one(vec![with_latency("vqos"), lab("htb")]);
+    assert!(
+        md.contains("| 1 | vm1 udp probe RTT p50 / p99, µs |  | – | 212 / 1340 | – |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 2 | vm1 udp probe RTT p50 / p99, µs |  | – | no samples (7 lost) | – |"),
+        "{md}"
+    );
+    assert!(md.contains("the simulator does not model latency"), "{md}");
+    // Without probes: no probe rows, no note.
+    let md = one(vec![lab("vqos")]);
+    assert!(
+        !md.contains("probe RTT") && !md.contains("model latency"),
+        "{md}"
+    );
+}
+
+#[test]
+fn an_engine_variant_is_a_table_headed_with_its_engine() {
+    let mut scen = sc();
+    scen.engine = vqos_sched::EngineKind::Policer;
+    let mut run = lab("vqos");
+    run.result.as_mut().unwrap()["engine"] = json!("policer");
+    let e = ExperimentRecord {
+        name: "exp".into(),
+        secs: 1.0,
+        files: vec![
+            FileRecord {
+                stem: "t".into(),
+                engine: None,
+                scenario: sc(),
+                runs: vec![lab("vqos")],
+            },
+            FileRecord {
+                stem: "t".into(),
+                engine: Some("policer".into()),
+                scenario: scen,
+                runs: vec![run],
+            },
+        ],
+        paper_text: None,
+        sweep_md: None,
+    };
+    let md = summary_md(&header(), &[e]);
+    assert!(md.contains("### t\n"), "{md}");
+    assert!(md.contains("### t under engine `policer`\n"), "{md}");
+    assert!(
+        md.contains("| phase | | paper | simulator (`policer`) | lab (`policer`) |"),
+        "{md}"
+    );
+    // The paper's numbers are the file's, in both tables.
+    assert_eq!(md.matches("| 2 | vm2 | 8.63 (Fig. 9) |").count(), 2, "{md}");
+}
+
+#[test]
+fn latency_cells_read_what_the_lab_writes() {
+    // The lab's `latency` key is the serialized ProbeResult list: read it as written.
+    let phase =
+        |phase: usize, p50: Option<f64>, p99: Option<f64>, lost: u64| crate::probe::PhaseLatency {
+            phase,
+            from_s: 0.0,
+            to_s: 1.0,
+            samples: 10,
+            lost,
+            p50_us: p50,
+            p99_us: p99,
+            p999_us: None,
+            mean_us: None,
+            max_us: None,
+            error: None,
+        };
+    let r = crate::probe::ProbeResult {
+        vm: "vm1".into(),
+        protocol: vqos_probe::Protocol::Udp,
+        size: 64,
+        rate_per_s: 1000.0,
+        phases: vec![
+            phase(1, Some(150.4), Some(820.0), 0),
+            phase(2, Some(160.0), Some(9100.6), 2),
+        ],
+    };
+    let v = serde_json::to_value(vec![r]).unwrap();
+    let l = v.as_array();
+    assert_eq!(latency_cell(l, "vm1", "udp", 1), "150 / 820");
+    assert_eq!(latency_cell(l, "vm1", "udp", 2), "160 / 9101 (2 lost)");
+}
