@@ -117,31 +117,11 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-
-# Never beside a real-traffic test or another benchmark (the tests take the same lock,
-# vqos_testkit::MACHINE_LOCK): they would share the two cores.
-exec 9>>/run/lock/vqos-real-traffic.lock
-flock 9
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+machine_lock
 
 # --- tools -----------------------------------------------------------------------------------
-apt_install() { # packages...: without starting any service they ship
-    local made_policy=
-    export DEBIAN_FRONTEND=noninteractive
-    if [ ! -e /usr/sbin/policy-rc.d ]; then # invoke-rc.d: "101 = action forbidden"
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        made_policy=1
-    fi
-    log "installing $*"
-    apt-get install -y -q "$@" >/dev/null 2>&1 ||
-        { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; } || {
-        [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-        return 1
-    }
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-    return 0
-}
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ethtool >/dev/null || need+=(ethtool)
@@ -163,18 +143,7 @@ case ",$SWITCHES," in
 esac
 
 # --- waiting for a quiet machine -------------------------------------------------------------
-load1() { cut -d' ' -f1 /proc/loadavg; }
-if [ "$WAIT_MIN" -gt 0 ]; then
-    deadline=$(($(date +%s) + WAIT_MIN * 60))
-    until awk -v l="$(load1)" 'BEGIN { exit !(l < 1.0) }'; do
-        if [ "$(date +%s)" -ge "$deadline" ]; then
-            log "load average still $(load1) after $WAIT_MIN min: not running (the machine is busy)"
-            exit 3
-        fi
-        log "load average $(load1) ≥ 1.0: waiting 2 min"
-        sleep 120
-    done
-fi
+wait_quiet "$WAIT_MIN"
 
 # --- names and cleanup -----------------------------------------------------------------------
 P="vqb$(($$ % 100000))" # unique per run; interface names must fit in 15 bytes
@@ -187,33 +156,12 @@ vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
 SINK_DEV="${P}u"
 AFP_DEV="${P}a" # the switch's end of the veth pair of an AF_PACKET uplink (in SW_NS)
 TMP=$(mktemp -d /tmp/vqos-bench-dp.XXXXXX)
-HZ=$(getconf CLK_TCK)
 PIDS=() # every process this script started, by PID
 NSS=()  # every namespace it created
 SWPID=  # the running switch's process (CPU measured), if any
 OVSDB_PID=
 SW_KIND=
 
-stop_pid() { # pid [seconds]: SIGTERM, then SIGKILL if it has not gone
-    local pid=$1 n=$((${2:-5} * 10))
-    [ -n "$pid" ] || return 0
-    kill "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; forget "$pid"; return 0; }
-    while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do
-        sleep 0.1
-        n=$((n - 1))
-    done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    forget "$pid"
-}
-forget() { # pids...: finished and reaped, so never signalled again (their PIDs may be reused)
-    local p q keep=()
-    for p in "${PIDS[@]}"; do
-        for q in "$@"; do [ "$p" = "$q" ] && continue 2; done
-        keep+=("$p")
-    done
-    PIDS=("${keep[@]}")
-}
 cleanup() {
     trap - EXIT INT TERM
     local pid ns
@@ -228,11 +176,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-add_ns() {
-    ip netns add "$1"
-    NSS+=("$1")
-    ip -n "$1" link set lo up
-}
 add_ns "$SW_NS"
 add_ns "$SINK_NS"
 for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
@@ -251,14 +194,6 @@ for k in 1 2 3 4; do
     PIDS+=("$!")
 done
 
-wait_link() { # ns dev: until it exists (5 s)
-    local n=50
-    until ip -n "$1" link show dev "$2" >/dev/null 2>&1; do
-        n=$((n - 1))
-        [ "$n" -gt 0 ] || { log "no $2 in $1"; return 1; }
-        sleep 0.1
-    done
-}
 plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
     wait_link "$SW_NS" "$1"
     ip -n "$SW_NS" link set "$1" netns "$2"
@@ -429,25 +364,9 @@ stop_switch() {
 
 # --- one measurement -------------------------------------------------------------------------
 offloads() { # on|off: TSO, GSO and GRO of the VMs' and the sink's interfaces
-    local i
-    ip netns exec "$SINK_NS" ethtool -K "$SINK_DEV" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
-    for i in $(seq "$NVM"); do
-        ip netns exec "$(vm_ns "$i")" ethtool -K "$(vm_dev "$i")" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
-    done
-}
-offload_state() { # what vm1's interface really does: "tso/gso/gro"
-    ip netns exec "$(vm_ns 1)" ethtool -k "$(vm_dev 1)" | awk -F': ' '
-        /^tcp-segmentation-offload:/ { t = $2 } /^generic-segmentation-offload:/ { g = $2 }
-        /^generic-receive-offload:/ { r = $2 }
-        END { sub(/ .*/, "", t); sub(/ .*/, "", g); sub(/ .*/, "", r); print t "/" g "/" r }'
-}
-snap() { # → "t_ns switch_ticks softirq_ticks busy_ticks"
-    local t p=0
-    t=$(date +%s%N)
-    if [ -n "$SWPID" ] && [ -r "/proc/$SWPID/stat" ]; then
-        p=$(sed 's/^.*) //' "/proc/$SWPID/stat" | awk '{ print $12 + $13 }')
-    fi
-    awk -v t="$t" -v p="$p" '/^cpu / { print t, p, $8, $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+    local devs=("$SINK_NS:$SINK_DEV") i
+    for i in $(seq "$NVM"); do devs+=("$(vm_ns "$i"):$(vm_dev "$i")"); done
+    set_offloads "$1" "${devs[@]}"
 }
 CLIENT_PIDS=()
 clients() { # mode secs tag: start the iperf3 clients of a case (PIDs in CLIENT_PIDS)
@@ -484,7 +403,7 @@ ROWS=()
 measure() { # mode offloads(on|off)
     local mode=$1 off=$2 tag="$SW_KIND-$1-$2" pid a b gbps retr state f l1
     offloads "$off"
-    state=$(offload_state)
+    state=$(offload_state "$(vm_ns 1)" "$(vm_dev 1)")
     l1=$(load1)
     sleep 1
     clients "$mode" "$SECS" "$tag"
