@@ -418,7 +418,16 @@ def aims_rows(vhost=None, dataplane=None, cpu_tc=None, engines=None):
 
 
 def report(args):
-    """The aims markdown from the parsed command line."""
+    r"""The aims markdown from the parsed command line.
+
+    >>> a = argparse.Namespace(cmd=["engines=cargo bench -- '^a|b$'"], failed=["vhost=exit 1"],
+    ...                        vhost=None, dataplane=None, cpu_tc=None, engines=None, title="T")
+    >>> md = report(a)
+    >>> "| `cargo bench -- '^a\|b$'` |" in md, md.count("– (not measured: exit 1)")
+    (True, 4)
+    >>> md.splitlines()[0], md.count("\n")
+    ('# T', 13)
+    """
     def read(path):
         if not path:
             return None
@@ -440,7 +449,7 @@ def report(args):
     for aim, measured, base, met, kind in rows:
         if kind in failed:
             met = f"– (not measured: {failed[kind]})"
-        cmd = cmds.get(kind, "")
+        cmd = cmds.get(kind, "").replace("|", "\\|")  # inside a table cell
         out.append(f"| {aim} | {measured} | {base} | {met} | `{cmd}` |")
     return "\n".join(out) + "\n"
 
