@@ -71,11 +71,18 @@ trap 'exit 143' TERM
 
 FAILED=() # KIND=WHY for aims_report.py
 CMDS=()   # KIND=COMMAND
+shell_words() { # args... → one line a shell reads back as the same words
+    local a out=()
+    for a; do
+        if [[ $a =~ ^[A-Za-z0-9_./,=:+-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
+    done
+    echo "${out[*]}"
+}
 run_sub() { # kind command...: in a session of its own, its output in RAW/KIND.log
     local kind=$1 rc=0
     shift
-    CMDS+=("$kind=$*")
-    log "$kind: $* (log: $RAW/$kind.log)"
+    CMDS+=("$kind=$(shell_words "$@")")
+    log "$kind: $(shell_words "$@") (log: $RAW/$kind.log)"
     setsid -w "$@" >"$RAW/$kind.log" 2>&1 &
     CHILD=$!
     wait "$CHILD" || rc=$?
@@ -94,6 +101,12 @@ newest() { # dir prefix → the last DIR/PREFIX-*.csv (the run's directory is ne
 
 START_INFO="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 log "$START_INFO; ${SECS} s per run; results in $RAW"
+
+# The binaries of this checkout (the sub-benchmarks build them only when missing; the report
+# names the commit).
+log "building vqosd and vqos (release)"
+cargo build --release -q -p vqosd -p vqos-cli >"$RAW/build.log" 2>&1 ||
+    { tail -n 15 "$RAW/build.log" >&2; exit 1; }
 
 run_sub vhost scripts/bench-vhost.sh -t "$SECS" -s vqos-rr,vqos-8,ovs -o "$RAW"
 run_sub dataplane scripts/bench-dataplane.sh -t "$SECS" -n 4 -s rr,rr-uring,ovs -U tap,afpacket -o "$RAW"

@@ -69,11 +69,7 @@ fi
 . scripts/bench-lib.sh
 machine_lock
 
-need=()
-command -v iperf3 >/dev/null || need+=(iperf3)
-command -v ethtool >/dev/null || need+=(ethtool)
-command -v jq >/dev/null || need+=(jq)
-[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+install_missing iperf3 ethtool jq
 VQOSD=${VQOSD:-target/release/vqosd}
 if [[ ",$SWITCHES," == *,vqos,* ]] && [ ! -x "$VQOSD" ]; then
     command -v cargo >/dev/null || PATH="$HOME/.cargo/bin:$PATH"
@@ -83,14 +79,7 @@ fi
 
 # --- names and cleanup -----------------------------------------------------------------------
 NVM=${#WEIGHTS[@]}
-P="vqc$(($$ % 100000))" # unique per run; interface names must fit in 15 bytes
-NET="10.$((200 + $$ % 50)).$((($$ / 50) % 250))"
-SINK_IP="$NET.254"
-SW_NS="${P}-sw"
-SINK_NS="${P}-sink"
-vm_ns() { echo "${P}-vm$1"; }
-vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
-SINK_DEV="${P}u"
+topo_names vqc # unique per run
 TMP=$(mktemp -d /tmp/vqos-bench-cputc.XXXXXX)
 PIDS=() # every process this script started, by PID
 NSS=()  # every namespace it created
@@ -98,52 +87,19 @@ SWPID=  # the running vqosd, if any
 SW_KIND=
 cleanup() {
     trap - EXIT INT TERM
-    local pid ns
-    for pid in "${PIDS[@]}"; do stop_pid "$pid" 3; done
-    for ns in "${NSS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    topo_destroy
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-add_ns "$SW_NS"
-add_ns "$SINK_NS"
-for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
-for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do
-    [ -e "$f" ] && ip netns exec "$SW_NS" sh -c "echo 0 > $f"
-done
-for i in $(seq "$NVM"); do # one iperf3 server per VM, for the whole run
-    ip netns exec "$SINK_NS" iperf3 -s -p $((5200 + i)) >"$TMP/server$i.log" 2>&1 &
-    PIDS+=("$!")
-done
-
-plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
-    wait_link "$SW_NS" "$1"
-    ip -n "$SW_NS" link set "$1" netns "$2"
-    ip -n "$2" addr add "$3/24" dev "$1"
-    ip -n "$2" link set "$1" up
-}
-plug_all() {
-    plug "$SINK_DEV" "$SINK_NS" "$SINK_IP"
-    for i in $(seq "$NVM"); do plug "$(vm_dev "$i")" "$(vm_ns "$i")" "$NET.$i"; done
-}
-unplug_all() {
-    ip -n "$SINK_NS" link del "$SINK_DEV" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$(vm_ns "$i")" link del "$(vm_dev "$i")" 2>/dev/null || true; done
-}
+topo_create "$NVM" # one iperf3 server per VM, for the whole run
 
 # --- the switches ----------------------------------------------------------------------------
 start_bridge() { # bridge | htb: veth pairs into a bridge; the qdisc toward the sink
-    local br="${P}br" up="${P}x" i w sum=0
-    ip -n "$SW_NS" link add "$br" type bridge
-    ip -n "$SW_NS" link set "$br" up
-    ip -n "$SW_NS" link add "$SINK_DEV" type veth peer name "$up"
-    for i in $(seq "$NVM"); do ip -n "$SW_NS" link add "$(vm_dev "$i")" type veth peer name "${P}w$i"; done
-    for d in "$up" $(for i in $(seq "$NVM"); do echo "${P}w$i"; done); do
-        ip -n "$SW_NS" link set "$d" master "$br"
-        ip -n "$SW_NS" link set "$d" up
-    done
+    local up="${P}x" i w sum=0
+    bridge_up
     if [ "$1" = bridge ]; then # burst: two 64 KiB super-frames
         tc -n "$SW_NS" qdisc replace dev "$up" root tbf rate "${CAP_KBIT}kbit" burst 131072 limit 1514000
     else
@@ -163,11 +119,6 @@ start_bridge() { # bridge | htb: veth pairs into a bridge; the qdisc toward the 
     plug_all
     SWPID=
 }
-stop_bridge() {
-    ip -n "$SW_NS" link del "${P}x" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$SW_NS" link del "${P}w$i" 2>/dev/null || true; done
-    ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
-}
 start_vqosd() {
     local cfg="$TMP/vqosd.toml" i
     {
@@ -183,15 +134,7 @@ start_vqosd() {
             printf '[[port]]\nname = "%s"\npolicy = { weight = %s }\n' "$(vm_dev "$i")" "${WEIGHTS[$((i - 1))]}"
         done
     } >"$cfg"
-    ip netns exec "$SW_NS" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
-    SWPID=$!
-    PIDS+=("$SWPID")
-    for _ in $(seq 100); do
-        grep -q 'listening on' "$TMP/vqosd.log" && break
-        kill -0 "$SWPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    grep -q 'listening on' "$TMP/vqosd.log" || { cat "$TMP/vqosd.log" >&2; return 1; }
+    vqosd_up "$VQOSD" "$cfg" "$TMP/vqosd.log"
     plug_all
 }
 start_switch() {
@@ -204,18 +147,13 @@ start_switch() {
 stop_switch() {
     case $SW_KIND in
         vqos) stop_pid "$SWPID" 10; unplug_all ;;
-        htb | bridge) stop_bridge ;;
+        htb | bridge) bridge_down ;;
     esac
     SWPID=
     SW_KIND=
 }
 
 # --- one measurement -------------------------------------------------------------------------
-offloads() { # on|off
-    local devs=("$SINK_NS:$SINK_DEV") i
-    for i in $(seq "$NVM"); do devs+=("$(vm_ns "$i"):$(vm_dev "$i")"); done
-    set_offloads "$1" "${devs[@]}"
-}
 clients() { # secs tag: one iperf3 stream from every VM at once → CLIENT_PIDS
     local i
     CLIENT_PIDS=()
@@ -238,7 +176,7 @@ CSV_HEADER="switch,offloads,tso_gso_gro,round,$(for i in $(seq "$NVM"); do print
 ROWS=()
 measure() { # round offloads(on|off)
     local round=$1 off=$2 tag="$SW_KIND-$1-$2" a b state l1 i g gs=() cpu split sc si all
-    offloads "$off"
+    topo_offloads "$off"
     state=$(offload_state "$(vm_ns 1)" "$(vm_dev 1)")
     l1=$(load1)
     sleep 1

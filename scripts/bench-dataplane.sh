@@ -122,14 +122,9 @@ fi
 machine_lock
 
 # --- tools -----------------------------------------------------------------------------------
-need=()
-command -v iperf3 >/dev/null || need+=(iperf3)
-command -v ethtool >/dev/null || need+=(ethtool)
-command -v jq >/dev/null || need+=(jq)
-case ",$SWITCHES," in
-    *,ovs,*) command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch) ;;
-esac
-[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+tools=(iperf3 ethtool jq)
+[[ ",$SWITCHES," != *,ovs,* ]] || tools+=(ovs-vswitchd:openvswitch-switch)
+install_missing "${tools[@]}"
 
 VQOSD=${VQOSD:-target/release/vqosd}
 case ",$SWITCHES," in
@@ -146,14 +141,7 @@ esac
 wait_quiet "$WAIT_MIN"
 
 # --- names and cleanup -----------------------------------------------------------------------
-P="vqb$(($$ % 100000))" # unique per run; interface names must fit in 15 bytes
-NET="10.$((200 + $$ % 50)).$((($$ / 50) % 250))"
-SINK_IP="$NET.254"
-SW_NS="${P}-sw"
-SINK_NS="${P}-sink"
-vm_ns() { echo "${P}-vm$1"; }
-vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
-SINK_DEV="${P}u"
+topo_names vqb # unique per run
 AFP_DEV="${P}a" # the switch's end of the veth pair of an AF_PACKET uplink (in SW_NS)
 TMP=$(mktemp -d /tmp/vqos-bench-dp.XXXXXX)
 PIDS=() # every process this script started, by PID
@@ -164,71 +152,24 @@ SW_KIND=
 
 cleanup() {
     trap - EXIT INT TERM
-    local pid ns
     if [ -S "$TMP/ovs/ovs-vswitchd.ctl" ]; then
         timeout 10 ovs-appctl -t "$TMP/ovs/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     fi
-    for pid in "${PIDS[@]}"; do stop_pid "$pid" 3; done
-    for ns in "${NSS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    topo_destroy
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-add_ns "$SW_NS"
-add_ns "$SINK_NS"
-for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
-# A pure L2 bridge: no iptables on bridged frames (per-namespace sysctls; the host's untouched).
-for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do
-    [ -e "$f" ] && ip netns exec "$SW_NS" sh -c "echo 0 > $f"
-done
-# The VMs and the sink only talk to each other: ECN as in the lab.
-for ns in "$SINK_NS" $(for i in $(seq "$NVM"); do vm_ns "$i"; done); do
-    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_ecn=1
-done
-# One iperf3 server per concurrent client, for the whole run (bound to no address: they
-# outlive each switch's links).
-for k in 1 2 3 4; do
-    ip netns exec "$SINK_NS" iperf3 -s -p $((5200 + k)) >"$TMP/server$k.log" 2>&1 &
-    PIDS+=("$!")
-done
-
-plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
-    wait_link "$SW_NS" "$1"
-    ip -n "$SW_NS" link set "$1" netns "$2"
-    ip -n "$2" addr add "$3/24" dev "$1"
-    ip -n "$2" link set "$1" up
-}
-plug_all() {
-    plug "$SINK_DEV" "$SINK_NS" "$SINK_IP"
-    for i in $(seq "$NVM"); do plug "$(vm_dev "$i")" "$(vm_ns "$i")" "$NET.$i"; done
-}
-unplug_all() { # links still in the VMs/sink (a switch that did not remove them on exit)
-    ip -n "$SINK_NS" link del "$SINK_DEV" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$(vm_ns "$i")" link del "$(vm_dev "$i")" 2>/dev/null || true; done
-}
+# One iperf3 server per concurrent client, for the whole run.
+topo_create 4
 
 # --- the switches ----------------------------------------------------------------------------
 start_bridge() {
-    local br="${P}br" i
-    ip -n "$SW_NS" link add "$br" type bridge
-    ip -n "$SW_NS" link set "$br" up
-    ip -n "$SW_NS" link add "$SINK_DEV" type veth peer name "${P}x"
-    for i in $(seq "$NVM"); do
-        ip -n "$SW_NS" link add "$(vm_dev "$i")" type veth peer name "${P}w$i"
-    done
-    for d in "${P}x" $(for i in $(seq "$NVM"); do echo "${P}w$i"; done); do
-        ip -n "$SW_NS" link set "$d" master "$br"
-        ip -n "$SW_NS" link set "$d" up
-    done
+    bridge_up
     plug_all
     SWPID=
-}
-stop_bridge() {
-    ip -n "$SW_NS" link del "${P}x" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$SW_NS" link del "${P}w$i" 2>/dev/null || true; done
-    ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
 }
 
 start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each maybe +afp
@@ -272,18 +213,7 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each 
         ip -n "$SW_NS" link add "$AFP_DEV" type veth peer name "$SINK_DEV"
         ip netns exec "$SW_NS" sysctl -qw "net.ipv6.conf.$AFP_DEV.disable_ipv6=1"
     fi
-    ip netns exec "$SW_NS" "$bin" --config "$cfg" >"$TMP/vqosd-$tag.log" 2>&1 &
-    SWPID=$!
-    PIDS+=("$SWPID")
-    for _ in $(seq 100); do
-        grep -q 'listening on' "$TMP/vqosd-$tag.log" && break
-        kill -0 "$SWPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    grep -q 'listening on' "$TMP/vqosd-$tag.log" || {
-        cat "$TMP/vqosd-$tag.log" >&2
-        return 1
-    }
+    vqosd_up "$bin" "$cfg" "$TMP/vqosd-$tag.log"
     plug_all
 }
 stop_vqosd() { # SIGTERM: vqosd closes its TAPs (they vanish from the VMs)
@@ -354,7 +284,7 @@ start_switch() {
 }
 stop_switch() {
     case $SW_KIND in
-        bridge) stop_bridge ;;
+        bridge) bridge_down ;;
         rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring | *+afp) stop_vqosd ;;
         ovs) stop_ovs ;;
     esac
@@ -363,11 +293,6 @@ stop_switch() {
 }
 
 # --- one measurement -------------------------------------------------------------------------
-offloads() { # on|off: TSO, GSO and GRO of the VMs' and the sink's interfaces
-    local devs=("$SINK_NS:$SINK_DEV") i
-    for i in $(seq "$NVM"); do devs+=("$(vm_ns "$i"):$(vm_dev "$i")"); done
-    set_offloads "$1" "${devs[@]}"
-}
 CLIENT_PIDS=()
 clients() { # mode secs tag: start the iperf3 clients of a case (PIDs in CLIENT_PIDS)
     local mode=$1 secs=$2 tag=$3 k
@@ -402,7 +327,7 @@ CSV_HEADER="switch,case,offloads,tso_gso_gro,gbps,retransmits,switch_cpu_pct,sof
 ROWS=()
 measure() { # mode offloads(on|off)
     local mode=$1 off=$2 tag="$SW_KIND-$1-$2" pid a b gbps retr state f l1
-    offloads "$off"
+    topo_offloads "$off"
     state=$(offload_state "$(vm_ns 1)" "$(vm_dev 1)")
     l1=$(load1)
     sleep 1

@@ -33,6 +33,12 @@ apt_install() { # packages...: without starting any service they ship
     return 0
 }
 
+install_missing() { # command[:package]...: installs the packages of the commands not found
+    local a need=()
+    for a; do command -v "${a%%:*}" >/dev/null || need+=("${a#*:}"); done
+    [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+}
+
 wait_quiet() { # minutes: until the 1-minute load average is below 1.0 (exit 3 after MINUTES)
     local deadline=$(($(date +%s) + $1 * 60))
     [ "$1" -gt 0 ] || return 0
@@ -124,4 +130,91 @@ iperf_gbps() { # iperf3 --json file → received Gbit/s, or "nan" (the error log
         log "$1: iperf3 failed: $(jq -r '.error // empty' "$1" 2>/dev/null || head -c 300 "$1")"
         echo nan
     fi
+}
+
+# --- the namespace topology: NVM "VM" namespaces → a switch namespace → one sink namespace --------
+# The sourcing script sets NVM, TMP and calls `topo_names PREFIX`, then `topo_create SERVERS`.
+topo_names() { # prefix: the names of this run (interface names must fit in 15 bytes)
+    P="$1$(($$ % 100000))"
+    NET="10.$((200 + $$ % 50)).$((($$ / 50) % 250))"
+    SINK_IP="$NET.254"
+    SW_NS="${P}-sw"
+    SINK_NS="${P}-sink"
+    SINK_DEV="${P}u"
+}
+vm_ns() { echo "${P}-vm$1"; }
+vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
+topo_create() { # servers: the namespaces and SERVERS iperf3 servers in the sink (ports 5201..)
+    local i ns f
+    add_ns "$SW_NS"
+    add_ns "$SINK_NS"
+    for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
+    # A pure L2 bridge: no iptables on bridged frames (per-namespace sysctls; the host's untouched).
+    for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do
+        [ ! -e "$f" ] || ip netns exec "$SW_NS" sh -c "echo 0 > $f"
+    done
+    # The VMs and the sink only talk to each other: ECN as in the lab.
+    for ns in "$SINK_NS" $(for i in $(seq "$NVM"); do vm_ns "$i"; done); do
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_ecn=1
+    done
+    # Bound to no address: they outlive each switch's links.
+    for i in $(seq "$1"); do
+        ip netns exec "$SINK_NS" iperf3 -s -p $((5200 + i)) >"$TMP/server$i.log" 2>&1 &
+        PIDS+=("$!")
+    done
+}
+topo_destroy() { # every process started (PIDS) and namespace made (NSS)
+    local pid ns
+    for pid in "${PIDS[@]}"; do stop_pid "$pid" 3; done
+    for ns in "${NSS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+}
+plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
+    wait_link "$SW_NS" "$1"
+    ip -n "$SW_NS" link set "$1" netns "$2"
+    ip -n "$2" addr add "$3/24" dev "$1"
+    ip -n "$2" link set "$1" up
+}
+plug_all() {
+    local i
+    plug "$SINK_DEV" "$SINK_NS" "$SINK_IP"
+    for i in $(seq "$NVM"); do plug "$(vm_dev "$i")" "$(vm_ns "$i")" "$NET.$i"; done
+}
+unplug_all() { # links still in the VMs/sink (a switch that did not remove them on exit)
+    local i
+    ip -n "$SINK_NS" link del "$SINK_DEV" 2>/dev/null || true
+    for i in $(seq "$NVM"); do ip -n "$(vm_ns "$i")" link del "$(vm_dev "$i")" 2>/dev/null || true; done
+}
+bridge_up() { # Linux bridge ${P}br in the switch namespace, veth pairs: ${P}x toward the sink,
+    # ${P}wN toward vmN (their other ends not plugged yet)
+    local br="${P}br" i d
+    ip -n "$SW_NS" link add "$br" type bridge
+    ip -n "$SW_NS" link set "$br" up
+    ip -n "$SW_NS" link add "$SINK_DEV" type veth peer name "${P}x"
+    for i in $(seq "$NVM"); do ip -n "$SW_NS" link add "$(vm_dev "$i")" type veth peer name "${P}w$i"; done
+    for d in "${P}x" $(for i in $(seq "$NVM"); do echo "${P}w$i"; done); do
+        ip -n "$SW_NS" link set "$d" master "$br"
+        ip -n "$SW_NS" link set "$d" up
+    done
+}
+bridge_down() {
+    local i
+    ip -n "$SW_NS" link del "${P}x" 2>/dev/null || true
+    for i in $(seq "$NVM"); do ip -n "$SW_NS" link del "${P}w$i" 2>/dev/null || true; done
+    ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
+}
+topo_offloads() { # on|off: TSO, GSO and GRO of the VMs' and the sink's interfaces
+    local devs=("$SINK_NS:$SINK_DEV") i
+    for i in $(seq "$NVM"); do devs+=("$(vm_ns "$i"):$(vm_dev "$i")"); done
+    set_offloads "$1" "${devs[@]}"
+}
+vqosd_up() { # binary config log: vqosd in the switch namespace (SWPID) until it listens
+    ip netns exec "$SW_NS" "$1" --config "$2" >"$3" 2>&1 &
+    SWPID=$!
+    PIDS+=("$SWPID")
+    for _ in $(seq 100); do
+        grep -q 'listening on' "$3" && break
+        kill -0 "$SWPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q 'listening on' "$3" || { cat "$3" >&2; return 1; }
 }
