@@ -19,8 +19,8 @@
 #       CSVs, tables and logs in DIR/aims-DATE/
 #   -t  seconds per run of every sub-benchmark (default 8; ≥ 3)
 #   -r  rounds of bench-cpu-tc.sh, whose CPU shares at 1 Gbit/s are small and noisy (default 3)
-# On this 2-core machine the whole takes about 20 minutes with the defaults (plus a first
-# build of the criterion bench). The machine must be otherwise idle: every number is
+# On this 2-core machine the whole takes about 15 minutes with the defaults (plus builds, and
+# waits for the machine-wide real-traffic lock that every sub-benchmark takes). The machine must be otherwise idle: every number is
 # machine-wide CPU or throughput on shared cores.
 # It installs what the sub-benchmarks need through them (apt-get), runs each in a process group
 # of its own and, when interrupted, stops only that group (each sub-benchmark removes its own

@@ -408,6 +408,7 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
         if (s == "vqos-base") return "vqosd `vqos`, 8 policies (-B build)" (cap == "unlimited" ? "" : ", " cap)
         if (s == "ovs") return "OVS userspace (netdev, TSO)"
         if (s ~ /\+afp$/) { b = s; sub(/\+afp$/, "", b); return label(b) ", AF_PACKET uplink" }
+        if (s ~ /-uring$/) { b = s; sub(/-uring$/, "", b); return label(b) ", io_uring TAP I/O" }
         return s
     }
     function cname(m) { return m == "1stream" ? "1 stream" : m == "4streams" ? "4 streams (-P 4)" : "4 VMs × 1 stream" }
