@@ -61,6 +61,7 @@ mkdir -p "$RAW"
 CHILD= # the running sub-benchmark: a session (and process group) leader
 stop_child() {
     [ -n "$CHILD" ] || return 0
+    log "stopping the running sub-benchmark (process group $CHILD); no report written"
     kill -TERM -- "-$CHILD" 2>/dev/null || true
     wait "$CHILD" 2>/dev/null || true
     CHILD=
