@@ -117,39 +117,14 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-
-# Never beside a real-traffic test or another benchmark (the tests take the same lock,
-# vqos_testkit::MACHINE_LOCK): they would share the two cores.
-exec 9>>/run/lock/vqos-real-traffic.lock
-flock 9
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+machine_lock
 
 # --- tools -----------------------------------------------------------------------------------
-apt_install() { # packages...: without starting any service they ship
-    local made_policy=
-    export DEBIAN_FRONTEND=noninteractive
-    if [ ! -e /usr/sbin/policy-rc.d ]; then # invoke-rc.d: "101 = action forbidden"
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        made_policy=1
-    fi
-    log "installing $*"
-    apt-get install -y -q "$@" >/dev/null 2>&1 ||
-        { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; } || {
-        [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-        return 1
-    }
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-    return 0
-}
-need=()
-command -v iperf3 >/dev/null || need+=(iperf3)
-command -v ethtool >/dev/null || need+=(ethtool)
-command -v jq >/dev/null || need+=(jq)
-case ",$SWITCHES," in
-    *,ovs,*) command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch) ;;
-esac
-[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+tools=(iperf3 ethtool jq)
+[[ ",$SWITCHES," != *,ovs,* ]] || tools+=(ovs-vswitchd:openvswitch-switch)
+install_missing "${tools[@]}"
 
 VQOSD=${VQOSD:-target/release/vqosd}
 case ",$SWITCHES," in
@@ -163,137 +138,38 @@ case ",$SWITCHES," in
 esac
 
 # --- waiting for a quiet machine -------------------------------------------------------------
-load1() { cut -d' ' -f1 /proc/loadavg; }
-if [ "$WAIT_MIN" -gt 0 ]; then
-    deadline=$(($(date +%s) + WAIT_MIN * 60))
-    until awk -v l="$(load1)" 'BEGIN { exit !(l < 1.0) }'; do
-        if [ "$(date +%s)" -ge "$deadline" ]; then
-            log "load average still $(load1) after $WAIT_MIN min: not running (the machine is busy)"
-            exit 3
-        fi
-        log "load average $(load1) ≥ 1.0: waiting 2 min"
-        sleep 120
-    done
-fi
+wait_quiet "$WAIT_MIN"
 
 # --- names and cleanup -----------------------------------------------------------------------
-P="vqb$(($$ % 100000))" # unique per run; interface names must fit in 15 bytes
-NET="10.$((200 + $$ % 50)).$((($$ / 50) % 250))"
-SINK_IP="$NET.254"
-SW_NS="${P}-sw"
-SINK_NS="${P}-sink"
-vm_ns() { echo "${P}-vm$1"; }
-vm_dev() { echo "${P}v$1"; } # the VM's interface, whatever the switch
-SINK_DEV="${P}u"
+topo_names vqb # unique per run
 AFP_DEV="${P}a" # the switch's end of the veth pair of an AF_PACKET uplink (in SW_NS)
 TMP=$(mktemp -d /tmp/vqos-bench-dp.XXXXXX)
-HZ=$(getconf CLK_TCK)
 PIDS=() # every process this script started, by PID
 NSS=()  # every namespace it created
 SWPID=  # the running switch's process (CPU measured), if any
 OVSDB_PID=
 SW_KIND=
 
-stop_pid() { # pid [seconds]: SIGTERM, then SIGKILL if it has not gone
-    local pid=$1 n=$((${2:-5} * 10))
-    [ -n "$pid" ] || return 0
-    kill "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; forget "$pid"; return 0; }
-    while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do
-        sleep 0.1
-        n=$((n - 1))
-    done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    forget "$pid"
-}
-forget() { # pids...: finished and reaped, so never signalled again (their PIDs may be reused)
-    local p q keep=()
-    for p in "${PIDS[@]}"; do
-        for q in "$@"; do [ "$p" = "$q" ] && continue 2; done
-        keep+=("$p")
-    done
-    PIDS=("${keep[@]}")
-}
 cleanup() {
     trap - EXIT INT TERM
-    local pid ns
     if [ -S "$TMP/ovs/ovs-vswitchd.ctl" ]; then
         timeout 10 ovs-appctl -t "$TMP/ovs/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     fi
-    for pid in "${PIDS[@]}"; do stop_pid "$pid" 3; done
-    for ns in "${NSS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    topo_destroy
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-add_ns() {
-    ip netns add "$1"
-    NSS+=("$1")
-    ip -n "$1" link set lo up
-}
-add_ns "$SW_NS"
-add_ns "$SINK_NS"
-for i in $(seq "$NVM"); do add_ns "$(vm_ns "$i")"; done
-# A pure L2 bridge: no iptables on bridged frames (per-namespace sysctls; the host's untouched).
-for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do
-    [ -e "$f" ] && ip netns exec "$SW_NS" sh -c "echo 0 > $f"
-done
-# The VMs and the sink only talk to each other: ECN as in the lab.
-for ns in "$SINK_NS" $(for i in $(seq "$NVM"); do vm_ns "$i"; done); do
-    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_ecn=1
-done
-# One iperf3 server per concurrent client, for the whole run (bound to no address: they
-# outlive each switch's links).
-for k in 1 2 3 4; do
-    ip netns exec "$SINK_NS" iperf3 -s -p $((5200 + k)) >"$TMP/server$k.log" 2>&1 &
-    PIDS+=("$!")
-done
-
-wait_link() { # ns dev: until it exists (5 s)
-    local n=50
-    until ip -n "$1" link show dev "$2" >/dev/null 2>&1; do
-        n=$((n - 1))
-        [ "$n" -gt 0 ] || { log "no $2 in $1"; return 1; }
-        sleep 0.1
-    done
-}
-plug() { # dev (in the switch namespace) ns address: move into ns, address it, up
-    wait_link "$SW_NS" "$1"
-    ip -n "$SW_NS" link set "$1" netns "$2"
-    ip -n "$2" addr add "$3/24" dev "$1"
-    ip -n "$2" link set "$1" up
-}
-plug_all() {
-    plug "$SINK_DEV" "$SINK_NS" "$SINK_IP"
-    for i in $(seq "$NVM"); do plug "$(vm_dev "$i")" "$(vm_ns "$i")" "$NET.$i"; done
-}
-unplug_all() { # links still in the VMs/sink (a switch that did not remove them on exit)
-    ip -n "$SINK_NS" link del "$SINK_DEV" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$(vm_ns "$i")" link del "$(vm_dev "$i")" 2>/dev/null || true; done
-}
+# One iperf3 server per concurrent client, for the whole run.
+topo_create 4
 
 # --- the switches ----------------------------------------------------------------------------
 start_bridge() {
-    local br="${P}br" i
-    ip -n "$SW_NS" link add "$br" type bridge
-    ip -n "$SW_NS" link set "$br" up
-    ip -n "$SW_NS" link add "$SINK_DEV" type veth peer name "${P}x"
-    for i in $(seq "$NVM"); do
-        ip -n "$SW_NS" link add "$(vm_dev "$i")" type veth peer name "${P}w$i"
-    done
-    for d in "${P}x" $(for i in $(seq "$NVM"); do echo "${P}w$i"; done); do
-        ip -n "$SW_NS" link set "$d" master "$br"
-        ip -n "$SW_NS" link set "$d" up
-    done
+    bridge_up
     plug_all
     SWPID=
-}
-stop_bridge() {
-    ip -n "$SW_NS" link del "${P}x" 2>/dev/null || true
-    for i in $(seq "$NVM"); do ip -n "$SW_NS" link del "${P}w$i" 2>/dev/null || true; done
-    ip -n "$SW_NS" link del "${P}br" 2>/dev/null || true
 }
 
 start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each maybe +afp
@@ -337,18 +213,7 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each 
         ip -n "$SW_NS" link add "$AFP_DEV" type veth peer name "$SINK_DEV"
         ip netns exec "$SW_NS" sysctl -qw "net.ipv6.conf.$AFP_DEV.disable_ipv6=1"
     fi
-    ip netns exec "$SW_NS" "$bin" --config "$cfg" >"$TMP/vqosd-$tag.log" 2>&1 &
-    SWPID=$!
-    PIDS+=("$SWPID")
-    for _ in $(seq 100); do
-        grep -q 'listening on' "$TMP/vqosd-$tag.log" && break
-        kill -0 "$SWPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    grep -q 'listening on' "$TMP/vqosd-$tag.log" || {
-        cat "$TMP/vqosd-$tag.log" >&2
-        return 1
-    }
+    vqosd_up "$bin" "$cfg" "$TMP/vqosd-$tag.log"
     plug_all
 }
 stop_vqosd() { # SIGTERM: vqosd closes its TAPs (they vanish from the VMs)
@@ -419,7 +284,7 @@ start_switch() {
 }
 stop_switch() {
     case $SW_KIND in
-        bridge) stop_bridge ;;
+        bridge) bridge_down ;;
         rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring | *+afp) stop_vqosd ;;
         ovs) stop_ovs ;;
     esac
@@ -428,27 +293,6 @@ stop_switch() {
 }
 
 # --- one measurement -------------------------------------------------------------------------
-offloads() { # on|off: TSO, GSO and GRO of the VMs' and the sink's interfaces
-    local i
-    ip netns exec "$SINK_NS" ethtool -K "$SINK_DEV" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
-    for i in $(seq "$NVM"); do
-        ip netns exec "$(vm_ns "$i")" ethtool -K "$(vm_dev "$i")" tso "$1" gso "$1" gro "$1" >/dev/null 2>&1 || true
-    done
-}
-offload_state() { # what vm1's interface really does: "tso/gso/gro"
-    ip netns exec "$(vm_ns 1)" ethtool -k "$(vm_dev 1)" | awk -F': ' '
-        /^tcp-segmentation-offload:/ { t = $2 } /^generic-segmentation-offload:/ { g = $2 }
-        /^generic-receive-offload:/ { r = $2 }
-        END { sub(/ .*/, "", t); sub(/ .*/, "", g); sub(/ .*/, "", r); print t "/" g "/" r }'
-}
-snap() { # → "t_ns switch_ticks softirq_ticks busy_ticks"
-    local t p=0
-    t=$(date +%s%N)
-    if [ -n "$SWPID" ] && [ -r "/proc/$SWPID/stat" ]; then
-        p=$(sed 's/^.*) //' "/proc/$SWPID/stat" | awk '{ print $12 + $13 }')
-    fi
-    awk -v t="$t" -v p="$p" '/^cpu / { print t, p, $8, $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
-}
 CLIENT_PIDS=()
 clients() { # mode secs tag: start the iperf3 clients of a case (PIDs in CLIENT_PIDS)
     local mode=$1 secs=$2 tag=$3 k
@@ -483,8 +327,8 @@ CSV_HEADER="switch,case,offloads,tso_gso_gro,gbps,retransmits,switch_cpu_pct,sof
 ROWS=()
 measure() { # mode offloads(on|off)
     local mode=$1 off=$2 tag="$SW_KIND-$1-$2" pid a b gbps retr state f l1
-    offloads "$off"
-    state=$(offload_state)
+    topo_offloads "$off"
+    state=$(offload_state "$(vm_ns 1)" "$(vm_dev 1)")
     l1=$(load1)
     sleep 1
     clients "$mode" "$SECS" "$tag"
@@ -564,6 +408,7 @@ printf '%s\n' "${ROWS[@]}" | awk -F, -v cap="$VQOS_CAPACITY" '
         if (s == "vqos-base") return "vqosd `vqos`, 8 policies (-B build)" (cap == "unlimited" ? "" : ", " cap)
         if (s == "ovs") return "OVS userspace (netdev, TSO)"
         if (s ~ /\+afp$/) { b = s; sub(/\+afp$/, "", b); return label(b) ", AF_PACKET uplink" }
+        if (s ~ /-uring$/) { b = s; sub(/-uring$/, "", b); return label(b) ", io_uring TAP I/O" }
         return s
     }
     function cname(m) { return m == "1stream" ? "1 stream" : m == "4streams" ? "4 streams (-P 4)" : "4 VMs × 1 stream" }

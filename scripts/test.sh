@@ -2,7 +2,7 @@
 # The project's test command (README, second line; .ci/run runs it).
 # Formatting, lints with warnings denied, docs, every test (the network-namespace tests run for
 # real as root and skip with a message otherwise), the simulator's paper scenarios, and a
-# smoke run of every benchmark.
+# smoke run of every benchmark (and the benchmark scripts' syntax and report parsing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,11 @@ done
 
 step "systemd unit and install (systemd-analyze verify, staged install)"
 scripts/verify-unit.sh
+
+step "benchmark scripts (shell syntax; the aims report's parsing, doctests)"
+for f in scripts/*.sh; do bash -n "$f"; done
+python3 -m doctest scripts/aims_report.py
+echo "ok"
 
 step "benchmark smoke run (each benchmark once, no timing)"
 cargo bench --workspace --benches -- --test >/dev/null
