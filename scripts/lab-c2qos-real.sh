@@ -26,13 +26,16 @@
 # SCHED_FIFO, against `vqos-probe server` in the sink); p50/p99 per phase.
 #
 # Run as root:  scripts/lab-c2qos-real.sh [-t SECONDS] [-s SWITCHES] [-l SWITCHES] [-o DIR]
-#                                         [-c CAPACITY_MBIT] [-p P1,P2,P3,P4] [-H TSC_HZ]
+#                                         [-c CAPACITY_MBIT] [-p P1,P2,P3,P4] [-f PERCENT]
+#                                         [-H TSC_HZ]
 #               scripts/lab-c2qos-real.sh -n DIR   (write the configs only, no root needed)
 #   -t  seconds measured per phase (default 10)
 #   -s  rate runs, in this order (default tcm,c2qos,ovs-policer; "" for none)
 #   -l  latency runs (default tcm,c2qos-hbs; "" for none)
 #   -c  the switch's capacity in Mbit/s (default 1000)
 #   -p  purchases of vm1..vm4 in Mbit/s (default 400,400,100,100: the paper's 4/4/1/1 of 10)
+#   -f  VM1 sends this % of its purchase (default 95: a paced sender on a shared CPU catches up
+#       in bursts, and a policer with a 10 ms bucket at exactly the rate drops the bursts)
 #   -H  the switch core's cycles per second for C2TB (default: the TSC's from the kernel log)
 #   -o  output directory (default lab-out/)
 #   -n  dry run: write vqosd-<switch>.toml and ovs-<switch>.sh for every switch into DIR
@@ -48,6 +51,7 @@ RATE_RUNS=tcm,c2qos,ovs-policer
 LAT_RUNS=tcm,c2qos-hbs
 CAP_MBIT=1000
 PURCHASES=400,400,100,100
+VM1_PCT=95
 TSC_HZ=
 OUTDIR=lab-out
 DRY=
@@ -55,20 +59,21 @@ usage() {
     sed -n '/^# Run as root/,/^# It installs/p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
-while getopts 't:s:l:c:p:H:o:n:h' opt; do
+while getopts 't:s:l:c:p:f:H:o:n:h' opt; do
     case $opt in
         t) SECS=$OPTARG ;;
         s) RATE_RUNS=$OPTARG ;;
         l) LAT_RUNS=$OPTARG ;;
         c) CAP_MBIT=$OPTARG ;;
         p) PURCHASES=$OPTARG ;;
+        f) VM1_PCT=$OPTARG ;;
         H) TSC_HZ=$OPTARG ;;
         o) OUTDIR=$OPTARG ;;
         n) DRY=$OPTARG ;;
         *) usage ;;
     esac
 done
-for n in "$SECS" "$CAP_MBIT" ${TSC_HZ:+"$TSC_HZ"}; do case $n in '' | *[!0-9]*) usage ;; esac; done
+for n in "$SECS" "$CAP_MBIT" "$VM1_PCT" ${TSC_HZ:+"$TSC_HZ"}; do case $n in '' | *[!0-9]*) usage ;; esac; done
 IFS=, read -r -a BUY <<<"$PURCHASES"
 [ ${#BUY[@]} -eq 4 ] || { echo "-p needs four purchases" >&2; usage; }
 for n in "${BUY[@]}"; do case $n in '' | *[!0-9]*) usage ;; esac; done
@@ -221,14 +226,18 @@ cleanup() {
     rm -rf /var/run/dpdk/vqc2-* "$TMP"
 }
 trap cleanup EXIT
+trap 'log "failed (status $?) at line $LINENO: $BASH_COMMAND"' ERR
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-stop_pid() { # pid: TERM, then KILL after 5 s
-    local p=$1 i
+stop_pid() { # pid: TERM, then KILL after 5 s; forgotten (the cleanup never signals a reused PID)
+    local p=$1 i keep=() q
+    for q in "${PIDS[@]:-}"; do [ "$q" = "$p" ] || keep+=("$q"); done
+    PIDS=("${keep[@]:-}")
     kill "$p" 2>/dev/null || return 0
     for i in $(seq 50); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
 }
 fresh_netns() {
     ip netns del "$NS_VM1" 2>/dev/null || true
@@ -278,6 +287,10 @@ start_vqosd() { # switch
     local cfg=$TMP/vqosd-$1.toml
     vqosd_config "$1" >"$cfg"
     rm -f "$TMP"/vm*.sock
+    # Plain priority. (OVS-DPDK runs its PMD threads at nice -20 of its own accord: on a quiet
+    # machine, where CPU 1 is the switch's alone, that changes nothing; on a loaded one it
+    # gives OVS a larger share of CPU 1 than vqosd gets. Giving vqosd -20 as well starved
+    # everything else on CPU 1 here, this script's own commands included.)
     taskset -c 1 "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
     SW_PID=$!
     PIDS+=("$SW_PID")
@@ -302,8 +315,9 @@ start_ovs() {
     export OVS_RUNDIR=$OVSDIR OVS_LOGDIR=$OVSDIR OVS_DBDIR=$OVSDIR OVS_SYSCONFDIR=$OVSDIR
     ovsdb-tool create "$OVSDIR/conf.db" /usr/share/openvswitch/vswitch.ovsschema
     ovsdb-server "$OVSDIR/conf.db" --remote="punix:$OVSDIR/db.sock" --pidfile="$OVSDIR/ovsdb-server.pid" \
-        --unixctl="$OVSDIR/ovsdb-server.ctl" --log-file="$OVSDIR/ovsdb-server.log" --detach --no-chdir
-    PIDS+=("$(cat "$OVSDIR/ovsdb-server.pid")")
+        --unixctl="$OVSDIR/ovsdb-server.ctl" --log-file="$OVSDIR/ovsdb-server.log" -vconsole:off --detach --no-chdir
+    OVSDB_PID=$(cat "$OVSDIR/ovsdb-server.pid")
+    PIDS+=("$OVSDB_PID")
     V="ovs-vsctl --db=unix:$OVSDIR/db.sock --timeout=60"
     O="ovs-ofctl"
     $V --no-wait init
@@ -320,7 +334,7 @@ start_ovs() {
     vm1_up
     ip netns exec "$NS_SINK" /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk "unix:$OVSDIR/db.sock" \
         --pidfile="$OVSDIR/ovs-vswitchd.pid" --unixctl="$OVSDIR/ovs-vswitchd.ctl" \
-        --log-file="$OVSDIR/ovs-vswitchd.log" --detach --no-chdir
+        --log-file="$OVSDIR/ovs-vswitchd.log" -vconsole:off --detach --no-chdir
     SW_PID=$(cat "$OVSDIR/ovs-vswitchd.pid")
     PIDS+=("$SW_PID")
     ovs_config >"$OVSDIR/build.sh"
@@ -332,19 +346,18 @@ stop_ovs() {
     timeout 10 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     stop_pid "$SW_PID"
     timeout 5 ovs-appctl -t "$OVSDIR/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
+    stop_pid "$OVSDB_PID"
     unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
     rm -rf "$OVSDIR" /var/run/dpdk/vqc2-ovs-*
     OVSDIR=
     mountpoint -q "$HUGE" && umount "$HUGE"
     echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 }
-ovs_ports() { # → "name rx_packets drops" per port (drops: rx_dropped, the policer's included)
-    local i
-    for i in 1 2 3 4; do
-        $V get Interface "vm$i" statistics | tr -d '{}' | tr ',' '\n' | awk -F= -v n="vm$i" '
-            { gsub(/ /, "", $1) } $1 == "rx_packets" { p = $2 } $1 ~ /^(rx_dropped|ovs_rx_qos_drops)$/ { d += $2 }
-            END { print n, p + 0, d + 0 }'
-    done
+ovs_ports() { # → "name rx_packets drops" per VM port, live (the Interface table's statistics
+    # lag by up to 5 s); drops: the port's rx drops, its ingress policer's included
+    ovs-ofctl dump-ports "$BR" | awk '$1 == "port" && $2 ~ /^[1-4]:$/ {
+        n = $2; sub(":", "", n); p = $4; d = $6; sub("pkts=", "", p); sub(",", "", p)
+        sub("drop=", "", d); sub(",", "", d); print "vm" n, p + 0, d + 0 }'
 }
 
 # --- counters ---------------------------------------------------------------------------------
@@ -356,8 +369,8 @@ sink_frames() { # frames the switch wrote to the uplink (a TAP: what its owner w
     ip netns exec "$NS_SINK" cat "/sys/class/net/$SINK_DEV/statistics/rx_packets"
 }
 switch_ports() { case $1 in ovs-*) ovs_ports ;; *) vqosd_ports ;; esac; }
-busy_pct() { # pid → % of a core used by the process (all threads), from /proc over the phase
-    awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+cpu_ticks() { # pid → "utime+stime in clock ticks (all threads) now_ns"
+    printf '%s %s\n' "$(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)" "$(date +%s%N)"
 }
 
 # --- one run ----------------------------------------------------------------------------------
@@ -381,7 +394,8 @@ run_one() { # kind(rate|latency) switch
     sleep 4 # vhost-user sessions and ARP
     if [ "$kind" = latency ]; then
         ip netns exec "$NS_SINK" taskset -c 0 chrt -f 10 "$PROBE" server --bind "$SINK_IP:7000" >"$TMP/probe-server.log" 2>&1 &
-        PIDS+=("$!")
+        SRV_PID=$!
+        PIDS+=("$SRV_PID")
         sleep 0.5
     fi
     ip netns exec "$NS_VM1" ping -c 1 -W 2 "$SINK_IP" >/dev/null || log "$sw: VM1 cannot reach the sink"
@@ -389,20 +403,20 @@ run_one() { # kind(rate|latency) switch
     for ph in 1 2 3; do
         set_phase "$ph"
         sleep 1
-        u0=$(sink_udp); f0=$(sink_frames); ports0=$(switch_ports "$sw"); c0=$(busy_pct "$SW_PID")
+        u0=$(sink_udp); f0=$(sink_frames); ports0=$(switch_ports "$sw"); c0=$(cpu_ticks "$SW_PID")
         t0=$(date +%s%N)
         if [ "$kind" = rate ]; then
             out=$(ip netns exec "$NS_VM1" taskset -c 0 nice -n -10 "$PROBE" flood --to "$SINK_IP:9" \
-                --frame 1514 --rate "${BUY[0]}Mbit" --duration "${SECS}s" --json)
+                --frame 1514 --rate "$((BUY[0] * VM1_PCT * 10))kbit" --duration "${SECS}s" --json)
         else
             out=$(ip netns exec "$NS_VM1" taskset -c 0 chrt -f 10 "$PROBE" client --to "$SINK_IP:7000" \
                 --rate 1000/s --duration "${SECS}s" --json)
         fi
         t1=$(date +%s%N)
         sleep 0.2 # the last frames through
-        u1=$(sink_udp); f1=$(sink_frames); ports1=$(switch_ports "$sw"); c1=$(busy_pct "$SW_PID")
-        cpu=$(awk -v a="$c0" -v b="$c1" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" \
-            'BEGIN { printf "%.0f", (b - a) / hz / ((t1 - t0) / 1e9) * 100 }')
+        u1=$(sink_udp); f1=$(sink_frames); ports1=$(switch_ports "$sw"); c1=$(cpu_ticks "$SW_PID")
+        cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" \
+            'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", (y[1] - x[1]) / hz / ((y[2] - x[2]) / 1e9) * 100 }')
         # Neighbours' frames forwarded = uplink frames − VM1's datagrams (ARP/ICMP: a few).
         nb=$(awk -v f0="$f0" -v f1="$f1" -v u0="$u0" -v u1="$u1" -v t0="$t0" -v t1="$t1" \
             'BEGIN { printf "%.3f", ((f1 - f0) - (u1 - u0)) / ((t1 - t0) / 1e9) / 1e6 }')
@@ -423,6 +437,8 @@ run_one() { # kind(rate|latency) switch
             log "$sw phase $ph latency: $(echo "$out" | jq -c '{samples, lost, p50_us, p99_us}'); neighbours $nb Mpps"
         fi
     done
+    [ -z "${SRV_PID:-}" ] || stop_pid "$SRV_PID"
+    SRV_PID=
     tp stop
     stop_testpmd
     case $sw in ovs-*) stop_ovs ;; *) stop_pid "$SW_PID" ;; esac
@@ -437,7 +453,7 @@ MD=$OUTDIR/lab-c2qos-real-$STAMP.md
 {
     echo "# C2QoS Fig. 6 on a real load, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo
-    echo "\`scripts/lab-c2qos-real.sh -t $SECS -s '$RATE_RUNS' -l '$LAT_RUNS' -c $CAP_MBIT -p $PURCHASES -H $TSC_HZ\`;"
+    echo "\`scripts/lab-c2qos-real.sh -t $SECS -s '$RATE_RUNS' -l '$LAT_RUNS' -c $CAP_MBIT -p $PURCHASES -f $VM1_PCT -H $TSC_HZ\`;"
     echo "$(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg). Phase 1: VM1 alone; 2: neighbours greedy 1514 B; 3: greedy 64 B."
     if [ ${#ROWS[@]} -gt 0 ]; then
         echo
