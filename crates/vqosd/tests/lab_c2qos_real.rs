@@ -41,7 +41,13 @@ fn load(dir: &Path, switch: &str) -> Config {
 fn vifs(c: &Config) -> Vec<(String, u64, u8)> {
     c.ports
         .iter()
-        .map(|(p, pol)| (p.name.clone(), pol.max_bps.unwrap() / 1_000_000, pol.priority))
+        .map(|(p, pol)| {
+            (
+                p.name.clone(),
+                pol.max_bps.unwrap() / 1_000_000,
+                pol.priority,
+            )
+        })
         .collect()
 }
 
@@ -59,22 +65,38 @@ fn the_dry_run_writes_valid_vqosd_configs_for_each_engine() {
         assert_eq!(c.capacity_bps, Some(1_000_000_000), "{switch}");
         assert_eq!(c.cycles_per_sec, 2_000_000_000, "{switch}");
         assert!(c.busy_poll, "{switch}: the switch core busy-polls");
-        assert_eq!(c.storm_pps, 0, "{switch}: floods to nobody's MAC must not be storm-limited");
-        assert!(c.emulated_work.is_none(), "{switch}: no [emulate] on a real load");
+        assert_eq!(
+            c.storm_pps, 0,
+            "{switch}: floods to nobody's MAC must not be storm-limited"
+        );
+        assert!(
+            c.emulated_work.is_none(),
+            "{switch}: no [emulate] on a real load"
+        );
         assert!(c.uplink.is_some(), "{switch}");
         let v = vifs(&c);
         assert_eq!(v.len(), 4, "{switch}");
         assert!(v[0].0.starts_with("vqc2v"), "{switch}: VM1 is the TAP vif");
         assert_eq!((v[0].1, v[0].2), (400, prio1), "{switch}");
-        let rest: Vec<_> = v[1..].iter().map(|(n, m, p)| (n.as_str(), *m, *p)).collect();
+        let rest: Vec<_> = v[1..]
+            .iter()
+            .map(|(n, m, p)| (n.as_str(), *m, *p))
+            .collect();
         assert_eq!(
             rest,
-            [("vm2", 400, prio_n), ("vm3", 100, prio_n), ("vm4", 100, prio_n)],
+            [
+                ("vm2", 400, prio_n),
+                ("vm3", 100, prio_n),
+                ("vm4", 100, prio_n)
+            ],
             "{switch}"
         );
         for (p, _) in &c.ports[1..] {
             let socket = p.socket.as_deref().unwrap();
-            assert!(socket.starts_with(dir.to_str().unwrap()), "{switch}: {socket}");
+            assert!(
+                socket.starts_with(dir.to_str().unwrap()),
+                "{switch}: {socket}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -118,6 +140,10 @@ fn the_script_refuses_an_oversold_core_and_unknown_switches() {
             .args(["-n", "/nonexistent-never-written"])
             .output()
             .expect("run bash");
-        assert_eq!(out.status.code(), Some(2), "{args:?} must be refused as a usage error");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} must be refused as a usage error"
+        );
     }
 }
