@@ -212,9 +212,9 @@ PIDS=()
 HUGE_BEFORE=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
 cleanup() {
     local p
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done
     sleep 0.5
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill -9 "$p" 2>/dev/null || true; fi; done
     if [ -n "${OVSDIR:-}" ] && [ -d "$OVSDIR" ]; then
         timeout 5 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     fi
@@ -259,7 +259,7 @@ sink_up() { # dev: the uplink, already in NS_SINK
 
 # --- the neighbours: testpmd, three virtio_user ports, txonly ---------------------------------
 start_testpmd() { # server(0|1)
-    local extra= i vdevs=()
+    local extra='' i vdevs=()
     [ "$1" = 1 ] && extra=",server=1"
     for i in 2 3 4; do
         vdevs+=(--vdev "net_virtio_user$((i - 2)),path=$TMP/vm$i.sock,queues=1,queue_size=1024,mac=02:00:00:00:00:a$i$extra")
@@ -362,6 +362,7 @@ ovs_ports() { # → "name rx_packets drops" per VM port, live (the Interface tab
 
 # --- counters ---------------------------------------------------------------------------------
 sink_udp() { # datagrams that reached the sink's UDP layer (to a closed port: NoPorts)
+    # shellcheck disable=SC2016 # an awk program
     ip netns exec "$NS_SINK" awk '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
         for (i = 2; i <= NF; i++) if (k[i] == "InDatagrams" || k[i] == "NoPorts" || k[i] == "InErrors") s += $i; print s }' /proc/net/snmp
 }
