@@ -42,7 +42,8 @@
 # It installs dpdk-dev and openvswitch-switch-dpdk with apt-get if missing (no service is
 # started), builds target/release/{vqosd,vqos,vqos-probe} if missing, reserves 1024 2-MiB
 # hugepages for OVS-DPDK and gives them back, and removes every process (by PID), namespace,
-# socket, mount and directory it made, on failure too.
+# socket, mount and directory it made, on failure too. The binaries can be named in the
+# environment instead: VQOSD=... VQOS=... PROBE=... (the end-to-end test uses its debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -199,9 +200,9 @@ if [ ${#need[@]} -gt 0 ]; then
     }
     [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
-VQOSD=target/release/vqosd
-VQOS=target/release/vqos
-PROBE=target/release/vqos-probe
+VQOSD=${VQOSD:-target/release/vqosd}
+VQOS=${VQOS:-target/release/vqos}
+PROBE=${PROBE:-target/release/vqos-probe}
 if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ] || [ ! -x "$PROBE" ]; then
     log "building vqosd, vqos and vqos-probe (release)"
     cargo build --release -q -p vqosd -p vqos-cli -p vqos-probe

@@ -147,3 +147,110 @@ fn the_script_refuses_an_oversold_core_and_unknown_switches() {
         );
     }
 }
+
+/// Why the end-to-end run cannot happen here, if it cannot.
+fn e2e_missing(bins: &[PathBuf]) -> Option<String> {
+    if let Some(why) = vqos_testkit::testpmd_missing() {
+        return Some(why.to_string());
+    }
+    if !Path::new("/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk").exists() {
+        return Some("OVS-DPDK not installed (apt-get install -y openvswitch-switch-dpdk)".into());
+    }
+    if let Some(b) = bins.iter().find(|b| !b.exists()) {
+        return Some(format!(
+            "{} not built (cargo build -p vqos-cli -p vqos-probe)",
+            b.display()
+        ));
+    }
+    // OVS-DPDK gets 1024 2-MiB hugepages (2 GiB) while it runs.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let avail_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    if avail_kib < 3 * 1024 * 1024 {
+        return Some(format!(
+            "{avail_kib} KiB available, OVS-DPDK's hugepages need 3 GiB"
+        ));
+    }
+    None
+}
+
+/// The rows of the table in `md` whose first cell is `switch`, as cells.
+fn rows(md: &str, switch: &str) -> Vec<Vec<String>> {
+    md.lines()
+        .filter(|l| l.starts_with(&format!("| {switch} |")))
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
+/// The whole script for one second per phase: vqosd `tcm` and OVS-DPDK's policer (rate),
+/// vqosd `c2qos-hbs` (latency). Asserts only what holds however loaded the machine is: every
+/// run has its three phases, VM1's datagrams reach the sink, the floods are forwarded, the
+/// probe gets answers, and nothing the script made is left (namespaces, hugepages). The
+/// script takes the machine-wide real-traffic lock itself.
+#[test]
+fn the_script_runs_end_to_end_and_cleans_up() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_vqosd")).parent().unwrap();
+    let bins = [bin_dir.join("vqos"), bin_dir.join("vqos-probe")];
+    if let Some(why) = e2e_missing(&bins) {
+        println!("SKIP the_script_runs_end_to_end_and_cleans_up: {why}");
+        return;
+    }
+    let hugepages = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+    let huge_before = std::fs::read_to_string(hugepages).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out_dir = std::env::temp_dir().join(format!("vqos-c2qos-real-e2e-{}", std::process::id()));
+    let child = Command::new("bash")
+        .arg(root.join("scripts/lab-c2qos-real.sh"))
+        .args(["-t", "1", "-s", "tcm,ovs-policer", "-l", "c2qos-hbs", "-o"])
+        .arg(&out_dir)
+        .env("VQOSD", env!("CARGO_BIN_EXE_vqosd"))
+        .env("VQOS", &bins[0])
+        .env("PROBE", &bins[1])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run bash");
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the script failed:\n{log}");
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    for ns in [format!("vqc2v{pid}"), format!("vqc2s{pid}")] {
+        assert!(!netns.contains(&ns), "namespace {ns} left behind");
+    }
+    assert_eq!(std::fs::read_to_string(hugepages).unwrap(), huge_before);
+    let md_path = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "md"))
+        .expect("the markdown table");
+    let md = std::fs::read_to_string(md_path).unwrap();
+    let num = |c: &str| c.parse::<f64>().unwrap_or(0.0);
+    for switch in ["tcm", "ovs-policer"] {
+        let r = rows(&md, switch);
+        assert_eq!(r.len(), 3, "{switch}: three phases in\n{md}\n{log}");
+        // Cells: "", switch, phase, sent, delivered, loss, kept, neighbours Mpps, ...
+        assert!(
+            num(&r[0][4]) > 0.0,
+            "{switch}: VM1 reached the sink in phase 1:\n{md}"
+        );
+        assert!(
+            num(&r[2][7]) > 0.0,
+            "{switch}: the floods were forwarded:\n{md}"
+        );
+    }
+    let r = rows(&md, "c2qos-hbs");
+    assert_eq!(r.len(), 3, "c2qos-hbs: three phases in\n{md}\n{log}");
+    for phase in &r {
+        assert!(num(&phase[3]) > 0.0, "the probe got answers:\n{md}");
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
