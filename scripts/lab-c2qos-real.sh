@@ -371,6 +371,24 @@ sink_frames() { # frames the switch wrote to the uplink (a TAP: what its owner w
     ip netns exec "$NS_SINK" cat "/sys/class/net/$SINK_DEV/statistics/rx_packets"
 }
 switch_ports() { case $1 in ovs-*) ovs_ports ;; *) vqosd_ports ;; esac; }
+# switch_cycles SWITCH → "busy idle frames": the forwarding core's own cycle counters (vqosd:
+# its loop's rdtsc busy/idle cycles and the frames read from all ports; OVS: pmd-stats-show's
+# processing/idle cycles and packets received)
+switch_cycles() {
+    case $1 in
+        ovs-*)
+            ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" dpif-netdev/pmd-stats-show | awk '
+                /^pmd thread/ { p = 1; next } /^[^ ]/ { p = 0 }
+                p && /packets received:/ { f = $3 } p && /idle cycles:/ { i = $3 }
+                p && /processing cycles:/ { b = $3 }
+                END { print b + 0, i + 0, f + 0 }'
+            ;;
+        *)
+            "$VQOS" stats --json --socket "$TMP/vqosd.sock" 2>>"$TMP/vqos-stats.err" |
+                jq -r '"\(.loops[0].busy_cycles) \(.loops[0].idle_cycles) \([.ports[].rx_frames] | add)"'
+            ;;
+    esac
+}
 cpu_ticks() { # pid → "utime+stime in clock ticks (all threads) now_ns"
     printf '%s %s\n' "$(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)" "$(date +%s%N)"
 }
@@ -386,7 +404,7 @@ set_phase() { # 1 | 2 | 3
     esac
 }
 run_one() { # kind(rate|latency) switch
-    local kind=$1 sw=$2 ph u0 u1 f0 f1 fl kept sent got loss p1rate rate nb out t0 t1 ports0 ports1 c0 c1 cpu
+    local kind=$1 sw=$2 ph u0 u1 f0 f1 fl kept sent got loss p1rate rate nb out t0 t1 ports0 ports1 c0 c1 cpu y0 y1 busy cpf
     log "$kind run: $sw"
     fresh_netns
     case $sw in
@@ -405,7 +423,7 @@ run_one() { # kind(rate|latency) switch
     for ph in 1 2 3; do
         set_phase "$ph"
         sleep 1
-        u0=$(sink_udp); f0=$(sink_frames); ports0=$(switch_ports "$sw"); c0=$(cpu_ticks "$SW_PID")
+        u0=$(sink_udp); f0=$(sink_frames); ports0=$(switch_ports "$sw"); c0=$(cpu_ticks "$SW_PID"); y0=$(switch_cycles "$sw")
         t0=$(date +%s%N)
         if [ "$kind" = rate ]; then
             out=$(ip netns exec "$NS_VM1" taskset -c 0 nice -n -10 "$PROBE" flood --to "$SINK_IP:9" \
@@ -416,9 +434,13 @@ run_one() { # kind(rate|latency) switch
         fi
         t1=$(date +%s%N)
         sleep 0.2 # the last frames through
-        u1=$(sink_udp); f1=$(sink_frames); ports1=$(switch_ports "$sw"); c1=$(cpu_ticks "$SW_PID")
+        u1=$(sink_udp); f1=$(sink_frames); ports1=$(switch_ports "$sw"); c1=$(cpu_ticks "$SW_PID"); y1=$(switch_cycles "$sw")
         cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" \
             'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", (y[1] - x[1]) / hz / ((y[2] - x[2]) / 1e9) * 100 }')
+        # The core's busy share and busy cycles per frame read, from its own counters.
+        read -r busy cpf < <(awk -v a="$y0" -v b="$y1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+            db = y[1] - x[1]; di = y[2] - x[2]; df = y[3] - x[3]
+            printf "%s %s\n", (db + di > 0 ? sprintf("%.0f", db / (db + di) * 100) : "nan"), (df > 0 ? sprintf("%.0f", db / df) : "nan") }')
         # Neighbours' frames forwarded = uplink frames − VM1's datagrams (ARP/ICMP: a few).
         nb=$(awk -v f0="$f0" -v f1="$f1" -v u0="$u0" -v u1="$u1" -v t0="$t0" -v t1="$t1" \
             'BEGIN { printf "%.3f", ((f1 - f0) - (u1 - u0)) / ((t1 - t0) / 1e9) / 1e6 }')
@@ -432,10 +454,10 @@ run_one() { # kind(rate|latency) switch
             rate=$(awk -v g="$got" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.1f", g * 1514 * 8 / ((t1 - t0) / 1e9) / 1e6 }')
             [ "$ph" = 1 ] && p1rate=$rate
             kept=$(awk -v a="$rate" -v b="$p1rate" 'BEGIN { if (b > 0) printf "%.1f", a / b * 100; else print "nan" }')
-            ROWS+=("| $sw | $ph | $(echo "$out" | jq -r '.sent_bps / 1e6 | . * 10 | round / 10') | $rate | $loss | $kept | $nb | ${fl% } | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
-            log "$sw phase $ph: VM1 sent $sent, sink got $got (loss $loss %, kept $kept %), neighbours $nb Mpps; switch read/dropped: $fl; switch CPU $cpu %"
+            ROWS+=("| $sw | $ph | $(echo "$out" | jq -r '.sent_bps / 1e6 | . * 10 | round / 10') | $rate | $loss | $kept | $nb | ${fl% } | $busy | $cpf | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
+            log "$sw phase $ph: VM1 sent $sent, sink got $got (loss $loss %, kept $kept %), neighbours $nb Mpps; switch read/dropped: $fl; core busy $busy %, $cpf cycles/frame; switch CPU $cpu %"
         else
-            LROWS+=("| $sw | $ph | $(echo "$out" | jq -r '"\(.samples) | \(.lost) | \(.p50_us // "-" | tostring | .[0:6]) | \(.p99_us // "-" | tostring | .[0:6]) | \(.p999_us // "-" | tostring | .[0:7])"') | $nb | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
+            LROWS+=("| $sw | $ph | $(echo "$out" | jq -r '"\(.samples) | \(.lost) | \(.p50_us // "-" | tostring | .[0:6]) | \(.p99_us // "-" | tostring | .[0:6]) | \(.p999_us // "-" | tostring | .[0:7])"') | $nb | $busy | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
             log "$sw phase $ph latency: $(echo "$out" | jq -c '{samples, lost, p50_us, p99_us}'); neighbours $nb Mpps"
         fi
     done
@@ -459,14 +481,14 @@ MD=$OUTDIR/lab-c2qos-real-$STAMP.md
     echo "$(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg). Phase 1: VM1 alone; 2: neighbours greedy 1514 B; 3: greedy 64 B."
     if [ ${#ROWS[@]} -gt 0 ]; then
         echo
-        echo "| switch | phase | VM1 sent Mbit/s | VM1 delivered Mbit/s | VM1 loss % | kept % of phase 1 | neighbours forwarded Mpps | switch read/dropped frames per port | switch CPU % | load |"
-        echo "|---|---|---|---|---|---|---|---|---|---|"
+        echo "| switch | phase | VM1 sent Mbit/s | VM1 delivered Mbit/s | VM1 loss % | kept % of phase 1 | neighbours forwarded Mpps | switch read/dropped frames per port | core busy % | busy cycles/frame | switch CPU % | load |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${ROWS[@]}"
     fi
     if [ ${#LROWS[@]} -gt 0 ]; then
         echo
-        echo "| switch | phase | probe samples | lost | p50 µs | p99 µs | p99.9 µs | neighbours forwarded Mpps | switch CPU % | load |"
-        echo "|---|---|---|---|---|---|---|---|---|---|"
+        echo "| switch | phase | probe samples | lost | p50 µs | p99 µs | p99.9 µs | neighbours forwarded Mpps | core busy % | switch CPU % | load |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${LROWS[@]}"
     fi
 } >"$MD"
