@@ -224,7 +224,7 @@ cleanup() {
     ip link del "$VM1_PEER" 2>/dev/null || true
     mountpoint -q "$HUGE" && umount "$HUGE"
     echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-    rm -rf /var/run/dpdk/vqc2-* "$TMP"
+    rm -rf "/var/run/dpdk/vqc2-$TAG" "/var/run/dpdk/vqc2-ovs-$TAG" "$TMP"
 }
 trap cleanup EXIT
 trap 'log "failed (status $?) at line $LINENO: $BASH_COMMAND"' ERR
@@ -349,7 +349,7 @@ stop_ovs() {
     timeout 5 ovs-appctl -t "$OVSDIR/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
     stop_pid "$OVSDB_PID"
     unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
-    rm -rf "$OVSDIR" /var/run/dpdk/vqc2-ovs-*
+    rm -rf "$OVSDIR" "/var/run/dpdk/vqc2-ovs-$TAG"
     OVSDIR=
     mountpoint -q "$HUGE" && umount "$HUGE"
     echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
