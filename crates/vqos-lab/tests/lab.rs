@@ -220,10 +220,15 @@ fn download_through_the_router_bottleneck_follows_its_changes() {
 /// The simulator and the switch model the download direction alike: two download VMs whose
 /// UDP sources outside send 1.5x their inbound maximums (4 and 6 Mbit/s) through a
 /// 940 Mbit/s router. The inbound bucket decides both rates (the same `link_bucket` in both),
-/// so each VM's lab mean must be within 3 % of the simulator's (measured: within 0.2 %). The
-/// margin covers the lab's 100 ms sampling and a generator briefly behind on a loaded machine;
-/// a switch or a simulator that scheduled the download direction otherwise (without the
-/// bucket: 6 and 9) would miss it by far more. Why not faster: see the scenario file.
+/// so each VM's lab mean must not exceed the simulator's by more than 3 % (a switch or a
+/// simulator that scheduled the download direction otherwise, without the bucket, gives 6 and
+/// 9: +50 %), and must reach it within 3 % whenever the generator kept its schedule (measured:
+/// within 0.2 %). The margin covers the lab's 100 ms sampling. Whether the generator kept its
+/// schedule is read from its own summary (`logs/flood-VM-1.json`, `sent_bps` at least 97 % of
+/// the rate asked): on a machine whose cores are taken by other work the flood thread can be
+/// starved for longer than the bucket is deep (a loaded run measured 3.5 of 4.0 Mbit/s), and
+/// the tokens of that gap are lost whatever the switch does; the test then says so and checks
+/// the upper bound only. Why not faster: see the scenario file.
 #[test]
 fn download_agrees_with_the_simulator() {
     if !can_run("download_agrees_with_the_simulator") {
@@ -240,7 +245,7 @@ fn download_agrees_with_the_simulator() {
     opts.out_dir = Some(out.path().to_path_buf());
     let outcome = run_lab(&opts).expect("lab run");
     assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
-    for (vm, want) in [("vm1", 4e6), ("vm2", 6e6)] {
+    for (vm, want, asked) in [("vm1", 4e6, 6e6), ("vm2", 6e6, 9e6)] {
         let sim = outcome.simulated.phases[0].vifs[vm].mean_bps;
         let lab = outcome.report.phases[0].vifs[vm].mean_bps;
         assert!(
@@ -250,15 +255,39 @@ fn download_agrees_with_the_simulator() {
             want / 1e6
         );
         assert!(
-            (lab - sim).abs() <= 0.03 * sim,
-            "{vm}: lab {:.1} Mbit/s vs simulator {:.1}",
+            lab <= 1.03 * sim,
+            "{vm}: lab {:.1} Mbit/s above the simulator's {:.1}",
             lab / 1e6,
             sim / 1e6
         );
+        let summary = out.path().join(format!("logs/flood-{vm}-1.json"));
+        let text = std::fs::read_to_string(&summary)
+            .unwrap_or_else(|e| panic!("{}: {e}", summary.display()));
+        let flood: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sent = flood["sent_bps"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no sent_bps in {text}"));
+        if sent >= 0.97 * asked {
+            assert!(
+                lab >= 0.97 * sim,
+                "{vm}: lab {:.1} Mbit/s below the simulator's {:.1} (the generator sent {:.1})",
+                lab / 1e6,
+                sim / 1e6,
+                sent / 1e6
+            );
+        } else {
+            println!(
+                "{vm}: the generator sent {:.1} of {:.1} Mbit/s (starved by other work): the \
+                 lower bound is not checked",
+                sent / 1e6,
+                asked / 1e6
+            );
+        }
         println!(
-            "{vm}: lab {:.1} Mbit/s, simulator {:.1}",
+            "{vm}: lab {:.1} Mbit/s, simulator {:.1}, generator {:.1}",
             lab / 1e6,
-            sim / 1e6
+            sim / 1e6,
+            sent / 1e6
         );
     }
 }
