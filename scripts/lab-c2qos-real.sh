@@ -85,7 +85,9 @@ IFS=, read -r -a LAT_LIST <<<"$LAT_RUNS"
 for s in "${RATE_LIST[@]}" "${LAT_LIST[@]}"; do
     case $s in tcm | c2qos | c2qos-hbs | ovs-policer) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
 done
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+# log, machine_lock, apt_install (policy-rc.d made and removed even when apt-get fails).
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 # The TSC's frequency: C2TB's cycle budget (vqosd's busy cycles are TSC cycles).
 tsc_hz() {
@@ -184,22 +186,13 @@ fi
 # --- set-up -----------------------------------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || { echo "lab-c2qos-real.sh: run as root" >&2; exit 1; }
 # Never beside a real-traffic test or another benchmark (vqos_testkit::MACHINE_LOCK).
-exec 9>>/run/lock/vqos-real-traffic.lock
-flock 9
+machine_lock
 
 need=()
 command -v dpdk-testpmd >/dev/null || need+=(dpdk-dev)
 command -v jq >/dev/null || need+=(jq)
 [ -x /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk ] || need+=(openvswitch-switch-dpdk)
-if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]}"
-    own_policy=
-    [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; own_policy=1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null || {
-        apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
-    }
-    [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
-fi
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 VQOSD=${VQOSD:-target/release/vqosd}
 VQOS=${VQOS:-target/release/vqos}
 PROBE=${PROBE:-target/release/vqos-probe}
@@ -211,18 +204,23 @@ fi
 HUGE=$TMP/huge
 PIDS=()
 HUGE_BEFORE=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
+log "2-MiB hugepages reserved before: $HUGE_BEFORE (given back to that at exit)"
 cleanup() {
+    # Every step runs, whatever the one before it did (errexit would end the trap early and
+    # leave hugepages reserved or directories behind).
+    set +e
     local p
-    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done
+    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null; fi; done
     sleep 0.5
-    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill -9 "$p" 2>/dev/null || true; fi; done
+    for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; fi; done
     if [ -n "${OVSDIR:-}" ] && [ -d "$OVSDIR" ]; then
         timeout 5 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     fi
     ip netns del "$NS_VM1" 2>/dev/null || true
     ip netns del "$NS_SINK" 2>/dev/null || true
     ip link del "$VM1_PEER" 2>/dev/null || true
-    mountpoint -q "$HUGE" && umount "$HUGE"
+    # OVS's hugepage files go with its process; a mount still busy is detached lazily.
+    mountpoint -q "$HUGE" && { umount "$HUGE" || umount -l "$HUGE"; }
     echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
     rm -rf "/var/run/dpdk/vqc2-$TAG" "/var/run/dpdk/vqc2-ovs-$TAG" "$TMP"
 }
@@ -230,16 +228,10 @@ trap cleanup EXIT
 trap 'log "failed (status $?) at line $LINENO: $BASH_COMMAND"' ERR
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# A testpmd that died makes a write to its FIFO fail (EPIPE), not end this script by SIGPIPE.
+trap '' PIPE
+set -E # the ERR trap above also in functions (run_one), with their failing line
 
-stop_pid() { # pid: TERM, then KILL after 5 s; forgotten (the cleanup never signals a reused PID)
-    local p=$1 i keep=() q
-    for q in "${PIDS[@]:-}"; do [ "$q" = "$p" ] || keep+=("$q"); done
-    PIDS=("${keep[@]:-}")
-    kill "$p" 2>/dev/null || return 0
-    for i in $(seq 50); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
 fresh_netns() {
     ip netns del "$NS_VM1" 2>/dev/null || true
     ip netns del "$NS_SINK" 2>/dev/null || true
@@ -312,7 +304,9 @@ start_ovs() {
     OVSDIR=$TMP/ovs
     mkdir -p "$OVSDIR" "$HUGE"
     mountpoint -q "$HUGE" || mount -t hugetlbfs -o pagesize=2M nodev "$HUGE"
-    echo 1024 >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+    # 1024 pages more than were reserved before (given back by the cleanup): another user's
+    # reservation is neither shrunk nor counted on.
+    echo $((HUGE_BEFORE + 1024)) >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
     export OVS_RUNDIR=$OVSDIR OVS_LOGDIR=$OVSDIR OVS_DBDIR=$OVSDIR OVS_SYSCONFDIR=$OVSDIR
     ovsdb-tool create "$OVSDIR/conf.db" /usr/share/openvswitch/vswitch.ovsschema
     ovsdb-server "$OVSDIR/conf.db" --remote="punix:$OVSDIR/db.sock" --pidfile="$OVSDIR/ovsdb-server.pid" \
@@ -351,7 +345,8 @@ stop_ovs() {
     unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
     rm -rf "$OVSDIR" "/var/run/dpdk/vqc2-ovs-$TAG"
     OVSDIR=
-    mountpoint -q "$HUGE" && umount "$HUGE"
+    # OVS's hugepage files go with its process; a mount still busy is detached lazily.
+    mountpoint -q "$HUGE" && { umount "$HUGE" || umount -l "$HUGE"; }
     echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 }
 ovs_ports() { # → "name rx_packets drops" per VM port, live (the Interface table's statistics
