@@ -11,10 +11,9 @@
 //!   work from `DOCS/`. That directory holds only generated plots: `.svg` files in it that the
 //!   page does not link are removed, so it always matches the page.
 //! - Refused, with nothing written: a file that is not such a summary, an interrupted run
-//!   (its later experiments are missing), a linked plot missing from `DIR/img/`.
-//!
-//! ## Limitations
-//! - A partial run (`--only`) publishes a partial page; the page's header shows the command.
+//!   (its later experiments are missing), a partial run (`--only`: it would replace the whole
+//!   page with a part of it, and remove the other experiments' plots), a linked plot missing
+//!   from `DIR/img/` or in a subdirectory of it (the summary never writes one).
 
 use std::path::{Path, PathBuf};
 
@@ -83,6 +82,16 @@ pub fn docs_page(summary: &str, source: &str) -> Result<Page, LabError> {
             "The run in {source} was interrupted: its later experiments are missing; run it again"
         )));
     }
+    let command = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("Command: `"))
+        .unwrap_or("");
+    if command.split_whitespace().any(|w| w == "--only") {
+        return Err(invalid(format!(
+            "The run in {source} is partial (--only): publishing it would replace the page \
+             with part of it; publish a full run"
+        )));
+    }
     let kind = if summary.contains(SIM_ONLY_MODE) {
         PageKind::Sim
     } else {
@@ -96,7 +105,12 @@ pub fn docs_page(summary: &str, source: &str) -> Result<Page, LabError> {
         let after = &after["](img/".len()..];
         let end = after.find(')').unwrap_or(after.len());
         let name = &after[..end];
-        if !name.is_empty() && !name.contains('/') && !plots.iter().any(|p| p == name) {
+        if name.is_empty() || name.contains('/') {
+            return Err(invalid(format!(
+                "{source}/summary.md links `img/{name}`: not a plot of the run's img/ directory"
+            )));
+        }
+        if !plots.iter().any(|p| p == name) {
             plots.push(name.to_string());
         }
         body.push_str(before);
@@ -232,6 +246,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a `vqos lab paper all` summary"), "{e}");
+    }
+
+    #[test]
+    fn partial_runs_and_links_outside_img_are_refused() {
+        let s = summary("lab runs").replace(
+            "paper all --out lab-out/paper-all",
+            "paper all --only ancs-fig5 --out x",
+        );
+        let e = docs_page(&s, "d").unwrap_err().to_string();
+        assert!(e.contains("partial (--only)"), "{e}");
+        // A word that only starts like the option is no option.
+        let s = summary("lab runs").replace("--out lab-out/paper-all", "--out lab-out/--only-x");
+        assert!(docs_page(&s, "d").is_ok());
+        let s = summary("lab runs").replace("(img/a-htb.svg)", "(img/sub/a-htb.svg)");
+        let e = docs_page(&s, "d").unwrap_err().to_string();
+        assert!(e.contains("img/sub/a-htb.svg"), "{e}");
     }
 
     #[test]

@@ -21,9 +21,9 @@
 //! - **Floors.** A token bucket at the vif's minimum; a ready vif with floor tokens is served
 //!   first (the one owed the most time first, not by priority: a guarantee must not wait
 //!   behind another vif's burst of owed service), and that service advances its tag like any
-//!   other. So a floor binds only when the weighted share is below it: the floored vif's tag runs ahead of the others, the fair tier
-//!   stops choosing it, and it gets exactly its floor (ANCS Fig. 5: 200 Mbit/s, not 200 plus a
-//!   share). The lead a floored vif builds is capped a couple of batches ahead of the system's
+//!   other. So a floor binds only when the weighted share is below it: the floored vif's tag
+//!   runs ahead of the others, the fair tier stops choosing it, and it gets exactly its floor
+//!   (ANCS Fig. 5: 200 Mbit/s, not 200 plus a share). The lead a floored vif builds is capped a couple of batches ahead of the system's
 //!   virtual time, so the moment its weighted share rises above the floor it is back in the fair
 //!   tier. Σ floors ≤ capacity is validated, so floors can always be honoured; under cycles the
 //!   floors are priced by the set's [`crate::cost::Pricing`] (a frame cost model at a reference
