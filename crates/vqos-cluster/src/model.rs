@@ -180,6 +180,10 @@ pub struct VifStatus {
     pub rate_bps: u64,
     /// Estimated demand, bit/s (`null`: it uses all it is given and wants more).
     pub demand_bps: Option<u64>,
+    /// It uses (nearly) all of its floor share: the floor split counts it greedy
+    /// ([`crate::fills_floor`]). Absent: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub floor_greedy: bool,
     /// The tenant share in force: the effective max, bit/s (absent: no tenant share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_max_bps: Option<u64>,

@@ -33,6 +33,7 @@ pub fn group(all: &BTreeMap<String, HostStatus>) -> BTreeMap<&str, TenantMembers
                 weight: v.weight,
                 max_bps: v.max_bps,
                 demand_bps: v.demand_bps,
+                floor_greedy: v.floor_greedy,
             });
         }
     }

@@ -17,6 +17,11 @@
 //! [`estimate_demand`] turns a vif's measured rate into the demand it publishes: a vif that uses
 //! at least 95 % of its share is greedy (`None`: it would take more), one below wants its rate
 //! plus 10 %, and never less than a small probe so an idle vif keeps a foothold.
+//! [`fills_floor`] marks a vif that uses at least 95 % of its floor share: the floor split counts
+//! it greedy ([`Member::floor_greedy`]), so a vif that another tenant's heavier vif holds on its
+//! host's link gets its whole weighted floor at once, instead of climbing 10 % a period from
+//! its weighted share of the link (the max split still uses its demand: a vif held on its link
+//! does not need more cap, only a floor).
 
 use vqos_sched::{allocate, Claim};
 
@@ -38,6 +43,9 @@ pub struct Member {
     pub max_bps: Option<u64>,
     /// Its estimated demand, bit/s (`None`: greedy).
     pub demand_bps: Option<u64>,
+    /// It uses (nearly) all of its floor share ([`fills_floor`]): the floor split takes it as
+    /// greedy, whatever its demand.
+    pub floor_greedy: bool,
 }
 
 /// A vif's share of its tenant: what it is held to and guaranteed.
@@ -92,7 +100,7 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
     let floors: Vec<Claim> = members
         .iter()
         .zip(&maxes)
-        .map(|(m, &max)| claim(m, max, m.demand_bps))
+        .map(|(m, &max)| claim(m, max, (!m.floor_greedy).then_some(m.demand_bps).flatten()))
         .collect();
     let mins = run(tenant.min_bps, &floors);
     mins.into_iter()
@@ -112,6 +120,19 @@ pub fn estimate_demand(rate_bps: u64, share_max_bps: Option<u64>, probe_bps: u64
     Some(rate_bps.saturating_add(rate_bps / 10).max(probe_bps))
 }
 
+/// Whether a vif fills its floor share: its measured `rate_bps` is at least [`GREEDY_PERCENT`]
+/// of a non-zero floor share in force.
+///
+/// Such a vif may be held there by the switch (another tenant's heavier vif on its host's
+/// link), so the floor split counts it greedy. It does not flap: a vif that wants `r` and is
+/// given its estimate `1.1 r` uses 1/1.1 = 90.9 % of it, below the mark; one whose weighted
+/// floor `w` is below `r / 0.95` fills `w` whether it is counted greedy or not.
+pub fn fills_floor(rate_bps: u64, share_min_bps: Option<u64>) -> bool {
+    share_min_bps.is_some_and(|s| {
+        s > 0 && u128::from(rate_bps) * 100 >= u128::from(s) * u128::from(GREEDY_PERCENT)
+    })
+}
+
 #[cfg(test)]
 #[path = "../../vqos-sched/src/proptest_config.rs"]
 mod proptest_config;
@@ -128,6 +149,7 @@ mod tests {
             weight,
             max_bps: max.map(|m| m * M),
             demand_bps: demand.map(|d| d * M),
+            floor_greedy: false,
         }
     }
 
@@ -223,16 +245,136 @@ mod tests {
         assert_eq!(estimate_demand(u64::MAX, None, M), Some(u64::MAX));
     }
 
+    #[test]
+    fn filling_the_floor() {
+        // No floor share, or a zero one: never.
+        assert!(!fills_floor(50 * M, None));
+        assert!(!fills_floor(0, Some(0)));
+        // At or above 95 % of the floor share.
+        assert!(fills_floor(95 * M, Some(100 * M)));
+        assert!(fills_floor(300 * M, Some(100 * M)));
+        // A light vif given its estimate (rate + 10 %) as its floor does not fill it.
+        assert!(!fills_floor(20 * M, Some(22 * M)));
+        assert!(fills_floor(u64::MAX, Some(u64::MAX)));
+    }
+
+    #[test]
+    fn a_vif_that_fills_its_floor_gets_its_whole_weighted_floor_at_once() {
+        // Tenant floor 300, one vif held at 94 by another tenant on its link: it publishes
+        // 103 (94 + 10 %). Counted light, the floor follows that demand; filling it, the vif
+        // takes the whole floor. Its max share (no tenant max: its own cap) is unchanged.
+        let mut vif = member(1, None, Some(103));
+        assert_eq!(mins(&split(&tenant(300, None), &[vif])), [103]);
+        vif.floor_greedy = true;
+        let s = split(&tenant(300, None), &[vif]);
+        assert_eq!(mins(&s), [300]);
+        assert_eq!(s[0].max_bps, None);
+        // With a tenant max the max split still follows the demand (103, and the rest to the
+        // greedy sibling), and a floor is never above the max share: 103 of the 150 by weight.
+        // Lifted to 103, the vif fills its max share too and is greedy for both next period.
+        let s = split(&tenant(300, Some(1000)), &[vif, member(1, None, None)]);
+        assert_eq!(mins(&s), [103, 197]);
+        assert_eq!(maxes(&s), [103, 897]);
+    }
+
+    /// A vif in the loop of the agents: `want` is what its VM would send (`None`: greedy),
+    /// `held` what its host's link gives it without a floor (another tenant's heavier vifs).
+    #[derive(Debug, Clone, Copy)]
+    struct Sender {
+        weight: u32,
+        want: Option<u64>,
+        held: u64,
+    }
+
+    /// Runs the agents' period `periods` times from no shares: each vif sends what it wants
+    /// within what its link gives it (at least its floor share), publishes its demand and
+    /// whether it fills its floor, and the split gives the next shares. The floor shares of
+    /// every period.
+    fn periods(t: &TenantLimits, senders: &[Sender], periods: usize) -> Vec<Vec<u64>> {
+        let mut shares: Vec<Option<Share>> = vec![None; senders.len()];
+        let mut seen = Vec::new();
+        for _ in 0..periods {
+            let members: Vec<Member> = senders
+                .iter()
+                .zip(&shares)
+                .map(|(v, share)| {
+                    let floor = share.map_or(0, |s| s.min_bps);
+                    let rate = v.held.max(floor).min(v.want.unwrap_or(u64::MAX));
+                    let share_max = share.and_then(|s| s.max_bps);
+                    Member {
+                        weight: v.weight,
+                        max_bps: None,
+                        demand_bps: estimate_demand(rate, share_max, M),
+                        floor_greedy: fills_floor(rate, share.map(|s| s.min_bps)),
+                    }
+                })
+                .collect();
+            shares = split(t, &members).into_iter().map(Some).collect();
+            seen.push(shares.iter().map(|s| s.map_or(0, |s| s.min_bps)).collect());
+        }
+        seen
+    }
+
+    #[test]
+    fn a_held_vif_reaches_its_floor_in_three_periods_and_stays() {
+        // The real-traffic test's case: acme's vif held at 94 of a full link, floor 300.
+        let v = Sender {
+            weight: 1,
+            want: None,
+            held: 94 * M,
+        };
+        let seen = periods(&tenant(300, None), &[v], 8);
+        let seen: Vec<u64> = seen.iter().map(|p| p[0] / M).collect();
+        // Period 1: rate 94, demand 103: floor 103. Period 2: the floor lifts the vif to 103,
+        // which fills it: the whole 300 from then on (10 % a period would take 12 periods).
+        assert_eq!(seen, [103, 300, 300, 300, 300, 300, 300, 300]);
+    }
+
+    fn arb_sender() -> impl Strategy<Value = Sender> {
+        (
+            1u32..8,
+            prop::option::of(0u64..1_000_000_000),
+            0u64..1_000_000_000,
+        )
+            .prop_map(|(weight, want, held)| Sender { weight, want, held })
+    }
+
+    proptest! {
+        #![proptest_config(proptest_config::config(256))]
+
+        /// From no shares, the floor shares settle (the same from one period to the next)
+        /// within 6 periods and never move again, and the floor is whole when a vif of the
+        /// tenant is greedy: neither flapping nor the 10 %-a-period climb.
+        #[test]
+        fn floor_shares_settle_within_six_periods_without_flapping(
+            senders in prop::collection::vec(arb_sender(), 1..6),
+            floor in 0u64..2_000_000_000,
+        ) {
+            let t = TenantLimits { min_bps: floor, max_bps: None };
+            let seen = periods(&t, &senders, 16);
+            for (k, p) in seen.iter().enumerate().skip(6) {
+                prop_assert_eq!(p, &seen[5], "period {} moved: {:?}", k + 1, seen);
+            }
+            if senders.iter().any(|s| s.want.is_none()) {
+                let n = senders.len() as u64;
+                let sum: u64 = seen[15].iter().sum();
+                prop_assert!(sum + n >= floor, "floor {} not whole: {:?}", floor, seen);
+            }
+        }
+    }
+
     fn arb_member() -> impl Strategy<Value = Member> {
         (
             0u32..8,
             prop::option::of(0u64..2_000_000_000),
             prop::option::of(0u64..2_000_000_000),
+            any::<bool>(),
         )
-            .prop_map(|(weight, max_bps, demand_bps)| Member {
+            .prop_map(|(weight, max_bps, demand_bps, floor_greedy)| Member {
                 weight,
                 max_bps,
                 demand_bps,
+                floor_greedy,
             })
     }
 
@@ -261,10 +403,12 @@ mod tests {
                 if let Some(cap) = m.max_bps {
                     prop_assert!(share_max <= cap);
                 }
-                if let Some(d) = m.demand_bps {
+                // The floor split's demand: none for a vif that fills its floor.
+                let floor_demand = if m.floor_greedy { None } else { m.demand_bps };
+                if let Some(d) = floor_demand {
                     prop_assert!(x.min_bps <= d);
                 }
-                usable += u128::from(m.demand_bps.map_or(share_max, |d| d.min(share_max)));
+                usable += u128::from(floor_demand.map_or(share_max, |d| d.min(share_max)));
                 let hi = match (m.demand_bps, m.max_bps) {
                     (Some(d), Some(c)) => d.min(c),
                     (Some(v), None) | (None, Some(v)) => v,

@@ -27,8 +27,8 @@ use std::time::Instant;
 use serde::Serialize;
 use thiserror::Error;
 use vqos_cluster::{
-    all_shares, estimate_demand, local_shares, split, HostStatus, Member, Share, TenantLimits,
-    VifStatus,
+    all_shares, estimate_demand, fills_floor, local_shares, split, HostStatus, Member, Share,
+    TenantLimits, VifStatus,
 };
 
 /// Why a cluster simulation cannot run.
@@ -283,6 +283,7 @@ impl World {
                     share_max.or(v.max_bps),
                     self.config.probe_bps,
                 ),
+                floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             };
@@ -337,6 +338,7 @@ impl World {
                             Want::Light(x) => Some(x),
                             Want::Greedy => None,
                         },
+                        floor_greedy: false,
                     }
                 })
                 .collect();

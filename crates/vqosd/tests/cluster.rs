@@ -386,8 +386,8 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
     let r1 = common::Report::of(s1, Duration::from_secs(40));
     let r2 = common::Report::of(s2, Duration::from_secs(40));
     drop((c1, c2));
-    let st = status(&etcd, "h1").unwrap();
-    println!("status: {st}");
+    // What the agent saw, for the log (etcdctl may time out on a starved machine).
+    println!("status: {:?}", status(&etcd, "h1"));
     let want = [
         vqos_sched::VifPolicy {
             min_bps: 300_000_000,
@@ -398,8 +398,9 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
             ..Default::default()
         },
     ];
-    // The floor is re-derived every period from the measured demand (rate + 10 %), so a TCP
-    // dip lowers it for a period: measured 288 of 300 Mbit/s here; a floor lost would be 94.
+    // The floor is re-derived every period: acme's vif fills its floor share, so the floor
+    // split counts it greedy (`fills_floor`) and gives it all 300 within 3 periods; a TCP dip
+    // below 95 % of it lowers it to the rate plus 10 % for a period. A floor lost would be 94.
     common::check(
         "acme's floor against bulk",
         &[r1.mbit(8.0, 14.0), r2.mbit(8.0, 14.0)],

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use vqos_cluster::{estimate_demand, HostStatus, VifStatus};
+use vqos_cluster::{estimate_demand, fills_floor, HostStatus, VifStatus};
 
 use super::desired::Desired;
 use crate::api::Api;
@@ -82,6 +82,7 @@ pub(super) fn own_status(
                 max_bps: v.policy.max_bps,
                 rate_bps,
                 demand_bps: estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps),
+                floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             },
