@@ -15,8 +15,12 @@ echo "proptest-deep: PROPTEST_CASES=$cases PROPTEST_RNG_SEED=$seed"
 snapshot() { find crates -path '*proptest-regressions*' -type f -exec md5sum {} + 2>/dev/null | sort; }
 before=$(snapshot)
 rc=0
+# Every crate with property tests (grep -rl 'proptest!' crates): the engines' and the cluster
+# split's.
 PROPTEST_CASES=$cases PROPTEST_RNG_SEED=$seed \
   cargo test -p vqos-sched --lib --test properties -- --test-threads 1 || rc=$?
+PROPTEST_CASES=$cases PROPTEST_RNG_SEED=$seed \
+  cargo test -p vqos-cluster --lib split:: -- --test-threads 1 || rc=$?
 after=$(snapshot)
 if [[ $before != "$after" ]]; then
   echo
