@@ -391,6 +391,23 @@ cpu_ticks() { # pid → "utime+stime in clock ticks (all threads) now_ns"
 # --- one run ----------------------------------------------------------------------------------
 ROWS=()
 LROWS=()
+# row_json KIND SWITCH PHASE [KEY VALUE]... → one JSON object per line into $TMP/rows.jsonl,
+# with the phase's common numbers (nb, busy, cpf, cpu of the caller); a value that is not a
+# number ("nan") becomes null. `vqos lab paper c2qos-fig6 --baseline ovs-dpdk` reads them.
+row_json() {
+    local args=(--arg kind "$1" --arg switch "$2" --arg phase "$3" --arg neighbours_mpps "$nb"
+        --arg core_busy_pct "$busy" --arg cycles_per_frame "$cpf" --arg switch_cpu_pct "$cpu")
+    local keys='"neighbours_mpps","core_busy_pct","cycles_per_frame","switch_cpu_pct"'
+    shift 3
+    while [ $# -ge 2 ]; do
+        args+=(--arg "$1" "$2")
+        keys+=",\"$1\""
+        shift 2
+    done
+    jq -nc "${args[@]}" "{kind: \$kind, switch: \$switch, phase: (\$phase | tonumber)}
+        + ([$keys] | map({key: ., value: (\$ARGS.named[.] | tonumber? // null)}) | from_entries)" \
+        >>"$TMP/rows.jsonl"
+}
 set_phase() { # 1 | 2 | 3
     case $1 in
         1) ;;
@@ -450,9 +467,14 @@ run_one() { # kind(rate|latency) switch
             [ "$ph" = 1 ] && p1rate=$rate
             kept=$(awk -v a="$rate" -v b="$p1rate" 'BEGIN { if (b > 0) printf "%.1f", a / b * 100; else print "nan" }')
             ROWS+=("| $sw | $ph | $(echo "$out" | jq -r '.sent_bps / 1e6 | . * 10 | round / 10') | $rate | $loss | $kept | $nb | ${fl% } | $busy | $cpf | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
+            row_json rate "$sw" "$ph" sent_mbit "$(echo "$out" | jq -r '.sent_bps / 1e6')" \
+                delivered_mbit "$rate" loss_pct "$loss" kept_pct "$kept"
             log "$sw phase $ph: VM1 sent $sent, sink got $got (loss $loss %, kept $kept %), neighbours $nb Mpps; switch read/dropped: $fl; core busy $busy %, $cpf cycles/frame; switch CPU $cpu %"
         else
             LROWS+=("| $sw | $ph | $(echo "$out" | jq -r '"\(.samples) | \(.lost) | \(.p50_us // "-" | tostring | .[0:6]) | \(.p99_us // "-" | tostring | .[0:6]) | \(.p999_us // "-" | tostring | .[0:7])"') | $nb | $busy | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
+            row_json latency "$sw" "$ph" samples "$(echo "$out" | jq -r .samples)" \
+                lost "$(echo "$out" | jq -r .lost)" p50_us "$(echo "$out" | jq -r '.p50_us // "nan"')" \
+                p99_us "$(echo "$out" | jq -r '.p99_us // "nan"')" p999_us "$(echo "$out" | jq -r '.p999_us // "nan"')"
             log "$sw phase $ph latency: $(echo "$out" | jq -c '{samples, lost, p50_us, p99_us}'); neighbours $nb Mpps"
         fi
     done
@@ -469,6 +491,13 @@ log "$(uptime | sed 's/^ *//'); ${SECS} s per phase; purchases $PURCHASES of $CA
 for sw in "${RATE_LIST[@]}"; do run_one rate "$sw"; done
 for sw in "${LAT_LIST[@]}"; do run_one latency "$sw"; done
 MD=$OUTDIR/lab-c2qos-real-$STAMP.md
+touch "$TMP/rows.jsonl"
+jq -s --arg date "$(date -u '+%Y-%m-%d %H:%M UTC')" --arg commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    --arg command "scripts/lab-c2qos-real.sh -t $SECS -s '$RATE_RUNS' -l '$LAT_RUNS' -c $CAP_MBIT -p $PURCHASES -f $VM1_PCT -H $TSC_HZ" \
+    --arg purchases "$PURCHASES" --arg capacity "$CAP_MBIT" \
+    '{date: $date, commit: $commit, command: $command, capacity_mbit: ($capacity | tonumber),
+      purchases_mbit: ($purchases | split(",") | map(tonumber)), rows: .}' \
+    "$TMP/rows.jsonl" >"${MD%.md}.json"
 {
     echo "# C2QoS Fig. 6 on a real load, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo
@@ -489,4 +518,4 @@ MD=$OUTDIR/lab-c2qos-real-$STAMP.md
 } >"$MD"
 echo
 cat "$MD"
-log "Markdown: $MD"
+log "Markdown: $MD; JSON: ${MD%.md}.json"

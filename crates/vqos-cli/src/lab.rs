@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use vqos_lab::{
     install_interrupt_handler, publish, run_all, run_lab, run_paper, AllOptions, Baseline,
-    LabOptions, PaperOptions, PAPERS,
+    LabOptions, PaperOptions, PaperSwitch, PAPERS,
 };
 
 /// Arguments of `vqos lab`.
@@ -29,7 +29,8 @@ enum LabCommand {
     #[command(
         after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
-        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6, \
+        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6 (also on a real \
+        load: --baseline ovs-dpdk, testpmd and OVS-DPDK), \
         pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
         order into DIR/<name>/ and writes DIR/summary.md (paper | simulator | lab | baselines \
         per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
@@ -67,7 +68,9 @@ struct PublishArgs {
 struct PaperArgs {
     /// The experiment, or `all`.
     name: String,
-    /// Baselines to run (repeatable; default: the experiment's own choice).
+    /// Baselines to run (repeatable; default: the experiment's own choice): those of `vqos lab
+    /// run`, and for c2qos-fig6 `ovs-dpdk`, the real load (testpmd's 64-byte floods over
+    /// vhost-user against vqosd and OVS-DPDK: scripts/lab-c2qos-real.sh; run by default).
     #[arg(long)]
     baseline: Vec<String>,
     /// Output directory (default lab-out/paper-NAME).
@@ -182,7 +185,7 @@ fn paper(p: PaperArgs) -> Result<()> {
     let baselines = p
         .baseline
         .iter()
-        .map(|b| b.parse::<Baseline>())
+        .map(|b| b.parse::<PaperSwitch>())
         .collect::<Result<Vec<_>, _>>()?;
     let out = p
         .out
@@ -205,7 +208,7 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     let baselines = p
         .baseline
         .iter()
-        .map(|b| b.parse::<Baseline>())
+        .map(|b| b.parse::<PaperSwitch>())
         .collect::<Result<Vec<_>, _>>()?;
     let out = p
         .out

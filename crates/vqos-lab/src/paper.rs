@@ -27,6 +27,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::plot::{Line, Plot, Style};
+use crate::real_load::{self, lab_baselines, PaperSwitch, REAL_LOAD_PAPER};
 use crate::run::{run_lab, LabOptions, LabOutcome};
 use crate::topo::Baseline;
 use crate::variant::{variants, Variant};
@@ -78,16 +79,22 @@ pub const SIM_ONLY_FILES: &[(&str, &[&str])] = &[(
     &["c2qos-fig6-tcm.toml", "c2qos-fig6-c2qos.toml"],
 )];
 
-/// The baselines an experiment runs under when none are given: `vqos`, and the kernel
+/// The switches an experiment runs under when none are given: `vqos`, and the kernel
 /// baselines docs/experiments.md compares it with (ANCS Fig. 4: the bridge as native Xen;
-/// Fig. 5: HTB and the bridge; Fig. 6: HTB; the sweeps: see [`run_paper`]).
-pub fn default_baselines(name: &str) -> Vec<Baseline> {
-    match name {
+/// Fig. 5: HTB and the bridge; Fig. 6: HTB; the sweeps: see [`run_paper`]); C2QoS Fig. 6
+/// also on a real load ([`crate::real_load`], with OVS-DPDK: the paper's own baseline).
+pub fn default_switches(name: &str) -> Vec<PaperSwitch> {
+    let lab = match name {
         "ancs-fig4" => vec![Baseline::Vqos, Baseline::Bridge],
         "ancs-fig5" => vec![Baseline::Vqos, Baseline::Htb, Baseline::Bridge],
         "ancs-fig6" => vec![Baseline::Vqos, Baseline::Htb],
         _ => vec![Baseline::Vqos],
+    };
+    let mut out: Vec<PaperSwitch> = lab.into_iter().map(PaperSwitch::Lab).collect();
+    if name == REAL_LOAD_PAPER {
+        out.push(PaperSwitch::RealLoad);
     }
+    out
 }
 
 /// What the papers report for the sweeps, which have no scenario file to carry `[[paper]]`.
@@ -110,8 +117,8 @@ pub const SWEEP_PAPER: &[(&str, &str)] = &[
 pub struct PaperOptions {
     /// One of [`PAPERS`].
     pub name: String,
-    /// Baselines (empty: the experiment's defaults).
-    pub baselines: Vec<Baseline>,
+    /// Switches (empty: the experiment's defaults, [`default_switches`]).
+    pub baselines: Vec<PaperSwitch>,
     /// Output directory.
     pub out_dir: PathBuf,
     /// Multiplies every time of the scenarios.
@@ -260,13 +267,24 @@ pub struct PaperRun {
 
 /// Runs the experiment; returns the text of `summary.md` (also written under `out_dir`).
 pub fn run_paper(opts: &PaperOptions) -> Result<String, LabError> {
-    run_paper_runs(opts).map(|(md, _)| md)
+    run_paper_runs(opts).map(|o| o.md)
 }
 
-/// Runs the experiment; returns `summary.md` and, for scenario-file experiments, every run.
-/// Stops at an interrupt ([`LabError::Interrupted`]); a run that fails otherwise is recorded
-/// and the others go on.
-pub fn run_paper_runs(opts: &PaperOptions) -> Result<(String, Vec<PaperRun>), LabError> {
+/// What an experiment produced.
+#[derive(Debug)]
+pub struct PaperOutput {
+    /// The text of its `summary.md`.
+    pub md: String,
+    /// For scenario-file experiments, every run.
+    pub runs: Vec<PaperRun>,
+    /// The real-load run's section of the summary ([`crate::real_load::section_md`]), or why
+    /// it failed; `None` when it was not asked for.
+    pub real_load_md: Option<String>,
+}
+
+/// Runs the experiment. Stops at an interrupt ([`LabError::Interrupted`]); a run that fails
+/// otherwise is recorded and the others go on.
+pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
     let Some((_, files)) = PAPERS.iter().find(|(n, _)| *n == opts.name) else {
         let names: Vec<&str> = PAPERS.iter().map(|p| p.0).collect();
         return Err(LabError::Invalid(format!(
@@ -275,19 +293,36 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<(String, Vec<PaperRun>), La
             names.join(", ")
         )));
     };
+    let given = !opts.baselines.is_empty();
+    let switches = if given {
+        opts.baselines.clone()
+    } else {
+        default_switches(&opts.name)
+    };
+    let (baselines, real) = lab_baselines(&opts.name, &switches)?;
     let out = &opts.out_dir;
     let mut md = format!("# {} — lab runs\n\n", opts.name);
     let mut runs = Vec::new();
+    let mut real_load_md = None;
     match opts.name.as_str() {
-        "ancs-fig8" => sweep_cpu(opts, &mut md)?,
-        "ancs-table1-2" => sweep_latency(opts, &mut md)?,
+        "ancs-fig8" => {
+            let b = if given {
+                baselines
+            } else {
+                vec![Baseline::Bridge, Baseline::Htb, Baseline::Vqos]
+            };
+            sweep_cpu(opts, &b, &mut md)?
+        }
+        "ancs-table1-2" => {
+            let b = if given {
+                baselines
+            } else {
+                vec![Baseline::Vqos, Baseline::Bridge]
+            };
+            sweep_latency(opts, &b, &mut md)?
+        }
         _ => {
             let dir = opts.scenarios_dir.clone().unwrap_or_else(scenarios_dir);
-            let baselines = if opts.baselines.is_empty() {
-                default_baselines(&opts.name)
-            } else {
-                opts.baselines.clone()
-            };
             md.push_str("| run | baseline | expectations passed | vqosd CPU % | softirq CPU % | directory |\n|---|---|---|---:|---:|---|\n");
             for f in *files {
                 let stem = f.trim_end_matches(".toml");
@@ -322,10 +357,19 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<(String, Vec<PaperRun>), La
                     });
                 }
             }
+            if real {
+                let section = real_load::paper_run(opts, &mut md)?;
+                let _ = write!(md, "\n{section}");
+                real_load_md = Some(section);
+            }
         }
     }
     write(&out.join("summary.md"), &md)?;
-    Ok((md, runs))
+    Ok(PaperOutput {
+        md,
+        runs,
+        real_load_md,
+    })
 }
 
 /// An error with its sources, on one line.
@@ -339,13 +383,8 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn sweep_cpu(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
+fn sweep_cpu(opts: &PaperOptions, baselines: &[Baseline], md: &mut String) -> Result<(), LabError> {
     let out = &opts.out_dir;
-    let baselines = if opts.baselines.is_empty() {
-        vec![Baseline::Bridge, Baseline::Htb, Baseline::Vqos]
-    } else {
-        opts.baselines.clone()
-    };
     let mut csv = String::from(
         "vms,baseline,switch_cpu_percent,vqosd_percent,softirq_percent,aggregate_mbps\n",
     );
@@ -354,11 +393,11 @@ fn sweep_cpu(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
         .map(|b| (b.to_string(), Vec::new()))
         .collect();
     md.push_str("Switch CPU (% of one core; vqos = vqosd + softirq, kernel baselines = softirq) and aggregate Mbit/s, one run each.\n\n| VMs |");
-    for b in &baselines {
+    for b in baselines {
         let _ = write!(md, " {b} CPU | {b} Mbit/s |");
     }
     md.push_str("\n|---|");
-    for _ in &baselines {
+    for _ in baselines {
         md.push_str("---:|---:|");
     }
     md.push('\n');
@@ -401,17 +440,16 @@ fn sweep_cpu(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
     Ok(())
 }
 
-fn sweep_latency(opts: &PaperOptions, md: &mut String) -> Result<(), LabError> {
+fn sweep_latency(
+    opts: &PaperOptions,
+    baselines: &[Baseline],
+    md: &mut String,
+) -> Result<(), LabError> {
     let out = &opts.out_dir;
-    let baselines = if opts.baselines.is_empty() {
-        vec![Baseline::Vqos, Baseline::Bridge]
-    } else {
-        opts.baselines.clone()
-    };
     let mut csv =
         String::from("vms,baseline,protocol,samples,lost,p50_us,p99_us,p999_us,aggregate_mbps\n");
     let mut series: Vec<Series> = Vec::new();
-    for b in &baselines {
+    for b in baselines {
         for p in ["udp", "tcp"] {
             series.push((format!("{b} {p} p99"), Vec::new()));
         }

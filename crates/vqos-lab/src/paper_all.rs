@@ -28,6 +28,7 @@ use crate::paper::{
     self, run_paper_runs, scenarios_dir, PaperOptions, PaperRun, PAPERS, SIM_ONLY_FILES,
     SWEEP_PAPER,
 };
+use crate::real_load::{PaperSwitch, REAL_LOAD, REAL_LOAD_PAPER};
 use crate::run::scale_scenario;
 use crate::summary::{self, ExperimentRecord, FileRecord, Header, RunRecord};
 use crate::topo::Baseline;
@@ -38,8 +39,9 @@ use vqos_sched::EngineKind;
 /// What `vqos lab paper all` runs.
 #[derive(Debug, Clone)]
 pub struct AllOptions {
-    /// Baselines (empty: each experiment's [`paper::default_baselines`]).
-    pub baselines: Vec<Baseline>,
+    /// Switches (empty: each experiment's [`paper::default_switches`]); the real load
+    /// ([`PaperSwitch::RealLoad`]) goes to C2QoS Fig. 6 only.
+    pub baselines: Vec<PaperSwitch>,
     /// Output directory.
     pub out_dir: PathBuf,
     /// Multiplies every time of the scenarios.
@@ -195,9 +197,23 @@ fn lab_experiment(
     rec: &mut ExperimentRecord,
 ) -> Result<(), LabError> {
     let exp_dir = opts.out_dir.join(name);
+    // The real load is C2QoS Fig. 6's only: the other experiments run the rest of the list,
+    // and none of it when the list was the real load alone.
+    let switches: Vec<PaperSwitch> = opts
+        .baselines
+        .iter()
+        .copied()
+        .filter(|s| name == REAL_LOAD_PAPER || *s != PaperSwitch::RealLoad)
+        .collect();
+    if !opts.baselines.is_empty() && switches.is_empty() {
+        rec.sweep_md = Some(format!(
+            "Not run: `--baseline {REAL_LOAD}` is C2QoS Fig. 6's real load only.\n"
+        ));
+        return Ok(());
+    }
     let po = PaperOptions {
         name: name.to_string(),
-        baselines: opts.baselines.clone(),
+        baselines: switches,
         out_dir: exp_dir.clone(),
         duration_scale: opts.duration_scale,
         vqosd_bin: opts.vqosd_bin.clone(),
@@ -205,7 +221,10 @@ fn lab_experiment(
         scenarios_dir: opts.scenarios_dir.clone(),
     };
     let (md, runs) = match run_paper_runs(&po) {
-        Ok(x) => x,
+        Ok(o) => {
+            rec.after_md = o.real_load_md;
+            (o.md, o.runs)
+        }
         Err(LabError::Interrupted) => return Err(LabError::Interrupted),
         Err(e) => {
             rec.sweep_md = Some(format!("Failed: {}\n", paper::error_chain(&e)));
@@ -332,6 +351,7 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
                 .find(|(n, _)| n == name)
                 .map(|(_, p)| p.to_string()),
             sweep_md: None,
+            after_md: None,
         };
         let r = if opts.sim_only {
             if files.is_empty() {

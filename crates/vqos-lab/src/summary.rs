@@ -78,6 +78,9 @@ pub struct ExperimentRecord {
     pub paper_text: Option<String>,
     /// A sweep's own Markdown (its table and plot), or why it was not run.
     pub sweep_md: Option<String>,
+    /// Markdown after the files' tables: C2QoS Fig. 6's real-load run
+    /// ([`crate::real_load::section_md`]).
+    pub after_md: Option<String>,
 }
 
 fn mbit(v: Option<f64>) -> String {
@@ -485,6 +488,9 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
                 }
             }
             s.push('\n');
+        }
+        if let Some(md) = &e.after_md {
+            let _ = writeln!(s, "{}\n", md.trim_end());
         }
     }
     s

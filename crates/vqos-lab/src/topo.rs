@@ -511,7 +511,8 @@ mod tests {
         let err = "openvswitch".parse::<Baseline>().unwrap_err().to_string();
         assert_eq!(
             err,
-            "Unknown baseline 'openvswitch': expected vqos, bridge, htb, tbf or ovs"
+            "Unknown baseline 'openvswitch': expected vqos, bridge, htb, tbf or ovs (and, for \
+             `vqos lab paper c2qos-fig6` only, ovs-dpdk: the real load)"
         );
         assert!(Baseline::Ovs.capabilities().contains("meter"));
         assert_eq!(vm_mac(258), "02:76:71:00:01:02");

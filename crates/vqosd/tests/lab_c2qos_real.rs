@@ -265,5 +265,37 @@ fn the_script_runs_end_to_end_and_cleans_up() {
     for phase in &r {
         assert!(num(&phase[3]) > 0.0, "the probe got answers:\n{md}");
     }
+    // The same rows as JSON, which `vqos lab paper c2qos-fig6 --baseline ovs-dpdk` reads
+    // (its parsing is unit-tested in vqos-lab's real_load).
+    let json_path = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("the JSON rows");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+    let rows = v["rows"].as_array().expect("rows");
+    let of = |kind: &str, sw: &str| {
+        rows.iter()
+            .filter(|r| r["kind"] == kind && r["switch"] == sw)
+            .count()
+    };
+    assert_eq!(
+        (
+            of("rate", "tcm"),
+            of("rate", "ovs-policer"),
+            of("latency", "c2qos-hbs")
+        ),
+        (3, 3, 3),
+        "{v}"
+    );
+    let tcm3 = rows
+        .iter()
+        .find(|r| r["kind"] == "rate" && r["switch"] == "tcm" && r["phase"] == 3)
+        .unwrap();
+    assert!(
+        tcm3["loss_pct"].is_number() && tcm3["neighbours_mpps"].as_f64() > Some(0.0),
+        "{v}"
+    );
     let _ = std::fs::remove_dir_all(&out_dir);
 }

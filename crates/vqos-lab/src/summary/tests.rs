@@ -59,6 +59,7 @@ fn one(runs: Vec<RunRecord>) -> String {
         }],
         paper_text: None,
         sweep_md: None,
+        after_md: None,
     };
     summary_md(&header(), &[e])
 }
@@ -212,10 +213,19 @@ fn an_engine_variant_is_a_table_headed_with_its_engine() {
         ],
         paper_text: None,
         sweep_md: None,
+        after_md: Some("### On a real load\n\nrows\n".into()),
     };
     let md = summary_md(&header(), &[e]);
     assert!(md.contains("### t\n"), "{md}");
     assert!(md.contains("### t under engine `policer`\n"), "{md}");
+    // The real-load section follows the files' tables.
+    let real = md
+        .find("### On a real load\n\nrows\n")
+        .expect("the real-load section");
+    assert!(
+        real > md.find("### t under engine `policer`").unwrap(),
+        "{md}"
+    );
     assert!(
         md.contains("| phase | | paper | simulator (`policer`) | lab (`policer`) |"),
         "{md}"

@@ -91,7 +91,8 @@ impl FromStr for Baseline {
             "ovs" => Baseline::Ovs,
             other => {
                 return Err(LabError::Invalid(format!(
-                    "Unknown baseline '{other}': expected vqos, bridge, htb, tbf or ovs"
+                    "Unknown baseline '{other}': expected vqos, bridge, htb, tbf or ovs (and, for \
+                     `vqos lab paper c2qos-fig6` only, ovs-dpdk: the real load)"
                 )))
             }
         })
