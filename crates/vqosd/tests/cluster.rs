@@ -400,7 +400,7 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
     ];
     // The floor is re-derived every period: acme's vif fills its floor share, so the floor
     // split counts it greedy (`fills_floor`) and gives it all 300 within 3 periods; a TCP dip
-    // below 95 % of it lowers it to the rate plus 10 % for a period. A floor lost would be 94.
+    // below 90.9 % of it lowers it to the rate plus 10 % for a period. A floor lost would be 94.
     common::check(
         "acme's floor against bulk",
         &[r1.mbit(8.0, 14.0), r2.mbit(8.0, 14.0)],
