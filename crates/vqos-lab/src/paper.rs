@@ -131,13 +131,21 @@ pub struct PaperOptions {
     pub scenarios_dir: Option<PathBuf>,
 }
 
-/// Where the scenario files are.
-pub fn scenarios_dir() -> PathBuf {
-    let here = PathBuf::from("scenarios");
-    if here.join("ancs-fig5.toml").is_file() {
+/// `rel` (a path in the repository) under the current directory when `probe` (a file under
+/// it) is there, else in the workspace this crate was built from.
+pub(crate) fn repo_path(rel: &str, probe: &str) -> PathBuf {
+    let here = PathBuf::from(rel);
+    if here.join(probe).is_file() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+/// Where the scenario files are.
+pub fn scenarios_dir() -> PathBuf {
+    repo_path("scenarios", "ancs-fig5.toml")
 }
 
 /// A scenario of `n` greedy TCP VMs with weight 1 for `secs` seconds (ANCS Fig. 8).

@@ -209,11 +209,7 @@ pub fn checks(run: &RealRun) -> Vec<CheckResult> {
 
 /// The script: `scripts/` here, else the workspace's.
 fn script() -> PathBuf {
-    let here = PathBuf::from("scripts/lab-c2qos-real.sh");
-    if here.is_file() {
-        return here;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lab-c2qos-real.sh")
+    crate::paper::repo_path("scripts", "lab-c2qos-real.sh").join("lab-c2qos-real.sh")
 }
 
 /// The script's JSON outputs in `dir` (`lab-c2qos-real-*.json`), in name order.
@@ -533,6 +529,15 @@ mod tests {
         );
         let e = "ovs-dpdkk".parse::<PaperSwitch>().unwrap_err().to_string();
         assert!(e.contains("Unknown baseline 'ovs-dpdkk'"), "{e}");
+    }
+
+    #[test]
+    fn the_script_is_found_from_the_crate_directory() {
+        // cargo runs tests in the crate's directory: no `scripts/` there, the workspace's.
+        assert!(script().is_file(), "{}", script().display());
+        assert!(crate::paper::scenarios_dir()
+            .join("ancs-fig5.toml")
+            .is_file());
     }
 
     #[test]
