@@ -6,8 +6,9 @@
 # of the policies vqosd reports).
 #
 # Run as root:  scripts/demo.sh [phase-seconds]   (default 7: about 30 s in all)
-# It installs iperf3 with apt-get if missing, builds the release binaries if needed, and removes
-# everything it created on exit (its processes by PID, namespaces, temporary files).
+# It installs what it needs with apt-get if missing (scripts/deps.sh demo), builds the release
+# binaries if needed, and removes everything it created on exit (its processes by PID,
+# namespaces, temporary files).
 set -euo pipefail
 
 PHASE_SECS=${1:-7}
@@ -18,14 +19,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo.sh: run as root (vqosd creates TAPs; the VMs are network namespaces)" >&2
     exit 1
 fi
-if ! command -v iperf3 >/dev/null; then
-    echo "demo.sh: installing iperf3"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q iperf3 >/dev/null 2>&1 ||
-        { apt-get update -q >/dev/null && apt-get install -y -q iperf3 >/dev/null; }
-fi
-
 cd "$(dirname "$0")/.."
+scripts/deps.sh demo   # protoc to build, iperf3 and iproute2 to run (apt-get, if missing)
 VQOSD=target/release/vqosd
 VQOS=target/release/vqos
 stale() { # true when a binary is missing or older than a source it is built from

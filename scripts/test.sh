@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s ==\n' "$*"; }
 
+step "system packages (scripts/deps.sh test: installed as root, named otherwise)"
+scripts/deps.sh test
+# rustfmt and clippy, where the toolchain came without them (rustup's minimal profile).
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
