@@ -171,7 +171,9 @@ start_vqosd() { # engine: rr | vqos → SW_PID, VQ_SOCK
             else # idle ones, never connected: a floor and a cap each
                 pol="{ weight = $i, min = \"100Mbit\", max = \"$((1 + i % 2))Gbit\", priority = $(((i - 1) % 8)) }"
             fi
-            printf '[[port]]\nname = "vm%s"\nkind = "vhost-user"\nsocket = "%s"\npolicy = %s\n' \
+            # testpmd forwards (mac mode): both ports send from one source IP, as a VNF does,
+            # so they run without the guards above layer 2 (port_security = false).
+            printf '[[port]]\nname = "vm%s"\nkind = "vhost-user"\nsocket = "%s"\nport_security = false\npolicy = %s\n' \
                 "$i" "$TMP/vm$i.sock" "$pol"
         done
     } >"$cfg"

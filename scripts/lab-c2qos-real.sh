@@ -149,7 +149,9 @@ EOF
     for i in 2 3 4; do
         prio=0
         [ "$sw" = c2qos-hbs ] && prio=7
-        printf '\n[[port]]\nname = "vm%s"\nkind = "vhost-user"\nsocket = "%s"\npolicy = { max = "%sMbit", priority = %s }\n' \
+        # One testpmd sends for all three (txonly, one source IP): generators, not hosts, so
+        # without the guards above layer 2 (port_security = false).
+        printf '\n[[port]]\nname = "vm%s"\nkind = "vhost-user"\nsocket = "%s"\nport_security = false\npolicy = { max = "%sMbit", priority = %s }\n' \
             "$i" "$TMP/vm$i.sock" "${BUY[$((i - 1))]}" "$prio"
     done
 }

@@ -109,7 +109,7 @@ pub struct SwitchStats {
 /// `drops{reason}` series exists from the start. The data plane's `DropReason::ALL` is the
 /// source; vqosd's tests check that this list names exactly those (this crate does not link
 /// the data plane).
-pub const DROP_REASONS: [&str; 9] = [
+pub const DROP_REASONS: [&str; 16] = [
     "truncated",
     "oversized",
     "bad_vnet_hdr",
@@ -119,4 +119,11 @@ pub const DROP_REASONS: [&str; 9] = [
     "tx_error",
     "hairpin",
     "storm",
+    "ip_spoofed",
+    "arp_spoofed",
+    "nd_spoofed",
+    "rogue_router",
+    "rogue_dhcp",
+    "reserved",
+    "tagged",
 ];

@@ -7,6 +7,7 @@ use vqos_sched::{CostModel, Engine, EngineKind};
 use crate::afpacket::AfPacketPort;
 use crate::error::SwitchError;
 use crate::frame::MacKey;
+use crate::guard::{IpKey, Services};
 use crate::port::Port;
 use crate::tap::{TapMode, TapPort};
 use crate::tap_uring::TapIo;
@@ -51,8 +52,74 @@ impl std::fmt::Debug for PortBackend {
     }
 }
 
-/// A port opened from a spec, with its source-address policy.
-pub(crate) type OpenedPort = (Box<dyn Port>, MacPolicy);
+/// A port opened from a spec, with its source-address policies.
+pub(crate) type OpenedPort = (Box<dyn Port>, PortSecurity);
+
+/// A vif's port security: which source MACs it may use and, unless `ips` is `None` (the
+/// opt-out, with [`MacPolicy::Any`], of routers and nested bridges), which IP addresses it may
+/// claim and what it may serve ([`crate::guard`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PortSecurity {
+    /// Source MACs.
+    pub macs: MacPolicy,
+    /// IP addresses and services; `None`: no guard above layer 2, and tagged frames pass.
+    pub ips: Option<IpPolicy>,
+}
+
+impl PortSecurity {
+    /// No port security at all: any address no other port owns, no guard above layer 2.
+    pub fn open() -> Self {
+        PortSecurity {
+            macs: MacPolicy::Any,
+            ips: None,
+        }
+    }
+}
+
+/// IPv4 addresses a vif port locks to when none are configured ([`IpAddrs::Learn`]).
+pub const DEFAULT_LEARN_IPV4: usize = 2;
+/// IPv6 addresses a vif port locks to when none are configured: a link-local address, a
+/// stable and a few temporary (privacy) ones.
+pub const DEFAULT_LEARN_IPV6: usize = 8;
+
+/// Which IP addresses a vif may claim (as a source, an ARP sender, a neighbour advertisement's
+/// target) and what it may serve. Whatever the policy, an address that lives on another port
+/// (configured or locked there, or announced from the network on the uplink within the ageing
+/// time) is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpPolicy {
+    /// The addresses.
+    pub addrs: IpAddrs,
+    /// Router advertisements, DHCP server messages.
+    pub services: Services,
+}
+
+impl Default for IpPolicy {
+    fn default() -> Self {
+        IpPolicy {
+            addrs: IpAddrs::Learn {
+                v4: DEFAULT_LEARN_IPV4,
+                v6: DEFAULT_LEARN_IPV6,
+            },
+            services: Services::default(),
+        }
+    }
+}
+
+/// Where a vif's IP addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpAddrs {
+    /// The first addresses it claims, per family, locked to it until the port is removed
+    /// (first come, as [`MacPolicy::Learn`]).
+    Learn {
+        /// Most IPv4 addresses locked.
+        v4: usize,
+        /// Most IPv6 addresses locked.
+        v6: usize,
+    },
+    /// Only these (OpenStack's allowed addresses), the port's from the moment it is added.
+    Fixed(Vec<IpKey>),
+}
 
 /// Source addresses a vif port locks to when none are configured ([`MacPolicy::Learn`]).
 pub const DEFAULT_LEARN_MACS: usize = 4;
@@ -95,6 +162,9 @@ pub struct PortSpec {
     pub backend: PortBackend,
     /// Source MACs the port may send from (frames from others count `spoofed`).
     pub macs: MacPolicy,
+    /// IP addresses and services the port may claim (default: learnt and locked, no router or
+    /// DHCP server); `None` for no guard above layer 2.
+    pub ips: Option<IpPolicy>,
     /// How a TAP port moves frames (ignored by other kinds).
     pub tap_io: TapIo,
 }
@@ -106,6 +176,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapCreate,
             macs: MacPolicy::default(),
+            ips: Some(IpPolicy::default()),
             tap_io: TapIo::default(),
         }
     }
@@ -116,6 +187,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapOwn,
             macs: MacPolicy::default(),
+            ips: Some(IpPolicy::default()),
             tap_io: TapIo::default(),
         }
     }
@@ -126,6 +198,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::TapAttach,
             macs: MacPolicy::default(),
+            ips: Some(IpPolicy::default()),
             tap_io: TapIo::default(),
         }
     }
@@ -137,6 +210,7 @@ impl PortSpec {
             name: name.to_string(),
             backend: PortBackend::AfPacket,
             macs: MacPolicy::default(),
+            ips: Some(IpPolicy::default()),
             tap_io: TapIo::default(),
         }
     }
@@ -147,6 +221,7 @@ impl PortSpec {
             name: port.name().to_string(),
             backend: PortBackend::Custom(port),
             macs: MacPolicy::default(),
+            ips: Some(IpPolicy::default()),
             tap_io: TapIo::default(),
         }
     }
@@ -169,6 +244,19 @@ impl PortSpec {
         self
     }
 
+    /// Sets the port's IP address policy (`None`: no guard above layer 2).
+    pub fn with_ip_policy(mut self, ips: Option<IpPolicy>) -> Self {
+        self.ips = ips;
+        self
+    }
+
+    /// Sets the port's whole port security.
+    pub fn with_security(mut self, security: PortSecurity) -> Self {
+        self.macs = security.macs;
+        self.ips = security.ips;
+        self
+    }
+
     pub(crate) fn open(self) -> Result<OpenedPort, SwitchError> {
         let name = self.name;
         let wrap = |source| SwitchError::Port {
@@ -187,7 +275,11 @@ impl PortSpec {
             PortBackend::AfPacket => Box::new(AfPacketPort::open(&name).map_err(wrap)?),
             PortBackend::Custom(p) => p,
         };
-        Ok((port, self.macs))
+        let security = PortSecurity {
+            macs: self.macs,
+            ips: self.ips,
+        };
+        Ok((port, security))
     }
 }
 

@@ -25,8 +25,10 @@ pub enum SwitchError {
     #[error("Port '{0}' already exists")]
     DuplicatePort(String),
     /// A configured source address belongs to another port (or the MAC table is full).
-    #[error("MAC address {mac} is in use{}", owner.as_ref().map(|o| format!(" by port '{o}'")).unwrap_or_else(|| " (MAC table full)".into()))]
+    #[error("{kind} address {mac} is in use{}", owner.as_ref().map(|o| format!(" by port '{o}'")).unwrap_or_else(|| format!(" ({kind} table full)")))]
     MacInUse {
+        /// "MAC" or "IP".
+        kind: &'static str,
         /// The address.
         mac: String,
         /// The port that owns it; `None` when the table had no room.

@@ -87,12 +87,21 @@ pub struct Services {
 }
 
 /// The addresses a frame asserts as its sender's, each with the counter a refusal goes to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claims {
     /// Up to two claims (an IPv6 neighbour advertisement claims its source and its target).
     pub addrs: [(IpKey, DropReason); 2],
     /// How many of `addrs` are set.
     pub len: u8,
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        Claims {
+            addrs: [(0, DropReason::IpSpoofed); 2],
+            len: 0,
+        }
+    }
 }
 
 impl Claims {
@@ -210,7 +219,9 @@ fn ipv6(ip: &[u8], services: Services, c: &mut Claims) -> Result<(), DropReason>
             return Err(DropReason::RogueRouter);
         }
     };
-    let icmp_type = (proto == IPPROTO_ICMPV6).then(|| l4.first().copied()).flatten();
+    let icmp_type = (proto == IPPROTO_ICMPV6)
+        .then(|| l4.first().copied())
+        .flatten();
     if matches!(icmp_type, Some(134 | 137)) && !services.router {
         return Err(DropReason::RogueRouter);
     }

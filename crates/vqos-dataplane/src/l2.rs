@@ -1,4 +1,6 @@
-//! The MAC learning table: source address → port slot, with ageing and ownership.
+//! Address tables: where a source address lives (port slot), with ageing and ownership. The
+//! MAC learning table ([`MacTable`]) and the IP address guard's table ([`IpTable`]) are the
+//! same structure over different keys ([`Addr`]).
 //!
 //! ## Behavior
 //! [`MacTable::learn`] records where an address was seen; [`MacTable::lookup`] ignores
@@ -19,16 +21,46 @@
 //! allocates only the first time it sees a port slot.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-use crate::frame::{is_group, MacKey};
+use crate::config::{IpAddrs, IpPolicy, MacPolicy, PortSecurity};
+use crate::frame::{format_mac, is_group, MacKey};
+use crate::guard::{is_group_ip, key_ip, IpKey};
 
-/// A multiplicative hasher for 48-bit keys (SipHash is needlessly slow here and the keys are
-/// not attacker-chosen beyond what the capacity limit already bounds).
+/// A source address a table can hold.
+pub trait Addr: Copy + Ord + Hash {
+    /// True for a group (multicast or broadcast) address: never learnt, never owned.
+    fn is_group(self) -> bool;
+}
+
+impl Addr for MacKey {
+    #[inline]
+    fn is_group(self) -> bool {
+        is_group(self)
+    }
+}
+
+impl Addr for IpKey {
+    #[inline]
+    fn is_group(self) -> bool {
+        is_group_ip(self)
+    }
+}
+
+/// Source MAC → port slot.
+pub type MacTable = AddrTable<MacKey>;
+/// Source IP address (IPv4 mapped into IPv6) → port slot.
+pub type IpTable = AddrTable<IpKey>;
+
+/// A multiplicative hasher for 48-bit MAC and 128-bit IP keys (SipHash is needlessly slow
+/// here and the keys are not attacker-chosen beyond what the capacity limit already bounds).
 #[derive(Default)]
 pub struct MacHasher(u64);
 
 impl Hasher for MacHasher {
+    fn write_u128(&mut self, v: u128) {
+        self.write_u64((v as u64) ^ ((v >> 64) as u64).rotate_left(17));
+    }
     fn finish(&self) -> u64 {
         self.0
     }
@@ -70,9 +102,9 @@ pub enum Learnt {
 
 /// Address → port slot.
 #[derive(Debug)]
-pub struct MacTable {
+pub struct AddrTable<K> {
     /// The entries.
-    map: HashMap<MacKey, Entry, BuildHasherDefault<MacHasher>>,
+    map: HashMap<K, Entry, BuildHasherDefault<MacHasher>>,
     /// Entries older than this are ignored and swept, ns.
     age_ns: u64,
     /// Most entries held.
@@ -85,13 +117,13 @@ pub struct MacTable {
     default_port_capacity: usize,
 }
 
-impl MacTable {
+impl<K: Addr> AddrTable<K> {
     /// A table holding up to `capacity` entries, at most `port_capacity` learnt on any one
     /// port slot, that age out after `age_ns`.
     pub fn new(capacity: usize, port_capacity: usize, age_ns: u64) -> Self {
         let mut map = HashMap::default();
         map.reserve(capacity);
-        MacTable {
+        AddrTable {
             map,
             age_ns,
             capacity,
@@ -166,8 +198,8 @@ impl MacTable {
     /// time), so one port cannot take another's traffic by sending one frame with its source
     /// address; an aged entry moves freely. Group addresses are never learnt.
     #[inline]
-    pub fn learn(&mut self, mac: MacKey, slot: u16, now_ns: u64) -> Learnt {
-        if is_group(mac) {
+    pub fn learn(&mut self, mac: K, slot: u16, now_ns: u64) -> Learnt {
+        if mac.is_group() {
             return Learnt::Yes;
         }
         match self.map.get(&mac).copied() {
@@ -198,8 +230,8 @@ impl MacTable {
     /// addresses locked by port security). With `force` it takes the address from a port
     /// that only learnt it (an operator's configuration wins over learning); it never takes
     /// one pinned elsewhere.
-    pub fn pin(&mut self, mac: MacKey, slot: u16, force: bool, now_ns: u64) -> Learnt {
-        if is_group(mac) {
+    pub fn pin(&mut self, mac: K, slot: u16, force: bool, now_ns: u64) -> Learnt {
+        if mac.is_group() {
             return Learnt::Owned(u16::MAX);
         }
         match self.map.get(&mac).copied() {
@@ -225,7 +257,7 @@ impl MacTable {
     }
 
     /// A new entry, if the table and the port's share allow.
-    fn insert(&mut self, mac: MacKey, slot: u16, now_ns: u64, pinned: bool) -> Learnt {
+    fn insert(&mut self, mac: K, slot: u16, now_ns: u64, pinned: bool) -> Learnt {
         if self.map.len() >= self.capacity || !self.take(slot) {
             return Learnt::Full;
         }
@@ -242,7 +274,7 @@ impl MacTable {
 
     /// Where `mac` lives, if learnt and not aged out (pinned entries never age).
     #[inline]
-    pub fn lookup(&self, mac: MacKey, now_ns: u64) -> Option<u16> {
+    pub fn lookup(&self, mac: K, now_ns: u64) -> Option<u16> {
         let e = self.map.get(&mac)?;
         self.live(e, now_ns).then_some(e.slot)
     }
@@ -266,6 +298,66 @@ impl MacTable {
             }
             keep
         });
+    }
+}
+
+/// Where every source address lives: the MAC table and the IP address guard's table, kept
+/// together so that a port's addresses of both kinds are pinned, swept and forgotten at once.
+#[derive(Debug)]
+pub(crate) struct Addresses {
+    /// Source MAC → slot.
+    pub macs: MacTable,
+    /// IP address claimed by a guarded vif, or announced from the network on the uplink → slot.
+    pub ips: IpTable,
+}
+
+impl Addresses {
+    /// Forgets every address on `slot` (the port is gone).
+    pub fn purge_slot(&mut self, slot: u16) {
+        self.macs.purge_slot(slot);
+        self.ips.purge_slot(slot);
+    }
+
+    /// Drops aged entries of both tables.
+    pub fn expire(&mut self, now_ns: u64) {
+        self.macs.expire(now_ns);
+        self.ips.expire(now_ns);
+    }
+
+    /// Pins a new port's configured addresses to `slot`, taking them from ports that only
+    /// learnt them. On refusal: "MAC" or "IP", the address (as text) and the slot that owns it
+    /// (`None`: the table is full); addresses pinned before it stay pinned until the caller purges the
+    /// slot.
+    pub fn pin_configured(
+        &mut self,
+        security: &PortSecurity,
+        slot: u16,
+        now_ns: u64,
+    ) -> Result<(), (&'static str, String, Option<u16>)> {
+        let refused = |l: Learnt| match l {
+            Learnt::Yes => None,
+            Learnt::Owned(o) => Some(Some(o)),
+            Learnt::Full => Some(None),
+        };
+        if let MacPolicy::Fixed(list) = &security.macs {
+            for &mac in list {
+                if let Some(owner) = refused(self.macs.pin(mac, slot, true, now_ns)) {
+                    return Err(("MAC", format_mac(mac), owner));
+                }
+            }
+        }
+        if let Some(IpPolicy {
+            addrs: IpAddrs::Fixed(list),
+            ..
+        }) = &security.ips
+        {
+            for &ip in list {
+                if let Some(owner) = refused(self.ips.pin(ip, slot, true, now_ns)) {
+                    return Err(("IP", key_ip(ip).to_string(), owner));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -63,6 +63,7 @@ pub mod config;
 pub mod error;
 pub mod fault;
 pub mod frame;
+pub mod guard;
 pub mod handle;
 pub mod l2;
 pub mod mem;
@@ -81,11 +82,13 @@ pub mod vhost_user;
 pub use afpacket::{AfPacketOptions, AfPacketPort, AfPacketStatus};
 pub use calib::{CostSamples, COST_SAMPLES};
 pub use config::{
-    EmulatedWork, MacPolicy, PortBackend, PortSpec, Readiness, SwitchConfig, DEFAULT_LEARN_MACS,
+    EmulatedWork, IpAddrs, IpPolicy, MacPolicy, PortBackend, PortSecurity, PortSpec, Readiness,
+    SwitchConfig, DEFAULT_LEARN_IPV4, DEFAULT_LEARN_IPV6, DEFAULT_LEARN_MACS,
 };
 pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
+pub use guard::Services;
 pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};

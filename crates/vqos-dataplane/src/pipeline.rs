@@ -22,7 +22,8 @@
 use vqos_sched::{Granted, Scheduler, Verdict};
 
 use crate::frame::{self, is_group, mac_key, FrameError, MacKey, VNET_HDR_LEN};
-use crate::l2::{Learnt, MacTable};
+use crate::guard;
+use crate::l2::{Addr, AddrTable, Addresses, Learnt, MacTable};
 use crate::port::{Batch, BATCH_FRAMES};
 use crate::ports::{PortEntry, PortTable, Security};
 use crate::shaper::UplinkShaper;
@@ -41,7 +42,7 @@ pub(crate) struct Parts<'a> {
     /// Every port.
     pub ports: &'a mut PortTable,
     /// Where addresses were learnt.
-    pub macs: &'a mut MacTable,
+    pub addrs: &'a mut Addresses,
     /// The uplink capacity.
     pub shaper: &'a mut UplinkShaper,
     /// Unknown unicast from a vif is flooded to the other vifs too (not only the uplink).
@@ -106,7 +107,7 @@ impl Pipeline {
     ) -> (u32, u64) {
         let Parts {
             ports,
-            macs,
+            addrs,
             shaper,
             flood_unknown_to_vifs,
         } = parts;
@@ -123,13 +124,15 @@ impl Pipeline {
             let Some(wire) = self.validate(s, i) else {
                 continue;
             };
-            let f = self.batch.frame(i);
-            let dst_mac = mac_key(&f[VNET_HDR_LEN..]);
-            let src_mac = mac_key(&f[VNET_HDR_LEN + 6..]);
-            if !Self::anti_spoof(s, macs, src, src_mac, now) {
+            let eth = &self.batch.frame(i)[VNET_HDR_LEN..];
+            let dst_mac = mac_key(eth);
+            let src_mac = mac_key(&eth[6..]);
+            if !Self::anti_spoof(s, &mut addrs.macs, src, src_mac, now)
+                || !Self::guard(s, addrs, src, eth, dst_mac, src_mac, now)
+            {
                 continue;
             }
-            let dst = Self::lookup(macs, dst_mac, now);
+            let dst = Self::lookup(&addrs.macs, dst_mac, now);
             if let Some(a) = admission.as_mut() {
                 let Some(marked) = self.admit(s, a, i, wire, now) else {
                     continue;
@@ -206,21 +209,7 @@ impl Pipeline {
         now: u64,
     ) -> bool {
         let slot = src as u16;
-        let allowed = !is_group(src_mac)
-            && match &mut s.security {
-                Security::Any => true,
-                Security::Fixed(list) => list.binary_search(&src_mac).is_ok(),
-                Security::Learn { max, locked } => {
-                    locked.contains(&src_mac)
-                        || (locked.len() < *max
-                            && macs.pin(src_mac, slot, false, now) == Learnt::Yes
-                            && {
-                                locked.push(src_mac);
-                                true
-                            })
-                }
-            };
-        if allowed {
+        if !is_group(src_mac) && Self::claim(&mut s.security, macs, src_mac, slot, now) {
             match macs.learn(src_mac, slot, now) {
                 Learnt::Yes => return true,
                 Learnt::Full => {
@@ -232,6 +221,77 @@ impl Pipeline {
         }
         s.c.drops[DropReason::Spoofed] += 1;
         false
+    }
+
+    /// May a port under `security` claim `addr`? Yes if configured for it or already locked
+    /// to it, or (learning) if its lock has room and no other port owns the address, which is
+    /// then pinned to it. One rule for MACs and IP addresses.
+    #[inline]
+    fn claim<K: Addr>(
+        security: &mut Security<K>,
+        table: &mut AddrTable<K>,
+        addr: K,
+        slot: u16,
+        now: u64,
+    ) -> bool {
+        match security {
+            Security::Any => true,
+            Security::Fixed(list) => list.binary_search(&addr).is_ok(),
+            Security::Learn { max, locked } => {
+                locked.contains(&addr)
+                    || (locked.len() < *max
+                        && table.pin(addr, slot, false, now) == Learnt::Yes
+                        && {
+                            locked.push(addr);
+                            true
+                        })
+            }
+        }
+    }
+
+    /// The guards above layer 2 ([`guard`]) on a frame from slot `src`: reserved multicast
+    /// from any port; for a guarded vif, tags, the services it may offer and every address
+    /// the frame claims. The uplink's announced on-link addresses are recorded as the
+    /// network's. Counts the refusal's reason.
+    fn guard(
+        s: &mut PortEntry,
+        addrs: &mut Addresses,
+        src: usize,
+        eth: &[u8],
+        dst_mac: MacKey,
+        src_mac: MacKey,
+        now: u64,
+    ) -> bool {
+        if let Some(reason) = guard::l2_refusal(eth, dst_mac, s.guard.is_some()) {
+            s.c.drops[reason] += 1;
+            return false;
+        }
+        let Some(g) = &mut s.guard else {
+            if src == 0 {
+                if let Some(ip) = guard::announced(eth) {
+                    // A vif's locked address stays the vif's: the result is not needed.
+                    let _ = addrs.ips.learn(ip, 0, now);
+                }
+            }
+            return true;
+        };
+        let refused = match guard::inspect(eth, src_mac, g.services) {
+            Err(reason) => Some(reason),
+            Ok(claims) => claims
+                .iter()
+                .find(|&(ip, _)| {
+                    guard::is_group_ip(ip)
+                        || !Self::claim(g.family(ip), &mut addrs.ips, ip, src as u16, now)
+                })
+                .map(|(_, reason)| reason),
+        };
+        match refused {
+            None => true,
+            Some(reason) => {
+                s.c.drops[reason] += 1;
+                false
+            }
+        }
     }
 
     /// The engine's verdict on frame `i` of a vif batch: dropped (`policed`, `None`),

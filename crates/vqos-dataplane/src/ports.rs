@@ -9,29 +9,80 @@ use std::os::fd::RawFd;
 
 use vqos_sched::{PolicySet, TokenBucket, VifId, VifPolicy};
 
-use crate::config::MacPolicy;
+use crate::config::{IpAddrs, IpPolicy, MacPolicy, PortSecurity};
 use crate::error::SwitchError;
 use crate::frame::MacKey;
+use crate::guard::{is_ipv4_key, IpKey, Services};
 use crate::port::Port;
 use crate::stats::{PortCounters, PortRole};
 
 /// Samples kept per port for the rate window (window = (samples − 1) × stats interval).
 pub(crate) const RATE_SAMPLES: usize = 5;
 
-/// A port's source-address rule as the loop applies it ([`MacPolicy`], with its state).
+/// A port's source-address rule as the loop applies it ([`MacPolicy`], or one family of an
+/// [`IpPolicy`], with its state).
 #[derive(Debug)]
-pub(crate) enum Security {
+pub(crate) enum Security<K = MacKey> {
     /// Any address not owned by another port.
     Any,
     /// Only these (sorted, pinned to the port when it was added).
-    Fixed(Vec<MacKey>),
+    Fixed(Vec<K>),
     /// Lock to the first `max` addresses seen (pinned as they are locked).
     Learn {
         /// Most addresses locked.
         max: usize,
         /// Locked so far.
-        locked: Vec<MacKey>,
+        locked: Vec<K>,
     },
+}
+
+impl<K> Security<K> {
+    fn learn(max: usize) -> Self {
+        Security::Learn {
+            max,
+            locked: Vec::with_capacity(max.min(64)),
+        }
+    }
+}
+
+/// A guarded vif's rules above layer 2 ([`IpPolicy`], with its state).
+#[derive(Debug)]
+pub(crate) struct AddrGuard {
+    /// IPv4 addresses it may claim.
+    pub v4: Security<IpKey>,
+    /// IPv6 addresses it may claim.
+    pub v6: Security<IpKey>,
+    /// What it may serve.
+    pub services: Services,
+}
+
+impl AddrGuard {
+    fn new(policy: IpPolicy) -> Self {
+        let (v4, v6) = match policy.addrs {
+            IpAddrs::Learn { v4, v6 } => (Security::learn(v4), Security::learn(v6)),
+            IpAddrs::Fixed(mut list) => {
+                list.sort_unstable();
+                list.dedup();
+                let (v4, v6) = list.into_iter().partition(|&k| is_ipv4_key(k));
+                (Security::Fixed(v4), Security::Fixed(v6))
+            }
+        };
+        AddrGuard {
+            v4,
+            v6,
+            services: policy.services,
+        }
+    }
+
+    /// The rule of `addr`'s family.
+    #[inline]
+    pub fn family(&mut self, addr: IpKey) -> &mut Security<IpKey> {
+        if is_ipv4_key(addr) {
+            &mut self.v4
+        } else {
+            &mut self.v6
+        }
+    }
 }
 
 impl Security {
@@ -44,10 +95,7 @@ impl Security {
                 macs.dedup();
                 Security::Fixed(macs)
             }
-            MacPolicy::Learn { max } => Security::Learn {
-                max,
-                locked: Vec::with_capacity(max.min(64)),
-            },
+            MacPolicy::Learn { max } => Security::learn(max),
         }
     }
 }
@@ -73,6 +121,8 @@ pub(crate) struct PortEntry {
     pub fd: Option<RawFd>,
     /// Which source addresses it may send from.
     pub security: Security,
+    /// Its rules above layer 2 (a guarded vif), or none (the uplink, an unguarded vif).
+    pub guard: Option<AddrGuard>,
     /// Storm control: broadcast, multicast and unknown-unicast frames it may still send
     /// (tokens are frames).
     pub storm: Option<TokenBucket>,
@@ -95,7 +145,7 @@ pub(crate) struct PortEntry {
 impl PortEntry {
     fn new(
         port: Box<dyn Port>,
-        macs: MacPolicy,
+        security: PortSecurity,
         role: PortRole,
         storm: Option<TokenBucket>,
     ) -> Self {
@@ -109,9 +159,13 @@ impl PortEntry {
             // A new port may already hold frames: the edge may have passed before we watched.
             ready: true,
             rx_failed: false,
+            guard: match role {
+                PortRole::Uplink => None,
+                PortRole::Vif => security.ips.map(AddrGuard::new),
+            },
             security: Security::new(match role {
                 PortRole::Uplink => MacPolicy::Any,
-                PortRole::Vif => macs,
+                PortRole::Vif => security.macs,
             }),
             storm,
             c: PortCounters::default(),
@@ -142,7 +196,7 @@ impl PortTable {
     pub fn insert(
         &mut self,
         port: Box<dyn Port>,
-        macs: MacPolicy,
+        security: PortSecurity,
         role: PortRole,
         storm: Option<TokenBucket>,
     ) -> Result<usize, (SwitchError, Box<dyn Port>)> {
@@ -161,7 +215,7 @@ impl PortTable {
         if idx >= self.slots.len() {
             self.slots.resize_with(idx + 1, || None);
         }
-        let entry = PortEntry::new(port, macs, role, storm);
+        let entry = PortEntry::new(port, security, role, storm);
         self.by_name.insert(entry.name.clone(), idx);
         self.slots[idx] = Some(entry);
         Ok(idx)

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use vqos_sched::{PolicySet, VifPolicy};
 
-use crate::config::MacPolicy;
+use crate::config::PortSecurity;
 use crate::error::SwitchError;
 use crate::port::Port;
 use crate::stats::SwitchStats;
@@ -52,7 +52,7 @@ pub(crate) enum Command {
     /// Add an opened vif port.
     AddPort {
         port: Box<dyn Port>,
-        macs: MacPolicy,
+        macs: PortSecurity,
         policy: VifPolicy,
         reply: SyncSender<Answer>,
     },

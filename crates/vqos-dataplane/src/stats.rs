@@ -31,11 +31,28 @@ pub enum DropReason {
     Hairpin,
     /// Broadcast, multicast or unknown-unicast frames beyond the port's storm-control rate.
     Storm,
+    /// An IPv4 or IPv6 source address the vif may not use (another's, a group address, or
+    /// the unspecified address outside DHCP and neighbour discovery).
+    IpSpoofed,
+    /// ARP whose sender IP the vif may not use, or whose sender hardware address is not the
+    /// frame's source.
+    ArpSpoofed,
+    /// An IPv6 neighbour advertisement for a target address the vif may not use.
+    NdSpoofed,
+    /// An IPv6 router advertisement or redirect from a vif that is not a router.
+    RogueRouter,
+    /// A DHCPv4 or DHCPv6 server message from a vif that is not a DHCP server.
+    RogueDhcp,
+    /// IEEE 802.1D reserved multicast (01:80:c2:00:00:0x: STP, PAUSE, LACP, EAPOL, LLDP) or
+    /// MAC control frames, which a bridge never forwards.
+    Reserved,
+    /// An 802.1Q or 802.1ad tagged frame from a vif (an access port).
+    Tagged,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::Truncated,
         DropReason::Oversized,
         DropReason::BadVnetHdr,
@@ -45,6 +62,13 @@ impl DropReason {
         DropReason::TxError,
         DropReason::Hairpin,
         DropReason::Storm,
+        DropReason::IpSpoofed,
+        DropReason::ArpSpoofed,
+        DropReason::NdSpoofed,
+        DropReason::RogueRouter,
+        DropReason::RogueDhcp,
+        DropReason::Reserved,
+        DropReason::Tagged,
     ];
 
     /// The name used in the API, the metrics' `reason` label and the CLI.
@@ -59,6 +83,13 @@ impl DropReason {
             DropReason::TxError => "tx_error",
             DropReason::Hairpin => "hairpin",
             DropReason::Storm => "storm",
+            DropReason::IpSpoofed => "ip_spoofed",
+            DropReason::ArpSpoofed => "arp_spoofed",
+            DropReason::NdSpoofed => "nd_spoofed",
+            DropReason::RogueRouter => "rogue_router",
+            DropReason::RogueDhcp => "rogue_dhcp",
+            DropReason::Reserved => "reserved",
+            DropReason::Tagged => "tagged",
         }
     }
 }

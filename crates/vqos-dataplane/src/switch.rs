@@ -25,11 +25,9 @@ use vqos_sched::{
 };
 
 use crate::calib::CostSamples;
-use crate::config::{EmulatedWork, MacPolicy, PortSpec, SwitchConfig};
+use crate::config::{EmulatedWork, PortSecurity, PortSpec, SwitchConfig};
 use crate::error::SwitchError;
-use crate::frame::format_mac;
-use crate::l2::Learnt;
-use crate::l2::MacTable;
+use crate::l2::{Addresses, IpTable, MacTable};
 use crate::pipeline::{Admission, Parts, Pipeline};
 use crate::port::{Port, BATCH_FRAMES};
 use crate::ports::{PortTable, RATE_SAMPLES};
@@ -54,8 +52,8 @@ pub struct Poll {
 pub struct Switch {
     /// Every port; slot 0 is the uplink.
     ports: PortTable,
-    /// MAC learning table.
-    macs: MacTable,
+    /// MAC learning table and the IP address guard's table.
+    addrs: Addresses,
     /// The engine and its ready set.
     sched: Scheduler,
     /// The uplink capacity.
@@ -117,10 +115,18 @@ impl Switch {
             config.mac_age_ns,
         );
         macs.set_port_capacity(0, config.mac_capacity / 2);
+        // Guarded vifs are limited by their own locks; the uplink records the on-link
+        // addresses the network announces, at most as many as the MACs it may hold.
+        let mut ips = IpTable::new(
+            config.mac_capacity,
+            config.mac_capacity_per_vif,
+            config.mac_age_ns,
+        );
+        ips.set_port_capacity(0, config.mac_capacity / 2);
         let (uplink, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
-            macs,
+            addrs: Addresses { macs, ips },
             engine_kind: engine.kind(),
             sched: Scheduler::new(engine, 0),
             shaper: UplinkShaper::default(),
@@ -142,7 +148,7 @@ impl Switch {
         };
         let storm = sw.storm_bucket(now_ns);
         sw.ports
-            .insert(uplink, MacPolicy::Any, PortRole::Uplink, storm)
+            .insert(uplink, PortSecurity::open(), PortRole::Uplink, storm)
             .map_err(|(e, _)| e)?;
         sw.apply_policies(Arc::new(policies), now_ns)?;
         Ok(sw)
@@ -180,8 +186,8 @@ impl Switch {
         policy: VifPolicy,
         now_ns: u64,
     ) -> Result<usize, SwitchError> {
-        let (port, macs) = spec.open()?;
-        self.add_opened(port, macs, policy, now_ns)
+        let (port, security) = spec.open()?;
+        self.add_opened(port, security, policy, now_ns)
             .map_err(|(e, _)| e)
     }
 
@@ -191,13 +197,14 @@ impl Switch {
     }
 
     /// Adds an opened port as a vif with `policy`, validated with every other vif; returns its
-    /// slot. Its configured addresses ([`MacPolicy::Fixed`]) become its own at once (taken
-    /// from a port that only learnt them; refused if another port owns one). On refusal
-    /// nothing changed and the port is handed back.
+    /// slot. Its configured addresses ([`MacPolicy::Fixed`](crate::MacPolicy::Fixed),
+    /// [`IpAddrs::Fixed`](crate::IpAddrs::Fixed)) become its own at once (taken from a port
+    /// that only learnt them; refused if another port owns one). On refusal nothing changed
+    /// and the port is handed back.
     pub fn add_opened(
         &mut self,
         port: Box<dyn Port>,
-        macs: MacPolicy,
+        security: PortSecurity,
         policy: VifPolicy,
         now_ns: u64,
     ) -> Result<usize, (SwitchError, Option<Box<dyn Port>>)> {
@@ -216,25 +223,18 @@ impl Switch {
             return Err((e.into(), Some(port)));
         }
         let storm = self.storm_bucket(now_ns);
+        let pinned = security.clone();
         let idx = self
             .ports
-            .insert(port, macs.clone(), PortRole::Vif, storm)
+            .insert(port, security, PortRole::Vif, storm)
             .map_err(|(e, p)| (e, Some(p)))?;
-        if let MacPolicy::Fixed(list) = &macs {
-            for &mac in list {
-                let owner = match self.macs.pin(mac, idx as u16, true, now_ns) {
-                    Learnt::Yes => continue,
-                    Learnt::Owned(slot) => {
-                        self.ports.get(usize::from(slot)).map(|p| p.name.clone())
-                    }
-                    Learnt::Full => None,
-                };
-                let err = SwitchError::MacInUse {
-                    mac: format_mac(mac),
-                    owner,
-                };
-                return Err((err, self.release(idx)));
-            }
+        if let Err((kind, addr, owner)) = self.addrs.pin_configured(&pinned, idx as u16, now_ns) {
+            let err = SwitchError::MacInUse {
+                kind,
+                mac: addr,
+                owner: owner.and_then(|o| self.ports.get(usize::from(o)).map(|p| p.name.clone())),
+            };
+            return Err((err, self.release(idx)));
         }
         match self.apply_policies(Arc::new(next), now_ns) {
             Ok(()) => Ok(idx),
@@ -274,7 +274,7 @@ impl Switch {
     /// Empties slot `idx` and forgets what was learnt there.
     fn release(&mut self, idx: usize) -> Option<Box<dyn Port>> {
         let entry = self.ports.remove(idx)?;
-        self.macs.purge_slot(idx as u16);
+        self.addrs.purge_slot(idx as u16);
         Some(entry.port)
     }
 
@@ -428,7 +428,7 @@ impl Switch {
             }
         }
         if now_ns >= self.next_age_ns {
-            self.macs.expire(now_ns);
+            self.addrs.expire(now_ns);
             self.next_age_ns = now_ns + 1_000_000_000;
         }
         Poll {
@@ -462,7 +462,7 @@ impl Switch {
         self.counters.burst_frames += got as u64;
         let parts = Parts {
             ports: &mut self.ports,
-            macs: &mut self.macs,
+            addrs: &mut self.addrs,
             shaper: &mut self.shaper,
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
@@ -495,7 +495,7 @@ impl Switch {
         self.counters.burst_frames += got as u64;
         let parts = Parts {
             ports: &mut self.ports,
-            macs: &mut self.macs,
+            addrs: &mut self.addrs,
             shaper: &mut self.shaper,
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
@@ -569,7 +569,7 @@ impl Switch {
             policy_epoch: self.policy_epoch,
             engine: self.engine_kind,
             capacity_bps: self.policies.capacity_bps,
-            mac_entries: self.macs.len(),
+            mac_entries: self.addrs.macs.len(),
             ports,
             loop_stats: self.counters.clone(),
         }

@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod etcd;
+pub mod frames;
 mod packet;
 mod testpmd;
 

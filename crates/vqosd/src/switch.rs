@@ -7,7 +7,8 @@ use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::mac_key;
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
-    EmulatedWork, MacPolicy, PortSpec, Readiness, SwitchConfig, SwitchError, SwitchHandle, TapIo,
+    EmulatedWork, IpPolicy, MacPolicy, PortSecurity, PortSpec, Readiness, SwitchConfig,
+    SwitchError, SwitchHandle, TapIo,
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
@@ -61,6 +62,12 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
             PortSpec::custom(Box::new(vhu))
         }
     };
+    Ok(spec.with_security(security(port)).with_tap_io(io))
+}
+
+/// A port's security as the data plane applies it: its configured MACs, else a first-come
+/// lock; with `port_security` the guards above layer 2 too ([`IpPolicy`]), without it none.
+fn security(port: &PortConfig) -> PortSecurity {
     let macs = if !port.macs.is_empty() {
         MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
     } else if port.port_security {
@@ -68,7 +75,10 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
     } else {
         MacPolicy::Any
     };
-    Ok(spec.with_mac_policy(macs).with_tap_io(io))
+    PortSecurity {
+        macs,
+        ips: port.port_security.then(IpPolicy::default),
+    }
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).

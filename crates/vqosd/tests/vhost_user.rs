@@ -34,7 +34,9 @@ fn testpmd_vms_on_vhost_user_ports_keep_policy_and_traffic_across_a_sigkill() {
             "capacity = \"10Gbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\n\
              state_file = \"{}\"\n[api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n\
              [[port]]\nname = \"vm1\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n\
-             [[port]]\nname = \"vm2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n",
+             port_security = false\n\
+             [[port]]\nname = \"vm2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n\
+             port_security = false\n",
             dir.path().join("state.json").display(),
             socket.display(),
             s1.display(),

@@ -15,7 +15,7 @@ const MAC_A: u64 = 0x02_00_00_00_00_0a;
 const MAC_B: u64 = 0x02_00_00_00_00_0b;
 
 fn frame(dst: u64, src: u64, tag: u8) -> Vec<u8> {
-    build_frame(VnetHdr::default(), dst, src, 0x0800, &[tag; 60])
+    build_frame(VnetHdr::default(), dst, src, 0x88b5, &[tag; 60])
 }
 
 fn tag_of(f: &[u8]) -> u8 {

@@ -21,8 +21,21 @@ pub const MAC_A: u64 = 0x02_00_00_00_00_0a;
 pub const MAC_B: u64 = 0x02_00_00_00_00_0b;
 pub const BCAST: u64 = 0xff_ff_ff_ff_ff_ff;
 
+/// An IPv4 header from the station of MAC `src` (source 10.0.0.x, x the MAC's last byte:
+/// each station its own address, as the address guards expect), valid checksum.
+pub fn station_ipv4(src: u64, tos: u8, total_len: u16) -> Vec<u8> {
+    let mut p = ipv4_header(tos, total_len).to_vec();
+    p[15] = src as u8;
+    p[10..12].copy_from_slice(&[0, 0]);
+    let sum = vqos_dataplane::frame::ipv4_checksum(&p);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+/// A test frame tagged `tag`, of the local experimental EtherType (0x88b5): its payload is
+/// no IP packet, so the address guards claim nothing for it.
 pub fn frame(dst: u64, src: u64, tag: u8) -> Vec<u8> {
-    build_frame(VnetHdr::default(), dst, src, 0x0800, &[tag; 60])
+    build_frame(VnetHdr::default(), dst, src, 0x88b5, &[tag; 60])
 }
 
 pub fn tag_of(f: &[u8]) -> u8 {
@@ -34,9 +47,10 @@ pub fn tags(frames: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// A TCPv4 super-frame from `src`: IPv4 + TCP (20 bytes each) + `data` bytes, cut by the
-/// receiver into segments of `gso_size`.
+/// receiver into segments of `gso_size`. Each station has its own IPv4 source address
+/// (10.0.0.x, x the MAC's last byte), as real ones do.
 pub fn tso_frame(dst: u64, src: u64, gso_size: u16, data: usize) -> Vec<u8> {
-    let mut p = ipv4_header(0x02, 0).to_vec();
+    let mut p = station_ipv4(src, 0x02, 0);
     let mut tcp = [0u8; 20];
     tcp[12] = 5 << 4;
     p.extend_from_slice(&tcp);
@@ -54,7 +68,7 @@ pub fn tso_frame(dst: u64, src: u64, gso_size: u16, data: usize) -> Vec<u8> {
 
 /// An ECN-capable (ECT(0)) IPv4 frame.
 pub fn ect_frame(dst: u64, src: u64) -> Vec<u8> {
-    let mut p = ipv4_header(0x02, 60).to_vec();
+    let mut p = station_ipv4(src, 0x02, 60);
     p.extend_from_slice(&[0; 40]);
     build_frame(VnetHdr::default(), dst, src, 0x0800, &p)
 }
