@@ -7,6 +7,8 @@ use vqos_sched::alloc::{allocate, Claim};
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::VifPolicy;
 
+use crate::out::outln;
+
 /// Arguments of `vqos alloc`.
 #[derive(Args, Debug)]
 #[command(
@@ -95,20 +97,20 @@ pub fn run(args: AllocArgs) -> Result<()> {
                 .map(|(name, &rate_bps)| OutVif { name, rate_bps })
                 .collect(),
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        println!("{:<12} {:>14} {:>8}", "vif", "rate", "share");
+        outln!("{:<12} {:>14} {:>8}", "vif", "rate", "share")?;
         for (name, r) in names.iter().zip(&rates) {
             let share = *r as f64 / capacity as f64 * 100.0;
-            println!("{name:<12} {:>14} {share:>7.1}%", format_rate(Some(*r)));
+            outln!("{name:<12} {:>14} {share:>7.1}%", format_rate(Some(*r)))?;
         }
         let total: u64 = rates.iter().sum();
-        println!(
+        outln!(
             "{:<12} {:>14} {:>7.1}%",
             "total",
             format_rate(Some(total)),
             total as f64 / capacity as f64 * 100.0
-        );
+        )?;
     }
     Ok(())
 }

@@ -234,7 +234,7 @@ fn segment(name: &str) -> Result<&str> {
 
 /// Runs `vqos port ...`.
 pub fn port(conn: &ConnArgs, args: PortArgs) -> Result<()> {
-    port_to(&conn.client()?, args, &mut std::io::stdout().lock())
+    port_to(&conn.client()?, args, &mut crate::out::stdout())
 }
 
 fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
@@ -308,7 +308,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
 
 /// Runs `vqos policy ...`.
 pub fn policy(conn: &ConnArgs, args: PolicyArgs) -> Result<()> {
-    policy_to(&conn.client()?, args, &mut std::io::stdout().lock())
+    policy_to(&conn.client()?, args, &mut crate::out::stdout())
 }
 
 fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
@@ -347,7 +347,7 @@ pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
         let msg = "--interval must be a positive number of seconds";
         return Err(UsageError(msg.into()).into());
     }
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::out::stdout();
     loop {
         let s: StatsView = c.call("GET", "/v1/stats", None)?;
         if args.json {

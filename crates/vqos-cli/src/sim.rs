@@ -4,6 +4,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use vqos_sim::{build_report, render_text, simulate, timeseries_csv, Scenario, BIN_NS};
 
+use crate::out::{out, outln};
+
 /// Arguments of `vqos sim`.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  vqos sim scenarios/ancs-fig5.toml\n  \
@@ -49,9 +51,9 @@ pub fn run(args: SimArgs) -> Result<()> {
         std::fs::write(path, csv).with_context(|| format!("Cannot write {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", render_text(&report));
+        out!("{}", render_text(&report))?;
     }
     if args.check && !report.passed() {
         std::process::exit(crate::exit::CHECK_FAILED);

@@ -203,3 +203,64 @@ fn lab_run_engine_needs_the_vqos_baseline_and_a_known_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("wfq"), "{err}");
 }
+
+/// Runs `vqos` with a stdout whose reader is already gone: every write fails with EPIPE. (The
+/// other end of a socket pair rather than of a pipe: same error, and no race with a reader
+/// closing after the first write.)
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(ours);
+    Command::new(env!("CARGO_BIN_EXE_vqos"))
+        .args(args)
+        .env_remove("VQOS_SOCKET")
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run vqos")
+}
+
+/// Before: `alloc` panicked (exit 101), `man` and `completions` said "Broken pipe" (exit 1).
+#[test]
+fn every_command_is_quiet_on_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = daemon(dir.path());
+    let s = sock.as_str();
+    let scenario = format!(
+        "{}/../../scenarios/ancs-fig5.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for args in [
+        vec!["alloc", "--capacity", "1Gbit", "--vif", "a:weight=1"],
+        vec!["alloc", "--capacity", "1Gbit", "--vif", "a", "--json"],
+        vec!["man"],
+        vec!["completions", "bash"],
+        vec!["sim", &scenario],
+        vec!["--socket", s, "port", "list"],
+        vec!["--socket", s, "policy", "get", "vm1", "--json"],
+        vec!["--socket", s, "stats"],
+        vec!["--socket", s, "stats", "--watch", "--interval", "0.05"],
+        vec!["--socket", s, "policy", "set", "vm1", "--priority", "3"],
+        vec!["--socket", s, "calibrate", "--current"],
+        vec![
+            "cluster",
+            "simulate",
+            "--hosts",
+            "3",
+            "--vifs",
+            "9",
+            "--tenants",
+            "2",
+            "--cost-hosts",
+            "0",
+        ],
+    ] {
+        let out = with_closed_stdout(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+    }
+    // What fails before writing anything is still told, with its own status.
+    let out = with_closed_stdout(&["alloc", "--capacity", "fast", "--vif", "a"]);
+    assert_ne!(out.status.code(), Some(141));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Invalid rate 'fast'"));
+}
