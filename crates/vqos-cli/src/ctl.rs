@@ -38,6 +38,8 @@ impl ConnArgs {
             return Err(UsageError("--token-file needs --url".into()).into());
         }
         if let Some(url) = &self.url {
+            // The URL first: a bad one is a usage error whatever the token file.
+            Client::from_url(url, None)?;
             let token = match &self.token_file {
                 Some(f) => Some(
                     std::fs::read_to_string(f)

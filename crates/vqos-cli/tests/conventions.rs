@@ -74,6 +74,10 @@ fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
     let s = sock.as_str();
     let missing = dir.path().join("none.sock");
     let m = missing.to_str().unwrap();
+    let scenario = format!(
+        "{}/../../scenarios/ancs-fig5.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
     for (args, want) in [
         // Usage: clap's errors and ours, before anything is sent.
         (vec!["port", "frobnicate"], 2),
@@ -88,6 +92,50 @@ fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
         ),
         (vec!["--socket", s, "port", "add", "a/b"], 2),
         (vec!["--url", "127.0.0.1:1", "port", "list"], 2),
+        // Before: these URLs were tried, and their failure to connect exited 3.
+        (
+            vec!["--url", "http://127.0.0.1:notaport", "port", "list"],
+            2,
+        ),
+        (vec!["--url", "http://127.0.0.1:99999", "port", "list"], 2),
+        (vec!["--url", "http://:7451", "port", "list"], 2),
+        (
+            vec![
+                "--url",
+                "http://h:0",
+                "--token-file",
+                "/none",
+                "port",
+                "list",
+            ],
+            2,
+        ),
+        // Before: a bad rate or policy given to `alloc` exited 1.
+        (vec!["alloc", "--capacity", "fast", "--vif", "a"], 2),
+        (
+            vec!["alloc", "--capacity", "1Gbit", "--vif", "a:max=fast"],
+            2,
+        ),
+        (
+            vec!["alloc", "--capacity", "1Gbit", "--vif", "a:weight=0"],
+            2,
+        ),
+        (
+            vec!["alloc", "--capacity", "1Gbit", "--vif", "a", "--vif", "a"],
+            2,
+        ),
+        (vec!["sim", &scenario, "--engine", "wfq"], 2),
+        (
+            vec![
+                "sim",
+                &scenario,
+                "--csv",
+                "/dev/null",
+                "--csv-window",
+                "soon",
+            ],
+            2,
+        ),
         // Unreachable.
         (vec!["--socket", m, "port", "list"], 3),
         (vec!["stats", "--socket", m], 3),
