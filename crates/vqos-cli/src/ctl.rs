@@ -13,7 +13,8 @@ use vqos_api::wire::{
     MacAddr, PolicyView, PortKind, PortView, RemovedView, StatsView, VhostUserRole, MAX_PRIORITY,
 };
 use vqos_api::DEFAULT_SOCKET;
-use vqos_sched::units::{format_rate, parse_bytes, parse_rate};
+use vqos_sched::policy::MAX_BURST_BYTES;
+use vqos_sched::units::{format_bytes, format_rate, parse_bytes, parse_rate};
 
 use crate::exit::UsageError;
 
@@ -69,58 +70,116 @@ pub struct PolicyOpts {
     /// Guaranteed minimum, e.g. 200Mbit (0 = none).
     #[arg(long, value_name = "RATE")]
     min: Option<String>,
-    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited".
+    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited"; 0 (which blocks the
+    /// vif) only with --block.
     #[arg(long, value_name = "RATE", visible_alias = "max-out")]
     max: Option<String>,
     /// Latency priority, 0 (most urgent) to 7.
     #[arg(long, value_name = "P")]
     priority: Option<u8>,
     /// Hard maximum of what the vif receives, e.g. 100Mbit; "unlimited": none whatever
-    /// --max is; "max": the same as --max (the default).
+    /// --max is; "max": the same as --max (the default); 0 only with --block.
     #[arg(long, value_name = "RATE")]
     max_in: Option<String>,
     /// Bytes the vif may send above --max after idling, e.g. 64KiB (1B to 1GiB); "default":
     /// the engine's own.
     #[arg(long, value_name = "SIZE")]
     burst: Option<String>,
+    /// Confirms a --max or --max-in of 0: the vif's traffic that way is blocked.
+    #[arg(long)]
+    block: bool,
+}
+
+/// `Some(rate)` (`None`: unlimited) of a rate option, or a usage error naming the option.
+fn rate(flag: &str, text: &str) -> Result<Option<u64>> {
+    Ok(parse_rate(text).map_err(|e| UsageError(format!("--{flag}: {e}")))?)
 }
 
 impl PolicyOpts {
-    /// The JSON patch of the options given; rates are checked here for a clear message.
+    /// Refuses what the daemon would refuse or what is most likely a slip: weight 0, an
+    /// unlimited minimum, a minimum above the maximum, a burst out of range, a zero maximum
+    /// without --block.
+    fn check(&self) -> Result<()> {
+        let usage = |msg: String| -> Result<()> { Err(UsageError(msg).into()) };
+        if self.weight == Some(0) {
+            return usage("--weight must be greater than 0".into());
+        }
+        let min = match &self.min {
+            Some(m) => match rate("min", m)? {
+                Some(bps) => Some((m, bps)),
+                None => return usage("--min cannot be unlimited (0 = none)".into()),
+            },
+            None => None,
+        };
+        let max = match self.max.as_deref() {
+            Some(m) => rate("max", m)?.map(|bps| (m, bps)),
+            None => None,
+        };
+        if let (Some((lo, lo_bps)), Some((hi, hi_bps))) = (min, max) {
+            if lo_bps > hi_bps {
+                return usage(format!("--min {lo} is above --max {hi}"));
+            }
+        }
+        let max_in = match self.max_in.as_deref() {
+            Some(m) if m != "max" => rate("max-in", m)?.map(|bps| (m, bps)),
+            _ => None,
+        };
+        let zero = [("max", max, "sends"), ("max-in", max_in, "receives")]
+            .into_iter()
+            .find_map(|(flag, r, way)| r.filter(|r| r.1 == 0).map(|r| (flag, r.0, way)));
+        match (zero, self.block) {
+            (Some((flag, text, way)), false) => {
+                return usage(format!(
+                    "--{flag} {text} blocks everything the vif {way}; add --block if that is \
+                     what you mean"
+                ))
+            }
+            (None, true) => {
+                return usage("--block confirms a --max or --max-in of 0; give one".into())
+            }
+            _ => {}
+        }
+        if let Some(b) = self.burst.as_deref().filter(|b| *b != "default") {
+            let bytes = parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
+            if bytes == 0 || bytes > MAX_BURST_BYTES {
+                let range = format!("1B..={}", format_bytes(MAX_BURST_BYTES));
+                return usage(format!(
+                    "--burst {} is out of range {range}",
+                    format_bytes(bytes)
+                ));
+            }
+        }
+        if let Some(p) = self.priority.filter(|p| *p > MAX_PRIORITY) {
+            return usage(format!("--priority {p} is out of range 0..={MAX_PRIORITY}"));
+        }
+        Ok(())
+    }
+
+    /// The JSON patch of the options given, checked first (see [`PolicyOpts::check`]).
     fn patch(&self) -> Result<Map<String, Value>> {
+        self.check()?;
         let mut m = Map::new();
         if let Some(w) = self.weight {
             m.insert("weight".into(), json!(w));
         }
-        for (key, rate) in [("min", &self.min), ("max", &self.max)] {
-            if let Some(r) = rate {
-                parse_rate(r).map_err(|e| UsageError(format!("--{key}: {e}")))?;
-                m.insert(key.into(), json!(r));
+        for (key, text) in [("min", &self.min), ("max", &self.max)] {
+            if let Some(t) = text {
+                m.insert(key.into(), json!(t));
             }
         }
         if let Some(r) = &self.max_in {
-            let v = if r == "max" {
-                Value::Null
-            } else {
-                parse_rate(r).map_err(|e| UsageError(format!("--max-in: {e}")))?;
-                json!(r)
-            };
+            let v = if r == "max" { Value::Null } else { json!(r) };
             m.insert("max_in".into(), v);
         }
         if let Some(b) = &self.burst {
             let v = if b == "default" {
                 Value::Null
             } else {
-                parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
                 json!(b)
             };
             m.insert("burst".into(), v);
         }
         if let Some(p) = self.priority {
-            if p > MAX_PRIORITY {
-                let msg = format!("--priority {p} is out of range 0..={MAX_PRIORITY}");
-                return Err(UsageError(msg).into());
-            }
             m.insert("priority".into(), json!(p));
         }
         Ok(m)

@@ -252,6 +252,72 @@ fn lab_run_engine_needs_the_vqos_baseline_and_a_known_name() {
     assert!(err.contains("wfq"), "{err}");
 }
 
+/// Before: `--weight 0`, `--min unlimited` and `--burst 0` were sent and refused by vqosd
+/// (exit 4), and `--max 0` quietly blocked the vif.
+#[test]
+fn policies_that_cannot_be_right_are_refused_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = daemon(dir.path());
+    let s = sock.as_str();
+    for (opts, needle) in [
+        (vec!["--weight", "0"], "--weight must be greater than 0"),
+        (vec!["--min", "unlimited"], "--min cannot be unlimited"),
+        (vec!["--burst", "0"], "--burst 0B is out of range 1B..=1GiB"),
+        (
+            vec!["--burst", "2GiB"],
+            "--burst 2GiB is out of range 1B..=1GiB",
+        ),
+        (
+            vec!["--max", "0"],
+            "--max 0 blocks everything the vif sends",
+        ),
+        (
+            vec!["--max-in", "0bit"],
+            "--max-in 0bit blocks everything the vif receives",
+        ),
+        (vec!["--block"], "--block confirms a --max or --max-in of 0"),
+        (
+            vec!["--min", "300Mbit", "--max", "200Mbit"],
+            "--min 300Mbit is above --max 200Mbit",
+        ),
+    ] {
+        for cmd in [
+            vec!["--socket", s, "policy", "set", "vm1"],
+            vec!["--socket", s, "port", "add", "vm9", "--attach"],
+        ] {
+            let args: Vec<&str> = cmd.iter().chain(&opts).copied().collect();
+            let out = vqos(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+    // Nothing reached the daemon.
+    let (code, v, _) = json(&["--socket", s, "policy", "get", "vm1", "--json"]);
+    assert_eq!(
+        (code, v["weight"].as_u64(), v["max"].as_str()),
+        (0, Some(1), Some("unlimited"))
+    );
+    let (_, v, _) = json(&["--socket", s, "port", "list", "--json"]);
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    // Spelt out, a zero maximum is set.
+    let (code, v, err) = json(&[
+        "--socket", s, "policy", "set", "vm1", "--max", "0", "--block", "--json",
+    ]);
+    assert_eq!((code, v["max_bps"].as_u64()), (0, Some(0)), "{err}");
+    let (code, v, err) = json(&[
+        "--socket",
+        s,
+        "policy",
+        "set",
+        "vm1",
+        "--max",
+        "unlimited",
+        "--json",
+    ]);
+    assert_eq!((code, v["max"].as_str()), (0, Some("unlimited")), "{err}");
+}
+
 /// Runs `vqos` with a stdout whose reader is already gone: every write fails with EPIPE. (The
 /// other end of a socket pair rather than of a pipe: same error, and no race with a reader
 /// closing after the first write.)

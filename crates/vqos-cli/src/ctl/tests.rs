@@ -91,8 +91,10 @@ fn port_and_policy_commands_against_a_daemon() {
     );
     let e = run(&c, "policy set nope --weight 2").unwrap_err();
     assert_eq!(e.to_string(), "Unknown vif 'nope'");
+    // Before: sent, and refused by the daemon (exit 4).
     let e = run(&c, "policy set vm1 --weight 0").unwrap_err();
-    assert_eq!(e.to_string(), "Vif 'vm1': weight must be greater than 0");
+    assert_eq!(e.to_string(), "--weight must be greater than 0");
+    assert_eq!(crate::exit::status(&e), crate::exit::USAGE);
     // Checked before anything is sent.
     let e = run(&c, "policy set vm1").unwrap_err();
     assert!(e.to_string().starts_with("Nothing to set"));
@@ -134,10 +136,8 @@ fn port_and_policy_commands_against_a_daemon() {
         "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
     );
     let e = run(&c, "policy set vm1 --burst 0").unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "Vif 'vm1': burst 0B is out of range 1B..=1GiB"
-    );
+    assert_eq!(e.to_string(), "--burst 0B is out of range 1B..=1GiB");
+    assert_eq!(crate::exit::status(&e), crate::exit::USAGE);
     let e = run(&c, "policy set vm1 --burst 64Kbit").unwrap_err();
     assert!(format!("{e:#}").contains("Invalid size '64Kbit'"), "{e:#}");
     let e = run(&c, "policy set vm1 --max-in fast").unwrap_err();
