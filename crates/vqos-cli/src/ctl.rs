@@ -276,7 +276,8 @@ enum PolicyCommand {
 /// Arguments of `vqos stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// Refresh the table until interrupted.
+    /// Refresh the table until interrupted: in place on a terminal, else one table after
+    /// another; a daemon that goes away (a restart) is waited for, said on stderr.
     #[arg(long)]
     watch: bool,
     /// Print the daemon's JSON (one document per refresh with --watch).
@@ -408,30 +409,76 @@ pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
         let msg = "--interval must be a positive number of seconds";
         return Err(UsageError(msg.into()).into());
     }
+    let interval = Duration::from_secs_f64(args.interval);
+    // Clear-screen codes only for a terminal: into a file or a pipe, plain snapshots.
+    let clear = args.watch && crate::out::is_terminal();
     let mut stdout = crate::out::stdout();
+    let mut shown = 0u64;
+    let mut outage = false;
     loop {
-        let s: StatsView = c.call("GET", "/v1/stats", None)?;
-        if args.json {
-            // One compact document per line when watching, pretty otherwise.
-            let text = if args.watch {
-                serde_json::to_string(&s)?
-            } else {
-                serde_json::to_string_pretty(&s)?
-            };
-            writeln!(stdout, "{text}")?;
-        } else {
-            if args.watch {
-                // Clear the screen and go home, like watch(1).
-                write!(stdout, "\x1b[H\x1b[2J")?;
+        let s: StatsView = match c.call("GET", "/v1/stats", None) {
+            Ok(s) => s,
+            // Watching a daemon seen once: it may be restarting; wait for it.
+            Err(e) if args.watch && shown > 0 && gone(&e) => {
+                if !outage {
+                    eprintln!(
+                        "vqos: vqosd unreachable ({:#}), retrying every {}s until it is back",
+                        anyhow::Error::from(e),
+                        args.interval
+                    );
+                    outage = true;
+                }
+                std::thread::sleep(interval);
+                continue;
             }
-            write_stats(&mut stdout, &s)?;
+            Err(e) => return Err(e.into()),
+        };
+        if std::mem::take(&mut outage) {
+            eprintln!("vqos: vqosd is back");
         }
-        stdout.flush()?;
+        write_snapshot(&mut stdout, &s, &args, clear, shown)?;
+        shown += 1;
         if !args.watch {
             return Ok(());
         }
-        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        std::thread::sleep(interval);
     }
+}
+
+/// Whether a failed call means the daemon is not there (now): stopped, restarting, or gone
+/// in the middle of an answer. Its refusals are not.
+fn gone(e: &vqos_api::client::ClientError) -> bool {
+    use vqos_api::client::ClientError;
+    matches!(e, ClientError::Connect { .. } | ClientError::Http(_))
+}
+
+/// One snapshot of `vqos stats`; `shown` is how many came before it.
+fn write_snapshot(
+    out: &mut impl Write,
+    s: &StatsView,
+    args: &StatsArgs,
+    clear: bool,
+    shown: u64,
+) -> Result<()> {
+    if args.json {
+        // One compact document per line when watching, pretty otherwise.
+        let text = if args.watch {
+            serde_json::to_string(s)?
+        } else {
+            serde_json::to_string_pretty(s)?
+        };
+        writeln!(out, "{text}")?;
+    } else {
+        if clear {
+            // Clear the screen and go home, like watch(1).
+            write!(out, "\x1b[H\x1b[2J")?;
+        } else if shown > 0 {
+            // Off a terminal, successive tables separated by a blank line.
+            writeln!(out)?;
+        }
+        write_stats(out, s)?;
+    }
+    Ok(out.flush()?)
 }
 
 /// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`

@@ -19,6 +19,11 @@ pub fn stdout() -> Stdout {
     Stdout(io::stdout().lock())
 }
 
+/// Whether stdout is a terminal (else a file or a pipe: no escape codes).
+pub fn is_terminal() -> bool {
+    io::IsTerminal::is_terminal(&io::stdout())
+}
+
 /// Whether a write to stdout has failed because its reader closed it.
 pub fn closed() -> bool {
     CLOSED.load(Ordering::Relaxed)

@@ -378,3 +378,68 @@ fn every_command_is_quiet_on_a_closed_stdout() {
     assert_ne!(out.status.code(), Some(141));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Invalid rate 'fast'"));
 }
+
+/// Collects a child's output lines on a channel (stdout and stderr each read by a thread).
+fn lines(r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(r).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits up to 10 s for a line containing `needle`, returning every line read until then.
+fn until(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen = String::new();
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if l.contains(needle) {
+                    return seen;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!("no line with {needle:?} in:\n{seen}");
+}
+
+/// Before: off a terminal `--watch` wrote clear-screen codes, and it exited (status 3) when the
+/// daemon went away.
+#[test]
+fn stats_watch_writes_plain_snapshots_and_waits_for_a_restarted_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, sock) = daemon(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vqos"))
+        .args(["--socket", &sock, "stats", "--watch", "--interval", "0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(child.stdout.take().unwrap());
+    let err = lines(child.stderr.take().unwrap());
+    let first = until(&out, "vm1");
+    let second = until(&out, "vm1");
+    assert!(first.starts_with("engine vqos"), "{first:?}");
+    assert!(second.starts_with("\nengine vqos"), "{second:?}");
+    drop(server);
+    let said = until(&err, "retrying");
+    assert!(said.contains("vqosd unreachable"), "{said}");
+    assert_eq!(child.try_wait().unwrap(), None, "--watch gave up: {said}");
+    while out.try_recv().is_ok() {}
+    let (_server, _) = daemon(dir.path());
+    until(&err, "vqosd is back");
+    let after = until(&out, "vm1");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(after.contains("engine vqos"), "{after}");
+    assert!(!format!("{first}{second}{after}").contains('\x1b'));
+}
