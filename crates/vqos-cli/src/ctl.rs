@@ -500,8 +500,8 @@ fn describe(p: &PolicyView) -> String {
 fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsView>) -> Result<()> {
     writeln!(
         out,
-        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  MACS",
-        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "PRIO"
+        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  MACS",
+        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO"
     )?;
     for p in ports {
         let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
@@ -516,10 +516,21 @@ fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsVie
             (true, true) => "locked to the first 4".to_string(),
             (true, false) => "any (port security off)".to_string(),
         };
+        // As the options spell them: MAX_IN "max" is the same as MAX, BURST "default" the
+        // engine's own.
+        let pol = &p.policy;
         writeln!(
             out,
-            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  {}",
-            p.name, kind, p.policy.weight, p.policy.min, p.policy.max, p.policy.priority, macs
+            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
+            p.name,
+            kind,
+            pol.weight,
+            pol.min,
+            pol.max,
+            pol.max_in.as_deref().unwrap_or("max"),
+            pol.burst.as_deref().unwrap_or("default"),
+            pol.priority,
+            macs
         )?;
         if let Some(socket) = &p.socket {
             let status = stats

@@ -120,6 +120,25 @@ fn port_and_policy_commands_against_a_daemon() {
         (pol.burst_bytes, pol.max_in_bps, pol.max_bps),
         (Some(65_536), Some(100_000_000), Some(200_000_000))
     );
+    // Before: `port list` showed neither.
+    let list = run(&c, "port list").unwrap();
+    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
+    );
+    let row = |name: &str| -> Vec<String> {
+        let line = list.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().take(8).map(String::from).collect()
+    };
+    assert_eq!(
+        row("vm1"),
+        ["vm1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
+    );
+    assert_eq!(
+        row("vm2"),
+        ["vm2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
+    );
     let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
     assert_eq!(
         (&json["burst_bytes"], &json["max_in_bps"], &json["max_bps"]),
