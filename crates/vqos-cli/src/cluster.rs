@@ -115,6 +115,9 @@ enum VifCommand {
         /// Bytes the vif may send above its max after idling, e.g. 256KiB.
         #[arg(long, value_name = "SIZE")]
         burst: Option<String>,
+        /// Confirms a --max or --max-in of 0: the vif's traffic that way is blocked.
+        #[arg(long)]
+        block: bool,
         /// Print the stored document as JSON.
         #[arg(long)]
         json: bool,
@@ -198,6 +201,8 @@ pub fn run(args: ClusterArgs) -> Result<()> {
                     min,
                     max,
                     priority,
+                    max_in,
+                    block,
                     ..
                 },
         } => {
@@ -207,6 +212,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             }
             rate_arg("min", min)?;
             rate_arg("max", max)?;
+            crate::ctl::check_block(max.as_deref(), max_in.as_deref(), *block)?;
             if priority.is_some_and(|p| p > MAX_PRIORITY) {
                 return Err(usage(format!(
                     "--priority {} is out of range 0..={MAX_PRIORITY}",
@@ -300,6 +306,7 @@ async fn vif(c: &mut Client, command: VifCommand) -> Result<()> {
             max_in,
             burst,
             json,
+            block: _,
         } => {
             let (h, p) = host_port(&vif)?;
             let key = keys::vif(h, p);

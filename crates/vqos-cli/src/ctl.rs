@@ -95,6 +95,30 @@ fn rate(flag: &str, text: &str) -> Result<Option<u64>> {
     Ok(parse_rate(text).map_err(|e| UsageError(format!("--{flag}: {e}")))?)
 }
 
+/// A `--max` or `--max-in` of 0 blocks the vif that way: refused unless confirmed by
+/// `--block`, and `--block` refused without one (`vqos policy set`, `port add`, `cluster vif
+/// set`).
+pub(crate) fn check_block(max: Option<&str>, max_in: Option<&str>, block: bool) -> Result<()> {
+    let mut zero = None;
+    for (flag, text, way) in [("max", max, "sends"), ("max-in", max_in, "receives")] {
+        let Some(t) = text.filter(|t| *t != "max") else {
+            continue;
+        };
+        if rate(flag, t)? == Some(0) && zero.is_none() {
+            zero = Some((flag, t, way));
+        }
+    }
+    let msg = match (zero, block) {
+        (Some((flag, text, way)), false) => format!(
+            "--{flag} {text} blocks everything the vif {way}; add --block if that is what you \
+             mean"
+        ),
+        (None, true) => "--block confirms a --max or --max-in of 0; give one".into(),
+        _ => return Ok(()),
+    };
+    Err(UsageError(msg).into())
+}
+
 impl PolicyOpts {
     /// Refuses what the daemon would refuse or what is most likely a slip: weight 0, an
     /// unlimited minimum, a minimum above the maximum, a burst out of range, a zero maximum
@@ -120,25 +144,7 @@ impl PolicyOpts {
                 return usage(format!("--min {lo} is above --max {hi}"));
             }
         }
-        let max_in = match self.max_in.as_deref() {
-            Some(m) if m != "max" => rate("max-in", m)?.map(|bps| (m, bps)),
-            _ => None,
-        };
-        let zero = [("max", max, "sends"), ("max-in", max_in, "receives")]
-            .into_iter()
-            .find_map(|(flag, r, way)| r.filter(|r| r.1 == 0).map(|r| (flag, r.0, way)));
-        match (zero, self.block) {
-            (Some((flag, text, way)), false) => {
-                return usage(format!(
-                    "--{flag} {text} blocks everything the vif {way}; add --block if that is \
-                     what you mean"
-                ))
-            }
-            (None, true) => {
-                return usage("--block confirms a --max or --max-in of 0; give one".into())
-            }
-            _ => {}
-        }
+        check_block(self.max.as_deref(), self.max_in.as_deref(), self.block)?;
         if let Some(b) = self.burst.as_deref().filter(|b| *b != "default") {
             let bytes = parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
             if bytes == 0 || bytes > MAX_BURST_BYTES {

@@ -292,6 +292,22 @@ fn policies_that_cannot_be_right_are_refused_before_sending() {
             assert!(err.contains(needle), "{args:?}: {err}");
         }
     }
+    // The same in etcd, refused before connecting (before: blocked the vif on every host).
+    for (opts, needle) in [
+        (
+            vec!["--max", "0"],
+            "--max 0 blocks everything the vif sends",
+        ),
+        (vec!["--block"], "--block confirms"),
+    ] {
+        let mut args = vec!["cluster", "--endpoints", "http://127.0.0.1:1", "vif", "set"];
+        args.push("h1/vm1");
+        args.extend(opts);
+        let out = vqos(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
     // Nothing reached the daemon.
     let (code, v, _) = json(&["--socket", s, "policy", "get", "vm1", "--json"]);
     assert_eq!(
