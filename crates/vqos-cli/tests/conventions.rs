@@ -74,10 +74,6 @@ fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
     let s = sock.as_str();
     let missing = dir.path().join("none.sock");
     let m = missing.to_str().unwrap();
-    let scenario = format!(
-        "{}/../../scenarios/ancs-fig5.toml",
-        env!("CARGO_MANIFEST_DIR")
-    );
     for (args, want) in [
         // Usage: clap's errors and ours, before anything is sent.
         (vec!["port", "frobnicate"], 2),
@@ -92,50 +88,6 @@ fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
         ),
         (vec!["--socket", s, "port", "add", "a/b"], 2),
         (vec!["--url", "127.0.0.1:1", "port", "list"], 2),
-        // Before: these URLs were tried, and their failure to connect exited 3.
-        (
-            vec!["--url", "http://127.0.0.1:notaport", "port", "list"],
-            2,
-        ),
-        (vec!["--url", "http://127.0.0.1:99999", "port", "list"], 2),
-        (vec!["--url", "http://:7451", "port", "list"], 2),
-        (
-            vec![
-                "--url",
-                "http://h:0",
-                "--token-file",
-                "/none",
-                "port",
-                "list",
-            ],
-            2,
-        ),
-        // Before: a bad rate or policy given to `alloc` exited 1.
-        (vec!["alloc", "--capacity", "fast", "--vif", "a"], 2),
-        (
-            vec!["alloc", "--capacity", "1Gbit", "--vif", "a:max=fast"],
-            2,
-        ),
-        (
-            vec!["alloc", "--capacity", "1Gbit", "--vif", "a:weight=0"],
-            2,
-        ),
-        (
-            vec!["alloc", "--capacity", "1Gbit", "--vif", "a", "--vif", "a"],
-            2,
-        ),
-        (vec!["sim", &scenario, "--engine", "wfq"], 2),
-        (
-            vec![
-                "sim",
-                &scenario,
-                "--csv",
-                "/dev/null",
-                "--csv-window",
-                "soon",
-            ],
-            2,
-        ),
         // Unreachable.
         (vec!["--socket", m, "port", "list"], 3),
         (vec!["stats", "--socket", m], 3),
@@ -161,6 +113,40 @@ fn exit_statuses_tell_usage_unreachable_refused_and_failed_check() {
         err.trim(),
         "vqos: Sum of minimums 2Gbit exceeds capacity 1Gbit"
     );
+}
+
+/// Before: a bad `--url` was tried (exit 3); `alloc`'s and `sim`'s own arguments exited 1.
+#[test]
+fn every_local_mistake_is_a_usage_error() {
+    let scenario = format!(
+        "{}/../../scenarios/ancs-fig5.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let csv = ["--csv", "/dev/null", "--csv-window", "soon"];
+    for args in [
+        vec!["--url", "http://127.0.0.1:notaport", "port", "list"],
+        vec!["--url", "http://127.0.0.1:99999", "port", "list"],
+        vec!["--url", "http://:7451", "port", "list"],
+        // The URL before the token file.
+        vec![
+            "--url",
+            "http://h:0",
+            "--token-file",
+            "/none",
+            "port",
+            "list",
+        ],
+        vec!["alloc", "--capacity", "fast", "--vif", "a"],
+        vec!["alloc", "--capacity", "1Gbit", "--vif", "a:max=fast"],
+        vec!["alloc", "--capacity", "1Gbit", "--vif", "a:weight=0"],
+        vec!["alloc", "--capacity", "1Gbit", "--vif", "a", "--vif", "a"],
+        vec!["sim", &scenario, "--engine", "wfq"],
+        [vec!["sim", &scenario], csv.to_vec()].concat(),
+    ] {
+        let out = vqos(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    }
 }
 
 #[test]

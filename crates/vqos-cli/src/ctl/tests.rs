@@ -4,6 +4,7 @@ use super::*;
 use clap::Parser;
 use std::sync::Arc;
 use vqos_api::stats::PortStats;
+use vqos_api::wire::{PortKind, VhostUserRole};
 use vqosd::api::Api;
 use vqosd::backend::MockBackend;
 use vqosd::config::Config;
@@ -120,25 +121,6 @@ fn port_and_policy_commands_against_a_daemon() {
         (pol.burst_bytes, pol.max_in_bps, pol.max_bps),
         (Some(65_536), Some(100_000_000), Some(200_000_000))
     );
-    // Before: `port list` showed neither.
-    let list = run(&c, "port list").unwrap();
-    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(
-        header,
-        ["PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
-    );
-    let row = |name: &str| -> Vec<String> {
-        let line = list.lines().find(|l| l.starts_with(name)).unwrap();
-        line.split_whitespace().take(8).map(String::from).collect()
-    };
-    assert_eq!(
-        row("vm1"),
-        ["vm1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
-    );
-    assert_eq!(
-        row("vm2"),
-        ["vm2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
-    );
     let json: Value = serde_json::from_str(&run(&c, "policy get vm1 --json").unwrap()).unwrap();
     assert_eq!(
         (&json["burst_bytes"], &json["max_in_bps"], &json["max_bps"]),
@@ -193,6 +175,34 @@ fn port_and_policy_commands_against_a_daemon() {
     assert_eq!(run(&c, "port del vm3").unwrap(), "Removed port vm3\n");
     let e = run(&c, "port del vm3").unwrap_err();
     assert_eq!(e.to_string(), "Unknown vif 'vm3'");
+}
+
+/// Before: `port list` showed neither max_in nor burst.
+#[test]
+fn port_list_shows_every_policy_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, _mock, c) = daemon(dir.path());
+    let set = "policy set vm1 --min 200Mbit --priority 1 --burst 64KiB --max-in 100Mbit \
+               --max-out 200Mbit";
+    run(&c, set).unwrap();
+    let list = run(&c, "port list").unwrap();
+    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
+    );
+    let row = |name: &str| -> Vec<String> {
+        let line = list.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().take(8).map(String::from).collect()
+    };
+    assert_eq!(
+        row("vm1"),
+        ["vm1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
+    );
+    assert_eq!(
+        row("vm2"),
+        ["vm2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
+    );
 }
 
 #[test]
