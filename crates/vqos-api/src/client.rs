@@ -86,12 +86,14 @@ impl Client {
         }
     }
 
-    /// A TCP client from `http://HOST:PORT` (a trailing `/` is allowed).
+    /// A TCP client from `http://HOST:PORT` (a trailing `/` is allowed): HOST an IPv4 address,
+    /// a bracketed IPv6 one or a host name, PORT 1 to 65535. Nothing is resolved or connected
+    /// here.
     pub fn from_url(url: &str, token: Option<String>) -> Result<Client, ClientError> {
         let addr = url
             .strip_prefix("http://")
             .map(|a| a.trim_end_matches('/'))
-            .filter(|a| !a.is_empty() && !a.contains('/') && a.contains(':'))
+            .filter(|a| valid_host_port(a))
             .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
         Ok(Client::new(Endpoint::Tcp {
             addr: addr.to_string(),
@@ -175,6 +177,25 @@ impl Client {
         check(&resp)?;
         String::from_utf8(resp.body).map_err(|e| ClientError::Decode(e.to_string()))
     }
+}
+
+/// `HOST:PORT` as [`Client::from_url`] takes it.
+fn valid_host_port(addr: &str) -> bool {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok =
+        port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok_and(|p| p > 0);
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    port_ok && host_ok
 }
 
 /// Turns a non-2xx response into [`ClientError::Api`].

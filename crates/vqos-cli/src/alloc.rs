@@ -7,6 +7,9 @@ use vqos_sched::alloc::{allocate, Claim};
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::VifPolicy;
 
+use crate::exit::UsageError;
+use crate::out::outln;
+
 /// Arguments of `vqos alloc`.
 #[derive(Args, Debug)]
 #[command(
@@ -72,9 +75,11 @@ fn parse_vif(spec: &str) -> Result<(String, Claim)> {
     Ok((name.to_string(), Claim::new(&policy, demand)))
 }
 
-/// Runs `vqos alloc`.
-pub fn run(args: AllocArgs) -> Result<()> {
-    let capacity = parse_rate(&args.capacity)?.context("Capacity must be finite to allocate it")?;
+/// The capacity, the vifs' names and their claims, checked.
+fn parse(args: &AllocArgs) -> Result<(u64, Vec<String>, Vec<Claim>)> {
+    let capacity = parse_rate(&args.capacity)
+        .context("--capacity")?
+        .context("Capacity must be finite to allocate it")?;
     let mut names = Vec::new();
     let mut claims = Vec::new();
     for spec in &args.vifs {
@@ -85,7 +90,15 @@ pub fn run(args: AllocArgs) -> Result<()> {
         names.push(name);
         claims.push(claim);
     }
-    let rates = allocate(capacity, &claims)?;
+    Ok((capacity, names, claims))
+}
+
+/// Runs `vqos alloc`.
+pub fn run(args: AllocArgs) -> Result<()> {
+    // All of it comes from the command line: what is wrong with it is a usage error.
+    let usage = |e: anyhow::Error| UsageError(format!("{e:#}"));
+    let (capacity, names, claims) = parse(&args).map_err(usage)?;
+    let rates = allocate(capacity, &claims).map_err(|e| usage(e.into()))?;
     if args.json {
         let out = Out {
             capacity_bps: capacity,
@@ -95,20 +108,20 @@ pub fn run(args: AllocArgs) -> Result<()> {
                 .map(|(name, &rate_bps)| OutVif { name, rate_bps })
                 .collect(),
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        println!("{:<12} {:>14} {:>8}", "vif", "rate", "share");
+        outln!("{:<12} {:>14} {:>8}", "vif", "rate", "share")?;
         for (name, r) in names.iter().zip(&rates) {
             let share = *r as f64 / capacity as f64 * 100.0;
-            println!("{name:<12} {:>14} {share:>7.1}%", format_rate(Some(*r)));
+            outln!("{name:<12} {:>14} {share:>7.1}%", format_rate(Some(*r)))?;
         }
         let total: u64 = rates.iter().sum();
-        println!(
+        outln!(
             "{:<12} {:>14} {:>7.1}%",
             "total",
             format_rate(Some(total)),
             total as f64 / capacity as f64 * 100.0
-        );
+        )?;
     }
     Ok(())
 }

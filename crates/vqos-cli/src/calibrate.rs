@@ -36,7 +36,7 @@ pub struct CalibrateArgs {
 
 /// Runs `vqos calibrate`.
 pub fn run(conn: &ConnArgs, args: CalibrateArgs) -> Result<()> {
-    calibrate_to(&conn.client()?, &args, &mut std::io::stdout().lock())
+    calibrate_to(&conn.client()?, &args, &mut crate::out::stdout())
 }
 
 fn calibrate_to(c: &Client, args: &CalibrateArgs, out: &mut impl Write) -> Result<()> {

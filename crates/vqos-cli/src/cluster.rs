@@ -15,6 +15,7 @@ use vqos_cluster::{keys, EtcdSettings, HostStatus, TenantDoc, VifDoc};
 use vqos_sched::units::{format_rate, parse_rate};
 
 use crate::exit::UsageError;
+use crate::out::outln;
 
 /// Deadline of each etcd call.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -114,6 +115,9 @@ enum VifCommand {
         /// Bytes the vif may send above its max after idling, e.g. 256KiB.
         #[arg(long, value_name = "SIZE")]
         burst: Option<String>,
+        /// Confirms a --max or --max-in of 0: the vif's traffic that way is blocked.
+        #[arg(long)]
+        block: bool,
         /// Print the stored document as JSON.
         #[arg(long)]
         json: bool,
@@ -197,6 +201,8 @@ pub fn run(args: ClusterArgs) -> Result<()> {
                     min,
                     max,
                     priority,
+                    max_in,
+                    block,
                     ..
                 },
         } => {
@@ -206,6 +212,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             }
             rate_arg("min", min)?;
             rate_arg("max", max)?;
+            crate::ctl::check_block(max.as_deref(), max_in.as_deref(), *block)?;
             if priority.is_some_and(|p| p > MAX_PRIORITY) {
                 return Err(usage(format!(
                     "--priority {} is out of range 0..={MAX_PRIORITY}",
@@ -245,9 +252,9 @@ async fn put(c: &mut Client, key: &str, doc: &impl Serialize, json_out: bool) ->
     let body = serde_json::to_string(doc)?;
     deadline("put", TIMEOUT, c.put(key, body.clone(), None)).await?;
     if json_out {
-        println!("{}", json!({ "key": key, "value": doc }));
+        outln!("{}", json!({ "key": key, "value": doc }))?;
     } else {
-        println!("{key} = {body}");
+        outln!("{key} = {body}")?;
     }
     Ok(())
 }
@@ -258,9 +265,9 @@ async fn del(c: &mut Client, key: &str, json_out: bool) -> Result<()> {
         return Err(anyhow::anyhow!("No key {key}"));
     }
     if json_out {
-        println!("{}", json!({ "deleted": key }));
+        outln!("{}", json!({ "deleted": key }))?;
     } else {
-        println!("Deleted {key}");
+        outln!("Deleted {key}")?;
     }
     Ok(())
 }
@@ -299,6 +306,7 @@ async fn vif(c: &mut Client, command: VifCommand) -> Result<()> {
             max_in,
             burst,
             json,
+            block: _,
         } => {
             let (h, p) = host_port(&vif)?;
             let key = keys::vif(h, p);
@@ -381,25 +389,35 @@ async fn status(c: &mut Client, json_out: bool) -> Result<()> {
         }
     }
     if json_out {
-        println!("{}", json!({ "hosts": hosts, "tenants": tenants }));
+        outln!("{}", json!({ "hosts": hosts, "tenants": tenants }))?;
         return Ok(());
     }
-    print_status(&hosts, &tenants);
-    Ok(())
+    print_status(&hosts, &tenants)
 }
 
-fn print_status(hosts: &BTreeMap<String, HostStatus>, tenants: &BTreeMap<String, TenantView>) {
+fn print_status(
+    hosts: &BTreeMap<String, HostStatus>,
+    tenants: &BTreeMap<String, TenantView>,
+) -> Result<()> {
     let r = |b: Option<u64>| format_rate(b);
-    println!(
+    outln!(
         "{:<10} {:<12} {:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "HOST", "VIF", "TENANT", "WEIGHT", "MAX", "SHARE-MAX", "SHARE-MIN", "RATE", "DEMAND"
-    );
+        "HOST",
+        "VIF",
+        "TENANT",
+        "WEIGHT",
+        "MAX",
+        "SHARE-MAX",
+        "SHARE-MIN",
+        "RATE",
+        "DEMAND"
+    )?;
     for (h, s) in hosts {
         if s.vifs.is_empty() {
-            println!("{h:<10} (no vifs from etcd)  health {}", s.health);
+            outln!("{h:<10} (no vifs from etcd)  health {}", s.health)?;
         }
         for (p, v) in &s.vifs {
-            println!(
+            outln!(
                 "{:<10} {:<12} {:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 h,
                 p,
@@ -410,20 +428,24 @@ fn print_status(hosts: &BTreeMap<String, HostStatus>, tenants: &BTreeMap<String,
                 v.share_min_bps.map_or("-".into(), |b| r(Some(b))),
                 r(Some(v.rate_bps)),
                 v.demand_bps.map_or("greedy".into(), |b| r(Some(b))),
-            );
+            )?;
         }
         for e in &s.errors {
-            println!("{h:<10} problem: {e}");
+            outln!("{h:<10} problem: {e}")?;
         }
     }
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "{:<10} {:>10} {:>10} {:>10} {:>10}  VIFS",
-        "TENANT", "MIN", "MAX", "SHARES", "RATE"
-    );
+        "TENANT",
+        "MIN",
+        "MAX",
+        "SHARES",
+        "RATE"
+    )?;
     for (t, v) in tenants {
         let limits = v.policy.as_ref().and_then(|p| p.limits().ok());
-        println!(
+        outln!(
             "{:<10} {:>10} {:>10} {:>10} {:>10}  {}",
             t,
             limits.map_or("-".into(), |l| r(Some(l.min_bps))),
@@ -431,6 +453,7 @@ fn print_status(hosts: &BTreeMap<String, HostStatus>, tenants: &BTreeMap<String,
             r(Some(v.share_max_bps)),
             r(Some(v.rate_bps)),
             v.vifs.join(" ")
-        );
+        )?;
     }
+    Ok(())
 }

@@ -9,6 +9,7 @@ use vqos_sched::units::parse_rate;
 use vqos_sim::cluster::{measure_agent_cost, simulate_cluster, ClusterSimConfig, World};
 
 use crate::exit::UsageError;
+use crate::out::outln;
 
 /// Arguments of `vqos cluster simulate`.
 #[derive(Args, Debug)]
@@ -80,7 +81,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     });
     if args.json {
         let v = json!({ "report": report, "agent_cost": cost, "simulation_s": sim_s });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
     let periods =
@@ -88,7 +89,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     let t = &report.traffic;
     let hosts = f64::from(config.hosts);
     let per_s = 1000.0 / config.period_ms as f64;
-    println!(
+    outln!(
         "{} hosts, {} vifs, {} tenants (largest: {} vifs on {} hosts; at most {} tenants on a host), seed {}",
         config.hosts,
         config.vifs,
@@ -97,66 +98,66 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         report.largest_tenant_hosts,
         report.max_tenants_per_host,
         config.seed
-    );
-    println!(
+    )?;
+    outln!(
         "periods to converge from a cold start   {}",
         periods(report.start_periods)
-    );
-    println!(
+    )?;
+    outln!(
         "periods to converge after the shift     {} ({:.0} % of the vifs drew a new demand)",
         periods(report.shift_periods),
         config.shift * 100.0
-    );
-    println!(
+    )?;
+    outln!(
         "largest tenant aggregate above its max  {} bit/s",
         report.max_over_bps.max(0)
-    );
-    println!("etcd per period (every {} ms):", config.period_ms);
-    println!(
+    )?;
+    outln!("etcd per period (every {} ms):", config.period_ms)?;
+    outln!(
         "  written: {} keys, {} ({}/s)",
         t.keys_written,
         mib(t.bytes_written as f64),
         mib(t.bytes_written as f64 * per_s)
-    );
-    println!(
+    )?;
+    outln!(
         "  read, each agent reads every status: {} per agent, {} in all ({}/s)",
         mib(t.bytes_read_per_agent as f64),
         mib(t.bytes_read_total as f64),
         mib(t.bytes_read_total as f64 * per_s)
-    );
-    println!(
+    )?;
+    outln!(
         "  sharded per tenant (projected): {} keys written; read {} per agent (max {}), {} in all ({}/s)",
         t.sharded_keys_written,
         mib(t.sharded_read_per_agent_mean as f64),
         mib(t.sharded_read_per_agent_max as f64),
         mib(t.sharded_read_total as f64),
         mib(t.sharded_read_total as f64 * per_s)
-    );
-    println!(
+    )?;
+    outln!(
         "  two levels, per-host aggregates per tenant (projected): read {} per agent (max {}), {} in all ({}/s)",
         mib(t.aggregate_read_per_agent_mean as f64),
         mib(t.aggregate_read_per_agent_max as f64),
         mib(t.aggregate_read_total as f64),
         mib(t.aggregate_read_total as f64 * per_s)
-    );
-    println!(
+    )?;
+    outln!(
         "  per-tenant aggregators (projected): read {} in all ({}/s); each agent its own shares key",
         mib(t.aggregator_read_total as f64),
         mib(t.aggregator_read_total as f64 * per_s)
-    );
+    )?;
     if let Some(c) = cost {
-        println!(
+        outln!(
             "agent CPU per period (this machine, {} hosts): parse every status {:.1} ms, \
              shares {:.1} ms (max {:.1} ms)",
             c.hosts_measured,
             c.parse_ns as f64 / 1e6,
             c.shares_mean_ns as f64 / 1e6,
             c.shares_max_ns as f64 / 1e6
-        );
+        )?;
     }
-    println!(
+    outln!(
         "(simulated in {sim_s:.1} s; {:.0} statuses per agent per period)",
         hosts
-    );
+    )?;
     Ok(())
 }

@@ -9,13 +9,15 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
-use vqos_api::wire::{
-    MacAddr, PolicyView, PortKind, PortView, RemovedView, StatsView, VhostUserRole, MAX_PRIORITY,
-};
+use vqos_api::wire::{MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY};
 use vqos_api::DEFAULT_SOCKET;
-use vqos_sched::units::{format_rate, parse_bytes, parse_rate};
+use vqos_sched::policy::MAX_BURST_BYTES;
+use vqos_sched::units::{format_bytes, parse_bytes, parse_rate};
 
 use crate::exit::UsageError;
+
+mod table;
+use table::{describe, write_ports, write_stats};
 
 /// How to reach vqosd (global options).
 #[derive(Args, Debug, Clone, Default)]
@@ -38,6 +40,8 @@ impl ConnArgs {
             return Err(UsageError("--token-file needs --url".into()).into());
         }
         if let Some(url) = &self.url {
+            // The URL first: a bad one is a usage error whatever the token file.
+            Client::from_url(url, None)?;
             let token = match &self.token_file {
                 Some(f) => Some(
                     std::fs::read_to_string(f)
@@ -67,58 +71,122 @@ pub struct PolicyOpts {
     /// Guaranteed minimum, e.g. 200Mbit (0 = none).
     #[arg(long, value_name = "RATE")]
     min: Option<String>,
-    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited".
+    /// Hard maximum of what the vif sends, e.g. 500Mbit, or "unlimited"; 0 (which blocks the
+    /// vif) only with --block.
     #[arg(long, value_name = "RATE", visible_alias = "max-out")]
     max: Option<String>,
     /// Latency priority, 0 (most urgent) to 7.
     #[arg(long, value_name = "P")]
     priority: Option<u8>,
     /// Hard maximum of what the vif receives, e.g. 100Mbit; "unlimited": none whatever
-    /// --max is; "max": the same as --max (the default).
+    /// --max is; "max": the same as --max (the default); 0 only with --block.
     #[arg(long, value_name = "RATE")]
     max_in: Option<String>,
     /// Bytes the vif may send above --max after idling, e.g. 64KiB (1B to 1GiB); "default":
     /// the engine's own.
     #[arg(long, value_name = "SIZE")]
     burst: Option<String>,
+    /// Confirms a --max or --max-in of 0: the vif's traffic that way is blocked.
+    #[arg(long)]
+    block: bool,
+}
+
+/// `Some(rate)` (`None`: unlimited) of a rate option, or a usage error naming the option.
+fn rate(flag: &str, text: &str) -> Result<Option<u64>> {
+    Ok(parse_rate(text).map_err(|e| UsageError(format!("--{flag}: {e}")))?)
+}
+
+/// A `--max` or `--max-in` of 0 blocks the vif that way: refused unless confirmed by
+/// `--block`, and `--block` refused without one (`vqos policy set`, `port add`, `cluster vif
+/// set`).
+pub(crate) fn check_block(max: Option<&str>, max_in: Option<&str>, block: bool) -> Result<()> {
+    let mut zero = None;
+    for (flag, text, way) in [("max", max, "sends"), ("max-in", max_in, "receives")] {
+        let Some(t) = text.filter(|t| *t != "max") else {
+            continue;
+        };
+        if rate(flag, t)? == Some(0) && zero.is_none() {
+            zero = Some((flag, t, way));
+        }
+    }
+    let msg = match (zero, block) {
+        (Some((flag, text, way)), false) => format!(
+            "--{flag} {text} blocks everything the vif {way}; add --block if that is what you \
+             mean"
+        ),
+        (None, true) => "--block confirms a --max or --max-in of 0; give one".into(),
+        _ => return Ok(()),
+    };
+    Err(UsageError(msg).into())
 }
 
 impl PolicyOpts {
-    /// The JSON patch of the options given; rates are checked here for a clear message.
+    /// Refuses what the daemon would refuse or what is most likely a slip: weight 0, an
+    /// unlimited minimum, a minimum above the maximum, a burst out of range, a zero maximum
+    /// without --block.
+    fn check(&self) -> Result<()> {
+        let usage = |msg: String| -> Result<()> { Err(UsageError(msg).into()) };
+        if self.weight == Some(0) {
+            return usage("--weight must be greater than 0".into());
+        }
+        let min = match &self.min {
+            Some(m) => match rate("min", m)? {
+                Some(bps) => Some((m, bps)),
+                None => return usage("--min cannot be unlimited (0 = none)".into()),
+            },
+            None => None,
+        };
+        let max = match self.max.as_deref() {
+            Some(m) => rate("max", m)?.map(|bps| (m, bps)),
+            None => None,
+        };
+        if let (Some((lo, lo_bps)), Some((hi, hi_bps))) = (min, max) {
+            if lo_bps > hi_bps {
+                return usage(format!("--min {lo} is above --max {hi}"));
+            }
+        }
+        check_block(self.max.as_deref(), self.max_in.as_deref(), self.block)?;
+        if let Some(b) = self.burst.as_deref().filter(|b| *b != "default") {
+            let bytes = parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
+            if bytes == 0 || bytes > MAX_BURST_BYTES {
+                let range = format!("1B..={}", format_bytes(MAX_BURST_BYTES));
+                return usage(format!(
+                    "--burst {} is out of range {range}",
+                    format_bytes(bytes)
+                ));
+            }
+        }
+        if let Some(p) = self.priority.filter(|p| *p > MAX_PRIORITY) {
+            return usage(format!("--priority {p} is out of range 0..={MAX_PRIORITY}"));
+        }
+        Ok(())
+    }
+
+    /// The JSON patch of the options given, checked first (see [`PolicyOpts::check`]).
     fn patch(&self) -> Result<Map<String, Value>> {
+        self.check()?;
         let mut m = Map::new();
         if let Some(w) = self.weight {
             m.insert("weight".into(), json!(w));
         }
-        for (key, rate) in [("min", &self.min), ("max", &self.max)] {
-            if let Some(r) = rate {
-                parse_rate(r).map_err(|e| UsageError(format!("--{key}: {e}")))?;
-                m.insert(key.into(), json!(r));
+        for (key, text) in [("min", &self.min), ("max", &self.max)] {
+            if let Some(t) = text {
+                m.insert(key.into(), json!(t));
             }
         }
         if let Some(r) = &self.max_in {
-            let v = if r == "max" {
-                Value::Null
-            } else {
-                parse_rate(r).map_err(|e| UsageError(format!("--max-in: {e}")))?;
-                json!(r)
-            };
+            let v = if r == "max" { Value::Null } else { json!(r) };
             m.insert("max_in".into(), v);
         }
         if let Some(b) = &self.burst {
             let v = if b == "default" {
                 Value::Null
             } else {
-                parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
                 json!(b)
             };
             m.insert("burst".into(), v);
         }
         if let Some(p) = self.priority {
-            if p > MAX_PRIORITY {
-                let msg = format!("--priority {p} is out of range 0..={MAX_PRIORITY}");
-                return Err(UsageError(msg).into());
-            }
             m.insert("priority".into(), json!(p));
         }
         Ok(m)
@@ -215,7 +283,8 @@ enum PolicyCommand {
 /// Arguments of `vqos stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// Refresh the table until interrupted.
+    /// Refresh the table until interrupted: in place on a terminal, else one table after
+    /// another; a daemon that goes away (a restart) is waited for, said on stderr.
     #[arg(long)]
     watch: bool,
     /// Print the daemon's JSON (one document per refresh with --watch).
@@ -234,7 +303,7 @@ fn segment(name: &str) -> Result<&str> {
 
 /// Runs `vqos port ...`.
 pub fn port(conn: &ConnArgs, args: PortArgs) -> Result<()> {
-    port_to(&conn.client()?, args, &mut std::io::stdout().lock())
+    port_to(&conn.client()?, args, &mut crate::out::stdout())
 }
 
 fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
@@ -308,7 +377,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
 
 /// Runs `vqos policy ...`.
 pub fn policy(conn: &ConnArgs, args: PolicyArgs) -> Result<()> {
-    policy_to(&conn.client()?, args, &mut std::io::stdout().lock())
+    policy_to(&conn.client()?, args, &mut crate::out::stdout())
 }
 
 fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
@@ -347,167 +416,76 @@ pub fn stats(conn: &ConnArgs, args: StatsArgs) -> Result<()> {
         let msg = "--interval must be a positive number of seconds";
         return Err(UsageError(msg.into()).into());
     }
-    let mut stdout = std::io::stdout().lock();
+    let interval = Duration::from_secs_f64(args.interval);
+    // Clear-screen codes only for a terminal: into a file or a pipe, plain snapshots.
+    let clear = args.watch && crate::out::is_terminal();
+    let mut stdout = crate::out::stdout();
+    let mut shown = 0u64;
+    let mut outage = false;
     loop {
-        let s: StatsView = c.call("GET", "/v1/stats", None)?;
-        if args.json {
-            // One compact document per line when watching, pretty otherwise.
-            let text = if args.watch {
-                serde_json::to_string(&s)?
-            } else {
-                serde_json::to_string_pretty(&s)?
-            };
-            writeln!(stdout, "{text}")?;
-        } else {
-            if args.watch {
-                // Clear the screen and go home, like watch(1).
-                write!(stdout, "\x1b[H\x1b[2J")?;
+        let s: StatsView = match c.call("GET", "/v1/stats", None) {
+            Ok(s) => s,
+            // Watching a daemon seen once: it may be restarting; wait for it.
+            Err(e) if args.watch && shown > 0 && gone(&e) => {
+                if !outage {
+                    eprintln!(
+                        "vqos: vqosd unreachable ({:#}), retrying every {}s until it is back",
+                        anyhow::Error::from(e),
+                        args.interval
+                    );
+                    outage = true;
+                }
+                std::thread::sleep(interval);
+                continue;
             }
-            write_stats(&mut stdout, &s)?;
+            Err(e) => return Err(e.into()),
+        };
+        if std::mem::take(&mut outage) {
+            eprintln!("vqos: vqosd is back");
         }
-        stdout.flush()?;
+        write_snapshot(&mut stdout, &s, &args, clear, shown)?;
+        shown += 1;
         if !args.watch {
             return Ok(());
         }
-        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        std::thread::sleep(interval);
     }
 }
 
-/// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`
-/// when they are set.
-fn describe(p: &PolicyView) -> String {
-    let mut s = format!(
-        "weight {}, min {}, max {}, priority {}",
-        p.weight, p.min, p.max, p.priority
-    );
-    if let Some(m) = &p.max_in {
-        s.push_str(&format!(", max_in {m}"));
-    }
-    if let Some(b) = &p.burst {
-        s.push_str(&format!(", burst {b}"));
-    }
-    s
+/// Whether a failed call means the daemon is not there (now): stopped, restarting, or gone
+/// in the middle of an answer. Its refusals are not.
+fn gone(e: &vqos_api::client::ClientError) -> bool {
+    use vqos_api::client::ClientError;
+    matches!(e, ClientError::Connect { .. } | ClientError::Http(_))
 }
 
-fn write_ports(out: &mut impl Write, ports: &[PortView], stats: Option<&StatsView>) -> Result<()> {
-    writeln!(
-        out,
-        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  MACS",
-        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "PRIO"
-    )?;
-    for p in ports {
-        let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
-        let kind = match (p.kind, p.create) {
-            (PortKind::VhostUser, _) => "vhost-user",
-            (PortKind::AfPacket, _) => "af-packet",
-            (PortKind::Tap, true) => "tap",
-            (PortKind::Tap, false) => "tap-attach",
-        };
-        let macs = match (macs.is_empty(), p.port_security) {
-            (false, _) => macs.join(","),
-            (true, true) => "locked to the first 4".to_string(),
-            (true, false) => "any (port security off)".to_string(),
-        };
-        writeln!(
-            out,
-            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>4}  {}",
-            p.name, kind, p.policy.weight, p.policy.min, p.policy.max, p.policy.priority, macs
-        )?;
-        if let Some(socket) = &p.socket {
-            let status = stats
-                .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.name))
-                .and_then(|s| s.stats.vhost_user.as_ref());
-            let state = match status {
-                Some(v) if v["connected"] == true => {
-                    let features: Vec<&str> = v["feature_names"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    format!("connected, features {}", features.join(","))
-                }
-                Some(v) if v["quarantined"] == true => "quarantined".to_string(),
-                Some(v) => match v["last_error"].as_str() {
-                    Some(e) => format!("not connected (last error: {e})"),
-                    None => "not connected".to_string(),
-                },
-                None => "state unknown".to_string(),
-            };
-            let mode = p.mode.map_or("server", |m| match m {
-                VhostUserRole::Server => "server",
-                VhostUserRole::Client => "client",
-            });
-            writeln!(out, "{:<16} {mode} {socket}: {state}", "")?;
-        }
-    }
-    Ok(())
-}
-
-/// The per-vif table: rate, share of the uplink, policy, drops.
-fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
-    let vifs: Vec<_> = s.ports.iter().filter(|p| p.role == "vif").collect();
-    let total: u64 = vifs.iter().map(|p| p.stats.rate_bps).sum();
-    // Share of the uplink's capacity, or of what all vifs send when it is unlimited.
-    let base = s.capacity_bps.unwrap_or(total);
-    writeln!(
-        out,
-        "engine {}, capacity {}, vifs sending {}",
-        s.engine,
-        format_rate(s.capacity_bps),
-        format_rate(Some(total))
-    )?;
-    if let Some(m) = &s.cost_model {
-        writeln!(out, "{}", m.describe())?;
-    }
-    writeln!(
-        out,
-        "{:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
-        "VIF", "RATE", "SHARE", "WEIGHT", "MIN", "MAX", "PRIO", "DROPS", "THROTTLED"
-    )?;
-    for p in vifs {
-        let share = if base == 0 {
-            0.0
+/// One snapshot of `vqos stats`; `shown` is how many came before it.
+fn write_snapshot(
+    out: &mut impl Write,
+    s: &StatsView,
+    args: &StatsArgs,
+    clear: bool,
+    shown: u64,
+) -> Result<()> {
+    if args.json {
+        // One compact document per line when watching, pretty otherwise.
+        let text = if args.watch {
+            serde_json::to_string(s)?
         } else {
-            100.0 * p.stats.rate_bps as f64 / base as f64
+            serde_json::to_string_pretty(s)?
         };
-        let (weight, min, max, prio) = match &p.policy {
-            Some(pol) => (
-                pol.weight.to_string(),
-                pol.min.clone(),
-                pol.max.clone(),
-                pol.priority.to_string(),
-            ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
-        };
-        let drops: u64 = p.stats.drops.values().sum();
-        writeln!(
-            out,
-            "{:<16} {:>10} {:>5.1}% {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
-            p.stats.name,
-            format_rate(Some(p.stats.rate_bps)),
-            share,
-            weight,
-            min,
-            max,
-            prio,
-            drops,
-            if p.stats.throttled { "yes" } else { "no" }
-        )?;
+        writeln!(out, "{text}")?;
+    } else {
+        if clear {
+            // Clear the screen and go home, like watch(1).
+            write!(out, "\x1b[H\x1b[2J")?;
+        } else if shown > 0 {
+            // Off a terminal, successive tables separated by a blank line.
+            writeln!(out)?;
+        }
+        write_stats(out, s)?;
     }
-    let dropping: Vec<String> = s
-        .ports
-        .iter()
-        .flat_map(|p| {
-            p.stats
-                .drops
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(move |(r, n)| format!("{} {r}={n}", p.stats.name))
-        })
-        .collect();
-    if !dropping.is_empty() {
-        writeln!(out, "drops: {}", dropping.join(", "))?;
-    }
-    Ok(())
+    Ok(out.flush()?)
 }
 
 #[cfg(test)]

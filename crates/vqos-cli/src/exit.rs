@@ -14,6 +14,10 @@ pub const UNREACHABLE: i32 = 3;
 pub const REFUSED: i32 = 4;
 /// `--check`: the run worked but an expectation of the scenario failed.
 pub const CHECK_FAILED: i32 = 5;
+/// Stdout was closed before everything was written (`vqos ... | head -1`): nothing is printed
+/// on stderr and the status is the shell's for a command killed by SIGPIPE (128 + 13), as
+/// coreutils would have it, so that a `pipefail` pipeline still tells a cut-short run.
+pub const CLOSED_PIPE: i32 = 141;
 
 /// A command line the daemon is not even asked about.
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,8 @@ use vqos_lab::{
     LabOptions, PaperOptions, PaperSwitch, PAPERS,
 };
 
+use crate::out::{out, outln};
+
 /// Arguments of `vqos lab`.
 #[derive(Args, Debug)]
 pub struct LabArgs {
@@ -150,14 +152,15 @@ pub fn run(args: LabArgs) -> Result<()> {
     install_interrupt_handler();
     let outcome = run_lab(&opts).with_context(|| format!("Lab run of {}", a.file.display()))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&outcome.results)?);
+        outln!("{}", serde_json::to_string_pretty(&outcome.results)?)?;
     } else {
-        print!("{}", vqos_sim::render_text(&outcome.report));
-        println!(
+        out!("{}", vqos_sim::render_text(&outcome.report))?;
+        outln!(
             "cpu: vqosd {:.1} % of a core, softirq {:.1} % of a core",
-            outcome.vqosd_percent, outcome.softirq_percent
-        );
-        println!("results in {}", outcome.out_dir.display());
+            outcome.vqosd_percent,
+            outcome.softirq_percent
+        )?;
+        outln!("results in {}", outcome.out_dir.display())?;
     }
     if a.check && !outcome.report.passed() {
         std::process::exit(crate::exit::CHECK_FAILED);
@@ -255,7 +258,7 @@ fn publish_run(dir: &std::path::Path, docs: &std::path::Path, json: bool) -> Res
             "plots": p.plots,
             "removed": p.removed,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
     // On stderr after `paper all`: its `--json` keeps stdout for the summary.
@@ -276,10 +279,10 @@ fn print_summary(experiment: &str, out: &std::path::Path, md: &str, json: bool) 
             "out_dir": out.display().to_string(),
             "summary_md": md,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        print!("{md}");
-        println!("results in {}", out.display());
+        out!("{md}")?;
+        outln!("results in {}", out.display())?;
     }
     Ok(())
 }

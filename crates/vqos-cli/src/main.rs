@@ -3,6 +3,8 @@
 //! Offline commands (`alloc`, `sim`) need no daemon and no root; the control commands talk to a
 //! running `vqosd` over its API socket. Exit statuses: see [`exit`].
 #![forbid(unsafe_code)]
+// Output goes through `out::stdout()`, which notes a closed pipe; `println!` would panic.
+#![deny(clippy::print_stdout)]
 
 mod alloc;
 mod calibrate;
@@ -11,6 +13,7 @@ mod cluster_sim;
 mod ctl;
 mod exit;
 mod lab;
+mod out;
 mod reload;
 mod sim;
 
@@ -28,7 +31,8 @@ use clap::{CommandFactory, Parser, Subcommand};
     about,
     long_about = None,
     after_help = "Exit status: 0 ok, 1 failure, 2 usage, 3 vqosd (or etcd) unreachable, \
-                  4 request refused by vqosd, 5 a --check expectation failed."
+                  4 request refused by vqosd, 5 a --check expectation failed, 141 stdout closed \
+                  early (| head), quietly."
 )]
 struct Cli {
     /// How to reach vqosd (before or after the subcommand).
@@ -83,7 +87,7 @@ enum Command {
 fn man(dir: Option<PathBuf>) -> Result<()> {
     let cmd = Cli::command();
     let Some(dir) = dir else {
-        let mut out = std::io::stdout().lock();
+        let mut out = out::stdout();
         clap_mangen::Man::new(cmd).render(&mut out)?;
         return Ok(out.flush()?);
     };
@@ -120,12 +124,17 @@ fn main() {
             // Into a buffer first: the generator panics on a failed write (a closed pipe).
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "vqos", &mut buf);
-            std::io::stdout()
+            out::stdout()
                 .write_all(&buf)
                 .context("Cannot write the completions")
         }
         Command::Man { dir } => man(dir),
     };
+    // Whatever the command: a reader that went away ends the run quietly (exit::CLOSED_PIPE).
+    let result = result.and_then(|()| Ok(out::stdout().flush()?));
+    if out::closed() {
+        std::process::exit(exit::CLOSED_PIPE);
+    }
     if let Err(e) = result {
         eprintln!("vqos: {e:#}");
         std::process::exit(exit::status(&e));

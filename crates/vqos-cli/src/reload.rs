@@ -25,7 +25,7 @@ pub struct ReloadArgs {
 
 /// Runs `vqos reload`.
 pub fn run(conn: &ConnArgs, args: ReloadArgs) -> Result<()> {
-    reload_to(&conn.client()?, &args, &mut std::io::stdout().lock())
+    reload_to(&conn.client()?, &args, &mut crate::out::stdout())
 }
 
 fn reload_to(c: &Client, args: &ReloadArgs, out: &mut impl Write) -> Result<()> {

@@ -4,6 +4,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use vqos_sim::{build_report, render_text, simulate, timeseries_csv, Scenario, BIN_NS};
 
+use crate::exit::UsageError;
+use crate::out::{out, outln};
+
 /// Arguments of `vqos sim`.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  vqos sim scenarios/ancs-fig5.toml\n  \
@@ -35,23 +38,32 @@ pub struct SimArgs {
 
 /// Runs `vqos sim`.
 pub fn run(args: SimArgs) -> Result<()> {
+    // The command line first: its mistakes are usage errors (exit 2), found before the run.
+    let engine = match &args.engine {
+        Some(e) => Some(
+            e.parse()
+                .map_err(|m| UsageError(format!("--engine: {m}")))?,
+        ),
+        None => None,
+    };
+    let window = vqos_sched::units::parse_duration_ns(&args.csv_window)
+        .map_err(|e| UsageError(format!("--csv-window: {e}")))?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("Cannot read {}", args.file.display()))?;
     let mut sc = Scenario::parse(&text).with_context(|| format!("{}", args.file.display()))?;
-    if let Some(e) = &args.engine {
-        sc.engine = e.parse().map_err(anyhow::Error::msg)?;
+    if let Some(e) = engine {
+        sc.engine = e;
     }
     let out = simulate(&sc, args.seed)?;
     let report = build_report(&sc, "sim", &out.bins, BIN_NS, out.cpu_busy);
     if let Some(path) = &args.csv {
-        let window = vqos_sched::units::parse_duration_ns(&args.csv_window)?;
         let csv = timeseries_csv(&sc, &out.bins, BIN_NS, &out.control_trace, window);
         std::fs::write(path, csv).with_context(|| format!("Cannot write {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", render_text(&report));
+        out!("{}", render_text(&report))?;
     }
     if args.check && !report.passed() {
         std::process::exit(crate::exit::CHECK_FAILED);

@@ -4,6 +4,7 @@ use super::*;
 use clap::Parser;
 use std::sync::Arc;
 use vqos_api::stats::PortStats;
+use vqos_api::wire::{PortKind, VhostUserRole};
 use vqosd::api::Api;
 use vqosd::backend::MockBackend;
 use vqosd::config::Config;
@@ -91,8 +92,10 @@ fn port_and_policy_commands_against_a_daemon() {
     );
     let e = run(&c, "policy set nope --weight 2").unwrap_err();
     assert_eq!(e.to_string(), "Unknown vif 'nope'");
+    // Before: sent, and refused by the daemon (exit 4).
     let e = run(&c, "policy set vm1 --weight 0").unwrap_err();
-    assert_eq!(e.to_string(), "Vif 'vm1': weight must be greater than 0");
+    assert_eq!(e.to_string(), "--weight must be greater than 0");
+    assert_eq!(crate::exit::status(&e), crate::exit::USAGE);
     // Checked before anything is sent.
     let e = run(&c, "policy set vm1").unwrap_err();
     assert!(e.to_string().starts_with("Nothing to set"));
@@ -134,10 +137,8 @@ fn port_and_policy_commands_against_a_daemon() {
         "vm1: weight 1, min 200Mbit, max unlimited, priority 1\n"
     );
     let e = run(&c, "policy set vm1 --burst 0").unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "Vif 'vm1': burst 0B is out of range 1B..=1GiB"
-    );
+    assert_eq!(e.to_string(), "--burst 0B is out of range 1B..=1GiB");
+    assert_eq!(crate::exit::status(&e), crate::exit::USAGE);
     let e = run(&c, "policy set vm1 --burst 64Kbit").unwrap_err();
     assert!(format!("{e:#}").contains("Invalid size '64Kbit'"), "{e:#}");
     let e = run(&c, "policy set vm1 --max-in fast").unwrap_err();
@@ -174,6 +175,34 @@ fn port_and_policy_commands_against_a_daemon() {
     assert_eq!(run(&c, "port del vm3").unwrap(), "Removed port vm3\n");
     let e = run(&c, "port del vm3").unwrap_err();
     assert_eq!(e.to_string(), "Unknown vif 'vm3'");
+}
+
+/// Before: `port list` showed neither max_in nor burst.
+#[test]
+fn port_list_shows_every_policy_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, _mock, c) = daemon(dir.path());
+    let set = "policy set vm1 --min 200Mbit --priority 1 --burst 64KiB --max-in 100Mbit \
+               --max-out 200Mbit";
+    run(&c, set).unwrap();
+    let list = run(&c, "port list").unwrap();
+    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
+    );
+    let row = |name: &str| -> Vec<String> {
+        let line = list.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().take(8).map(String::from).collect()
+    };
+    assert_eq!(
+        row("vm1"),
+        ["vm1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
+    );
+    assert_eq!(
+        row("vm2"),
+        ["vm2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
+    );
 }
 
 #[test]

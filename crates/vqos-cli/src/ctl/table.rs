@@ -1,0 +1,160 @@
+//! The control commands' tables and one-line descriptions, as `vqos` prints them.
+
+use std::io::Write;
+
+use anyhow::Result;
+use serde_json::Value;
+use vqos_api::wire::{PolicyView, PortKind, PortView, StatsView, VhostUserRole};
+use vqos_sched::units::format_rate;
+
+/// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`
+/// when they are set.
+pub(super) fn describe(p: &PolicyView) -> String {
+    let mut s = format!(
+        "weight {}, min {}, max {}, priority {}",
+        p.weight, p.min, p.max, p.priority
+    );
+    if let Some(m) = &p.max_in {
+        s.push_str(&format!(", max_in {m}"));
+    }
+    if let Some(b) = &p.burst {
+        s.push_str(&format!(", burst {b}"));
+    }
+    s
+}
+
+pub(super) fn write_ports(
+    out: &mut impl Write,
+    ports: &[PortView],
+    stats: Option<&StatsView>,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  MACS",
+        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO"
+    )?;
+    for p in ports {
+        let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
+        let kind = match (p.kind, p.create) {
+            (PortKind::VhostUser, _) => "vhost-user",
+            (PortKind::AfPacket, _) => "af-packet",
+            (PortKind::Tap, true) => "tap",
+            (PortKind::Tap, false) => "tap-attach",
+        };
+        let macs = match (macs.is_empty(), p.port_security) {
+            (false, _) => macs.join(","),
+            (true, true) => "locked to the first 4".to_string(),
+            (true, false) => "any (port security off)".to_string(),
+        };
+        // As the options spell them: MAX_IN "max" is the same as MAX, BURST "default" the
+        // engine's own.
+        let pol = &p.policy;
+        writeln!(
+            out,
+            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
+            p.name,
+            kind,
+            pol.weight,
+            pol.min,
+            pol.max,
+            pol.max_in.as_deref().unwrap_or("max"),
+            pol.burst.as_deref().unwrap_or("default"),
+            pol.priority,
+            macs
+        )?;
+        if let Some(socket) = &p.socket {
+            let status = stats
+                .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.name))
+                .and_then(|s| s.stats.vhost_user.as_ref());
+            let state = match status {
+                Some(v) if v["connected"] == true => {
+                    let features: Vec<&str> = v["feature_names"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    format!("connected, features {}", features.join(","))
+                }
+                Some(v) if v["quarantined"] == true => "quarantined".to_string(),
+                Some(v) => match v["last_error"].as_str() {
+                    Some(e) => format!("not connected (last error: {e})"),
+                    None => "not connected".to_string(),
+                },
+                None => "state unknown".to_string(),
+            };
+            let mode = p.mode.map_or("server", |m| match m {
+                VhostUserRole::Server => "server",
+                VhostUserRole::Client => "client",
+            });
+            writeln!(out, "{:<16} {mode} {socket}: {state}", "")?;
+        }
+    }
+    Ok(())
+}
+
+/// The per-vif table: rate, share of the uplink, policy, drops.
+pub(super) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
+    let vifs: Vec<_> = s.ports.iter().filter(|p| p.role == "vif").collect();
+    let total: u64 = vifs.iter().map(|p| p.stats.rate_bps).sum();
+    // Share of the uplink's capacity, or of what all vifs send when it is unlimited.
+    let base = s.capacity_bps.unwrap_or(total);
+    writeln!(
+        out,
+        "engine {}, capacity {}, vifs sending {}",
+        s.engine,
+        format_rate(s.capacity_bps),
+        format_rate(Some(total))
+    )?;
+    if let Some(m) = &s.cost_model {
+        writeln!(out, "{}", m.describe())?;
+    }
+    writeln!(
+        out,
+        "{:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
+        "VIF", "RATE", "SHARE", "WEIGHT", "MIN", "MAX", "PRIO", "DROPS", "THROTTLED"
+    )?;
+    for p in vifs {
+        let share = if base == 0 {
+            0.0
+        } else {
+            100.0 * p.stats.rate_bps as f64 / base as f64
+        };
+        let (weight, min, max, prio) = match &p.policy {
+            Some(pol) => (
+                pol.weight.to_string(),
+                pol.min.clone(),
+                pol.max.clone(),
+                pol.priority.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let drops: u64 = p.stats.drops.values().sum();
+        writeln!(
+            out,
+            "{:<16} {:>10} {:>5.1}% {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
+            p.stats.name,
+            format_rate(Some(p.stats.rate_bps)),
+            share,
+            weight,
+            min,
+            max,
+            prio,
+            drops,
+            if p.stats.throttled { "yes" } else { "no" }
+        )?;
+    }
+    let dropping: Vec<String> = s
+        .ports
+        .iter()
+        .flat_map(|p| {
+            p.stats
+                .drops
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(move |(r, n)| format!("{} {r}={n}", p.stats.name))
+        })
+        .collect();
+    if !dropping.is_empty() {
+        writeln!(out, "drops: {}", dropping.join(", "))?;
+    }
+    Ok(())
+}
