@@ -259,6 +259,17 @@ pub enum VhostUserRole {
     Client,
 }
 
+/// What a vif may serve to its neighbours beyond its own traffic (refused by the address
+/// guards otherwise: docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    /// IPv6 router advertisements and redirects.
+    Router,
+    /// DHCPv4 and DHCPv6 server (and relay) messages.
+    DhcpServer,
+}
+
 /// `POST /v1/ports` body, and one `[[port]]` of the config.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -291,6 +302,14 @@ pub struct PortRequest {
     /// bridges). No port ever takes an address another port owns.
     #[serde(default = "default_true")]
     pub port_security: bool,
+    /// With port security: the only IPv4/IPv6 addresses the vif may claim (as a source, an
+    /// ARP sender, a neighbour advertisement's target), pinned to it at once; empty: it locks
+    /// to the first few it uses (2 IPv4, 8 IPv6).
+    #[serde(default)]
+    pub ips: Vec<std::net::IpAddr>,
+    /// With port security: what it may serve (`router`, `dhcp-server`); default nothing.
+    #[serde(default)]
+    pub serves: Vec<Service>,
 }
 
 /// A policy as the daemon reports it: human rates and exact numbers.
@@ -376,6 +395,12 @@ pub struct PortView {
     /// Without `macs`: locked to its first source addresses (`true`) or any it may use.
     #[serde(default = "default_true")]
     pub port_security: bool,
+    /// The IP allow-list (empty: locked to the first few it uses, with port security).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<std::net::IpAddr>,
+    /// What it may serve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serves: Vec<Service>,
     /// The vif's policy.
     pub policy: PolicyView,
 }

@@ -232,6 +232,16 @@ enum PortCommand {
         /// owns (a router or a nested bridge behind the port).
         #[arg(long, conflicts_with = "macs")]
         no_port_security: bool,
+        /// An IP address the vif may claim (source, ARP sender, neighbour advertisement),
+        /// its own from now on (repeat). Without --ip the vif locks to the first 2 IPv4 and
+        /// 8 IPv6 addresses it uses.
+        #[arg(long = "ip", value_name = "ADDR", conflicts_with = "no_port_security")]
+        ips: Vec<std::net::IpAddr>,
+        /// What the vif may serve its neighbours (repeat): `router` (IPv6 router
+        /// advertisements) or `dhcp-server`; refused from every other vif.
+        #[arg(long = "serve", value_name = "SERVICE", value_parser = ["router", "dhcp-server"],
+              conflicts_with = "no_port_security")]
+        serves: Vec<String>,
         #[command(flatten)]
         policy: PolicyOpts,
         /// Print the daemon's JSON answer (the port as listed).
@@ -325,6 +335,8 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             client,
             macs,
             no_port_security,
+            ips,
+            serves,
             policy,
             json,
         } => {
@@ -336,6 +348,8 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 "create": !attach,
                 "macs": macs,
                 "port_security": !no_port_security,
+                "ips": ips,
+                "serves": serves,
                 "policy": Value::Object(policy.patch()?),
             });
             if let Some(socket) = &vhost_user {

@@ -27,7 +27,9 @@ use thiserror::Error;
 use vqos_sched::units::format_rate;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
-use crate::backend::{Backend, BackendError, PortConfig, PortStats, DROP_REASONS};
+use crate::backend::{
+    configured_address_in_use, Backend, BackendError, PortConfig, PortStats, DROP_REASONS,
+};
 use crate::config::Config;
 use crate::http::{Request, Response};
 use crate::metrics;
@@ -141,6 +143,8 @@ impl View {
                     mode: p.mode,
                     macs: p.macs.clone(),
                     port_security: p.port_security,
+                    ips: p.ips.clone(),
+                    serves: p.serves.clone(),
                     policy: v.policy.clone(),
                 })
                 .collect(),
@@ -157,6 +161,8 @@ impl View {
             mode: self.ports[i].mode,
             macs: self.ports[i].macs.clone(),
             port_security: self.ports[i].port_security,
+            ips: self.ports[i].ips.clone(),
+            serves: self.ports[i].serves.clone(),
             policy: PolicyView::from(&self.set.vifs[i].policy),
         }
     }
@@ -253,6 +259,8 @@ impl Api {
                             mode: sp.mode,
                             macs: sp.macs,
                             port_security: sp.port_security,
+                            ips: sp.ips,
+                            serves: sp.serves,
                         });
                     }
                 }
@@ -467,18 +475,8 @@ impl Api {
                 ),
             ));
         }
-        // A configured address belongs to one port (the data plane refuses a second owner
-        // too; checking here answers before a TAP is made).
-        if let Some((mac, owner)) = req.macs.iter().find_map(|m| {
-            v.ports
-                .iter()
-                .find(|p| p.macs.contains(m))
-                .map(|p| (m, p.name.clone()))
-        }) {
-            return Err((
-                409,
-                format!("MAC address {mac} is in use by port '{owner}'"),
-            ));
+        if let Some(e) = configured_address_in_use(&v.ports, &req.name, &req.macs, &req.ips) {
+            return Err((409, e));
         }
         let mut next = v.clone();
         next.set = next.set.with_vif(&req.name, policy.clone());

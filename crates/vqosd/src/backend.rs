@@ -14,7 +14,7 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::{MacAddr, PortKind, PortRequest, VhostUserRole};
+use vqos_api::wire::{MacAddr, PortKind, PortRequest, Service, VhostUserRole};
 
 /// Why the switch refused or failed a change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -62,6 +62,10 @@ pub struct PortConfig {
     /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
     /// accept any address no other port owns (`false`: routers, nested bridges).
     pub port_security: bool,
+    /// With port security: the only IP addresses it may claim; empty: first-come locks.
+    pub ips: Vec<std::net::IpAddr>,
+    /// With port security: what it may serve.
+    pub serves: Vec<Service>,
 }
 
 impl PortConfig {
@@ -107,6 +111,10 @@ impl PortConfig {
                 }
             }
         }
+        check_addresses(req)?;
+        let mut serves = req.serves.clone();
+        serves.sort_unstable();
+        serves.dedup();
         Ok(PortConfig {
             name: req.name.clone(),
             kind: req.kind,
@@ -115,7 +123,56 @@ impl PortConfig {
             mode: req.mode,
             macs: req.macs.clone(),
             port_security: req.port_security,
+            ips: req.ips.clone(),
+            serves,
         })
+    }
+}
+
+/// The refusal of a port named `name` configured with `macs` and `ips` when another port of
+/// `ports` is configured with one of them ("MAC address … is in use by port '…'"): a
+/// configured address belongs to one port. The data plane refuses a second owner too;
+/// checking here answers before a TAP is made.
+pub fn configured_address_in_use(
+    ports: &[PortConfig],
+    name: &str,
+    macs: &[MacAddr],
+    ips: &[std::net::IpAddr],
+) -> Option<String> {
+    let others = || ports.iter().filter(|o| o.name != name);
+    let mac = macs.iter().find_map(|m| {
+        others()
+            .find(|o| o.macs.contains(m))
+            .map(|o| format!("MAC address {m} is in use by port '{}'", o.name))
+    });
+    mac.or_else(|| {
+        ips.iter().find_map(|ip| {
+            others()
+                .find(|o| o.ips.contains(ip))
+                .map(|o| format!("IP address {ip} is in use by port '{}'", o.name))
+        })
+    })
+}
+
+/// A port's IP allow-list and services: only with port security (without it nothing is
+/// checked above layer 2), and only addresses a station can send from.
+fn check_addresses(req: &PortRequest) -> Result<(), String> {
+    if !req.port_security && !(req.ips.is_empty() && req.serves.is_empty()) {
+        return Err(format!(
+            "Port '{}': ips and serves need port_security (without it no address is checked)",
+            req.name
+        ));
+    }
+    match req
+        .ips
+        .iter()
+        .find(|ip| ip.is_unspecified() || ip.is_multicast() || ip.is_loopback())
+    {
+        Some(ip) => Err(format!(
+            "Port '{}': {ip} cannot be a vif's address (unspecified, multicast or loopback)",
+            req.name
+        )),
+        None => Ok(()),
     }
 }
 
@@ -423,6 +480,8 @@ mod tests {
             mode: None,
             macs: vec![],
             port_security: true,
+            ips: vec![],
+            serves: vec![],
         }
     }
 

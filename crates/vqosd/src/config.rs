@@ -36,7 +36,11 @@
 //!                             # goes with `vqos port del`); false: attach to an existing one
 //! macs = ["02:00:00:00:00:01"]   # the only source MACs it may use (pinned to it)
 //! # port_security = false    # without macs: false lets it use any MAC no other port owns
-//! #                          # (default true: it locks to the first 4 it sends from)
+//! #                          # (default true: it locks to the first 4 it sends from) and
+//! #                          # turns the guards above layer 2 off (routers, VNFs)
+//! # ips = ["10.0.0.5", "fd00::5"]   # the only IP addresses it may claim (default: the first
+//! #                          # 2 IPv4 and 8 IPv6 it uses, locked to it)
+//! # serves = ["router", "dhcp-server"]   # may send IPv6 RAs / DHCP server messages
 //! policy = { weight = 3, min = "200Mbit", max = "500Mbit", priority = 1 }
 //! # also: max_out (= max, what the vm sends), max_in = "100Mbit" (what it receives; default:
 //! # the same as max, "unlimited": none), burst = "64KiB" (sent above max after idling)
@@ -520,6 +524,8 @@ impl Config {
                     mode: None,
                     macs: Vec::new(),
                     port_security: false,
+                    ips: Vec::new(),
+                    serves: Vec::new(),
                 })
             }
             None => None,

@@ -121,6 +121,12 @@ pub struct SavedPort {
     /// Port security without `macs` (absent in older state files: on).
     #[serde(default = "default_true")]
     pub port_security: bool,
+    /// IP allow-list (absent: none, first-come locks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<std::net::IpAddr>,
+    /// What it may serve (absent: nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serves: Vec<vqos_api::wire::Service>,
     /// The vif's policy.
     pub policy: VifPolicy,
 }
@@ -454,6 +460,8 @@ mod tests {
                 mode: None,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
                 port_security: true,
+                ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
+                serves: vec![vqos_api::wire::Service::DhcpServer],
                 policy: VifPolicy {
                     weight: 3,
                     min_bps: 200_000_000,

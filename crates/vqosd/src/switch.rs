@@ -3,12 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use vqos_api::wire::Service;
 use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::mac_key;
+use vqos_dataplane::guard::ip_key;
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
-    EmulatedWork, IpPolicy, MacPolicy, PortSecurity, PortSpec, Readiness, SwitchConfig,
-    SwitchError, SwitchHandle, TapIo,
+    EmulatedWork, IpAddrs, IpPolicy, MacPolicy, PortSecurity, PortSpec, Readiness, Services,
+    SwitchConfig, SwitchError, SwitchHandle, TapIo,
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
@@ -75,10 +77,18 @@ fn security(port: &PortConfig) -> PortSecurity {
     } else {
         MacPolicy::Any
     };
-    PortSecurity {
-        macs,
-        ips: port.port_security.then(IpPolicy::default),
-    }
+    let ips = port.port_security.then(|| IpPolicy {
+        addrs: if port.ips.is_empty() {
+            IpPolicy::default().addrs
+        } else {
+            IpAddrs::Fixed(port.ips.iter().map(|&ip| ip_key(ip)).collect())
+        },
+        services: Services {
+            router: port.serves.contains(&Service::Router),
+            dhcp_server: port.serves.contains(&Service::DhcpServer),
+        },
+    });
+    PortSecurity { macs, ips }
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use serde_json::Value;
-use vqos_api::wire::{PolicyView, PortKind, PortView, StatsView, VhostUserRole};
+use vqos_api::wire::{PolicyView, PortKind, PortView, Service, StatsView, VhostUserRole};
 use vqos_sched::units::format_rate;
 
 /// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`
@@ -21,6 +21,14 @@ pub(super) fn describe(p: &PolicyView) -> String {
         s.push_str(&format!(", burst {b}"));
     }
     s
+}
+
+/// A service as the API and the options spell it.
+fn service_name(s: Service) -> &'static str {
+    match s {
+        Service::Router => "router",
+        Service::DhcpServer => "dhcp-server",
+    }
 }
 
 pub(super) fn write_ports(
@@ -45,6 +53,21 @@ pub(super) fn write_ports(
             (false, _) => macs.join(","),
             (true, true) => "locked to the first 4".to_string(),
             (true, false) => "any (port security off)".to_string(),
+        };
+        // Only what differs from the default is shown: configured addresses and services.
+        let mut extra: Vec<String> = Vec::new();
+        if !p.ips.is_empty() {
+            let ips: Vec<String> = p.ips.iter().map(|ip| ip.to_string()).collect();
+            extra.push(format!("ips {}", ips.join(",")));
+        }
+        if !p.serves.is_empty() {
+            let serves: Vec<&str> = p.serves.iter().map(|s| service_name(*s)).collect();
+            extra.push(format!("serves {}", serves.join(",")));
+        }
+        let macs = if extra.is_empty() {
+            macs
+        } else {
+            format!("{macs}; {}", extra.join("; "))
         };
         // As the options spell them: MAX_IN "max" is the same as MAX, BURST "default" the
         // engine's own.

@@ -27,7 +27,7 @@ use thiserror::Error;
 use vqos_api::wire::ReloadView;
 
 use super::{backend_fail, effective_policy, Api, View};
-use crate::backend::PortConfig;
+use crate::backend::{configured_address_in_use, PortConfig};
 use crate::config::Config;
 use crate::http::Response;
 use crate::state;
@@ -69,6 +69,10 @@ fn port_change(old: &PortConfig, new: &PortConfig) -> Option<&'static str> {
         Some("macs")
     } else if old.port_security != new.port_security {
         Some("port_security")
+    } else if old.ips != new.ips {
+        Some("ips")
+    } else if old.serves != new.serves {
+        Some("serves")
     } else {
         None
     }
@@ -188,17 +192,8 @@ impl Api {
             ));
         }
         for (p, _) in &added {
-            let owner = p.macs.iter().find_map(|m| {
-                nv.ports
-                    .iter()
-                    .find(|o| o.name != p.name && o.macs.contains(m))
-                    .map(|o| (m, &o.name))
-            });
-            if let Some((mac, owner)) = owner {
-                return Err(refused(
-                    409,
-                    format!("MAC address {mac} is in use by port '{owner}'"),
-                ));
+            if let Some(e) = configured_address_in_use(&nv.ports, &p.name, &p.macs, &p.ips) {
+                return Err(refused(409, e));
             }
         }
         if old.capacity_bps != next.capacity_bps {

@@ -271,6 +271,59 @@ fn port_security_is_on_by_default_and_a_configured_mac_has_one_owner() {
 }
 
 #[test]
+fn configured_ip_addresses_and_services_have_one_owner_and_need_port_security() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let body = json!({"name": "dhcp", "ips": ["10.0.0.5", "fd00::5"], "serves": ["dhcp-server"]});
+    let (status, body) = d.send("POST", "/v1/ports", Some(body));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["ips"], json!(["10.0.0.5", "fd00::5"]));
+    assert_eq!(body["serves"], json!(["dhcp-server"]));
+    let (p, _) = d.mock.ports().pop().unwrap();
+    assert_eq!(p.ips.len(), 2);
+    let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
+    let last = saved["ports"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["serves"], json!(["dhcp-server"]));
+    let calls = d.mock.calls().len();
+    let cases = [
+        (
+            json!({"name": "vm9", "ips": ["fd00::5"]}),
+            409,
+            "IP address fd00::5 is in use by port 'dhcp'",
+        ),
+        (
+            json!({"name": "vm9", "ips": ["10.0.0.9"], "port_security": false}),
+            422,
+            "Port 'vm9': ips and serves need port_security (without it no address is checked)",
+        ),
+        (
+            json!({"name": "vm9", "ips": ["224.0.0.1"]}),
+            422,
+            "Port 'vm9': 224.0.0.1 cannot be a vif's address (unspecified, multicast or loopback)",
+        ),
+    ];
+    for (req, want_status, want) in cases {
+        let (status, body) = d.send("POST", "/v1/ports", Some(req.clone()));
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (want_status, Some(want)),
+            "{req}"
+        );
+    }
+    let (status, _) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "vm9", "serves": ["bgp"]})),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        d.mock.calls().len(),
+        calls,
+        "a refused port reached the switch"
+    );
+}
+
+#[test]
 fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
