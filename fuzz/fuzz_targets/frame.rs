@@ -1,13 +1,35 @@
-//! Frame validation, on-wire size and CE marking on untrusted bytes (a virtio-net header and an
-//! Ethernet frame, as a port reads them).
+//! Frame validation, on-wire size, CE marking and the address guards' parsing on untrusted
+//! bytes (a virtio-net header and an Ethernet frame, as a port reads them).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use vqos_dataplane::frame::{
     ipv4_checksum, mark_ce, validate, wire_bytes, ETH_HDR_LEN, VNET_HDR_LEN,
 };
+use vqos_dataplane::guard;
 
 fuzz_target!(|data: &[u8]| {
+    // The guards read any bytes a port hands over, valid or not: never a panic, at most two
+    // claims, and the services a vif has only ever turn a refusal into a pass.
+    if data.len() >= VNET_HDR_LEN {
+        let eth = &data[VNET_HDR_LEN..];
+        let _ = guard::l2_refusal(eth, 0x01_80_c2_00_00_00, true);
+        let _ = guard::announced(eth);
+        let none = guard::Services::default();
+        let all = guard::Services {
+            router: true,
+            dhcp_server: true,
+        };
+        let strict = guard::inspect(eth, 0x02_00_00_00_00_01, none);
+        let lax = guard::inspect(eth, 0x02_00_00_00_00_01, all);
+        if let Ok(c) = strict {
+            assert!(c.len <= 2);
+            assert_eq!(
+                lax, strict,
+                "a frame passing without rights passes the same with them"
+            );
+        }
+    }
     let Ok(hdr) = validate(data) else {
         // Refused frames are never sized or marked by the switch; sizing one must still not
         // panic (the header may come from anywhere).

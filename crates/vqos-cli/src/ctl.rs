@@ -200,6 +200,8 @@ pub struct PortArgs {
     command: PortCommand,
 }
 
+// One value parsed once per run: the size of its largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum PortCommand {
     /// List the vif ports with their policies.

@@ -157,7 +157,8 @@ pub fn configured_address_in_use(
 /// A port's IP allow-list and services: only with port security (without it nothing is
 /// checked above layer 2), and only addresses a station can send from.
 fn check_addresses(req: &PortRequest) -> Result<(), String> {
-    if !req.port_security && !(req.ips.is_empty() && req.serves.is_empty()) {
+    let unset = req.ips.is_empty() && req.serves.is_empty();
+    if !req.port_security && !unset {
         return Err(format!(
             "Port '{}': ips and serves need port_security (without it no address is checked)",
             req.name
