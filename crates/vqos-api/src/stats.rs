@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::wire::LockedAddrs;
+
 /// Counters and gauges of one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortStats {
@@ -45,6 +47,9 @@ pub struct PortStats {
     /// misbehaviour counters (the data plane's `VhostUserStatus`); absent for TAPs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost_user: Option<serde_json::Value>,
+    /// Addresses port security locked to it first come.
+    #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
+    pub locked: LockedAddrs,
 }
 
 /// Counters of one poll loop.

@@ -259,6 +259,27 @@ pub enum VhostUserRole {
     Client,
 }
 
+/// Addresses port security locked to a vif first come (without configured ones): reported
+/// in its stats, listed with the port and persisted in the state file, so that a restart
+/// gives them back to it before it forwards (docs/security.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedAddrs {
+    /// Source MACs.
+    #[serde(default)]
+    pub macs: Vec<MacAddr>,
+    /// IP addresses.
+    #[serde(default)]
+    pub ips: Vec<std::net::IpAddr>,
+}
+
+impl LockedAddrs {
+    /// True when nothing is locked.
+    pub fn is_empty(&self) -> bool {
+        self.macs.is_empty() && self.ips.is_empty()
+    }
+}
+
 /// What a vif may serve to its neighbours beyond its own traffic (refused by the address
 /// guards otherwise: docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -401,6 +422,9 @@ pub struct PortView {
     /// What it may serve.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serves: Vec<Service>,
+    /// Addresses port security locked to it first come.
+    #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
+    pub locked: LockedAddrs,
     /// The vif's policy.
     pub policy: PolicyView,
 }

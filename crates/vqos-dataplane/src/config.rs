@@ -64,6 +64,10 @@ pub struct PortSecurity {
     pub macs: MacPolicy,
     /// IP addresses and services; `None`: no guard above layer 2, and tagged frames pass.
     pub ips: Option<IpPolicy>,
+    /// Addresses the port locked first-come in a previous run (persisted by the daemon):
+    /// locked to it again when it is added, before it forwards, and outranking any lock
+    /// another port took while it was away. Only where the policy learns (`Learn`).
+    pub restored: Locks,
 }
 
 impl PortSecurity {
@@ -72,7 +76,44 @@ impl PortSecurity {
         PortSecurity {
             macs: MacPolicy::Any,
             ips: None,
+            restored: Locks::default(),
         }
+    }
+}
+
+/// Addresses locked to a port first come (its port security's `Learn` policies).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Locks {
+    /// Source MACs.
+    pub macs: Vec<MacKey>,
+    /// IP addresses (IPv4 mapped, [`crate::guard::ipv4_key`]).
+    pub ips: Vec<IpKey>,
+}
+
+impl Locks {
+    /// True when nothing is locked.
+    pub fn is_empty(&self) -> bool {
+        self.macs.is_empty() && self.ips.is_empty()
+    }
+}
+
+impl Serialize for Locks {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Locks", 2)?;
+        let macs: Vec<String> = self
+            .macs
+            .iter()
+            .map(|&m| crate::frame::format_mac(m))
+            .collect();
+        let ips: Vec<String> = self
+            .ips
+            .iter()
+            .map(|&k| crate::guard::key_ip(k).to_string())
+            .collect();
+        st.serialize_field("macs", &macs)?;
+        st.serialize_field("ips", &ips)?;
+        st.end()
     }
 }
 
@@ -165,6 +206,8 @@ pub struct PortSpec {
     /// IP addresses and services the port may claim (default: learnt and locked, no router or
     /// DHCP server); `None` for no guard above layer 2.
     pub ips: Option<IpPolicy>,
+    /// Addresses a previous run locked to the port ([`PortSecurity::restored`]).
+    pub restored: Locks,
     /// How a TAP port moves frames (ignored by other kinds).
     pub tap_io: TapIo,
 }
@@ -177,6 +220,7 @@ impl PortSpec {
             backend: PortBackend::TapCreate,
             macs: MacPolicy::default(),
             ips: Some(IpPolicy::default()),
+            restored: Locks::default(),
             tap_io: TapIo::default(),
         }
     }
@@ -188,6 +232,7 @@ impl PortSpec {
             backend: PortBackend::TapOwn,
             macs: MacPolicy::default(),
             ips: Some(IpPolicy::default()),
+            restored: Locks::default(),
             tap_io: TapIo::default(),
         }
     }
@@ -199,6 +244,7 @@ impl PortSpec {
             backend: PortBackend::TapAttach,
             macs: MacPolicy::default(),
             ips: Some(IpPolicy::default()),
+            restored: Locks::default(),
             tap_io: TapIo::default(),
         }
     }
@@ -211,6 +257,7 @@ impl PortSpec {
             backend: PortBackend::AfPacket,
             macs: MacPolicy::default(),
             ips: Some(IpPolicy::default()),
+            restored: Locks::default(),
             tap_io: TapIo::default(),
         }
     }
@@ -222,6 +269,7 @@ impl PortSpec {
             backend: PortBackend::Custom(port),
             macs: MacPolicy::default(),
             ips: Some(IpPolicy::default()),
+            restored: Locks::default(),
             tap_io: TapIo::default(),
         }
     }
@@ -254,6 +302,7 @@ impl PortSpec {
     pub fn with_security(mut self, security: PortSecurity) -> Self {
         self.macs = security.macs;
         self.ips = security.ips;
+        self.restored = security.restored;
         self
     }
 
@@ -278,6 +327,7 @@ impl PortSpec {
         let security = PortSecurity {
             macs: self.macs,
             ips: self.ips,
+            restored: self.restored,
         };
         Ok((port, security))
     }

@@ -85,6 +85,9 @@ struct Entry {
     /// Owned by its port for as long as the port exists (configured, or locked by port
     /// security): never ages, never moves.
     pinned: bool,
+    /// Pinned by an operator's assignment (configured, or a lock a previous run persisted):
+    /// outranks a first-come lock taken in this run.
+    assigned: bool,
 }
 
 /// What [`MacTable::learn`] did with a source address.
@@ -98,6 +101,9 @@ pub enum Learnt {
     /// The address belongs to another port (pinned there, or seen there within the ageing
     /// time): a frame claiming it is spoofed, and the entry stays where it is.
     Owned(u16),
+    /// Recorded on the port by an assignment ([`AddrTable::pin`] with `force`), taken from the
+    /// first-come lock of the port in this slot (which must forget it).
+    Taken(u16),
 }
 
 /// Address → port slot.
@@ -227,9 +233,12 @@ impl<K: Addr> AddrTable<K> {
     }
 
     /// Makes `slot` the owner of `mac` for as long as the port exists (configured addresses,
-    /// addresses locked by port security). With `force` it takes the address from a port
-    /// that only learnt it (an operator's configuration wins over learning); it never takes
-    /// one pinned elsewhere.
+    /// addresses locked by port security). Without `force` (a first-come lock) it takes only
+    /// an address no port holds. With `force` (an assignment: configured, or a lock persisted
+    /// by a previous run) it takes the address from a port that only learnt it or locked it
+    /// first-come in this run ([`Learnt::Taken`]): an operator's assignment wins over
+    /// learning, and a lock taken while its owner was away never outranks a persisted one.
+    /// It never takes an address assigned elsewhere.
     pub fn pin(&mut self, mac: K, slot: u16, force: bool, now_ns: u64) -> Learnt {
         if mac.is_group() {
             return Learnt::Owned(u16::MAX);
@@ -240,24 +249,42 @@ impl<K: Addr> AddrTable<K> {
                     mac,
                     Entry {
                         pinned: true,
+                        assigned: e.assigned || force,
                         seen_ns: now_ns,
                         ..e
                     },
                 );
                 Learnt::Yes
             }
-            Some(e) if e.pinned || (!force && self.live(&e, now_ns)) => Learnt::Owned(e.slot),
+            Some(e) if e.assigned || (!force && (e.pinned || self.live(&e, now_ns))) => {
+                Learnt::Owned(e.slot)
+            }
             Some(e) => {
                 Self::release(&mut self.per_slot, e.slot);
                 self.map.remove(&mac);
-                self.insert(mac, slot, now_ns, true)
+                match self.insert_held(mac, slot, now_ns, true, force) {
+                    Learnt::Yes if e.pinned => Learnt::Taken(e.slot),
+                    other => other,
+                }
             }
-            None => self.insert(mac, slot, now_ns, true),
+            None => self.insert_held(mac, slot, now_ns, true, force),
         }
     }
 
     /// A new entry, if the table and the port's share allow.
     fn insert(&mut self, mac: K, slot: u16, now_ns: u64, pinned: bool) -> Learnt {
+        self.insert_held(mac, slot, now_ns, pinned, false)
+    }
+
+    /// [`AddrTable::insert`], `assigned` or not.
+    fn insert_held(
+        &mut self,
+        mac: K,
+        slot: u16,
+        now_ns: u64,
+        pinned: bool,
+        assigned: bool,
+    ) -> Learnt {
         if self.map.len() >= self.capacity || !self.take(slot) {
             return Learnt::Full;
         }
@@ -267,6 +294,7 @@ impl<K: Addr> AddrTable<K> {
                 slot,
                 seen_ns: now_ns,
                 pinned,
+                assigned,
             },
         );
         Learnt::Yes
@@ -324,41 +352,110 @@ impl Addresses {
         self.ips.expire(now_ns);
     }
 
-    /// Pins a new port's configured addresses to `slot`, taking them from ports that only
-    /// learnt them. On refusal: "MAC" or "IP", the address (as text) and the slot that owns it
-    /// (`None`: the table is full); addresses pinned before it stay pinned until the caller purges the
-    /// slot.
-    pub fn pin_configured(
+    /// Pins a new port's assigned addresses to `slot`: its configured ones, and the locks a
+    /// previous run persisted ([`PortSecurity::restored`], where the port learns), taking them
+    /// from ports that only learnt them or locked them first-come in this run. A configured
+    /// address held by another assignment refuses the port: "MAC" or "IP", the address (as
+    /// text) and the slot that owns it (`None`: the table is full); addresses pinned before it
+    /// stay pinned until the caller purges the slot. A restored lock that cannot be had is
+    /// skipped (the address was assigned elsewhere since).
+    pub fn pin_assigned(
         &mut self,
         security: &PortSecurity,
         slot: u16,
         now_ns: u64,
-    ) -> Result<(), (&'static str, String, Option<u16>)> {
-        let refused = |l: Learnt| match l {
-            Learnt::Yes => None,
-            Learnt::Owned(o) => Some(Some(o)),
-            Learnt::Full => Some(None),
+    ) -> Result<Pinned, (&'static str, String, Option<u16>)> {
+        let mut done = Pinned::default();
+        let fixed_ips: &[IpKey] = match &security.ips {
+            Some(IpPolicy {
+                addrs: IpAddrs::Fixed(list),
+                ..
+            }) => list,
+            _ => &[],
         };
-        if let MacPolicy::Fixed(list) = &security.macs {
-            for &mac in list {
-                if let Some(owner) = refused(self.macs.pin(mac, slot, true, now_ns)) {
-                    return Err(("MAC", format_mac(mac), owner));
-                }
-            }
-        }
-        if let Some(IpPolicy {
-            addrs: IpAddrs::Fixed(list),
-            ..
-        }) = &security.ips
+        let fixed_macs: &[MacKey] = match &security.macs {
+            MacPolicy::Fixed(list) => list,
+            _ => &[],
+        };
+        let learns_ips = matches!(
+            &security.ips,
+            Some(IpPolicy {
+                addrs: IpAddrs::Learn { .. },
+                ..
+            })
+        );
+        let restored_macs = match security.macs {
+            MacPolicy::Learn { .. } => &security.restored.macs[..],
+            _ => &[],
+        };
+        let restored_ips = if learns_ips {
+            &security.restored.ips[..]
+        } else {
+            &[]
+        };
+        for (&mac, configured) in fixed_macs
+            .iter()
+            .map(|m| (m, true))
+            .chain(restored_macs.iter().map(|m| (m, false)))
         {
-            for &ip in list {
-                if let Some(owner) = refused(self.ips.pin(ip, slot, true, now_ns)) {
-                    return Err(("IP", key_ip(ip).to_string(), owner));
+            match self.macs.pin(mac, slot, true, now_ns) {
+                Learnt::Yes => {}
+                Learnt::Taken(from) => done.taken.push((AddrKey::Mac(mac), from)),
+                refused if configured => {
+                    return Err(("MAC", format_mac(mac), owner_of(refused)));
                 }
+                _ => continue,
+            }
+            if !configured {
+                done.locked.push(AddrKey::Mac(mac));
             }
         }
-        Ok(())
+        for (&ip, configured) in fixed_ips
+            .iter()
+            .map(|k| (k, true))
+            .chain(restored_ips.iter().map(|k| (k, false)))
+        {
+            match self.ips.pin(ip, slot, true, now_ns) {
+                Learnt::Yes => {}
+                Learnt::Taken(from) => done.taken.push((AddrKey::Ip(ip), from)),
+                refused if configured => {
+                    return Err(("IP", key_ip(ip).to_string(), owner_of(refused)));
+                }
+                _ => continue,
+            }
+            if !configured {
+                done.locked.push(AddrKey::Ip(ip));
+            }
+        }
+        Ok(done)
     }
+}
+
+/// The owner a refused pin names (`None`: the table was full).
+fn owner_of(refused: Learnt) -> Option<u16> {
+    match refused {
+        Learnt::Owned(o) => Some(o),
+        _ => None,
+    }
+}
+
+/// A MAC or an IP address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AddrKey {
+    /// A MAC.
+    Mac(MacKey),
+    /// An IP address.
+    Ip(IpKey),
+}
+
+/// What [`Addresses::pin_assigned`] did beyond pinning configured addresses.
+#[derive(Debug, Default)]
+pub(crate) struct Pinned {
+    /// Restored locks now the port's again (its first-come lists must hold them).
+    pub locked: Vec<AddrKey>,
+    /// Addresses taken from another port's first-come lock, with that port's slot (its list
+    /// must forget them).
+    pub taken: Vec<(AddrKey, u16)>,
 }
 
 #[cfg(test)]

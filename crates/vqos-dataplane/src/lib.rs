@@ -82,8 +82,8 @@ pub mod vhost_user;
 pub use afpacket::{AfPacketOptions, AfPacketPort, AfPacketStatus};
 pub use calib::{CostSamples, COST_SAMPLES};
 pub use config::{
-    EmulatedWork, IpAddrs, IpPolicy, MacPolicy, PortBackend, PortSecurity, PortSpec, Readiness,
-    SwitchConfig, DEFAULT_LEARN_IPV4, DEFAULT_LEARN_IPV6, DEFAULT_LEARN_MACS,
+    EmulatedWork, IpAddrs, IpPolicy, Locks, MacPolicy, PortBackend, PortSecurity, PortSpec,
+    Readiness, SwitchConfig, DEFAULT_LEARN_IPV4, DEFAULT_LEARN_IPV6, DEFAULT_LEARN_MACS,
 };
 pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};

@@ -211,7 +211,8 @@ impl Pipeline {
         let slot = src as u16;
         if !is_group(src_mac) && Self::claim(&mut s.security, macs, src_mac, slot, now) {
             match macs.learn(src_mac, slot, now) {
-                Learnt::Yes => return true,
+                // Learning never takes (only an assignment does).
+                Learnt::Yes | Learnt::Taken(_) => return true,
                 Learnt::Full => {
                     s.c.mac_learn_refused += 1;
                     return true;

@@ -9,10 +9,11 @@ use std::os::fd::RawFd;
 
 use vqos_sched::{PolicySet, TokenBucket, VifId, VifPolicy};
 
-use crate::config::{IpAddrs, IpPolicy, MacPolicy, PortSecurity};
+use crate::config::{IpAddrs, IpPolicy, Locks, MacPolicy, PortSecurity};
 use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::guard::{is_ipv4_key, IpKey, Services};
+use crate::l2::AddrKey;
 use crate::port::Port;
 use crate::stats::{PortCounters, PortRole};
 
@@ -85,6 +86,32 @@ impl AddrGuard {
     }
 }
 
+impl<K: Copy + PartialEq> Security<K> {
+    /// Adds `addr` to a first-come lock (restored from a previous run), within its size.
+    fn lock(&mut self, addr: K) {
+        if let Security::Learn { max, locked } = self {
+            if locked.len() < *max && !locked.contains(&addr) {
+                locked.push(addr);
+            }
+        }
+    }
+
+    /// Forgets `addr` from a first-come lock (an assignment took it).
+    fn unlock(&mut self, addr: K) {
+        if let Security::Learn { locked, .. } = self {
+            locked.retain(|&a| a != addr);
+        }
+    }
+
+    /// What the first-come lock holds.
+    fn locked(&self) -> &[K] {
+        match self {
+            Security::Learn { locked, .. } => locked,
+            _ => &[],
+        }
+    }
+}
+
 impl Security {
     fn new(policy: MacPolicy) -> Self {
         match policy {
@@ -96,6 +123,43 @@ impl Security {
                 Security::Fixed(macs)
             }
             MacPolicy::Learn { max } => Security::learn(max),
+        }
+    }
+}
+
+impl PortEntry {
+    /// Locks `addr` to the port's first-come lists (a restored lock).
+    pub fn lock(&mut self, addr: AddrKey) {
+        match addr {
+            AddrKey::Mac(m) => self.security.lock(m),
+            AddrKey::Ip(ip) => {
+                if let Some(g) = &mut self.guard {
+                    g.family(ip).lock(ip);
+                }
+            }
+        }
+    }
+
+    /// Removes `addr` from the port's first-come lists (an assignment took it).
+    pub fn unlock(&mut self, addr: AddrKey) {
+        match addr {
+            AddrKey::Mac(m) => self.security.unlock(m),
+            AddrKey::Ip(ip) => {
+                if let Some(g) = &mut self.guard {
+                    g.family(ip).unlock(ip);
+                }
+            }
+        }
+    }
+
+    /// The addresses locked to it first come (configured ones are not).
+    pub fn locks(&self) -> Locks {
+        let ips = self.guard.as_ref().map_or(Vec::new(), |g| {
+            g.v4.locked().iter().chain(g.v6.locked()).copied().collect()
+        });
+        Locks {
+            macs: self.security.locked().to_vec(),
+            ips,
         }
     }
 }

@@ -3,6 +3,7 @@
 use serde::Serialize;
 use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
 
+use crate::config::Locks;
 use crate::port::PortIoCounters;
 
 /// Why a frame was dropped. Ingress reasons are counted on the port the frame came from,
@@ -204,6 +205,10 @@ pub struct PortStats {
     /// the guest's misbehaviour counters); absent for TAPs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
+    /// The addresses port security locked to it first come (not its configured ones): what
+    /// the daemon persists so that a restart gives them back before the port forwards.
+    #[serde(skip_serializing_if = "Locks::is_empty")]
+    pub locked: Locks,
 }
 
 /// The poll loop's counters.

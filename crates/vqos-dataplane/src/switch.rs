@@ -228,13 +228,27 @@ impl Switch {
             .ports
             .insert(port, security, PortRole::Vif, storm)
             .map_err(|(e, p)| (e, Some(p)))?;
-        if let Err((kind, addr, owner)) = self.addrs.pin_configured(&pinned, idx as u16, now_ns) {
-            let err = SwitchError::MacInUse {
-                kind,
-                mac: addr,
-                owner: owner.and_then(|o| self.ports.get(usize::from(o)).map(|p| p.name.clone())),
-            };
-            return Err((err, self.release(idx)));
+        match self.addrs.pin_assigned(&pinned, idx as u16, now_ns) {
+            Ok(done) => {
+                for (addr, from) in done.taken {
+                    if let Some(p) = self.ports.get_mut(usize::from(from)) {
+                        p.unlock(addr);
+                    }
+                }
+                if let Some(p) = self.ports.get_mut(idx) {
+                    done.locked.into_iter().for_each(|a| p.lock(a));
+                }
+            }
+            Err((kind, addr, owner)) => {
+                let owner =
+                    owner.and_then(|o| self.ports.get(usize::from(o)).map(|p| p.name.clone()));
+                let err = SwitchError::MacInUse {
+                    kind,
+                    mac: addr,
+                    owner,
+                };
+                return Err((err, self.release(idx)));
+            }
         }
         match self.apply_policies(Arc::new(next), now_ns) {
             Ok(()) => Ok(idx),
@@ -562,6 +576,7 @@ impl Switch {
                 tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
                 io: s.port.counters(),
                 status: s.port.status(),
+                locked: s.locks(),
             });
         }
         SwitchStats {

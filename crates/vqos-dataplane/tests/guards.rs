@@ -12,7 +12,8 @@ use common::*;
 use vqos_dataplane::frame::VnetHdr;
 use vqos_dataplane::guard::ip_key;
 use vqos_dataplane::{
-    DropReason, IpAddrs, IpPolicy, MemPort, PortSpec, Services, SwitchError, VNET_HDR_LEN,
+    DropReason, IpAddrs, IpPolicy, MemPort, PortSecurity, PortSpec, Services, Switch, SwitchConfig,
+    SwitchError, VNET_HDR_LEN,
 };
 use vqos_sched::VifPolicy;
 use vqos_testkit::frames;
@@ -239,4 +240,51 @@ fn configured_addresses_and_services_and_the_opt_out() {
     );
     let e_drops = r.stats().port("e").unwrap().counters.drops;
     assert_eq!((e_drops.total(), e_drops[DropReason::Reserved]), (1, 1));
+}
+
+#[test]
+fn a_persisted_lock_outranks_one_taken_while_its_owner_was_away() {
+    // The first run: b locks its MAC and address; the daemon persists what stats report.
+    let mut r = settled();
+    let b_locks = r.stats().port("b").unwrap().locked.clone();
+    assert_eq!(b_locks.macs, vec![MAC_B]);
+    assert_eq!(b_locks.ips, vec![ip_key(IP_B.into())]);
+    // The next run: a is back first and takes b's MAC and address while b is not.
+    let (up, u) = MemPort::pair("up", 100);
+    let mut sw = Switch::new(SwitchConfig::new(PortSpec::custom(Box::new(up))), 0).unwrap();
+    let (pa, a) = MemPort::pair("a", 100);
+    sw.add_port(PortSpec::custom(Box::new(pa)), VifPolicy::default(), 0)
+        .unwrap();
+    a.inject(udp(MAC_B, IP_B));
+    run_switch(&mut sw, 0);
+    assert_eq!(u.take_sent().len(), 1, "a holds b's addresses for now");
+    let stolen = sw.stats(0).port("a").unwrap().locked.clone();
+    assert_eq!((stolen.macs.len(), stolen.ips.len()), (1, 1));
+    // b comes back with its persisted locks: they are b's again, a's grab is forgotten.
+    let (pb, b) = MemPort::pair("b", 100);
+    let security = PortSecurity {
+        restored: b_locks.clone(),
+        ..PortSecurity::default()
+    };
+    let spec = PortSpec::custom(Box::new(pb)).with_security(PortSecurity {
+        ips: Some(IpPolicy::default()),
+        ..security
+    });
+    sw.add_port(spec, VifPolicy::default(), 0).unwrap();
+    a.inject(udp(MAC_B, IP_B));
+    b.inject(udp(MAC_B, IP_B));
+    u.inject(udp(MAC_U, GW));
+    let to_b = frames::udp4(mac(MAC_B), mac(MAC_U), GW, IP_B, (1, 2), b"for b");
+    u.inject(wire(&to_b));
+    run_switch(&mut sw, 0);
+    assert_eq!(u.take_sent().len(), 1, "only b's own frame left");
+    assert_eq!(b.take_sent().len(), 1, "the frame for b reached b");
+    assert!(a.take_sent().iter().all(|f| f != &wire(&to_b)));
+    let s = sw.stats(0);
+    assert_eq!(s.port("b").unwrap().locked, b_locks);
+    assert!(
+        s.port("a").unwrap().locked.is_empty(),
+        "a's grab is forgotten"
+    );
+    assert_eq!(s.port("a").unwrap().counters.drops[DropReason::Spoofed], 1);
 }

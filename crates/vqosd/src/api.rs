@@ -44,6 +44,7 @@ use vqos_cluster::Share;
 
 mod cluster;
 mod cost;
+mod locks;
 mod reload;
 
 /// Why the API could not start.
@@ -145,6 +146,7 @@ impl View {
                     port_security: p.port_security,
                     ips: p.ips.clone(),
                     serves: p.serves.clone(),
+                    locked: p.locked.clone(),
                     policy: v.policy.clone(),
                 })
                 .collect(),
@@ -163,6 +165,7 @@ impl View {
             port_security: self.ports[i].port_security,
             ips: self.ports[i].ips.clone(),
             serves: self.ports[i].serves.clone(),
+            locked: self.ports[i].locked.clone(),
             policy: PolicyView::from(&self.set.vifs[i].policy),
         }
     }
@@ -248,7 +251,11 @@ impl Api {
             }
             for sp in saved.ports {
                 match set.id(&sp.name) {
-                    Ok(id) => set.vifs[id].policy = sp.policy,
+                    Ok(id) => {
+                        // `ports` and `set.vifs` are in the same order.
+                        set.vifs[id].policy = sp.policy;
+                        ports[id].locked = sp.locked;
+                    }
                     Err(_) => {
                         set = set.with_vif(&sp.name, sp.policy);
                         ports.push(PortConfig {
@@ -261,6 +268,7 @@ impl Api {
                             port_security: sp.port_security,
                             ips: sp.ips,
                             serves: sp.serves,
+                            locked: sp.locked,
                         });
                     }
                 }

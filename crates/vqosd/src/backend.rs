@@ -14,7 +14,7 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::{MacAddr, PortKind, PortRequest, Service, VhostUserRole};
+use vqos_api::wire::{LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole};
 
 /// Why the switch refused or failed a change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -66,6 +66,9 @@ pub struct PortConfig {
     pub ips: Vec<std::net::IpAddr>,
     /// With port security: what it may serve.
     pub serves: Vec<Service>,
+    /// Addresses port security locked to it first come, as last seen (persisted; given back
+    /// to it when it is added again after a restart).
+    pub locked: LockedAddrs,
 }
 
 impl PortConfig {
@@ -125,6 +128,7 @@ impl PortConfig {
             port_security: req.port_security,
             ips: req.ips.clone(),
             serves,
+            locked: LockedAddrs::default(),
         })
     }
 }
@@ -483,6 +487,7 @@ mod tests {
             port_security: true,
             ips: vec![],
             serves: vec![],
+            locked: LockedAddrs::default(),
         }
     }
 

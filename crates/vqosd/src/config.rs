@@ -526,6 +526,7 @@ impl Config {
                     port_security: false,
                     ips: Vec::new(),
                     serves: Vec::new(),
+                    locked: Default::default(),
                 })
             }
             None => None,

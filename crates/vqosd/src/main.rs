@@ -235,9 +235,21 @@ fn run(args: Args) -> Result<Option<String>> {
             }
         }
     });
-    let watchdog = vqosd::watchdog::spawn(backend.clone(), CHECK_PERIOD, move |why| {
-        let _ = tx.send(Stop::LoopDead(why));
-    });
+    // Every second, the addresses port security locked go into the state file.
+    let locks_api = api.clone();
+    let mut locks_failing = false;
+    let persist_locks = move || match locks_api.sync_locks() {
+        Ok(_) => locks_failing = false,
+        Err(e) if !locks_failing => {
+            locks_failing = true;
+            tracing::warn!("Locked addresses not saved (retried every second): {e}");
+        }
+        Err(_) => {}
+    };
+    let watchdog =
+        vqosd::watchdog::spawn(backend.clone(), CHECK_PERIOD, persist_locks, move |why| {
+            let _ = tx.send(Stop::LoopDead(why));
+        });
     let mut watchdog = match watchdog {
         Ok(w) => w,
         Err(e) => {

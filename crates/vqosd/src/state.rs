@@ -127,6 +127,9 @@ pub struct SavedPort {
     /// What it may serve (absent: nothing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serves: Vec<vqos_api::wire::Service>,
+    /// Addresses locked to it first come (absent: none).
+    #[serde(default, skip_serializing_if = "vqos_api::wire::LockedAddrs::is_empty")]
+    pub locked: vqos_api::wire::LockedAddrs,
     /// The vif's policy.
     pub policy: VifPolicy,
 }
@@ -462,6 +465,10 @@ mod tests {
                 port_security: true,
                 ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
                 serves: vec![vqos_api::wire::Service::DhcpServer],
+                locked: vqos_api::wire::LockedAddrs {
+                    macs: vec![],
+                    ips: vec!["fe80::5".parse().unwrap()],
+                },
                 policy: VifPolicy {
                     weight: 3,
                     min_bps: 200_000_000,

@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use vqos_api::wire::Service;
+use vqos_api::wire::{LockedAddrs, MacAddr, Service};
 use vqos_api::wire::{PortKind, VhostUserRole};
-use vqos_dataplane::frame::mac_key;
-use vqos_dataplane::guard::ip_key;
+use vqos_dataplane::frame::{mac_key, MacKey};
+use vqos_dataplane::guard::{ip_key, key_ip};
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
-    EmulatedWork, IpAddrs, IpPolicy, MacPolicy, PortSecurity, PortSpec, Readiness, Services,
+    EmulatedWork, IpAddrs, IpPolicy, Locks, MacPolicy, PortSecurity, PortSpec, Readiness, Services,
     SwitchConfig, SwitchError, SwitchHandle, TapIo,
 };
 use vqos_sched::{PolicySet, VifPolicy};
@@ -88,7 +88,21 @@ fn security(port: &PortConfig) -> PortSecurity {
             dhcp_server: port.serves.contains(&Service::DhcpServer),
         },
     });
-    PortSecurity { macs, ips }
+    let restored = Locks {
+        macs: port.locked.macs.iter().map(|m| mac_key(&m.0)).collect(),
+        ips: port.locked.ips.iter().map(|&ip| ip_key(ip)).collect(),
+    };
+    PortSecurity {
+        macs,
+        ips,
+        restored,
+    }
+}
+
+/// The API's form of a data plane MAC key.
+fn mac_addr(m: MacKey) -> MacAddr {
+    let b = m.to_be_bytes();
+    MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 /// Flattens a data plane error into the daemon's (message chain kept, short and capitalised).
@@ -230,6 +244,10 @@ impl Backend for SwitchBackend {
                     credit: engine.credit,
                     throttled: engine.throttled,
                     vhost_user: p.status.clone(),
+                    locked: LockedAddrs {
+                        macs: p.locked.macs.iter().map(|&m| mac_addr(m)).collect(),
+                        ips: p.locked.ips.iter().map(|&k| key_ip(k)).collect(),
+                    },
                 }
             })
             .collect();

@@ -27,9 +27,12 @@ pub struct Watchdog {
 
 /// Starts a thread that checks `backend`'s loop every `period` and calls `on_dead` once with
 /// the reason when it finds the loop dead; the thread ends after that call or on [`Watchdog::stop`].
+/// While the loop lives, `housekeeping` runs after each check (the daemon persists the
+/// addresses port security locked, [`crate::api::Api::sync_locks`]).
 pub fn spawn(
     backend: Arc<dyn Backend>,
     period: Duration,
+    mut housekeeping: impl FnMut() + Send + 'static,
     on_dead: impl FnOnce(String) + Send + 'static,
 ) -> io::Result<Watchdog> {
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -46,6 +49,12 @@ pub fn spawn(
                 if let Some(problem) = backend.loop_health().problem() {
                     drop(stopped);
                     on_dead(problem);
+                    return;
+                }
+                drop(stopped);
+                housekeeping();
+                stopped = flag.lock().unwrap_or_else(|e| e.into_inner());
+                if *stopped {
                     return;
                 }
                 stopped = cv
@@ -89,10 +98,19 @@ mod tests {
     fn reports_a_dead_loop_once_and_stays_quiet_while_it_lives() {
         let mock = Arc::new(MockBackend::new());
         let (tx, rx) = mpsc::channel();
-        let mut w = spawn(mock.clone(), Duration::from_millis(5), move |why| {
-            tx.send(why).unwrap()
-        })
+        let (ticks_tx, ticks) = mpsc::channel();
+        let housekeeping = move || {
+            let _ = ticks_tx.send(());
+        };
+        let mut w = spawn(
+            mock.clone(),
+            Duration::from_millis(5),
+            housekeeping,
+            move |why| tx.send(why).unwrap(),
+        )
         .unwrap();
+        // Housekeeping runs while the loop lives.
+        ticks.recv_timeout(Duration::from_secs(30)).unwrap();
         // Alive: nothing is reported (the check runs every 5 ms; 50 ms is ten checks).
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
         mock.set_loop_health(LoopHealth {
@@ -110,9 +128,12 @@ mod tests {
     fn a_stop_is_prompt_and_reports_nothing() {
         let mock = Arc::new(MockBackend::new());
         let (tx, rx) = mpsc::channel::<String>();
-        let mut w = spawn(mock.clone(), Duration::from_secs(3600), move |why| {
-            tx.send(why).unwrap()
-        })
+        let mut w = spawn(
+            mock.clone(),
+            Duration::from_secs(3600),
+            || {},
+            move |why| tx.send(why).unwrap(),
+        )
         .unwrap();
         w.stop();
         mock.stop();

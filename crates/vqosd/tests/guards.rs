@@ -284,3 +284,51 @@ fn forged_router_and_neighbour_advertisements_change_no_one_s_routes() {
         [2, 2]
     );
 }
+
+#[test]
+fn a_lock_taken_while_vqosd_restarts_does_not_outrank_the_owners() {
+    let Some(_serial) = can_run("a_lock_taken_while_vqosd_restarts_does_not_outrank_the_owners")
+    else {
+        return;
+    };
+    let mut lab = lab(22, &[1, 1]);
+    let (a, b) = (&lab.vms[0].1, &lab.vms[1].1);
+    let (tap_a, tap_b) = (lab.tap(0).to_string(), lab.tap(1).to_string());
+    let ip_b = format!("{}.2", lab.net);
+    let router = lab.sink_addr();
+    for ns in [a, b] {
+        assert_eq!(pings(ns, &[&router]), 3);
+    }
+    // B's MAC and address are locked to it, and the daemon saves them (every second).
+    let mac_b = mac_text(mac_of(b, &tap_b));
+    let saved = poll(Duration::from_secs(10), || {
+        let port = lab.daemon.get(&format!("/v1/ports/{tap_b}"));
+        let locked = &port["locked"];
+        (locked["macs"] == serde_json::json!([mac_b]) && locked["ips"] == serde_json::json!([ip_b]))
+            .then_some(())
+    });
+    assert!(
+        saved.is_some(),
+        "B's locks not persisted: {}",
+        lab.daemon.get("/v1/ports")
+    );
+    // vqosd dies; A takes B's MAC and sends from it without pause while vqosd comes back.
+    lab.daemon.kill9();
+    in_ns(a, &["ip", "link", "set", "dev", &tap_a, "address", &mac_b]);
+    let thief = a.spawn(&["ping", "-i", "0.01", "-c", "1000", &router]);
+    let socket = lab.dir.path().join("vqosd.sock");
+    lab.daemon = Daemon::start(&lab.config, &socket);
+    // B was away (silent) the whole time; its MAC is still its own, so the router reaches it.
+    assert_eq!(pings(&lab.sink, &[&ip_b]), 3, "B lost its address to A");
+    drop(thief);
+    let stats = lab.stats();
+    assert!(
+        drop_count(&stats, &tap_a, "spoofed") > 0,
+        "{}",
+        port(&stats, &tap_a)
+    );
+    assert_eq!(
+        lab.daemon.get(&format!("/v1/ports/{tap_b}"))["locked"]["macs"],
+        serde_json::json!([mac_b])
+    );
+}
