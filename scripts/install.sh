@@ -43,7 +43,9 @@ mv "$unit_dir/vqosd.service.tmp" "$unit_dir/vqosd.service"
 if [ -e "$dest/etc/vqos/vqosd.toml" ]; then
   echo "install.sh: keeping the existing $dest/etc/vqos/vqosd.toml"
 else
-  install -m 0644 examples/vqosd.toml "$dest/etc/vqos/vqosd.toml"
+  # 0600: the config may name token files, etcd credentials and TLS keys' paths, and tells
+  # every tenant's policy: root's only.
+  install -m 0600 examples/vqosd.toml "$dest/etc/vqos/vqosd.toml"
 fi
 echo "install.sh: installed under ${dest:-/} (prefix $prefix)"
 if [ -z "$dest" ] && [ -d /run/systemd/system ]; then

@@ -25,6 +25,8 @@ DESTDIR="$stage" scripts/install.sh --prefix /usr --no-build >/dev/null
 for f in usr/bin/vqosd usr/bin/vqos etc/vqos/vqosd.toml etc/systemd/system/vqosd.service; do
   [ -e "$stage/$f" ] || { echo "FAIL: install.sh did not place $f"; exit 1; }
 done
+mode="$(stat -c %a "$stage/etc/vqos/vqosd.toml")"
+[ "$mode" = 600 ] || { echo "FAIL: the config is installed $mode, not 600"; exit 1; }
 # A second run changes nothing and keeps the config.
 echo "# local edit" >>"$stage/etc/vqos/vqosd.toml"
 DESTDIR="$stage" scripts/install.sh --prefix /usr --no-build >/dev/null

@@ -45,6 +45,19 @@ pub enum ClientError {
     /// A `--url` that is not `http://HOST:PORT`.
     #[error("Invalid URL '{0}': expected http://127.0.0.1:PORT")]
     BadUrl(String),
+    /// The TCP server is not one the token may go to ([`crate::peer`]): its socket belongs to
+    /// another user, or it is not on this host.
+    #[error("Refusing to send the token to {endpoint}: {}", match owner {
+        Some(uid) => format!("its socket belongs to uid {uid}, neither root nor this user \
+                              (another program holds the port while vqosd is down?)"),
+        None => "it is no socket of this host (vqosd's TCP API is loopback only)".to_string(),
+    })]
+    Untrusted {
+        /// Where we connected.
+        endpoint: String,
+        /// The server socket's owner, if it is on this host.
+        owner: Option<u32>,
+    },
 }
 
 /// Where the daemon listens.
@@ -121,14 +134,39 @@ impl Client {
                     .map_err(connect_err)?;
                 exchange(s, bytes)
             }
-            Endpoint::Tcp { addr, .. } => {
+            Endpoint::Tcp { addr, token } => {
                 let s = TcpStream::connect(addr.as_str()).map_err(connect_err)?;
+                if token.is_some() {
+                    self.check_server(&s)?;
+                }
                 s.set_read_timeout(Some(self.timeout))
                     .map_err(connect_err)?;
                 s.set_write_timeout(Some(self.timeout))
                     .map_err(connect_err)?;
                 exchange(s, bytes)
             }
+        }
+    }
+
+    /// Before a token is sent: is the server's socket owned by root or by this user
+    /// ([`crate::peer`])?
+    fn check_server(&self, s: &TcpStream) -> Result<(), ClientError> {
+        let io_err = |source| ClientError::Connect {
+            endpoint: self.endpoint.to_string(),
+            source,
+        };
+        let (client, server) = (
+            s.local_addr().map_err(io_err)?,
+            s.peer_addr().map_err(io_err)?,
+        );
+        let owner = crate::peer::server_owner(&client, &server).map_err(io_err)?;
+        let me = crate::peer::own_uid().map_err(io_err)?;
+        match owner {
+            Some(uid) if uid == 0 || uid == me => Ok(()),
+            owner => Err(ClientError::Untrusted {
+                endpoint: self.endpoint.to_string(),
+                owner,
+            }),
         }
     }
 

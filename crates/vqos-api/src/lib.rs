@@ -23,6 +23,7 @@
 pub mod client;
 pub mod cost;
 pub mod http;
+pub mod peer;
 pub mod stats;
 pub mod wire;
 

@@ -32,7 +32,9 @@ pub fn status(e: &anyhow::Error) -> i32 {
         }
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return match c {
-                ClientError::Connect { .. } | ClientError::Http(HttpError::Io(_)) => UNREACHABLE,
+                ClientError::Connect { .. }
+                | ClientError::Http(HttpError::Io(_))
+                | ClientError::Untrusted { .. } => UNREACHABLE,
                 ClientError::Api { .. } => REFUSED,
                 ClientError::BadUrl(_) => USAGE,
                 ClientError::Http(_) | ClientError::Decode(_) => FAILURE,

@@ -10,7 +10,7 @@ use vqos_sched::units::format_rate;
 use vqosd::api::Api;
 use vqosd::backend::{Backend, LoopHealth, MockBackend, MOCK_STATS_INTERVAL_NS};
 use vqosd::config::Config;
-use vqosd::server::{Server, ServerConfig};
+use vqosd::server::{Server, ServerConfig, ServerError};
 use vqosd::switch::SwitchBackend;
 use vqosd::watchdog::CHECK_PERIOD;
 
@@ -71,6 +71,9 @@ const DEFAULT_CONFIG: &str = "/etc/vqos/vqosd.toml";
 
 /// Exit status when the forwarding loop died (1 is a startup or runtime error).
 const EXIT_LOOP_DEAD: i32 = 2;
+/// Exit status when a TCP address vqosd must listen on (api.tcp, metrics.listen) is held by
+/// another program: told apart from other start-up errors, since restarting will not help.
+const EXIT_PORT_TAKEN: i32 = 3;
 
 /// What ends the daemon.
 enum Stop {
@@ -290,7 +293,10 @@ fn main() {
         Ok(Some(_)) => std::process::exit(EXIT_LOOP_DEAD),
         Err(e) => {
             eprintln!("vqosd: {e:#}");
-            std::process::exit(1);
+            let taken = e
+                .chain()
+                .any(|c| matches!(c.downcast_ref(), Some(ServerError::TcpTaken { .. })));
+            std::process::exit(if taken { EXIT_PORT_TAKEN } else { 1 });
         }
     }
 }

@@ -74,6 +74,19 @@ pub enum ServerError {
     /// Something that is not a socket sits at the socket path.
     #[error("{0} exists and is not a socket")]
     NotASocket(PathBuf),
+    /// The TCP port is held by another program: vqosd refuses to start rather than leave
+    /// its clients talking to that program (they would refuse to send it their token, see
+    /// `vqos_api::peer`, but the switch would not be reachable either).
+    #[error("TCP port {addr} is taken{}: another program listens there; stop it or set another api.tcp", match owner {
+        Some(uid) => format!(" by uid {uid}"),
+        None => String::new(),
+    })]
+    TcpTaken {
+        /// The address.
+        addr: SocketAddr,
+        /// The owner of the listening socket, if the kernel's tables show it.
+        owner: Option<u32>,
+    },
     /// Binding the TCP port failed.
     #[error("Cannot listen on tcp {addr}")]
     Tcp {
@@ -83,6 +96,27 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why `addr` could not be bound: taken (with the listener's owner where the kernel's tables
+/// show it), or another error.
+fn bind_error(addr: SocketAddr, source: io::Error) -> ServerError {
+    if source.kind() != io::ErrorKind::AddrInUse {
+        return ServerError::Tcp { addr, source };
+    }
+    let any = match addr {
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    };
+    let file = if addr.is_ipv4() {
+        "/proc/net/tcp"
+    } else {
+        "/proc/net/tcp6"
+    };
+    let owner = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| vqos_api::peer::owner_in(&t, &addr, &any));
+    ServerError::TcpTaken { addr, owner }
 }
 
 /// Listener settings.
@@ -210,18 +244,13 @@ impl Server {
         });
         let tcp = match &config.tcp {
             Some(t) => Some((
-                TcpListener::bind(t.addr).map_err(|source| ServerError::Tcp {
-                    addr: t.addr,
-                    source,
-                })?,
+                TcpListener::bind(t.addr).map_err(|source| bind_error(t.addr, source))?,
                 Arc::new(t.token.clone()),
             )),
             None => None,
         };
         let metrics = match config.metrics {
-            Some(addr) => {
-                Some(TcpListener::bind(addr).map_err(|source| ServerError::Tcp { addr, source })?)
-            }
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|source| bind_error(addr, source))?),
             None => None,
         };
         let unix = bind_private(&config.socket_path)?;

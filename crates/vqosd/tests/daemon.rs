@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
@@ -145,6 +146,28 @@ fn startup_errors_are_clear() {
     let (code, _, err) = run(&["--config", cfg.to_str().unwrap(), "--backend", "switch"]);
     assert_eq!(code, 1);
     assert!(err.contains("no [uplink]"), "{err}");
+}
+
+#[test]
+fn a_taken_tcp_port_stops_the_start_loudly_and_distinctly() {
+    let dir = tempfile::tempdir().unwrap();
+    // Another program (here: this test) holds the port.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = squatter.local_addr().unwrap();
+    let token = dir.path().join("token");
+    fs::write(&token, "a-token-of-enough-length").unwrap();
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let body = format!("tcp = \"{addr}\"\ntoken_file = \"{}\"\n", token.display());
+    let (cfg, socket) = write_config(dir.path(), &body);
+    let (code, _, err) = run(&["--config", cfg.to_str().unwrap(), "--backend", "mock"]);
+    assert_eq!(code, 3, "{err}");
+    let me = fs::metadata("/proc/self").unwrap().uid();
+    let want = format!("TCP port {addr} is taken by uid {me}: another program listens there");
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        !socket.exists(),
+        "the unix socket outlived the failed start"
+    );
 }
 
 #[test]
