@@ -272,17 +272,19 @@ impl Api {
             });
         }
         for (p, v) in ports.iter().zip(&set.vifs) {
-            if let Err(source) = backend.add_port(p, &v.policy) {
-                // Leave the switch as we found it.
-                for q in ports.iter().take_while(|q| q.name != p.name) {
-                    let _ = backend.remove_port(&q.name);
+            match backend.add_port(p, &v.policy) {
+                Ok(opened) => tracing::info!("Port {} up ({opened})", p.name),
+                Err(source) => {
+                    // Leave the switch as we found it.
+                    for q in ports.iter().take_while(|q| q.name != p.name) {
+                        let _ = backend.remove_port(&q.name);
+                    }
+                    return Err(ApiError::Backend {
+                        name: p.name.clone(),
+                        source,
+                    });
                 }
-                return Err(ApiError::Backend {
-                    name: p.name.clone(),
-                    source,
-                });
             }
-            tracing::info!("Port {} up ({})", p.name, port_how(p));
         }
         let view = View {
             set,
@@ -489,7 +491,8 @@ impl Api {
         let port = PortConfig::from_request(&req).map_err(|e| (422, e))?;
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != port.name);
-        self.backend
+        let opened = self
+            .backend
             .add_port(&port, &policy)
             .map_err(backend_fail)?;
         if let Err(e) = state::save(&self.state_file, &next.saved()) {
@@ -497,7 +500,7 @@ impl Api {
             return Err(save_fail(e));
         }
         self.commit(&mut v, next);
-        tracing::info!("Port {} up ({})", port.name, port_how(&port));
+        tracing::info!("Port {} up ({opened})", port.name);
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -690,15 +693,6 @@ impl Api {
             cost_model: (set.cost == vqos_sched::CostModel::Cycles)
                 .then(|| self.cost_model_view(&view, 0)),
         }
-    }
-}
-
-/// How a port was brought up, for the log.
-fn port_how(p: &PortConfig) -> &'static str {
-    if p.create {
-        "TAP created"
-    } else {
-        "attached to an existing TAP"
     }
 }
 

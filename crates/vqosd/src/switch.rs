@@ -8,12 +8,12 @@ use vqos_dataplane::frame::mac_key;
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
     EmulatedWork, IpPolicy, MacPolicy, PortSecurity, PortSpec, Readiness, SwitchConfig,
-    SwitchError, SwitchHandle, TapIo,
+    SwitchError, SwitchHandle, TapIo, TapOrigin,
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
-    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
+    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
 };
 use crate::config::{self, Config};
 use vqos_api::chain;
@@ -150,7 +150,7 @@ impl SwitchBackend {
 }
 
 impl Backend for SwitchBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
         if port.kind == PortKind::AfPacket {
             // The API and the config refuse these; a state file edited by hand may not.
             return Err(BackendError::Port {
@@ -158,9 +158,16 @@ impl Backend for SwitchBackend {
                 message: "kind = \"af-packet\" is for the uplink only".into(),
             });
         }
-        self.handle
-            .add_port(spec(port, self.tap_io)?, policy.clone())
-            .map_err(convert)
+        let origin = self
+            .handle
+            .add_port_reporting(spec(port, self.tap_io)?, policy.clone())
+            .map_err(convert)?;
+        Ok(match origin {
+            Some(TapOrigin::Created) => PortOpened::TapCreated,
+            Some(TapOrigin::Reattached { netns }) => PortOpened::TapReattached { netns },
+            Some(TapOrigin::Attached) => PortOpened::TapAttached,
+            None => PortOpened::fresh(port),
+        })
     }
 
     fn remove_port(&self, name: &str) -> Result<(), BackendError> {

@@ -438,3 +438,44 @@ fn every_change_leaves_an_audit_line_with_its_caller() {
     let (status, err) = p.wait();
     assert!(status.success() && !err.contains(" INFO "), "{err}");
 }
+
+#[test]
+fn each_port_up_line_says_what_was_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = |n: &str| dir.path().join(n).display().to_string();
+    let (cfg, socket) = write_config(
+        dir.path(),
+        &format!(
+            "[[port]]\nname = \"vm1\"\n\
+             [[port]]\nname = \"vm2\"\ncreate = false\n\
+             [[port]]\nname = \"vh1\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n\
+             [[port]]\nname = \"vh2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n",
+            sock("vh1.sock"),
+            sock("vh2.sock")
+        ),
+    );
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    // One added through the API is logged the same way.
+    let client = Client::new(Endpoint::Unix(socket));
+    let _: Value = client
+        .call(
+            "POST",
+            "/v1/ports",
+            Some(&json!({"name": "vh3", "kind": "vhost-user", "socket": sock("vh3.sock")})),
+        )
+        .unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    for line in [
+        "Port vm1 up (TAP created)".to_string(),
+        "Port vm2 up (attached to an existing TAP)".to_string(),
+        format!("Port vh1 up (vhost-user server on {})", sock("vh1.sock")),
+        format!("Port vh2 up (vhost-user client of {})", sock("vh2.sock")),
+        format!("Port vh3 up (vhost-user server on {})", sock("vh3.sock")),
+    ] {
+        assert!(err.contains(&line), "no {line:?} in:\n{err}");
+    }
+    assert!(!err.contains("Port vh1 up (TAP"), "{err}");
+}
