@@ -88,10 +88,14 @@ fn convert(e: SwitchError) -> BackendError {
         SwitchError::DuplicatePort(name) => BackendError::PortExists(name),
         SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
         e @ SwitchError::MacInUse { .. } => BackendError::MacInUse(e.to_string()),
-        SwitchError::Port { name, source } => BackendError::Port {
-            name,
-            message: chain(&source),
-        },
+        SwitchError::Port { name, source } => {
+            // The data plane's message names the port too: say it once.
+            let message = chain(&source);
+            let message = message
+                .strip_prefix(&format!("Port '{name}': "))
+                .map_or_else(|| message.clone(), str::to_string);
+            BackendError::Port { name, message }
+        }
         other => BackendError::Switch(chain(&other)),
     }
 }
