@@ -216,17 +216,40 @@ fn save_fail(e: StateError) -> Fail {
     )
 }
 
+/// The ports and policies the daemon starts with, checked ([`Api::plan`]).
+#[derive(Debug, Clone)]
+pub struct StartPlan {
+    /// The vifs' policies: the config's, the state file's winning, plus the ports added
+    /// through the API.
+    pub set: PolicySet,
+    /// The vif ports, in the set's order.
+    pub ports: Vec<PortConfig>,
+    /// Config ports deleted through the API (they stay deleted).
+    pub removed: Vec<String>,
+    /// What reading the state file warns about (a fallback to the last-good copy, a missing
+    /// file that was expected).
+    pub warnings: Vec<String>,
+}
+
 impl Api {
     /// Restores the state (config ports, except those deleted through the API, plus ports
     /// added through the API, with the state file's policies winning), adds every port to
     /// `backend`, and writes the state back.
     pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
+        Api::start_planned(config, Api::plan(config, false)?, backend)
+    }
+
+    /// Everything [`Api::start`] checks before it touches the switch: the state file (read
+    /// and checked; `dry`: nothing set aside or removed, see [`state::check`]), the config's
+    /// and the state file's ports merged, their policies validated as a set, the port limit.
+    /// `vqosd --check` runs it dry; the start runs it, then [`Api::start_planned`].
+    pub fn plan(config: &Config, dry: bool) -> Result<StartPlan, ApiError> {
         let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
-        let restored = state::restore(&config.state_file, uplink, config.expect_state)?;
-        for w in &restored.warnings {
-            tracing::warn!("{w}");
-        }
-        let saved = restored.state;
+        let read = if dry { state::check } else { state::restore };
+        let state::Restored {
+            state: saved,
+            warnings,
+        } = read(&config.state_file, uplink, config.expect_state)?;
         let mut set = config.policy_set();
         let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
         let mut removed = Vec::new();
@@ -271,6 +294,30 @@ impl Api {
                 max: config.max_ports,
             });
         }
+        Ok(StartPlan {
+            set,
+            ports,
+            removed,
+            warnings,
+        })
+    }
+
+    /// Starts on a plan of [`Api::plan`]: warns what reading the state file found, adds every
+    /// port to `backend`, and writes the state back.
+    pub fn start_planned(
+        config: &Config,
+        plan: StartPlan,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Api, ApiError> {
+        let StartPlan {
+            set,
+            ports,
+            removed,
+            warnings,
+        } = plan;
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         for (p, v) in ports.iter().zip(&set.vifs) {
             match backend.add_port(p, &v.policy) {
                 Ok(opened) => tracing::info!("Port {} up ({opened})", p.name),
@@ -303,7 +350,7 @@ impl Api {
             uplink: config.uplink.as_ref().map(|u| u.name.clone()),
             state_file: config.state_file.clone(),
             config_path: OnceLock::new(),
-            warnings: restored.warnings,
+            warnings,
             started: Instant::now(),
             published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
