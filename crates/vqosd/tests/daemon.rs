@@ -539,3 +539,37 @@ fn each_port_up_line_says_what_was_opened() {
     }
     assert!(!err.contains("Port vh1 up (TAP"), "{err}");
 }
+
+/// `/v1/health` explains an unreachable etcd in words, not in Rust debug text.
+#[test]
+fn health_errors_are_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let (cfg, socket) = write_config(
+        dir.path(),
+        "[cluster]\nhost = \"h1\"\nendpoints = [\"http://127.0.0.1:1\"]\ntimeout = \"1s\"\n",
+    );
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    let client = Client::new(Endpoint::Unix(socket));
+    let mut health = Value::Null;
+    for _ in 0..100 {
+        health = client.call("GET", "/v1/health", None).unwrap();
+        if health["cluster"]["error"].is_string() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(health["status"], "degraded", "{health}");
+    for error in [&health["error"], &health["cluster"]["error"]] {
+        let text = error
+            .as_str()
+            .unwrap_or_else(|| panic!("no error in {health}"));
+        assert!(text.contains("Connection refused"), "{text}");
+        for debug in ["Some(", "{", "Os ", "kind:", "::", "\\\""] {
+            assert!(!text.contains(debug), "{debug:?} in {text:?}");
+        }
+    }
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().0.success());
+}
