@@ -204,7 +204,10 @@ impl TapPort {
                             p
                         });
                     }
+                    // Not a network namespace (a stale file an `ip netns del` left): nothing
+                    // can hide there.
                     Ok(None) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                     Err(source) => {
                         unsearched.get_or_insert((path.display().to_string(), source));
                     }
