@@ -24,7 +24,7 @@ pub enum EtcdError {
         source: std::io::Error,
     },
     /// What the client or the server said.
-    #[error("etcd: {0}")]
+    #[error("etcd: {}", client_message(.0))]
     Client(#[from] etcd_client::Error),
     /// No answer in time.
     #[error("etcd: no answer to {what} within {ms} ms")]
@@ -34,6 +34,36 @@ pub enum EtcdError {
         /// The deadline.
         ms: u128,
     },
+}
+
+/// What the etcd client said, as a sentence: a gRPC status's meaning and message, then its
+/// causes (the client's own `Display` writes them as Rust debug text: `source: Some(...)`,
+/// `Os { code: 111, ... }`), each said once.
+fn client_message(e: &etcd_client::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut say = |s: String| {
+        let s = s.trim().to_string();
+        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            say(status.code().description().to_string());
+            say(status.message().to_string());
+            std::error::Error::source(status)
+        }
+        etcd_client::Error::TransportError(t) => Some(t),
+        other => {
+            say(other.to_string());
+            None
+        }
+    };
+    while let Some(c) = cause {
+        say(c.to_string());
+        cause = c.source();
+    }
+    parts.join(": ")
 }
 
 /// How to reach etcd (the `[cluster]` section of vqosd's config, the CLI's flags).

@@ -9,7 +9,7 @@ use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::guard::{IpKey, Services};
 use crate::port::Port;
-use crate::tap::{TapMode, TapPort};
+use crate::tap::{TapMode, TapOrigin, TapPort};
 use crate::tap_uring::TapIo;
 
 /// How the loop learns that ports have frames.
@@ -52,8 +52,9 @@ impl std::fmt::Debug for PortBackend {
     }
 }
 
-/// A port opened from a spec, with its source-address policies.
-pub(crate) type OpenedPort = (Box<dyn Port>, PortSecurity);
+/// A port opened from a spec, with its source-address policies and, for a TAP, what opening
+/// it did.
+pub(crate) type OpenedPort = (Box<dyn Port>, PortSecurity, Option<TapOrigin>);
 
 /// A vif's port security: which source MACs it may use and, unless `ips` is `None` (the
 /// opt-out, with [`MacPolicy::Any`], of routers and nested bridges), which IP addresses it may
@@ -312,10 +313,11 @@ impl PortSpec {
             name: name.clone(),
             source,
         };
-        let tap = |mode| -> Result<Box<dyn Port>, SwitchError> {
-            Ok(Box::new(
-                TapPort::open_with(&name, mode, self.tap_io).map_err(wrap)?,
-            ))
+        let mut origin = None;
+        let mut tap = |mode| -> Result<Box<dyn Port>, SwitchError> {
+            let port = TapPort::open_with(&name, mode, self.tap_io).map_err(wrap)?;
+            origin = Some(port.origin().clone());
+            Ok(Box::new(port))
         };
         let port: Box<dyn Port> = match self.backend {
             PortBackend::TapCreate => tap(TapMode::Create)?,
@@ -329,7 +331,7 @@ impl PortSpec {
             ips: self.ips,
             restored: self.restored,
         };
-        Ok((port, security))
+        Ok((port, security, origin))
     }
 }
 

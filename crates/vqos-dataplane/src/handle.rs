@@ -25,6 +25,7 @@ use crate::runner::{Answer, Command, Runner, WAKE_TOKEN};
 use crate::stats::SwitchStats;
 use crate::switch::Switch;
 use crate::sys::{Epoll, EventFd};
+use crate::tap::TapOrigin;
 
 /// Control state shared by handle calls (never touched by the loop).
 struct Control {
@@ -166,6 +167,16 @@ impl SwitchHandle {
     /// Adds a vif port with its policy. The new policy set is validated before the port is
     /// opened (a refused change creates no TAP); the loop validates it again.
     pub fn add_port(&self, spec: PortSpec, policy: VifPolicy) -> Result<(), SwitchError> {
+        self.add_port_reporting(spec, policy).map(drop)
+    }
+
+    /// [`SwitchHandle::add_port`], telling for a TAP whether it was created, re-attached or
+    /// attached (`None` for other ports).
+    pub fn add_port_reporting(
+        &self,
+        spec: PortSpec,
+        policy: VifPolicy,
+    ) -> Result<Option<TapOrigin>, SwitchError> {
         let mut control = lock(&self.control);
         if spec.name == self.uplink || control.policies.id(&spec.name).is_ok() {
             return Err(SwitchError::DuplicatePort(spec.name));
@@ -176,13 +187,14 @@ impl SwitchHandle {
             policy: policy.clone(),
         });
         next.validate()?;
-        let (port, macs) = spec.open()?;
+        let (port, macs, origin) = spec.open()?;
         self.call(&mut control, |reply| Command::AddPort {
             port,
             macs,
             policy,
             reply,
-        })
+        })?;
+        Ok(origin)
     }
 
     /// Removes vif port `name`; other ports keep forwarding. A TAP the switch created vanishes.

@@ -96,7 +96,7 @@ pub use stats::{
     DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,
 };
 pub use switch::{Poll, Switch};
-pub use tap::{TapMode, TapPort};
+pub use tap::{TapMode, TapOrigin, TapPort};
 pub use tap_uring::TapIo;
 pub use vhost_user::{
     VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,

@@ -36,6 +36,23 @@ pub enum PortError {
     /// A TAP to attach does not exist.
     #[error("Interface '{0}' does not exist")]
     Missing(String),
+    /// A TAP the switch owns is not in this namespace and a named network namespace could
+    /// not be searched for it: creating it here could duplicate one a guest still uses.
+    #[error(
+        "Port '{port}': not in the host's network namespace, and network namespace {netns} \
+         could not be searched for it (entering a namespace needs CAP_SYS_ADMIN and, under \
+         systemd, RestrictNamespaces= allowing net); refusing to create a second TAP of that \
+         name on the host"
+    )]
+    NetnsUnsearchable {
+        /// The port's name.
+        port: String,
+        /// The namespace file that could not be entered (under `/run/netns`).
+        netns: String,
+        /// Why (`setns`, or opening the file).
+        #[source]
+        source: io::Error,
+    },
     /// The fault-injecting wrapper failed this call on purpose.
     #[error("Port '{0}': injected fault")]
     Injected(String),

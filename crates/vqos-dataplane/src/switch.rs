@@ -123,7 +123,7 @@ impl Switch {
             config.mac_age_ns,
         );
         ips.set_port_capacity(0, config.mac_capacity / 2);
-        let (uplink, _) = config.uplink.open()?;
+        let (uplink, _, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
             addrs: Addresses { macs, ips },
@@ -186,7 +186,7 @@ impl Switch {
         policy: VifPolicy,
         now_ns: u64,
     ) -> Result<usize, SwitchError> {
-        let (port, security) = spec.open()?;
+        let (port, security, _) = spec.open()?;
         self.add_opened(port, security, policy, now_ns)
             .map_err(|(e, _)| e)
     }

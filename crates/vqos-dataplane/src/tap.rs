@@ -12,7 +12,10 @@
 //! daemon with its guest's configuration, and re-attaches to it by name at the next start —
 //! also when the interface was moved into a named network namespace under `/run/netns`; only
 //! [`Port::release`], i.e. removing the port, deletes it), or *attached* to an existing
-//! persistent TAP (which stays). The link is brought up with `SIOCSIFFLAGS`. The file
+//! persistent TAP (which stays). [`TapPort::origin`] tells which happened. Finding an owned
+//! TAP in a namespace means entering it (`setns`, CAP_SYS_ADMIN): when one under `/run/netns`
+//! cannot be entered, opening an owned TAP that is not in the host's namespace fails
+//! ([`PortError::NetnsUnsearchable`]) instead of creating a second one beside its guest's. The link is brought up with `SIOCSIFFLAGS`. The file
 //! descriptor keeps working when the interface is moved to another network namespace.
 //!
 //! Frames move with one `read`/`write` system call each ([`TapIo::Syscall`], the default) or in
@@ -43,6 +46,21 @@ pub enum TapMode {
     Own,
 }
 
+/// What opening a [`TapPort`] did, for the daemon's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TapOrigin {
+    /// A new interface was made ([`TapMode::Create`], or [`TapMode::Own`] finding none).
+    Created,
+    /// [`TapMode::Own`] found the interface a previous run left, in the host's namespace
+    /// (`netns: None`) or in the named network namespace `netns` (under `/run/netns`).
+    Reattached {
+        /// The named namespace it was found in.
+        netns: Option<String>,
+    },
+    /// [`TapMode::Attach`]: an existing persistent TAP.
+    Attached,
+}
+
 /// A TAP device opened for the switch.
 #[derive(Debug)]
 pub struct TapPort {
@@ -56,6 +74,8 @@ pub struct TapPort {
     owned: bool,
     /// The port's io_uring when it moves frames in batches ([`TapIo::Uring`]).
     uring: Option<UringIo>,
+    /// Made, re-attached or attached.
+    origin: TapOrigin,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -119,22 +139,21 @@ fn exists_here(name: &str) -> Result<bool, PortError> {
     Ok(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFINDEX, &mut req) } == 0)
 }
 
-/// Runs `f` on a thread that entered the network namespace at `path`; `None` if it cannot be
-/// entered.
-fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Option<T> {
-    let ns = std::fs::File::open(path).ok()?;
+/// Runs `f` on a thread that entered the network namespace at `path`; an error if it cannot
+/// be entered (the file cannot be opened, `setns` is refused).
+fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    let ns = std::fs::File::open(path)?;
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
                 // SAFETY: setns on a namespace file we hold open; it affects this thread only.
                 if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    return None;
+                    return Err(io::Error::last_os_error());
                 }
-                Some(f())
+                Ok(f())
             })
             .join()
-            .ok()
-            .flatten()
+            .unwrap_or_else(|_| Err(io::Error::other("the thread that entered it panicked")))
     })
 }
 
@@ -164,20 +183,43 @@ impl TapPort {
         }
         // A TAP this switch owned may have been moved into a guest's namespace since: find it
         // there and attach from inside (TUNSETIFF looks names up in the caller's namespace;
-        // the descriptor then works from anywhere).
+        // the descriptor then works from anywhere). A namespace that cannot be searched fails
+        // the open: creating the TAP here could leave its guest on a twin nobody reads.
+        let mut unsearched = None;
         if let Ok(dir) = std::fs::read_dir("/run/netns") {
             for entry in dir.flatten() {
-                let found = in_netns(&entry.path(), || {
-                    if exists_here(name).unwrap_or(false) {
-                        Some(Self::open_here(name, TapMode::Own))
-                    } else {
-                        None
+                let path = entry.path();
+                let found = in_netns(&path, || match exists_here(name) {
+                    Ok(true) => Ok(Some(Self::open_here(name, TapMode::Own))),
+                    Ok(false) => Ok(None),
+                    Err(PortError::Io { source, .. }) => Err(source),
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                })
+                .and_then(|r| r);
+                match found {
+                    Ok(Some(opened)) => {
+                        let netns = entry.file_name().to_string_lossy().into_owned();
+                        return opened.map(|mut p| {
+                            p.origin = TapOrigin::Reattached { netns: Some(netns) };
+                            p
+                        });
                     }
-                });
-                if let Some(Some(opened)) = found {
-                    return opened;
+                    // Not a network namespace (a stale file an `ip netns del` left): nothing
+                    // can hide there.
+                    Ok(None) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(source) => {
+                        unsearched.get_or_insert((path.display().to_string(), source));
+                    }
                 }
             }
+        }
+        if let Some((netns, source)) = unsearched {
+            return Err(PortError::NetnsUnsearchable {
+                port: name.to_string(),
+                netns,
+                source,
+            });
         }
         Self::open_here(name, TapMode::Own)
     }
@@ -234,13 +276,25 @@ impl TapPort {
             return Err(io_err(name, "TUNSETOFFLOAD"));
         }
         set_link_up(name)?;
+        let origin = match (mode, exists) {
+            (TapMode::Attach, _) => TapOrigin::Attached,
+            (TapMode::Own, true) => TapOrigin::Reattached { netns: None },
+            _ => TapOrigin::Created,
+        };
         Ok(TapPort {
             name: name.to_string(),
             fd,
             counters: PortIoCounters::default(),
             owned: mode != TapMode::Attach,
             uring: None,
+            origin,
         })
+    }
+
+    /// Whether opening it made the interface, re-attached the one a previous run left, or
+    /// attached an existing persistent TAP.
+    pub fn origin(&self) -> &TapOrigin {
+        &self.origin
     }
 
     /// How the port moves frames now (a ring that failed falls back to system calls).
@@ -479,16 +533,27 @@ mod tests {
         }
         let _cleanup = Cleanup(name.clone(), ns.clone());
         assert!(ip(&["netns", "add", &ns]));
-        drop(TapPort::open(&name, TapMode::Own).unwrap());
+        let first = TapPort::open(&name, TapMode::Own).unwrap();
+        assert_eq!(first.origin(), &TapOrigin::Created);
+        drop(first);
         assert!(
             exists_here(&name).unwrap(),
             "an owned TAP outlives its port"
         );
+        let here = TapPort::open(&name, TapMode::Own).unwrap();
+        assert_eq!(here.origin(), &TapOrigin::Reattached { netns: None });
+        drop(here);
         // Moved into a guest's namespace, it is found there and attached again.
         assert!(ip(&["link", "set", &name, "netns", &ns]));
         assert!(!exists_here(&name).unwrap());
         let mut again = TapPort::open(&name, TapMode::Own).unwrap();
         assert!(!exists_here(&name).unwrap(), "a second TAP was made here");
+        assert_eq!(
+            again.origin(),
+            &TapOrigin::Reattached {
+                netns: Some(ns.clone())
+            }
+        );
         assert!(ip(&["-n", &ns, "link", "show", &name]));
         again.release();
         drop(again);

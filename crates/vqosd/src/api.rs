@@ -46,6 +46,9 @@ mod cluster;
 mod cost;
 mod locks;
 mod reload;
+mod start;
+
+pub use start::StartPlan;
 
 /// Why the API could not start.
 #[derive(Debug, Error)]
@@ -226,105 +229,6 @@ fn save_fail(e: StateError) -> Fail {
 }
 
 impl Api {
-    /// Restores the state (config ports, except those deleted through the API, plus ports
-    /// added through the API, with the state file's policies winning), adds every port to
-    /// `backend`, and writes the state back.
-    pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
-        let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
-        let restored = state::restore(&config.state_file, uplink, config.expect_state)?;
-        for w in &restored.warnings {
-            tracing::warn!("{w}");
-        }
-        let saved = restored.state;
-        let mut set = config.policy_set();
-        let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
-        let mut removed = Vec::new();
-        if let Some(saved) = saved {
-            // Config ports deleted through the API stay deleted; a name no longer in the config
-            // needs no memory.
-            for name in saved.removed {
-                if let Some(i) = ports.iter().position(|p| p.name == name) {
-                    ports.remove(i);
-                    set.vifs.remove(i);
-                    removed.push(name);
-                }
-            }
-            for sp in saved.ports {
-                match set.id(&sp.name) {
-                    Ok(id) => {
-                        // `ports` and `set.vifs` are in the same order.
-                        set.vifs[id].policy = sp.policy;
-                        ports[id].locked = sp.locked;
-                    }
-                    Err(_) => {
-                        set = set.with_vif(&sp.name, sp.policy);
-                        ports.push(PortConfig {
-                            name: sp.name,
-                            kind: sp.kind,
-                            create: sp.create,
-                            socket: sp.socket,
-                            mode: sp.mode,
-                            macs: sp.macs,
-                            port_security: sp.port_security,
-                            ips: sp.ips,
-                            serves: sp.serves,
-                            locked: sp.locked,
-                        });
-                    }
-                }
-            }
-        }
-        set.validate()
-            .and_then(|()| set.check_sold(config.engine))
-            .map_err(|source| ApiError::Restore {
-                path: config.state_file.clone(),
-                source,
-            })?;
-        if ports.len() > config.max_ports {
-            return Err(ApiError::TooManyPorts {
-                path: config.state_file.clone(),
-                ports: ports.len(),
-                max: config.max_ports,
-            });
-        }
-        for (p, v) in ports.iter().zip(&set.vifs) {
-            if let Err(source) = backend.add_port(p, &v.policy) {
-                // Leave the switch as we found it.
-                for q in ports.iter().take_while(|q| q.name != p.name) {
-                    let _ = backend.remove_port(&q.name);
-                }
-                return Err(ApiError::Backend {
-                    name: p.name.clone(),
-                    source,
-                });
-            }
-            tracing::info!("Port {} up ({})", p.name, port_how(p));
-        }
-        let view = View {
-            set,
-            ports,
-            limits: BTreeMap::new(),
-            ecn: BTreeMap::new(),
-            removed,
-            shares: BTreeMap::new(),
-            managed: BTreeMap::new(),
-            file: Arc::new(config.clone()),
-        };
-        state::save(&config.state_file, &view.saved())?;
-        Ok(Api {
-            backend,
-            engine: config.engine,
-            uplink: config.uplink.as_ref().map(|u| u.name.clone()),
-            state_file: config.state_file.clone(),
-            config_path: OnceLock::new(),
-            warnings: restored.warnings,
-            started: Instant::now(),
-            published: RwLock::new(Arc::new(view.clone())),
-            view: Mutex::new(view),
-            cluster: RwLock::new(None),
-        })
-    }
-
     fn lock(&self) -> MutexGuard<'_, View> {
         // Changes are computed on copies and committed in one assignment, so a panic in another
         // request thread cannot leave a half-made change behind the poison.
@@ -495,7 +399,8 @@ impl Api {
         let port = PortConfig::from_request(&req).map_err(|e| (422, e))?;
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != port.name);
-        self.backend
+        let opened = self
+            .backend
             .add_port(&port, &policy)
             .map_err(backend_fail)?;
         if let Err(e) = state::save(&self.state_file, &next.saved()) {
@@ -503,7 +408,7 @@ impl Api {
             return Err(save_fail(e));
         }
         self.commit(&mut v, next);
-        tracing::info!("Port {} up ({})", port.name, port_how(&port));
+        tracing::info!("Port {} up ({opened})", port.name);
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -696,15 +601,6 @@ impl Api {
             cost_model: (set.cost == vqos_sched::CostModel::Cycles)
                 .then(|| self.cost_model_view(&view, 0)),
         }
-    }
-}
-
-/// How a port was brought up, for the log.
-fn port_how(p: &PortConfig) -> &'static str {
-    if p.create {
-        "TAP created"
-    } else {
-        "attached to an existing TAP"
     }
 }
 

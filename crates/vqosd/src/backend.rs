@@ -181,6 +181,64 @@ fn check_addresses(req: &PortRequest) -> Result<(), String> {
     }
 }
 
+/// What adding a port did, for the log ([`Backend::add_port`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortOpened {
+    /// A TAP was made (none of that name was left by a previous run).
+    TapCreated,
+    /// The persistent TAP a previous run made was found again: in the host's namespace
+    /// (`netns: None`) or in the named network namespace a guest moved it into.
+    TapReattached {
+        /// The namespace's name (under `/run/netns`).
+        netns: Option<String>,
+    },
+    /// An existing persistent TAP the switch does not own (`create = false`).
+    TapAttached,
+    /// A vhost-user port on its socket.
+    VhostUser {
+        /// Server: vqosd listens on the socket; client: QEMU does and vqosd connects.
+        role: VhostUserRole,
+        /// The socket's path.
+        socket: String,
+    },
+}
+
+impl std::fmt::Display for PortOpened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortOpened::TapCreated => f.write_str("TAP created"),
+            PortOpened::TapReattached { netns: None } => f.write_str("TAP re-attached"),
+            PortOpened::TapReattached { netns: Some(ns) } => {
+                write!(f, "TAP re-attached in network namespace {ns}")
+            }
+            PortOpened::TapAttached => f.write_str("attached to an existing TAP"),
+            PortOpened::VhostUser {
+                role: VhostUserRole::Server,
+                socket,
+            } => write!(f, "vhost-user server on {socket}"),
+            PortOpened::VhostUser {
+                role: VhostUserRole::Client,
+                socket,
+            } => write!(f, "vhost-user client of {socket}"),
+        }
+    }
+}
+
+impl PortOpened {
+    /// What adding `port` does on a host where no TAP of its name exists yet (the mock's
+    /// answer; the real switch says what it found).
+    pub fn fresh(port: &PortConfig) -> PortOpened {
+        match port.kind {
+            PortKind::VhostUser => PortOpened::VhostUser {
+                role: port.mode.unwrap_or_default(),
+                socket: port.socket.clone().unwrap_or_default(),
+            },
+            _ if port.create => PortOpened::TapCreated,
+            _ => PortOpened::TapAttached,
+        }
+    }
+}
+
 /// The forwarding loop's liveness as the daemon judges it ([`Backend::loop_health`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoopHealth {
@@ -234,8 +292,8 @@ impl LoopHealth {
 
 /// The switch as the daemon drives it. Implementations are shared between the API threads.
 pub trait Backend: Send + Sync {
-    /// Adds a vif port with its policy.
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError>;
+    /// Adds a vif port with its policy; says what it opened.
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError>;
     /// Removes a vif port.
     fn remove_port(&self, name: &str) -> Result<(), BackendError>;
     /// Installs a new policy snapshot (all vifs).
@@ -360,7 +418,7 @@ impl MockBackend {
 }
 
 impl Backend for MockBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
         let mut s = self.lock();
         s.calls.push(MockCall::AddPort(port.name.clone()));
         if let Some(message) = s.fail_next_add.take() {
@@ -374,7 +432,7 @@ impl Backend for MockBackend {
         }
         policy.validate(&port.name)?;
         s.ports.push((port.clone(), policy.clone()));
-        Ok(())
+        Ok(PortOpened::fresh(port))
     }
 
     fn remove_port(&self, name: &str) -> Result<(), BackendError> {

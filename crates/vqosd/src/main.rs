@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
+use vqos_api::wire::PortKind;
 use vqos_sched::units::format_rate;
-use vqosd::api::Api;
-use vqosd::backend::{Backend, LoopHealth, MockBackend, MOCK_STATS_INTERVAL_NS};
+use vqosd::api::{Api, StartPlan};
+use vqosd::backend::{Backend, LoopHealth, MockBackend, PortConfig, MOCK_STATS_INTERVAL_NS};
 use vqosd::config::Config;
 use vqosd::server::{Server, ServerConfig, ServerError};
 use vqosd::switch::SwitchBackend;
@@ -51,7 +52,8 @@ struct Args {
     /// The config file (TOML).
     #[arg(long, short = 'c', value_name = "FILE", default_value = DEFAULT_CONFIG)]
     config: PathBuf,
-    /// Check the config and exit without starting anything.
+    /// Run the start's checks (config, the uplink the switch needs, state file, policies,
+    /// interfaces to attach) and exit without starting or changing anything.
     #[arg(long)]
     check: bool,
     /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
@@ -101,24 +103,54 @@ fn build_backend(args: &Args, config: &Config) -> Result<Arc<dyn Backend>> {
             }
             mock
         }
-        BackendKind::Switch => {
-            if args.mock_loop_dies_after_ms.is_some() {
-                anyhow::bail!("--mock-loop-dies-after-ms needs --backend mock");
-            }
-            Arc::new(SwitchBackend::start(config)?)
-        }
+        BackendKind::Switch => Arc::new(SwitchBackend::start(config)?),
     })
+}
+
+/// Everything the start refuses that can be known without side effects: the options and
+/// the config for the chosen switch (the real one needs an `[uplink]`), the state file and the
+/// merged policies ([`Api::plan`]), and the interfaces that must already exist (an AF_PACKET
+/// uplink, TAPs attached with `create = false`). `--check` runs only this (`dry`: the state
+/// file is read, never touched); the start runs it first, so the two cannot disagree.
+fn preflight(args: &Args, config: &Config, dry: bool) -> Result<StartPlan> {
+    let switch = args.backend == BackendKind::Switch;
+    if switch && args.mock_loop_dies_after_ms.is_some() {
+        anyhow::bail!("--mock-loop-dies-after-ms needs --backend mock");
+    }
+    if switch && config.uplink.is_none() {
+        anyhow::bail!("Cannot start the switch: the config has no [uplink] (name = \"...\")");
+    }
+    let plan = Api::plan(config, dry)?;
+    if switch {
+        let attached = |p: &&PortConfig| p.kind == PortKind::AfPacket || !p.create;
+        for p in config.uplink.iter().chain(&plan.ports).filter(attached) {
+            let name = std::ffi::CString::new(p.name.as_str())?;
+            // SAFETY: if_nametoindex reads the NUL-terminated name and nothing else.
+            if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+                anyhow::bail!(
+                    "Cannot start the switch: interface '{}' does not exist (the port attaches \
+                     to an existing interface: create = false, or kind = \"af-packet\")",
+                    p.name
+                );
+            }
+        }
+    }
+    Ok(plan)
 }
 
 /// Runs the daemon; `Ok(Some(reason))` when it stopped because the forwarding loop died.
 fn run(args: Args) -> Result<Option<String>> {
     vqosd::logging::init(args.log_level.as_deref()).map_err(anyhow::Error::msg)?;
     let config = Config::load(&args.config)?;
+    let plan = preflight(&args, &config, args.check)?;
     if args.check {
+        for w in &plan.warnings {
+            tracing::warn!("{w}");
+        }
         println!(
             "vqosd: config {} is valid: {} port(s), engine {}, capacity {}",
             args.config.display(),
-            config.ports.len(),
+            plan.ports.len(),
             config.engine,
             format_rate(config.capacity_bps)
         );
@@ -127,7 +159,7 @@ fn run(args: Args) -> Result<Option<String>> {
     // Installed first, so a signal during startup is not lost: it is read after startup.
     let signals = vqosd::signals::install()?;
     let backend = build_backend(&args, &config).context("Cannot start the switch")?;
-    let api = match Api::start(&config, backend.clone()) {
+    let api = match Api::start_planned(&config, plan, backend.clone()) {
         Ok(api) => Arc::new(api),
         Err(e) => {
             backend.stop();

@@ -276,7 +276,29 @@ pub fn restore(
     uplink: Option<&str>,
     expect_state: bool,
 ) -> Result<Restored, StateError> {
-    remove_stale_temps(path);
+    read_state(path, uplink, expect_state, false)
+}
+
+/// What [`restore`] would restore and refuse, without its side effects (no stale temporary
+/// file removed, no corrupt file set aside): for `vqosd --check`.
+pub fn check(
+    path: &Path,
+    uplink: Option<&str>,
+    expect_state: bool,
+) -> Result<Restored, StateError> {
+    read_state(path, uplink, expect_state, true)
+}
+
+/// [`restore`], or [`check`] when `dry`.
+fn read_state(
+    path: &Path,
+    uplink: Option<&str>,
+    expect_state: bool,
+    dry: bool,
+) -> Result<Restored, StateError> {
+    if !dry {
+        remove_stale_temps(path);
+    }
     let mut warnings = Vec::new();
     let problem = match load(path, uplink) {
         Ok(Some(state)) => {
@@ -309,9 +331,13 @@ pub fn restore(
             match &problem {
                 Some(p) => {
                     let aside = corrupt_path(path);
-                    let kept = match fs::rename(path, &aside) {
-                        Ok(()) => format!("it is kept as {}", aside.display()),
-                        Err(e) => format!("it could not be set aside ({e})"),
+                    let kept = if dry {
+                        format!("it would be kept as {}", aside.display())
+                    } else {
+                        match fs::rename(path, &aside) {
+                            Ok(()) => format!("it is kept as {}", aside.display()),
+                            Err(e) => format!("it could not be set aside ({e})"),
+                        }
                     };
                     warnings.push(format!(
                         "{p}; restored the last-good copy {} instead ({kept}); changes made \

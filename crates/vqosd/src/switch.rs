@@ -10,12 +10,12 @@ use vqos_dataplane::guard::{ip_key, key_ip};
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
     EmulatedWork, IpAddrs, IpPolicy, Locks, MacPolicy, PortSecurity, PortSpec, Readiness, Services,
-    SwitchConfig, SwitchError, SwitchHandle, TapIo,
+    SwitchConfig, SwitchError, SwitchHandle, TapIo, TapOrigin,
 };
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
-    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortStats, SwitchStats,
+    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
 };
 use crate::config::{self, Config};
 use vqos_api::chain;
@@ -112,10 +112,14 @@ fn convert(e: SwitchError) -> BackendError {
         SwitchError::DuplicatePort(name) => BackendError::PortExists(name),
         SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
         e @ SwitchError::MacInUse { .. } => BackendError::MacInUse(e.to_string()),
-        SwitchError::Port { name, source } => BackendError::Port {
-            name,
-            message: chain(&source),
-        },
+        SwitchError::Port { name, source } => {
+            // The data plane's message names the port too: say it once.
+            let message = chain(&source);
+            let message = message
+                .strip_prefix(&format!("Port '{name}': "))
+                .map_or_else(|| message.clone(), str::to_string);
+            BackendError::Port { name, message }
+        }
         other => BackendError::Switch(chain(&other)),
     }
 }
@@ -174,7 +178,7 @@ impl SwitchBackend {
 }
 
 impl Backend for SwitchBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<(), BackendError> {
+    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
         if port.kind == PortKind::AfPacket {
             // The API and the config refuse these; a state file edited by hand may not.
             return Err(BackendError::Port {
@@ -182,9 +186,16 @@ impl Backend for SwitchBackend {
                 message: "kind = \"af-packet\" is for the uplink only".into(),
             });
         }
-        self.handle
-            .add_port(spec(port, self.tap_io)?, policy.clone())
-            .map_err(convert)
+        let origin = self
+            .handle
+            .add_port_reporting(spec(port, self.tap_io)?, policy.clone())
+            .map_err(convert)?;
+        Ok(match origin {
+            Some(TapOrigin::Created) => PortOpened::TapCreated,
+            Some(TapOrigin::Reattached { netns }) => PortOpened::TapReattached { netns },
+            Some(TapOrigin::Attached) => PortOpened::TapAttached,
+            None => PortOpened::fresh(port),
+        })
     }
 
     fn remove_port(&self, name: &str) -> Result<(), BackendError> {

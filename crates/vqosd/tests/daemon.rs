@@ -138,14 +138,74 @@ fn startup_errors_are_clear() {
     assert_eq!(code, 1);
     assert!(err.contains("is not a loopback address"), "{err}");
 
-    let (cfg, _) = write_config(dir.path(), "");
-    let (code, out, _) = run(&["--config", cfg.to_str().unwrap(), "--check"]);
-    assert_eq!(code, 0);
-    assert!(out.contains("is valid"), "{out}");
     // The real switch needs an uplink.
+    let (cfg, _) = write_config(dir.path(), "");
     let (code, _, err) = run(&["--config", cfg.to_str().unwrap(), "--backend", "switch"]);
     assert_eq!(code, 1);
     assert!(err.contains("no [uplink]"), "{err}");
+}
+
+/// `--check` (the unit's ExecStartPre) refuses what the start would, with the same message,
+/// and touches nothing: it runs the start's own checks, dry.
+#[test]
+fn check_refuses_what_the_start_refuses_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |cfg: &Path, extra: &[&str]| {
+        let mut args = vec!["--config", cfg.to_str().unwrap(), "--check"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let start_error = |cfg: &Path| {
+        let mut p = Proc::start_with(cfg, &[]);
+        let (status, err) = p.wait();
+        assert_eq!(status.code(), Some(1), "{err}");
+        err
+    };
+    // No [uplink]: the real switch cannot start; the mock needs none.
+    let (cfg, _) = write_config(dir.path(), "");
+    let (code, _, err) = check(&cfg, &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no [uplink]"), "{err}");
+    assert_eq!(err, start_error(&cfg));
+    let (code, out, _) = check(&cfg, &["--backend", "mock"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("is valid"), "{out}");
+
+    // An AF_PACKET uplink on an interface that does not exist.
+    let (cfg, _) = write_config(
+        dir.path(),
+        "[uplink]\nname = \"vqnone0\"\nkind = \"af-packet\"\n",
+    );
+    let (code, _, err) = check(&cfg, &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("interface 'vqnone0' does not exist"), "{err}");
+    assert_eq!(err, start_error(&cfg));
+
+    // A state file the start cannot restore (corrupt, no last-good copy).
+    let (cfg, _) = write_config(dir.path(), "[[port]]\nname = \"vm1\"\n");
+    let state = dir.path().join("state.json");
+    fs::write(&state, "{ not json").unwrap();
+    let (code, _, err) = check(&cfg, &["--backend", "mock"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("state.json"), "{err}");
+
+    // A corrupt state file with a good copy: the start would set it aside and restore the
+    // copy; --check says so and leaves both where they are.
+    fs::remove_file(&state).unwrap();
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().0.success());
+    let copy = dir.path().join("state.json.last-good");
+    fs::copy(&state, &copy).unwrap();
+    fs::write(&state, "{ not json").unwrap();
+    let (code, out, err) = check(&cfg, &["--backend", "mock"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("is valid: 1 port(s)"), "{out}");
+    assert!(err.contains("restored the last-good copy"), "{err}");
+    assert!(err.contains("it would be kept as"), "{err}");
+    assert_eq!(fs::read_to_string(&state).unwrap(), "{ not json");
+    assert!(copy.exists() && !dir.path().join("state.json.corrupt").exists());
 }
 
 #[test]
@@ -460,4 +520,79 @@ fn every_change_leaves_an_audit_line_with_its_caller() {
     p.signal(libc::SIGTERM);
     let (status, err) = p.wait();
     assert!(status.success() && !err.contains(" INFO "), "{err}");
+}
+
+#[test]
+fn each_port_up_line_says_what_was_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = |n: &str| dir.path().join(n).display().to_string();
+    let (cfg, socket) = write_config(
+        dir.path(),
+        &format!(
+            "[[port]]\nname = \"vm1\"\n\
+             [[port]]\nname = \"vm2\"\ncreate = false\n\
+             [[port]]\nname = \"vh1\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n\
+             [[port]]\nname = \"vh2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n",
+            sock("vh1.sock"),
+            sock("vh2.sock")
+        ),
+    );
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    // One added through the API is logged the same way.
+    let client = Client::new(Endpoint::Unix(socket));
+    let _: Value = client
+        .call(
+            "POST",
+            "/v1/ports",
+            Some(&json!({"name": "vh3", "kind": "vhost-user", "socket": sock("vh3.sock")})),
+        )
+        .unwrap();
+    p.signal(libc::SIGTERM);
+    let (status, err) = p.wait();
+    assert!(status.success(), "{err}");
+    for line in [
+        "Port vm1 up (TAP created)".to_string(),
+        "Port vm2 up (attached to an existing TAP)".to_string(),
+        format!("Port vh1 up (vhost-user server on {})", sock("vh1.sock")),
+        format!("Port vh2 up (vhost-user client of {})", sock("vh2.sock")),
+        format!("Port vh3 up (vhost-user server on {})", sock("vh3.sock")),
+    ] {
+        assert!(err.contains(&line), "no {line:?} in:\n{err}");
+    }
+    assert!(!err.contains("Port vh1 up (TAP"), "{err}");
+}
+
+/// `/v1/health` explains an unreachable etcd in words, not in Rust debug text.
+#[test]
+fn health_errors_are_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let (cfg, socket) = write_config(
+        dir.path(),
+        "[cluster]\nhost = \"h1\"\nendpoints = [\"http://127.0.0.1:1\"]\ntimeout = \"1s\"\n",
+    );
+    let mut p = Proc::start(&cfg, "mock");
+    p.wait_ready();
+    let client = Client::new(Endpoint::Unix(socket));
+    let mut health = Value::Null;
+    for _ in 0..100 {
+        health = client.call("GET", "/v1/health", None).unwrap();
+        if health["cluster"]["error"].is_string() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(health["status"], "degraded", "{health}");
+    for error in [&health["error"], &health["cluster"]["error"]] {
+        let text = error
+            .as_str()
+            .unwrap_or_else(|| panic!("no error in {health}"));
+        assert!(text.contains("Connection refused"), "{text}");
+        for debug in ["Some(", "{", "Os ", "kind:", "::", "\\\""] {
+            assert!(!text.contains(debug), "{debug:?} in {text:?}");
+        }
+    }
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().0.success());
 }

@@ -40,7 +40,9 @@ pub(super) fn degraded(cluster: &Option<ClusterHealthView>) -> Option<String> {
         format!(
             "etcd {}: {}; the last applied policies stay in force",
             c.state,
-            c.error.as_deref().unwrap_or("not synced yet")
+            c.error
+                .as_deref()
+                .map_or("not synced yet", |e| e.strip_prefix("etcd: ").unwrap_or(e))
         )
     })
 }

@@ -253,17 +253,24 @@ impl Api {
             let _ = self.backend.set_policies(&before);
         };
         let mut done: Vec<&str> = Vec::new();
+        let mut opened = Vec::new();
         for (p, policy) in added {
-            if let Err(e) = self.backend.add_port(p, policy) {
-                undo(&done);
-                let (status, msg) = backend_fail(e);
-                return Err(refused(status, msg));
+            match self.backend.add_port(p, policy) {
+                Ok(o) => opened.push(format!("Port {} up ({o})", p.name)),
+                Err(e) => {
+                    undo(&done);
+                    let (status, msg) = backend_fail(e);
+                    return Err(refused(status, msg));
+                }
             }
             done.push(&p.name);
         }
         if let Err(e) = state::save(&self.state_file, &nv.saved()) {
             undo(&done);
             return Err(refused(500, format!("state not saved: {}", chain(&e))));
+        }
+        for line in opened {
+            tracing::info!("{line}");
         }
         // From here the change is saved: what fails is told, the rest still applies.
         let mut errors = Vec::new();

@@ -140,7 +140,7 @@ impl vqosd::backend::Backend for GatedSwitch {
         &self,
         port: &vqosd::backend::PortConfig,
         policy: &vqos_sched::VifPolicy,
-    ) -> Result<(), vqosd::backend::BackendError> {
+    ) -> Result<vqosd::backend::PortOpened, vqosd::backend::BackendError> {
         self.mock.add_port(port, policy)
     }
     fn remove_port(&self, name: &str) -> Result<(), vqosd::backend::BackendError> {

@@ -40,10 +40,15 @@ impl Daemon {
 
     /// [`Daemon::start`] with more arguments (e.g. `--backend mock`).
     pub fn start_args(config: &Path, socket: &Path, args: &[&str]) -> Daemon {
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .args(args)
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--config").arg(config).args(args);
+        Daemon::start_command(cmd, socket)
+    }
+
+    /// Runs `cmd` (vqosd, possibly behind a wrapper such as `setpriv`) and waits until it
+    /// serves on `socket`; panics with its stderr if it does not start.
+    pub fn start_command(mut cmd: Command, socket: &Path) -> Daemon {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

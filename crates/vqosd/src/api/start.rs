@@ -1,0 +1,164 @@
+//! The daemon's start: [`Api::plan`] checks everything that can be known before the switch
+//! is touched (`vqosd --check` runs it dry), [`Api::start_planned`] brings the ports up and
+//! saves the state.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+use vqos_sched::PolicySet;
+
+use super::{Api, ApiError, View};
+use crate::backend::{Backend, PortConfig};
+use crate::config::Config;
+use crate::state;
+
+/// The ports and policies the daemon starts with, checked ([`Api::plan`]).
+#[derive(Debug, Clone)]
+pub struct StartPlan {
+    /// The vifs' policies: the config's, the state file's winning, plus the ports added
+    /// through the API.
+    pub set: PolicySet,
+    /// The vif ports, in the set's order.
+    pub ports: Vec<PortConfig>,
+    /// Config ports deleted through the API (they stay deleted).
+    pub removed: Vec<String>,
+    /// What reading the state file warns about (a fallback to the last-good copy, a missing
+    /// file that was expected).
+    pub warnings: Vec<String>,
+}
+
+impl Api {
+    /// Restores the state (config ports, except those deleted through the API, plus ports
+    /// added through the API, with the state file's policies winning), adds every port to
+    /// `backend`, and writes the state back.
+    pub fn start(config: &Config, backend: Arc<dyn Backend>) -> Result<Api, ApiError> {
+        Api::start_planned(config, Api::plan(config, false)?, backend)
+    }
+
+    /// Everything [`Api::start`] checks before it touches the switch: the state file (read
+    /// and checked; `dry`: nothing set aside or removed, see [`state::check`]), the config's
+    /// and the state file's ports merged, their policies validated as a set, the port limit.
+    /// `vqosd --check` runs it dry; the start runs it, then [`Api::start_planned`].
+    pub fn plan(config: &Config, dry: bool) -> Result<StartPlan, ApiError> {
+        let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
+        let read = if dry { state::check } else { state::restore };
+        let state::Restored {
+            state: saved,
+            warnings,
+        } = read(&config.state_file, uplink, config.expect_state)?;
+        let mut set = config.policy_set();
+        let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
+        let mut removed = Vec::new();
+        if let Some(saved) = saved {
+            // Config ports deleted through the API stay deleted; a name no longer in the config
+            // needs no memory.
+            for name in saved.removed {
+                if let Some(i) = ports.iter().position(|p| p.name == name) {
+                    ports.remove(i);
+                    set.vifs.remove(i);
+                    removed.push(name);
+                }
+            }
+            for sp in saved.ports {
+                match set.id(&sp.name) {
+                    Ok(id) => {
+                        // `ports` and `set.vifs` are in the same order.
+                        set.vifs[id].policy = sp.policy;
+                        ports[id].locked = sp.locked;
+                    }
+                    Err(_) => {
+                        set = set.with_vif(&sp.name, sp.policy);
+                        ports.push(PortConfig {
+                            name: sp.name,
+                            kind: sp.kind,
+                            create: sp.create,
+                            socket: sp.socket,
+                            mode: sp.mode,
+                            macs: sp.macs,
+                            port_security: sp.port_security,
+                            ips: sp.ips,
+                            serves: sp.serves,
+                            locked: sp.locked,
+                        });
+                    }
+                }
+            }
+        }
+        set.validate()
+            .and_then(|()| set.check_sold(config.engine))
+            .map_err(|source| ApiError::Restore {
+                path: config.state_file.clone(),
+                source,
+            })?;
+        if ports.len() > config.max_ports {
+            return Err(ApiError::TooManyPorts {
+                path: config.state_file.clone(),
+                ports: ports.len(),
+                max: config.max_ports,
+            });
+        }
+        Ok(StartPlan {
+            set,
+            ports,
+            removed,
+            warnings,
+        })
+    }
+
+    /// Starts on a plan of [`Api::plan`]: warns what reading the state file found, adds every
+    /// port to `backend`, and writes the state back.
+    pub fn start_planned(
+        config: &Config,
+        plan: StartPlan,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Api, ApiError> {
+        let StartPlan {
+            set,
+            ports,
+            removed,
+            warnings,
+        } = plan;
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        for (p, v) in ports.iter().zip(&set.vifs) {
+            match backend.add_port(p, &v.policy) {
+                Ok(opened) => tracing::info!("Port {} up ({opened})", p.name),
+                Err(source) => {
+                    // Leave the switch as we found it.
+                    for q in ports.iter().take_while(|q| q.name != p.name) {
+                        let _ = backend.remove_port(&q.name);
+                    }
+                    return Err(ApiError::Backend {
+                        name: p.name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        let view = View {
+            set,
+            ports,
+            limits: BTreeMap::new(),
+            ecn: BTreeMap::new(),
+            removed,
+            shares: BTreeMap::new(),
+            managed: BTreeMap::new(),
+            file: Arc::new(config.clone()),
+        };
+        state::save(&config.state_file, &view.saved())?;
+        Ok(Api {
+            backend,
+            engine: config.engine,
+            uplink: config.uplink.as_ref().map(|u| u.name.clone()),
+            state_file: config.state_file.clone(),
+            config_path: OnceLock::new(),
+            warnings,
+            started: Instant::now(),
+            published: RwLock::new(Arc::new(view.clone())),
+            view: Mutex::new(view),
+            cluster: RwLock::new(None),
+        })
+    }
+}
