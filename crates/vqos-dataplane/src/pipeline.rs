@@ -29,6 +29,19 @@ use crate::ports::{PortEntry, PortTable, Security};
 use crate::shaper::UplinkShaper;
 use crate::stats::DropReason;
 
+/// What [`Pipeline::forward`] did with a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Forwarded {
+    /// Frames admitted and switched.
+    pub packets: u32,
+    /// Their on-wire bytes ([`frame::wire_bytes`]).
+    pub bytes: u64,
+    /// Frames the sender pays for: every frame read but those the engine refused.
+    pub charged_packets: u32,
+    /// Their bytes (on the wire; a malformed frame: its length).
+    pub charged_bytes: u64,
+}
+
 /// The engine's side of a vif batch: who admits its frames.
 pub(crate) struct Admission<'a> {
     /// The scheduler that granted the batch.
@@ -96,15 +109,15 @@ impl Pipeline {
     }
 
     /// Switches every frame of the batch read from slot `src`, then sends. `admission` is the
-    /// engine's grant for a vif batch (`None` for the uplink). Returns the frames and on-wire
-    /// bytes ([`frame::wire_bytes`]) admitted.
+    /// engine's grant for a vif batch (`None` for the uplink). Returns what was admitted and
+    /// what the sender is charged ([`Forwarded`]).
     pub fn forward(
         &mut self,
         parts: Parts<'_>,
         src: usize,
         mut admission: Option<Admission<'_>>,
         now: u64,
-    ) -> (u32, u64) {
+    ) -> Forwarded {
         let Parts {
             ports,
             addrs,
@@ -117,6 +130,10 @@ impl Pipeline {
         }
         let mut packets = 0u32;
         let mut bytes = 0u64;
+        let mut policed = (0u32, 0u64);
+        let read_before = ports
+            .get(src)
+            .map_or((0, 0), |s| (s.c.rx_frames, s.c.rx_bytes));
         for i in 0..self.batch.len() {
             let Some(s) = ports.get_mut(src) else {
                 break;
@@ -135,6 +152,7 @@ impl Pipeline {
             let dst = Self::lookup(&addrs.macs, dst_mac, now);
             if let Some(a) = admission.as_mut() {
                 let Some(marked) = self.admit(s, a, i, wire, now) else {
+                    policed = (policed.0 + 1, policed.1 + wire);
                     continue;
                 };
                 // PID-ECN on the data a vif sends: what goes to the uplink alone (unicast,
@@ -170,7 +188,19 @@ impl Pipeline {
             bytes += wire;
         }
         self.flush(ports, shaper, now);
-        (packets, bytes)
+        // Everything read costs its sender but what the engine itself refused (a policer's
+        // drop is its own decision, already metered): malformed, spoofed, guarded, hairpin
+        // and storm frames are paid for, so a capped tenant cannot buy the core with frames
+        // the switch throws away.
+        let read = ports
+            .get(src)
+            .map_or((0, 0), |s| (s.c.rx_frames, s.c.rx_bytes));
+        Forwarded {
+            packets,
+            bytes,
+            charged_packets: ((read.0 - read_before.0) as u32).saturating_sub(policed.0),
+            charged_bytes: (read.1 - read_before.1).saturating_sub(policed.1),
+        }
     }
 
     /// Checks frame `i` ([`frame::validate`]); counts it and returns its on-wire bytes, or

@@ -517,9 +517,9 @@ impl Switch {
             sched: &mut self.sched,
             granted: &granted,
         };
-        let (packets, bytes) = self.pipeline.forward(parts, idx, Some(admission), now_ns);
+        let done = self.pipeline.forward(parts, idx, Some(admission), now_ns);
         if let Some(w) = self.emulated_work {
-            let until = t0.wrapping_add(w.cycles(got as u64, bytes));
+            let until = t0.wrapping_add(w.cycles(got as u64, done.bytes));
             while (until.wrapping_sub(cycles()) as i64) > 0 {
                 // Yield while spinning: kernel work queued on this core (the deliveries of the
                 // frames this loop wrote into TAPs, run by ksoftirqd when the core is busy)
@@ -529,8 +529,8 @@ impl Switch {
             }
         }
         let usage = Usage {
-            packets,
-            bytes,
+            packets: done.charged_packets,
+            bytes: done.charged_bytes,
             cycles: cycles().wrapping_sub(t0),
         };
         self.cost_samples

@@ -288,3 +288,54 @@ fn a_persisted_lock_outranks_one_taken_while_its_owner_was_away() {
     );
     assert_eq!(s.port("a").unwrap().counters.drops[DropReason::Spoofed], 1);
 }
+
+#[test]
+fn frames_the_switch_throws_away_are_paid_for_by_their_sender() {
+    // a is capped at 8 Mbit/s (1 MB/s); it floods 64-byte frames to its own MAC (hairpin) and
+    // from b's (spoofed). Every one it sends is dropped; the loop may read no more of them
+    // than a's cap pays for.
+    let mut r = VRig::with(
+        |c| c.engine = vqos_sched::EngineKind::Vqos,
+        Default::default(),
+    );
+    r.a.inject(udp(MAC_A, IP_A));
+    r.b.inject(udp(MAC_B, IP_B));
+    r.run();
+    let cap = VifPolicy {
+        max_bps: Some(8_000_000),
+        ..VifPolicy::default()
+    };
+    r.sw.set_policy("a", cap, r.now).unwrap();
+    let before = r.stats().port("a").unwrap().counters;
+    for k in 0..40_000u32 {
+        let junk = if k % 2 == 0 {
+            (MAC_A, MAC_A)
+        } else {
+            (MAC_U, MAC_B)
+        };
+        r.a.inject(wire(&frames::eth(
+            mac(junk.0),
+            mac(junk.1),
+            0x88b5,
+            &k.to_be_bytes(),
+        )));
+    }
+    // One virtual second, in 1 ms steps.
+    for _ in 0..1_000 {
+        r.advance(1_000_000);
+    }
+    let after = r.stats().port("a").unwrap().counters;
+    let read = after.rx_bytes - before.rx_bytes;
+    let dropped = after.drops.total() - before.drops.total();
+    assert_eq!(
+        after.rx_frames - before.rx_frames,
+        dropped,
+        "every frame read was dropped"
+    );
+    // 1 MB in the second, plus at most the cap's burst and one batch of debt.
+    assert!(
+        read <= 1_000_000 + 200_000,
+        "a's junk cost it nothing: {read} bytes read in 1 s"
+    );
+    assert!(read >= 900_000, "a was held below its cap: {read} bytes");
+}

@@ -168,9 +168,11 @@ pub struct Grant {
 /// What one served batch cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Frames forwarded (admitted) in the batch.
+    /// Frames the batch costs its vif: those admitted, and those the switch itself dropped
+    /// (malformed, spoofed, refused by a guard, hairpin, storm), never those the engine's own
+    /// `admit` refused (a policer's drop is already its decision).
     pub packets: u32,
-    /// Bytes on the wire of the frames forwarded.
+    /// Bytes on the wire of those frames.
     pub bytes: u64,
     /// CPU cycles the batch took (all frames read, including those dropped).
     pub cycles: u64,
