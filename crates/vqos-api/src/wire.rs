@@ -245,6 +245,11 @@ pub enum PortKind {
     /// uplink only (`[uplink] kind = "af-packet"`); a vif of this kind is refused.
     #[serde(rename = "af-packet")]
     AfPacket,
+    /// A port that costs nothing, for benchmarks and load tests (DPDK's `net_null`): a vif
+    /// generates `frame_len`-byte frames to the uplink as fast as the switch reads them, the
+    /// uplink discards what it is sent.
+    #[serde(rename = "null")]
+    Null,
 }
 
 /// Which side of a vhost-user socket vqosd is.
@@ -307,6 +312,9 @@ pub struct PortRequest {
     /// vhost-user: the unix socket's path.
     #[serde(default)]
     pub socket: Option<String>,
+    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_len: Option<u32>,
     /// vhost-user: `server` (default) or `client`.
     #[serde(default)]
     pub mode: Option<VhostUserRole>,
@@ -408,6 +416,9 @@ pub struct PortView {
     /// vhost-user: the socket's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_len: Option<u32>,
     /// vhost-user: the socket role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<VhostUserRole>,

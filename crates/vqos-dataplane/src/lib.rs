@@ -67,6 +67,7 @@ pub mod guard;
 pub mod handle;
 pub mod l2;
 pub mod mem;
+pub mod null;
 mod pipeline;
 pub mod port;
 mod ports;
@@ -91,6 +92,7 @@ pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
 pub use guard::Services;
 pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
+pub use null::NullPort;
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use stats::{
     DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,

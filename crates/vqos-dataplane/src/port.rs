@@ -53,6 +53,14 @@ pub enum PortError {
         #[source]
         source: io::Error,
     },
+    /// A setting the port kind cannot take (e.g. a null port's frame length).
+    #[error("Port '{port}': {message}")]
+    BadSetting {
+        /// The port.
+        port: String,
+        /// What is wrong with the setting.
+        message: String,
+    },
     /// The fault-injecting wrapper failed this call on purpose.
     #[error("Port '{0}': injected fault")]
     Injected(String),

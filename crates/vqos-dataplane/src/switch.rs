@@ -123,7 +123,7 @@ impl Switch {
             config.mac_age_ns,
         );
         ips.set_port_capacity(0, config.mac_capacity / 2);
-        let (uplink, _, _) = config.uplink.open()?;
+        let (uplink, uplink_security, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
             addrs: Addresses { macs, ips },
@@ -150,6 +150,13 @@ impl Switch {
         sw.ports
             .insert(uplink, PortSecurity::open(), PortRole::Uplink, storm)
             .map_err(|(e, _)| e)?;
+        // Stations the uplink is configured with (a gateway's MAC, a null uplink's station)
+        // are its own from the start: no vif can claim them.
+        if let crate::MacPolicy::Fixed(list) = &uplink_security.macs {
+            for &mac in list {
+                let _ = sw.addrs.macs.pin(mac, 0, true, now_ns);
+            }
+        }
         sw.apply_policies(Arc::new(policies), now_ns)?;
         Ok(sw)
     }

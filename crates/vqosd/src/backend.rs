@@ -55,6 +55,9 @@ pub struct PortConfig {
     pub create: bool,
     /// vhost-user: the socket's path.
     pub socket: Option<String>,
+    /// Null ports: the frames' length on the wire (FCS included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_len: Option<u32>,
     /// vhost-user: the socket role (server when `None`).
     pub mode: Option<VhostUserRole>,
     /// Source MACs the port may send from; empty: see `port_security`.
@@ -76,7 +79,16 @@ impl PortConfig {
     /// port needs its socket (an absolute path) and has no TAP to create or attach; a TAP has
     /// no socket nor socket role.
     pub fn from_request(req: &PortRequest) -> Result<PortConfig, String> {
+        let frame_len = check_frame_len(&req.name, req.kind, req.frame_len)?;
         match req.kind {
+            PortKind::Null => {
+                if req.socket.is_some() || req.mode.is_some() || !req.create {
+                    return Err(format!(
+                        "Port '{}': a null port has no socket, mode nor TAP to attach",
+                        req.name
+                    ));
+                }
+            }
             PortKind::AfPacket => {
                 return Err(format!(
                     "Port '{}': kind = \"af-packet\" is for the uplink only ([uplink] kind)",
@@ -123,6 +135,7 @@ impl PortConfig {
             kind: req.kind,
             create: req.create,
             socket: req.socket.clone(),
+            frame_len,
             mode: req.mode,
             macs: req.macs.clone(),
             port_security: req.port_security,
@@ -130,6 +143,30 @@ impl PortConfig {
             serves,
             locked: LockedAddrs::default(),
         })
+    }
+}
+
+/// Shortest null-port frame, bytes on the wire (the data plane's `NULL_MIN_FRAME`; this crate
+/// builds without the data plane, a test in `switch.rs` checks they agree).
+pub const NULL_MIN_FRAME: u32 = 64;
+/// Longest null-port frame (the data plane's `NULL_MAX_FRAME`).
+pub const NULL_MAX_FRAME: u32 = 1518;
+
+/// A port's `frame_len`: null ports only, within what a null port generates (default 64).
+pub fn check_frame_len(
+    name: &str,
+    kind: PortKind,
+    len: Option<u32>,
+) -> Result<Option<u32>, String> {
+    match (kind, len) {
+        (PortKind::Null, None) => Ok(Some(NULL_MIN_FRAME)),
+        (PortKind::Null, Some(l)) if (NULL_MIN_FRAME..=NULL_MAX_FRAME).contains(&l) => Ok(Some(l)),
+        (PortKind::Null, Some(l)) => Err(format!(
+            "Port '{name}': frame_len {l} is outside {NULL_MIN_FRAME}..={NULL_MAX_FRAME} (bytes \
+             on the wire, FCS included)"
+        )),
+        (_, None) => Ok(None),
+        (_, Some(_)) => Err(format!("Port '{name}': frame_len is for kind = \"null\"")),
     }
 }
 
@@ -194,6 +231,11 @@ pub enum PortOpened {
     },
     /// An existing persistent TAP the switch does not own (`create = false`).
     TapAttached,
+    /// A null port generating frames of this length (benchmarks).
+    Null {
+        /// Bytes on the wire.
+        frame_len: u32,
+    },
     /// A vhost-user port on its socket.
     VhostUser {
         /// Server: vqosd listens on the socket; client: QEMU does and vqosd connects.
@@ -212,6 +254,7 @@ impl std::fmt::Display for PortOpened {
                 write!(f, "TAP re-attached in network namespace {ns}")
             }
             PortOpened::TapAttached => f.write_str("attached to an existing TAP"),
+            PortOpened::Null { frame_len } => write!(f, "null port, {frame_len}-byte frames"),
             PortOpened::VhostUser {
                 role: VhostUserRole::Server,
                 socket,
@@ -232,6 +275,9 @@ impl PortOpened {
             PortKind::VhostUser => PortOpened::VhostUser {
                 role: port.mode.unwrap_or_default(),
                 socket: port.socket.clone().unwrap_or_default(),
+            },
+            PortKind::Null => PortOpened::Null {
+                frame_len: port.frame_len.unwrap_or(NULL_MIN_FRAME),
             },
             _ if port.create => PortOpened::TapCreated,
             _ => PortOpened::TapAttached,
@@ -540,6 +586,7 @@ mod tests {
             kind: PortKind::Tap,
             create: true,
             socket: None,
+            frame_len: None,
             mode: None,
             macs: vec![],
             port_security: true,

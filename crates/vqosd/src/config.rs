@@ -501,17 +501,17 @@ impl Config {
                 }
                 match (u.kind, u.create) {
                     (PortKind::Tap, _) => {}
-                    (PortKind::AfPacket, None) => {}
-                    (PortKind::AfPacket, Some(_)) => {
+                    (PortKind::AfPacket | PortKind::Null, None) => {}
+                    (PortKind::AfPacket | PortKind::Null, Some(_)) => {
                         return Err(ConfigError::Port(format!(
                             "Uplink '{}': create is for TAPs (kind = \"af-packet\" attaches to \
-                             an existing interface)",
+                             an existing interface, kind = \"null\" has none)",
                             u.name
                         )));
                     }
                     (PortKind::VhostUser, _) => {
                         return Err(ConfigError::Port(format!(
-                            "Uplink '{}': kind must be \"tap\" or \"af-packet\"",
+                            "Uplink '{}': kind must be \"tap\", \"af-packet\" or \"null\"",
                             u.name
                         )));
                     }
@@ -519,8 +519,9 @@ impl Config {
                 Some(PortConfig {
                     name: u.name,
                     kind: u.kind,
-                    create: u.create.unwrap_or(u.kind == PortKind::Tap),
+                    create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
                     socket: None,
+                    frame_len: None,
                     mode: None,
                     macs: Vec::new(),
                     port_security: false,

@@ -112,6 +112,9 @@ pub struct SavedPort {
     /// vhost-user: the socket's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// Null ports: the frames' length on the wire (FCS included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_len: Option<u32>,
     /// vhost-user: the socket role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<VhostUserRole>,
@@ -486,6 +489,7 @@ mod tests {
                 kind: PortKind::Tap,
                 create: false,
                 socket: None,
+                frame_len: None,
                 mode: None,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
                 port_security: true,

@@ -7,6 +7,7 @@ use vqos_api::wire::{LockedAddrs, MacAddr, Service};
 use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::{mac_key, MacKey};
 use vqos_dataplane::guard::{ip_key, key_ip};
+use vqos_dataplane::null::{NullPort, NULL_UPLINK_MAC};
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
     EmulatedWork, IpAddrs, IpPolicy, Locks, MacPolicy, PortSecurity, PortSpec, Readiness, Services,
@@ -16,6 +17,7 @@ use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
     Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
+    NULL_MIN_FRAME,
 };
 use crate::config::{self, Config};
 use vqos_api::chain;
@@ -50,6 +52,14 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
         PortKind::Tap => PortSpec::tap_attach(&port.name),
         // The uplink only (the config and the API refuse vifs of this kind).
         PortKind::AfPacket => PortSpec::af_packet(&port.name),
+        PortKind::Null => {
+            let len = port.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
+            let null = NullPort::vif(&port.name, len).map_err(|e| BackendError::Port {
+                name: port.name.clone(),
+                message: chain(&e),
+            })?;
+            PortSpec::custom(Box::new(null))
+        }
         PortKind::VhostUser => {
             let socket = port.socket.as_deref().unwrap_or_default();
             let config = match port.mode.unwrap_or_default() {
@@ -132,7 +142,18 @@ impl SwitchBackend {
             BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
         })?;
         let io = tap_io(config.tap_io);
-        let mut sc = SwitchConfig::new(spec(uplink, io)?);
+        let uplink_spec = if uplink.kind == PortKind::Null {
+            // Discards what it is sent; its station is the one null vifs send to.
+            let sink = NullPort::sink(&uplink.name).map_err(|e| BackendError::Port {
+                name: uplink.name.clone(),
+                message: chain(&e),
+            })?;
+            PortSpec::custom(Box::new(sink))
+                .with_mac_policy(MacPolicy::Fixed(vec![NULL_UPLINK_MAC]))
+        } else {
+            spec(uplink, io)?
+        };
+        let mut sc = SwitchConfig::new(uplink_spec);
         sc.engine = config.engine;
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
@@ -483,6 +504,18 @@ mod tests {
         assert_eq!(
             health(),
             (503, "The forwarding loop has stopped".to_string())
+        );
+    }
+
+    #[test]
+    fn the_null_frame_lengths_are_the_data_planes() {
+        use vqos_dataplane::null::{NULL_MAX_FRAME, NULL_MIN_FRAME as MIN};
+        assert_eq!(
+            (
+                NULL_MIN_FRAME as usize,
+                crate::backend::NULL_MAX_FRAME as usize
+            ),
+            (MIN, NULL_MAX_FRAME)
         );
     }
 

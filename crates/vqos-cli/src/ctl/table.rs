@@ -46,6 +46,7 @@ pub(super) fn write_ports(
         let kind = match (p.kind, p.create) {
             (PortKind::VhostUser, _) => "vhost-user",
             (PortKind::AfPacket, _) => "af-packet",
+            (PortKind::Null, _) => "null",
             (PortKind::Tap, true) => "tap",
             (PortKind::Tap, false) => "tap-attach",
         };

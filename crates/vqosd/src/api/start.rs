@@ -74,6 +74,7 @@ impl Api {
                             kind: sp.kind,
                             create: sp.create,
                             socket: sp.socket,
+                            frame_len: sp.frame_len,
                             mode: sp.mode,
                             macs: sp.macs,
                             port_security: sp.port_security,

@@ -324,6 +324,44 @@ fn configured_ip_addresses_and_services_have_one_owner_and_need_port_security() 
 }
 
 #[test]
+fn null_ports_take_a_frame_length_and_nothing_of_other_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "n1", "kind": "null"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        (body["kind"].as_str(), body["frame_len"].as_u64()),
+        (Some("null"), Some(64))
+    );
+    let body = json!({"name": "n2", "kind": "null", "frame_len": 1518});
+    assert_eq!(d.send("POST", "/v1/ports", Some(body)).0, 201);
+    let calls = d.mock.calls().len();
+    let cases = [
+        (
+            json!({"name": "n3", "kind": "null", "frame_len": 63}),
+            "Port 'n3': frame_len 63 is outside 64..=1518 (bytes on the wire, FCS included)",
+        ),
+        (
+            json!({"name": "n3", "kind": "null", "socket": "/tmp/x"}),
+            "Port 'n3': a null port has no socket, mode nor TAP to attach",
+        ),
+        (
+            json!({"name": "n3", "frame_len": 64}),
+            "Port 'n3': frame_len is for kind = \"null\"",
+        ),
+    ];
+    for (req, want) in cases {
+        let (status, body) = d.send("POST", "/v1/ports", Some(req.clone()));
+        assert_eq!((status, body["error"].as_str()), (422, Some(want)), "{req}");
+    }
+    assert_eq!(d.mock.calls().len(), calls);
+}
+
+#[test]
 fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());

@@ -1,0 +1,206 @@
+//! [`NullPort`]: a port that costs (almost) nothing, for benchmarks and load tests, as DPDK's
+//! `net_null`: receiving makes valid frames from a template as fast as the loop asks, sending
+//! counts and discards. It measures the switch alone: no kernel, no guest, no copy across a
+//! boundary.
+//!
+//! ## Behavior
+//! Every frame received is the port's template: a virtio-net header (no offload), then an
+//! Ethernet frame from the port's own MAC to its destination MAC carrying an IPv4/UDP packet
+//! from the port's own address (so port security and the address guards do the work they do
+//! on real traffic, and accept it), padded to `frame_len` bytes on the wire (the FCS counted,
+//! as "64-byte frames" are: 60 bytes generated). A port made with [`NullPort::sink`] receives
+//! nothing (the uplink of a vifs→uplink benchmark). Its readiness descriptor is an eventfd that
+//! is always readable: the loop reads a generating port whenever it may.
+//!
+//! ## Limitations
+//! The template is copied into each receive buffer (a DPDK `net_null` hands out buffers without
+//! writing them): 60 bytes per 64-byte frame, ~1.5 KB per 1518-byte one.
+
+use std::os::fd::RawFd;
+
+use crate::frame::{build_frame, MacKey, VnetHdr, ETH_HDR_LEN};
+use crate::port::{Batch, Port, PortError, PortIoCounters};
+use crate::sys::EventFd;
+
+/// The station a null uplink stands for: null vifs send to it, and it is pinned to the
+/// uplink (so their frames are known unicast, as to a gateway).
+pub const NULL_UPLINK_MAC: MacKey = 0x02_00_00_00_00_01;
+
+/// Shortest frame, bytes on the wire with the FCS (Ethernet's minimum).
+pub const NULL_MIN_FRAME: usize = 64;
+/// Longest frame, bytes on the wire with the FCS (a 1500-byte MTU).
+pub const NULL_MAX_FRAME: usize = 1518;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct NullPort {
+    /// Port name.
+    name: String,
+    /// The frame every receive yields (virtio-net header included); empty for a sink.
+    template: Vec<u8>,
+    /// Always readable while the port generates.
+    event: EventFd,
+    /// What it received and sent.
+    counters: PortIoCounters,
+}
+
+impl NullPort {
+    /// A port generating `frame_len`-byte frames (FCS counted, [`NULL_MIN_FRAME`] to
+    /// [`NULL_MAX_FRAME`]) from `src_mac` / IPv4 `src_ip` to `dst_mac`.
+    pub fn source(
+        name: &str,
+        frame_len: usize,
+        src_mac: MacKey,
+        src_ip: [u8; 4],
+        dst_mac: MacKey,
+    ) -> Result<NullPort, PortError> {
+        if !(NULL_MIN_FRAME..=NULL_MAX_FRAME).contains(&frame_len) {
+            return Err(PortError::BadSetting {
+                port: name.to_string(),
+                message: format!(
+                    "frame_len {frame_len} is outside {NULL_MIN_FRAME}..={NULL_MAX_FRAME} \
+                     (bytes on the wire, FCS included)"
+                ),
+            });
+        }
+        let template = build_frame(
+            VnetHdr::default(),
+            dst_mac,
+            src_mac,
+            0x0800,
+            &ipv4_udp(src_ip, frame_len - 4 - ETH_HDR_LEN),
+        );
+        Self::with_template(name, template)
+    }
+
+    /// A vif generating `frame_len`-byte frames to the null uplink ([`NULL_UPLINK_MAC`]) from
+    /// a station of its own: MAC and IPv4 address derived from `name` (FNV-1a; a locally
+    /// administered MAC, an address in 10.0.0.0/8), stable across runs.
+    pub fn vif(name: &str, frame_len: usize) -> Result<NullPort, PortError> {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        let mac = 0x02_00_00_00_00_00 | (h & 0xffff_ffff);
+        // 10.a.b.c with c in 1..=254: never a network or broadcast address.
+        let ip = [
+            10,
+            (h >> 32) as u8,
+            (h >> 40) as u8,
+            1 + ((h >> 48) % 254) as u8,
+        ];
+        Self::source(name, frame_len, mac, ip, NULL_UPLINK_MAC)
+    }
+
+    /// A port that receives nothing and discards what it is sent.
+    pub fn sink(name: &str) -> Result<NullPort, PortError> {
+        Self::with_template(name, Vec::new())
+    }
+
+    fn with_template(name: &str, template: Vec<u8>) -> Result<NullPort, PortError> {
+        let io = |source| PortError::Io {
+            port: name.to_string(),
+            op: "eventfd",
+            source,
+        };
+        let event = EventFd::new().map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        if !template.is_empty() {
+            event.signal();
+        }
+        Ok(NullPort {
+            name: name.to_string(),
+            template,
+            event,
+            counters: PortIoCounters::default(),
+        })
+    }
+}
+
+/// An IPv4/UDP packet of `len` bytes (at least 28) from `src` to 198.18.0.1 (the benchmarking
+/// range, RFC 2544), valid header checksum, zero payload.
+fn ipv4_udp(src: [u8; 4], len: usize) -> Vec<u8> {
+    let mut p = vec![0u8; len];
+    p[..12].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+    p[12..16].copy_from_slice(&src);
+    p[16..20].copy_from_slice(&[198, 18, 0, 1]);
+    let sum = crate::frame::ipv4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    // UDP 9 → 9 (discard), length, checksum 0 (none).
+    p[20..24].copy_from_slice(&[0, 9, 0, 9]);
+    p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
+    p
+}
+
+impl Port for NullPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        if self.template.is_empty() {
+            return Ok(0);
+        }
+        let mut n = 0;
+        while n < max_frames && batch.push(&self.template) {
+            n += 1;
+        }
+        self.counters.rx_frames += n as u64;
+        self.counters.rx_bytes += (n * (self.template.len() + 4)) as u64;
+        Ok(n)
+    }
+
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        self.counters.tx_frames += indices.len() as u64;
+        self.counters.tx_bytes += indices
+            .iter()
+            .map(|&i| batch.frame(usize::from(i)).len() as u64)
+            .sum::<u64>();
+        Ok(indices.len())
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        Some(self.event.raw())
+    }
+
+    fn counters(&self) -> PortIoCounters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{validate, VNET_HDR_LEN};
+
+    #[test]
+    fn generates_valid_frames_of_the_length_asked_and_discards_what_it_is_sent() {
+        let mut p = NullPort::source("n", 64, 0x02_00_00_00_00_0a, [10, 0, 0, 10], 1).unwrap();
+        let mut b = Batch::new();
+        assert_eq!(p.recv_batch(&mut b, 5).unwrap(), 5);
+        for i in 0..5 {
+            let f = b.frame(i);
+            assert!(validate(f).is_ok());
+            assert_eq!(f.len() - VNET_HDR_LEN + 4, 64, "64 bytes on the wire");
+            assert_eq!(
+                crate::frame::ipv4_checksum(&f[VNET_HDR_LEN + 14..][..20]),
+                0
+            );
+        }
+        let big = NullPort::source("n", 1518, 2, [10, 0, 0, 1], 1).unwrap();
+        assert_eq!(big.template.len() - VNET_HDR_LEN, 1514);
+        assert_eq!(p.send_batch(&b, &[0, 1, 2]).unwrap(), 3);
+        let c = p.counters();
+        assert_eq!(
+            (c.rx_frames, c.tx_frames, c.tx_bytes),
+            (5, 3, 3 * (12 + 60))
+        );
+        assert_eq!(
+            NullPort::sink("s").unwrap().recv_batch(&mut b, 32).unwrap(),
+            0
+        );
+        for bad in [63, 1519] {
+            let e = NullPort::source("n", bad, 2, [10, 0, 0, 1], 1).unwrap_err();
+            assert!(e.to_string().contains("frame_len"), "{e}");
+        }
+    }
+}
