@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Per-core forwarding on zero-cost ports (issue 21): the switch alone, no kernel, no guest.
+#
+#   vqos-1     vqosd, engine rr, busy polling, two null vifs (64-byte IPv4/UDP frames, port
+#              security and address guards on, as by default) → a null uplink; one thread
+#   ovs-1      OVS-DPDK 3.1 (ovs-vswitchd-dpdk, private instance), two net_null ports
+#              (size=64), flows in_port=1→2 and 2→1, one PMD (pmd-cpu-mask 0x2)
+#   ovs-2      the same with two PMDs (pmd-cpu-mask 0x3): OVS's own scaling from 1 to 2 cores
+#
+# Both forward what two zero-cost ports generate, as fast as one core (or two) can. vqosd is
+# pinned to CPU 1 (the whole process); OVS's PMDs to CPU 1 (and 0). Per run: Mpps forwarded
+# (vqosd: frames its uplink was sent; OVS: packets its two ports transmitted), and cycles per
+# packet (vqosd's own rdtsc busy cycles per frame read; OVS's "avg processing cycles per
+# packet"). When vqosd has threads = N (shards, issue 21), vqos-2 joins the list.
+# Results: lab-out/bench-cores-DATE.md and .csv.
+#
+# Run as root:  scripts/bench-cores.sh [-t SECONDS] [-s vqos-1,ovs-1,ovs-2] [-r ROUNDS] [-o DIR]
+#   -t  seconds per run (default 8)
+#   -s  switches, in this order within each round (default all three)
+#   -r  rounds: the list is run this many times, interleaved (default 1)
+#   -o  output directory (default lab-out/)
+# It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
+# builds target/release/vqosd if missing, reserves 1024 2-MiB hugepages for OVS-DPDK and gives
+# them back, and removes every process (by PID), socket, mount and directory it made.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECS=8
+SWITCHES=vqos-1,ovs-1,ovs-2
+ROUNDS=1
+OUTDIR=lab-out
+usage() {
+    sed -n '/^# Run as root/,/^# It installs/p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+while getopts 't:s:r:o:h' opt; do
+    case $opt in
+        t) SECS=$OPTARG ;;
+        s) SWITCHES=$OPTARG ;;
+        r) ROUNDS=$OPTARG ;;
+        o) OUTDIR=$OPTARG ;;
+        *) usage ;;
+    esac
+done
+for n in "$SECS" "$ROUNDS"; do case $n in '' | *[!0-9]* | 0) usage ;; esac; done
+IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
+for s in "${SWITCH_LIST[@]}"; do
+    case $s in vqos-1 | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench-cores.sh: run as root" >&2; exit 1; }
+PIDS=()
+NSS=()
+SWPID=
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+machine_lock
+install_missing jq:jq /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk:openvswitch-switch-dpdk
+VQOSD=target/release/vqosd
+VQOS=target/release/vqos
+if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ]; then
+    log "building vqosd and vqos (release)"
+    cargo build --release -q -p vqosd -p vqos-cli
+fi
+
+TMP=$(mktemp -d /tmp/vqos-bench-cores.XXXXXX)
+HUGE=$TMP/huge
+HUGE_BEFORE=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
+OVS_NS=vqbc$$
+cleanup() {
+    set +e
+    [ -n "${OVSDIR:-}" ] && timeout 5 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && stop_pid "$p" 2; done
+    ip netns del "$OVS_NS" 2>/dev/null
+    mountpoint -q "$HUGE" && umount -l "$HUGE"
+    echo "$HUGE_BEFORE" >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+    rm -rf /var/run/dpdk/vqbc-* "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- vqosd on null ports ----------------------------------------------------------------------
+start_vqosd() { # → SWPID, VQ_SOCK
+    local cfg=$TMP/vqosd.toml
+    VQ_SOCK=$TMP/vqosd.sock
+    cat >"$cfg" <<EOF
+capacity = "unlimited"
+engine = "rr"
+busy_poll = true
+storm_pps = 0
+state_file = "$TMP/state.json"
+[api]
+socket = "$VQ_SOCK"
+[uplink]
+name = "vqbc$$u"
+kind = "null"
+[[port]]
+name = "vqbc$$a"
+kind = "null"
+frame_len = 64
+[[port]]
+name = "vqbc$$b"
+kind = "null"
+frame_len = 64
+EOF
+    rm -f "$TMP/state.json"
+    taskset -c 1 "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
+    SWPID=$!
+    PIDS+=("$SWPID")
+    for _ in $(seq 100); do [ -S "$VQ_SOCK" ] && break; sleep 0.1; done
+    [ -S "$VQ_SOCK" ] || { cat "$TMP/vqosd.log" >&2; return 1; }
+}
+vqosd_sample() { # → "uplink_tx_frames busy_cycles frames_read"
+    "$VQOS" stats --json --socket "$VQ_SOCK" |
+        jq -r --arg up "vqbc$$u" '"\([.ports[] | select(.name == $up) | .tx_frames] | add) \(.loops[0].busy_cycles) \([.ports[] | .rx_frames] | add)"'
+}
+
+# --- OVS-DPDK on net_null ports ---------------------------------------------------------------
+start_ovs() { # pmd_mask → SWPID, OVSDIR
+    local mask=$1
+    OVSDIR=$TMP/ovs
+    mkdir -p "$OVSDIR" "$HUGE"
+    mountpoint -q "$HUGE" || mount -t hugetlbfs -o pagesize=2M nodev "$HUGE"
+    echo $((HUGE_BEFORE + 1024)) >/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+    export OVS_RUNDIR=$OVSDIR OVS_LOGDIR=$OVSDIR OVS_DBDIR=$OVSDIR OVS_SYSCONFDIR=$OVSDIR
+    ovsdb-tool create "$OVSDIR/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+    ovsdb-server "$OVSDIR/conf.db" --remote="punix:$OVSDIR/db.sock" --pidfile="$OVSDIR/ovsdb-server.pid" \
+        --unixctl="$OVSDIR/ovsdb-server.ctl" --log-file="$OVSDIR/ovsdb-server.log" --detach --no-chdir
+    PIDS+=("$(cat "$OVSDIR/ovsdb-server.pid")")
+    vs() { ovs-vsctl --db="unix:$OVSDIR/db.sock" --timeout=60 "$@"; }
+    vs --no-wait init
+    vs --no-wait set Open_vSwitch . other_config:dpdk-init=true \
+        other_config:dpdk-extra="--no-pci --file-prefix=vqbc-ovs-$$" \
+        other_config:dpdk-hugepage-dir="$HUGE" other_config:dpdk-socket-mem=1024 \
+        other_config:dpdk-socket-limit=1024 other_config:dpdk-lcore-mask=0x1 \
+        other_config:pmd-cpu-mask="$mask"
+    ip netns list | grep -qx "$OVS_NS" || { ip netns add "$OVS_NS"; NSS+=("$OVS_NS"); }
+    ip netns exec "$OVS_NS" /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk "unix:$OVSDIR/db.sock" \
+        --pidfile="$OVSDIR/ovs-vswitchd.pid" --unixctl="$OVSDIR/ovs-vswitchd.ctl" \
+        --log-file="$OVSDIR/ovs-vswitchd.log" --detach --no-chdir
+    SWPID=$(cat "$OVSDIR/ovs-vswitchd.pid")
+    PIDS+=("$SWPID")
+    vs add-br br0 -- set bridge br0 datapath_type=netdev
+    # One rx queue per port; with two PMDs each port's queue goes to its own PMD.
+    vs add-port br0 null0 -- set Interface null0 type=dpdk \
+        options:dpdk-devargs="net_null0,size=64" options:n_rxq=1 ofport_request=1
+    vs add-port br0 null1 -- set Interface null1 type=dpdk \
+        options:dpdk-devargs="net_null1,size=64" options:n_rxq=1 ofport_request=2
+    ovs-ofctl del-flows br0
+    ovs-ofctl add-flow br0 in_port=1,actions=output:2
+    ovs-ofctl add-flow br0 in_port=2,actions=output:1
+}
+stop_ovs() {
+    timeout 10 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
+    stop_pid "$SWPID" 5
+    timeout 5 ovs-appctl -t "$OVSDIR/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
+    unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
+    rm -rf "$OVSDIR" /var/run/dpdk/vqbc-ovs-*
+    OVSDIR=
+}
+ovs_tx() { # → packets both ports transmitted
+    local n=0 p v
+    for p in null0 null1; do
+        v=$(ovs-vsctl --db="unix:$OVSDIR/db.sock" get interface "$p" statistics:tx_packets 2>/dev/null || echo 0)
+        n=$((n + v))
+    done
+    echo "$n"
+}
+ovs_cycles() { # → avg processing cycles per packet over the PMDs that worked
+    ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" dpif-netdev/pmd-stats-show |
+        awk -F: '/avg processing cycles per packet/ { gsub(/[^0-9.]/, "", $2); if ($2 > 0) { s += $2; n++ } }
+                 END { if (n) printf "%.0f", s / n; else print "nan" }'
+}
+
+# --- one measurement --------------------------------------------------------------------------
+ROWS=()
+measure() { # switch
+    local sw=$1 a b t0 t1 mpps cpp
+    case $sw in
+        vqos-1) start_vqosd ;;
+        ovs-1) start_ovs 0x2 ;;
+        ovs-2) start_ovs 0x3 ;;
+    esac
+    sleep 3 # warm
+    case $sw in
+        vqos-*) a=$(vqosd_sample) ;;
+        *) ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" dpif-netdev/pmd-stats-clear >/dev/null; a=$(ovs_tx) ;;
+    esac
+    t0=$(date +%s%N)
+    sleep "$SECS"
+    t1=$(date +%s%N)
+    case $sw in
+        vqos-*)
+            b=$(vqosd_sample)
+            read -r mpps cpp < <(awk -v a="$a" -v b="$b" -v t0="$t0" -v t1="$t1" 'BEGIN {
+                split(a, x, " "); split(b, y, " "); f = y[3] - x[3]
+                printf "%.2f %s\n", (y[1] - x[1]) / ((t1 - t0) / 1e9) / 1e6,
+                    (f > 0 ? sprintf("%.0f", (y[2] - x[2]) / f) : "nan") }')
+            stop_pid "$SWPID" 5
+            ;;
+        *)
+            b=$(ovs_tx)
+            cpp=$(ovs_cycles)
+            mpps=$(awk -v a="$a" -v b="$b" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.2f", (b - a) / ((t1 - t0) / 1e9) / 1e6 }')
+            stop_ovs
+            ;;
+    esac
+    ROWS+=("$sw,$mpps,$cpp,$(load1)")
+    log "$sw: $mpps Mpps, $cpp cycles/packet"
+}
+
+mkdir -p "$OUTDIR"
+STAMP=$(date +%Y%m%d-%H%M%S)
+log "$(uptime | sed 's/^ *//'); ${SECS} s per run, $ROUNDS round(s)"
+for _ in $(seq "$ROUNDS"); do
+    for sw in "${SWITCH_LIST[@]}"; do measure "$sw"; done
+done
+CSV=$OUTDIR/bench-cores-$STAMP.csv
+MD=$OUTDIR/bench-cores-$STAMP.md
+{ echo "switch,mpps,cycles_per_packet,load1"; printf '%s\n' "${ROWS[@]}"; } >"$CSV"
+printf '%s\n' "${ROWS[@]}" | awk -F, '
+    function mean(s) { return N[s] ? M[s] / N[s] : 0 }
+    function ratio(a, b) { return (mean(a) > 0 && mean(b) > 0) ? sprintf("%.2f", mean(a) / mean(b)) : "–" }
+    { n++; r[n] = $0; M[$1] += $2; N[$1]++ }
+    END {
+        print "| switch | Mpps | cycles/packet | load |"
+        print "|---|---|---|---|"
+        for (i = 1; i <= n; i++) { split(r[i], f, ","); printf "| %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4] }
+        print ""
+        print "| vqos-1 / ovs-1 (per core) | ovs-2 / ovs-1 (OVS scaling) | (mean Mpps of the rounds) |"
+        print "|---|---|---|"
+        printf "| %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("ovs-2", "ovs-1")
+    }' >"$MD"
+echo
+cat "$MD"
+log "CSV: $CSV; Markdown: $MD"
