@@ -9,7 +9,8 @@
 //! The renderer is written by hand rather than with `prometheus-client`: the stats arrive as a
 //! fresh snapshot per scrape, which the crate's model (long-lived metric objects updated in
 //! place, or a collector re-encoding them) would only copy into its registry and back out;
-//! [`parse`] checks the output strictly in the tests instead.
+//! [`parse`] checks the output strictly in the tests instead, and `promtool check metrics` lints
+//! a real scrape (crates/vqosd/tests/metrics_doc.rs).
 
 use std::fmt::Write;
 
