@@ -297,3 +297,53 @@ fn the_grafana_dashboard_uses_only_emitted_families() {
     }
     assert!(used > 5);
 }
+
+/// The value of the sample of `name` whose labels include every pair of `labels`.
+fn sample(e: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    e.samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+        })
+        .map(|s| s.value)
+}
+
+/// A daemon on the mock switch with one vif, `vm1`, without a cluster.
+fn small_daemon(dir: &Path) -> (Server, Arc<MockBackend>, Client) {
+    let text = format!(
+        "state_file = \"{d}/state.json\"\n[api]\nsocket = \"{d}/vqosd.sock\"\n\
+         [uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\n",
+        d = dir.display()
+    );
+    let mock = Arc::new(MockBackend::new());
+    let (server, _api, client) = serve(&text, mock.clone());
+    (server, mock, client)
+}
+
+#[test]
+fn a_vif_without_a_bucket_has_no_credit_sample_rather_than_a_sentinel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    // The vqos engine reports i64::MAX for a vif without a cap (no bucket).
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        credit: i64::MAX,
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_port_credit", &[("port", "vm1")]), None);
+    assert_eq!(sample(&e, "vqos_port_throttled", &[("port", "vm1")]), Some(0.0));
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        credit: -1_500,
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert_eq!(
+        sample(&e, "vqos_port_credit", &[("port", "vm1")]),
+        Some(-1_500.0)
+    );
+}

@@ -75,7 +75,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vqos_port_credit",
         "gauge",
-        "Credit or tokens left in the engine's cost unit.",
+        "Credit or tokens left in the engine's cost unit (absent for a vif without a bucket).",
     ),
     (
         "vqos_port_throttled",
