@@ -335,7 +335,10 @@ fn a_vif_without_a_bucket_has_no_credit_sample_rather_than_a_sentinel() {
     });
     let e = scrape(&client);
     assert_eq!(sample(&e, "vqos_port_credit", &[("port", "vm1")]), None);
-    assert_eq!(sample(&e, "vqos_port_throttled", &[("port", "vm1")]), Some(0.0));
+    assert_eq!(
+        sample(&e, "vqos_port_throttled", &[("port", "vm1")]),
+        Some(0.0)
+    );
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
         credit: -1_500,
@@ -346,4 +349,45 @@ fn a_vif_without_a_bucket_has_no_credit_sample_rather_than_a_sentinel() {
         sample(&e, "vqos_port_credit", &[("port", "vm1")]),
         Some(-1_500.0)
     );
+}
+
+#[test]
+fn health_is_a_metric_an_operator_can_alert_on() {
+    use vqosd::backend::LoopHealth;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    let status = |e: &Exposition, s: &str| sample(e, "vqos_health_status", &[("status", s)]);
+    assert_eq!(status(&e, "ok"), Some(1.0));
+    assert_eq!(status(&e, "degraded"), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(0.0));
+    assert_eq!(sample(&e, "vqos_forwarding_running", &[]), Some(1.0));
+    // A hung loop: alive, but silent for 7.5 s, beyond the 5 s limit of a 25 ms interval.
+    mock.set_loop_health(LoopHealth {
+        running: true,
+        stats_age_ns: 7_500_000_000,
+        stats_interval_ns: 25_000_000,
+    });
+    let e = scrape(&client);
+    assert_eq!(status(&e, "ok"), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(1.0));
+    assert_eq!(
+        sample(&e, "vqos_forwarding_stats_age_seconds", &[]),
+        Some(7.5)
+    );
+    assert_eq!(
+        sample(&e, "vqos_forwarding_stale_after_seconds", &[]),
+        Some(5.0)
+    );
+    // A loop that has stopped.
+    mock.set_loop_health(LoopHealth {
+        running: false,
+        stats_age_ns: 0,
+        stats_interval_ns: 25_000_000,
+    });
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_forwarding_running", &[]), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(1.0));
+    // No cluster configured: no cluster family claims a disconnected agent.
+    assert!(!e.samples.iter().any(|s| s.name == "vqos_cluster_connected"));
 }

@@ -23,6 +23,27 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "MAC addresses in the switch's learning table.",
     ),
     (
+        "vqos_health_status",
+        "gauge",
+        "1 for the status GET /v1/health reports (ok; degraded: the etcd agent runs fail-static; \
+         unhealthy: the forwarding loop is dead), 0 for the others.",
+    ),
+    (
+        "vqos_forwarding_running",
+        "gauge",
+        "1 while the forwarding loop's thread runs, 0 once it has stopped.",
+    ),
+    (
+        "vqos_forwarding_stats_age_seconds",
+        "gauge",
+        "Seconds since the forwarding loop last published its stats.",
+    ),
+    (
+        "vqos_forwarding_stale_after_seconds",
+        "gauge",
+        "Stats age beyond which the forwarding loop counts as dead (unhealthy; the daemon exits).",
+    ),
+    (
         "vqos_port_info",
         "gauge",
         "The port and its role, vif or uplink (always 1).",

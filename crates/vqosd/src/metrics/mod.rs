@@ -15,7 +15,7 @@
 use std::fmt::Write;
 
 use crate::backend::{LoopStats, PortStats};
-use crate::wire::{PortStatsView, StatsView};
+use crate::wire::{HealthView, PortStatsView, StatsView};
 
 mod families;
 mod parse;
@@ -124,61 +124,97 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
     }
 }
 
-/// Renders the exposition of `stats`; `start_time_s` is the daemon's start, Unix seconds.
-pub fn render(stats: &StatsView, start_time_s: f64) -> String {
+/// The samples of the daemon-wide family `name` (labels, value), `None` if it is not one.
+fn daemon_samples(
+    name: &str,
+    stats: &StatsView,
+    health: &HealthView,
+    start_time_s: f64,
+) -> Option<Vec<(String, String)>> {
+    let one = |v: String| vec![(String::new(), v)];
+    let seconds = |ms: u64| (ms as f64 / 1000.0).to_string();
+    Some(match name {
+        "vqos_info" => vec![(
+            format!(
+                "engine=\"{}\",version=\"{}\"",
+                esc(&stats.engine),
+                env!("CARGO_PKG_VERSION")
+            ),
+            "1".into(),
+        )],
+        "vqos_capacity_bps" => stats
+            .capacity_bps
+            .map_or_else(Vec::new, |c| one(c.to_string())),
+        "vqos_mac_entries" => one(stats.mac_entries.to_string()),
+        "vqos_start_time_seconds" => one(start_time_s.to_string()),
+        // A state set: every status has a series, 1 for the current one.
+        "vqos_health_status" => ["ok", "degraded", "unhealthy"]
+            .iter()
+            .map(|s| {
+                let on = u8::from(health.status == *s);
+                (format!("status=\"{s}\""), on.to_string())
+            })
+            .collect(),
+        "vqos_forwarding_running" => one(u8::from(health.forwarding.running).to_string()),
+        "vqos_forwarding_stats_age_seconds" => one(seconds(health.forwarding.stats_age_ms)),
+        "vqos_forwarding_stale_after_seconds" => one(seconds(health.forwarding.stale_after_ms)),
+        _ => return None,
+    })
+}
+
+/// The samples of the per-loop family `name` (labels, value).
+fn loop_samples(name: &str, stats: &StatsView) -> Vec<(String, String)> {
+    let label = |l: &LoopStats| format!("loop=\"{}\"", esc(&l.name));
+    if name == "vqos_loop_epoll_wait_fallback" {
+        return stats
+            .loops
+            .iter()
+            .map(|l| (label(l), u8::from(l.epoll_wait_fallback).to_string()))
+            .collect();
+    }
+    let Some((_, get)) = LOOP_COUNTERS.iter().find(|(n, _)| *n == name) else {
+        return Vec::new();
+    };
+    stats
+        .loops
+        .iter()
+        .map(|l| {
+            let mut labels = label(l);
+            if name.ends_with("_cycles_total") {
+                let _ = write!(labels, ",unit=\"{}\"", esc(&l.cycles_unit));
+            }
+            (labels, get(l).to_string())
+        })
+        .collect()
+}
+
+/// Renders the exposition of `stats` and `health` (the body of `GET /v1/health`);
+/// `start_time_s` is the daemon's start, Unix seconds.
+pub fn render(stats: &StatsView, health: &HealthView, start_time_s: f64) -> String {
     let mut out = String::new();
     for &(name, kind, help) in FAMILIES {
+        let samples = if let Some(s) = daemon_samples(name, stats, health, start_time_s) {
+            s
+        } else if name.starts_with("vqos_loop_") {
+            loop_samples(name, stats)
+        } else {
+            let mut all = Vec::new();
+            for p in &stats.ports {
+                let port = format!("port=\"{}\"", esc(&p.stats.name));
+                for (more, value) in port_samples(name, p) {
+                    all.push((format!("{port}{more}"), value));
+                }
+            }
+            all
+        };
         // Writing to a String cannot fail.
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
-        let mut sample = |labels: &str, value: &dyn std::fmt::Display| {
+        for (labels, value) in samples {
             if labels.is_empty() {
                 let _ = writeln!(out, "{name} {value}");
             } else {
                 let _ = writeln!(out, "{name}{{{labels}}} {value}");
-            }
-        };
-        match name {
-            "vqos_info" => sample(
-                &format!(
-                    "engine=\"{}\",version=\"{}\"",
-                    esc(&stats.engine),
-                    env!("CARGO_PKG_VERSION")
-                ),
-                &1,
-            ),
-            "vqos_capacity_bps" => {
-                if let Some(c) = stats.capacity_bps {
-                    sample("", &c);
-                }
-            }
-            "vqos_mac_entries" => sample("", &stats.mac_entries),
-            "vqos_start_time_seconds" => sample("", &start_time_s),
-            "vqos_loop_epoll_wait_fallback" => {
-                for l in &stats.loops {
-                    let labels = format!("loop=\"{}\"", esc(&l.name));
-                    sample(&labels, &u8::from(l.epoll_wait_fallback));
-                }
-            }
-            _ if name.starts_with("vqos_loop_") => {
-                let Some((_, get)) = LOOP_COUNTERS.iter().find(|(n, _)| *n == name) else {
-                    continue;
-                };
-                for l in &stats.loops {
-                    let mut labels = format!("loop=\"{}\"", esc(&l.name));
-                    if name.ends_with("_cycles_total") {
-                        let _ = write!(labels, ",unit=\"{}\"", esc(&l.cycles_unit));
-                    }
-                    sample(&labels, &get(l));
-                }
-            }
-            _ => {
-                for p in &stats.ports {
-                    let port = format!("port=\"{}\"", esc(&p.stats.name));
-                    for (more, value) in port_samples(name, p) {
-                        sample(&format!("{port}{more}"), &value);
-                    }
-                }
             }
         }
     }
@@ -247,9 +283,28 @@ mod tests {
         }
     }
 
+    /// A degraded daemon whose loop published 1.25 s ago.
+    fn health() -> HealthView {
+        HealthView {
+            status: "degraded".into(),
+            error: Some("etcd disconnected".into()),
+            version: "0".into(),
+            engine: "vqos".into(),
+            capacity: "940Mbit".into(),
+            ports: 1,
+            uptime_s: 5,
+            forwarding: crate::wire::LoopView {
+                running: true,
+                stats_age_ms: 1_250,
+                stale_after_ms: 5_000,
+            },
+            cluster: None,
+        }
+    }
+
     #[test]
     fn every_declared_family_is_emitted_and_parses() {
-        let text = render(&full(), 1_700_000_000.5);
+        let text = render(&full(), &health(), 1_700_000_000.5);
         let Exposition { samples, types } = parse(&text).unwrap();
         assert_eq!(types.len(), FAMILIES.len());
         for (name, kind) in &types {
@@ -277,6 +332,17 @@ mod tests {
             .find(|s| s.name == "vqos_start_time_seconds")
             .unwrap();
         assert_eq!(start.value, 1_700_000_000.5);
+        let status: Vec<(&str, f64)> = samples
+            .iter()
+            .filter(|s| s.name == "vqos_health_status")
+            .map(|s| (s.labels[0].1.as_str(), s.value))
+            .collect();
+        assert_eq!(status, [("ok", 0.0), ("degraded", 1.0), ("unhealthy", 0.0)]);
+        let age = samples
+            .iter()
+            .find(|s| s.name == "vqos_forwarding_stats_age_seconds")
+            .unwrap();
+        assert_eq!(age.value, 1.25);
         let credit = samples
             .iter()
             .find(|s| s.name == "vqos_port_credit")
