@@ -123,6 +123,7 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
         ecn_not_ect: 1,
         rx_errors: 2,
         mac_learn_refused: 5,
+        vhost_user: vhost_status(true, false, serde_json::json!({})).vhost_user,
         ..Default::default()
     });
     api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
@@ -223,9 +224,11 @@ fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
         "emitted but not in docs/api.md: {undocumented:?}"
     );
     for family in metrics::FAMILIES.iter().map(|f| f.0) {
+        // Families of vifs with a policy, or of vhost-user ports (these are in-memory ones).
         let needs_policy = family.starts_with("vqos_policy_")
             || family.starts_with("vqos_controller_")
-            || family == "vqos_ecn_probability";
+            || family == "vqos_ecn_probability"
+            || family.starts_with("vqos_vhost_user_");
         if !needs_policy {
             assert!(
                 got.contains(family),
@@ -390,4 +393,139 @@ fn health_is_a_metric_an_operator_can_alert_on() {
     assert_eq!(status(&e, "unhealthy"), Some(1.0));
     // No cluster configured: no cluster family claims a disconnected agent.
     assert!(!e.samples.iter().any(|s| s.name == "vqos_cluster_connected"));
+}
+
+/// What a vhost-user port's stats carry (`vhost_user`: the data plane's `VhostUserStatus`).
+fn vhost_status(connected: bool, quarantined: bool, counters: serde_json::Value) -> PortStats {
+    PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(serde_json::json!({
+            "name": "vm1",
+            "mode": "server",
+            "socket": "/run/vqos/vm1.sock",
+            "connected": connected,
+            "quarantined": quarantined,
+            "negotiated_features": 0,
+            "feature_names": [],
+            "rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
+            "last_error": null,
+            "counters": counters,
+        })),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_vhost_user_port_says_whether_its_guest_is_connected_and_how_it_misbehaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    // A TAP (no vhost_user status) has no vhost-user samples.
+    assert!(!e
+        .samples
+        .iter()
+        .any(|s| s.name.starts_with("vqos_vhost_user_")));
+    mock.set_port_stats(vhost_status(
+        true,
+        false,
+        serde_json::json!({"sessions": 3, "disconnects": 2, "chain_loop": 4,
+            "guest_rx_no_buffers_frames": 9}),
+    ));
+    let e = scrape(&client);
+    let vm1 = [("port", "vm1")];
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(1.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(0.0));
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_sessions_total", &vm1),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_disconnects_total", &vm1),
+        Some(2.0)
+    );
+    let error = [("port", "vm1"), ("error", "chain_loop")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_errors_total", &error),
+        Some(4.0)
+    );
+    let lost = [("port", "vm1"), ("reason", "no_buffers")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_rx_dropped_frames_total", &lost),
+        Some(9.0)
+    );
+    // Counters the status does not carry are 0 (a series from the start), not absent.
+    let lost = [("port", "vm1"), ("reason", "disconnected")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_rx_dropped_frames_total", &lost),
+        Some(0.0)
+    );
+    mock.set_port_stats(vhost_status(false, true, serde_json::json!({})));
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(0.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(1.0));
+    // The AF_PACKET uplink's status lands in the same field: it is no vhost-user port.
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(serde_json::json!({"ifindex": 2, "vnet_hdr_bytes": 12,
+            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0})),
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert!(!e
+        .samples
+        .iter()
+        .any(|s| s.name.starts_with("vqos_vhost_user_")));
+}
+
+/// Every counter of the data plane's `VhostUserStatus` reaches `/metrics`: each is given a
+/// distinct value in the status the real type serialises to, and each value must appear.
+#[cfg(feature = "switch")]
+#[test]
+fn every_vhost_user_counter_of_the_data_plane_is_exported() {
+    use vqos_dataplane::vhost_user::{VhostUserCounters, VhostUserMode, VhostUserStatus};
+    let mut counters = serde_json::to_value(VhostUserCounters::default()).unwrap();
+    let map = counters.as_object_mut().unwrap();
+    let keys: Vec<String> = map.keys().cloned().collect();
+    for (i, v) in map.values_mut().enumerate() {
+        *v = serde_json::json!(1_000 + i);
+    }
+    let status = VhostUserStatus {
+        name: "vm1".into(),
+        mode: VhostUserMode::Client,
+        socket: "/run/vqos/vm1.sock".into(),
+        connected: true,
+        quarantined: true,
+        negotiated_features: 0,
+        feature_names: Vec::new(),
+        rx_frames: 0,
+        rx_bytes: 0,
+        tx_frames: 0,
+        tx_bytes: 0,
+        last_error: Some("bad ring".into()),
+        counters: VhostUserCounters::default(),
+    };
+    let mut value = serde_json::to_value(status).unwrap();
+    value["counters"] = counters;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(value),
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    let vm1 = [("port", "vm1")];
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(1.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(1.0));
+    let seen: BTreeSet<u64> = e
+        .samples
+        .iter()
+        .filter(|s| s.name.starts_with("vqos_vhost_user_") && s.labels[0].1 == "vm1")
+        .map(|s| s.value as u64)
+        .collect();
+    let missing: Vec<&String> = (0..keys.len())
+        .filter(|i| !seen.contains(&(1_000 + *i as u64)))
+        .map(|i| &keys[i])
+        .collect();
+    assert!(missing.is_empty(), "counters not exported: {missing:?}");
 }

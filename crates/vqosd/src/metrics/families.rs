@@ -104,6 +104,62 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 while the engine refuses to serve the port.",
     ),
     (
+        "vqos_vhost_user_connected",
+        "gauge",
+        "1 while a guest (a vhost-user frontend such as QEMU) is connected to the port.",
+    ),
+    (
+        "vqos_vhost_user_quarantined",
+        "gauge",
+        "1 while the port's session is quarantined: the guest broke its rings, which the port \
+         ignores until the guest reconnects.",
+    ),
+    (
+        "vqos_vhost_user_sessions_total",
+        "counter",
+        "vhost-user sessions started (a frontend connected, or the port connected to it).",
+    ),
+    (
+        "vqos_vhost_user_disconnects_total",
+        "counter",
+        "vhost-user sessions that ended.",
+    ),
+    (
+        "vqos_vhost_user_connect_failures_total",
+        "counter",
+        "Client-mode connection attempts that failed (retried with backoff).",
+    ),
+    (
+        "vqos_vhost_user_quarantines_total",
+        "counter",
+        "Sessions put in quarantine.",
+    ),
+    (
+        "vqos_vhost_user_kicks_total",
+        "counter",
+        "Guest transmit notifications (kicks) passed to the poll loop.",
+    ),
+    (
+        "vqos_vhost_user_interrupts_total",
+        "counter",
+        "Interrupts sent to the guest after used-ring updates.",
+    ),
+    (
+        "vqos_vhost_user_refused_messages_total",
+        "counter",
+        "vhost-user messages refused because a feature they need was not negotiated.",
+    ),
+    (
+        "vqos_vhost_user_guest_errors_total",
+        "counter",
+        "Malformed rings and descriptors the guest posted, by error.",
+    ),
+    (
+        "vqos_vhost_user_guest_rx_dropped_frames_total",
+        "counter",
+        "Frames for the guest dropped because it could not take them, by reason.",
+    ),
+    (
         "vqos_controller_limit_bps",
         "gauge",
         "The fairness adjuster's limit on the vif, bit/s (absent when it sets none).",

@@ -19,6 +19,7 @@ use crate::wire::{HealthView, PortStatsView, StatsView};
 
 mod families;
 mod parse;
+mod vhost;
 
 pub use families::FAMILIES;
 pub use parse::{parse, Exposition, Sample};
@@ -77,6 +78,9 @@ fn esc(v: &str) -> String {
 /// The samples of the per-port family `name` for port `p` (labels after `port`, value).
 fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
     let s = &p.stats;
+    if name.starts_with("vqos_vhost_user_") {
+        return vhost::port_samples(name, s);
+    }
     if let Some((_, get)) = PORT_COUNTERS.iter().find(|(n, _)| *n == name) {
         return vec![(String::new(), get(s).to_string())];
     }
@@ -252,6 +256,11 @@ mod tests {
                         drops,
                         credit: -5,
                         throttled: true,
+                        vhost_user: Some(serde_json::json!({
+                            "mode": "server", "socket": "/run/vqos/vm1.sock",
+                            "connected": true, "quarantined": false,
+                            "counters": {"chain_loop": 2},
+                        })),
                         ..Default::default()
                     },
                     role: "vif".into(),
