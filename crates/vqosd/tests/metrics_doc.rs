@@ -13,7 +13,8 @@ use vqosd::config::Config;
 use vqosd::metrics::{self, Exposition};
 use vqosd::server::{Server, ServerConfig};
 
-/// The metric names in the first column of the table under `### GET /metrics` in docs/api.md.
+/// The metric names (`vqos_*`, `process_*`) in the first column of the table under
+/// `### GET /metrics` in docs/api.md.
 fn documented() -> BTreeSet<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
     let doc = std::fs::read_to_string(&path).unwrap();
@@ -23,7 +24,8 @@ fn documented() -> BTreeSet<String> {
         .expect("docs/api.md has a GET /metrics section");
     let section = section.split("\n## ").next().unwrap();
     let mut names = BTreeSet::new();
-    for line in section.lines().filter(|l| l.starts_with("| `vqos_")) {
+    let metric_row = |l: &&str| l.starts_with("| `vqos_") || l.starts_with("| `process_");
+    for line in section.lines().filter(metric_row) {
         let first = line.split('|').nth(1).unwrap();
         for (i, part) in first.split('`').enumerate() {
             if i % 2 == 1 {
@@ -528,4 +530,43 @@ fn every_vhost_user_counter_of_the_data_plane_is_exported() {
         .map(|i| &keys[i])
         .collect();
     assert!(missing.is_empty(), "counters not exported: {missing:?}");
+}
+
+#[test]
+fn the_standard_process_metrics_come_from_proc_self() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, _mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    let value = |n: &str| sample(&e, n, &[]).unwrap_or_else(|| panic!("no {n}"));
+    let types: BTreeMap<&str, &str> = e
+        .types
+        .iter()
+        .map(|(n, k)| (n.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(types.get("process_cpu_seconds_total"), Some(&"counter"));
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let rss = value("process_resident_memory_bytes");
+    assert!(rss > 1_000_000.0, "resident {rss}");
+    assert!(value("process_virtual_memory_bytes") >= rss);
+    let (open, max) = (value("process_open_fds"), value("process_max_fds"));
+    assert!(open >= 3.0 && open <= max, "open {open} max {max}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let start = value("process_start_time_seconds");
+    // The test process started a moment ago (the clock tick is 10 ms; allow a slow machine).
+    assert!(
+        start <= now + 1.0 && start > now - 600.0,
+        "start {start} now {now}"
+    );
+    for (name, kind) in [
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert_eq!(types.get(name), Some(&kind), "{name}");
+    }
 }

@@ -1,7 +1,7 @@
 //! Prometheus text exposition (format 0.0.4) of the switch's stats.
 //!
 //! Every family in [`FAMILIES`] gets its `# HELP` and `# TYPE` lines, then one sample per port,
-//! loop or drop reason. Counters end in `_total` and count in base units (frames, bytes,
+//! loop or drop reason; the standard `process_*` families of the daemon follow. Counters end in `_total` and count in base units (frames, bytes,
 //! cycles); rates are left to Prometheus (`rate()`), so no sample is a short-window rate that a
 //! scrape would alias. Gauges are levels: configuration (policies, capacity, bit/s like the
 //! API), engine state, controller outputs.
@@ -19,6 +19,7 @@ use crate::wire::{HealthView, PortStatsView, StatsView};
 
 mod families;
 mod parse;
+mod process;
 mod vhost;
 
 pub use families::FAMILIES;
@@ -222,6 +223,7 @@ pub fn render(stats: &StatsView, health: &HealthView, start_time_s: f64) -> Stri
             }
         }
     }
+    process::render(&mut out);
     out
 }
 
@@ -315,7 +317,7 @@ mod tests {
     fn every_declared_family_is_emitted_and_parses() {
         let text = render(&full(), &health(), 1_700_000_000.5);
         let Exposition { samples, types } = parse(&text).unwrap();
-        assert_eq!(types.len(), FAMILIES.len());
+        assert_eq!(types.len(), FAMILIES.len() + process::FAMILIES.len());
         for (name, kind) in &types {
             assert!(
                 samples.iter().any(|s| &s.name == name),
