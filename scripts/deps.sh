@@ -37,7 +37,10 @@ TEST=(ping:iputils-ping
     # A real etcd for the cluster agent's tests (started on loopback ports by the tests).
     etcd:etcd-server etcdctl:etcd-client
     # The CA and server certificate of the TLS etcd test.
-    openssl:openssl)
+    openssl:openssl
+    # promtool, which lints a real /metrics scrape (crates/vqosd/tests/metrics_doc.rs); the
+    # package's prometheus service is not started (policy-rc.d, apt_install).
+    promtool:prometheus)
 
 have() { # command or path
     case $1 in

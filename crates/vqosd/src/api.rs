@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Instant;
 
 use thiserror::Error;
-use vqos_sched::units::format_rate;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::{
@@ -32,11 +31,10 @@ use crate::backend::{
 };
 use crate::config::Config;
 use crate::http::{Request, Response};
-use crate::metrics;
 use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
 use crate::wire::{
-    check_port_name, HealthView, LoopView, PolicyPatch, PolicyView, PortRequest, PortStatsView,
-    PortView, RemovedView, StatsView,
+    check_port_name, PolicyPatch, PolicyView, PortRequest, PortStatsView, PortView, RemovedView,
+    StatsView,
 };
 use vqos_api::chain;
 use vqos_api::wire::ClusterHealthView;
@@ -44,6 +42,7 @@ use vqos_cluster::Share;
 
 mod cluster;
 mod cost;
+mod health;
 mod locks;
 mod reload;
 mod start;
@@ -290,11 +289,7 @@ impl Api {
             (["v1", "reload"], "POST") => self.reload_request(caller),
             (["v1", "cost-model"], "GET") => Ok(self.get_cost_model()),
             (["v1", "calibrate"], "POST") => self.calibrate(&req.body),
-            (["metrics"], "GET") => Ok(Response::text(
-                200,
-                metrics::CONTENT_TYPE,
-                metrics::render(&self.stats(), self.start_time_s()) + &self.cluster_metrics(),
-            )),
+            (["metrics"], "GET") => Ok(self.metrics()),
             (s, _) => Err(match allowed(s) {
                 Some(allow) => {
                     return Response::error(
@@ -307,36 +302,6 @@ impl Api {
             }),
         };
         result.unwrap_or_else(|(status, msg)| Response::error(status, msg))
-    }
-
-    fn health(&self) -> Response {
-        let v = self.snapshot();
-        let h = self.backend.loop_health();
-        let problem = h.problem();
-        let cluster = self.cluster_health();
-        let (status, error) = match (problem, cluster::degraded(&cluster)) {
-            (Some(p), _) => ("unhealthy", Some(p)),
-            (None, Some(why)) => ("degraded", Some(why)),
-            (None, None) => ("ok", None),
-        };
-        Response::json(
-            if status == "unhealthy" { 503 } else { 200 },
-            &HealthView {
-                status: status.to_string(),
-                error,
-                cluster,
-                version: env!("CARGO_PKG_VERSION").to_string(),
-                engine: self.engine.to_string(),
-                capacity: format_rate(v.set.capacity_bps),
-                ports: v.ports.len(),
-                uptime_s: self.started.elapsed().as_secs(),
-                forwarding: LoopView {
-                    running: h.running,
-                    stats_age_ms: h.stats_age_ns / 1_000_000,
-                    stale_after_ms: h.stale_after_ns() / 1_000_000,
-                },
-            },
-        )
     }
 
     fn list_ports(&self) -> Response {
@@ -548,15 +513,6 @@ impl Api {
         };
         self.commit(&mut v, next);
         Ok(())
-    }
-
-    /// When the daemon started, seconds since the Unix epoch (wall clock now minus the
-    /// monotonic time since the start, so a clock step moves it as it moves the scrape).
-    fn start_time_s(&self) -> f64 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        now.saturating_sub(self.started.elapsed()).as_secs_f64()
     }
 
     /// The body of `GET /v1/stats`.

@@ -13,7 +13,8 @@ use vqosd::config::Config;
 use vqosd::metrics::{self, Exposition};
 use vqosd::server::{Server, ServerConfig};
 
-/// The metric names in the first column of the table under `### GET /metrics` in docs/api.md.
+/// The metric names (`vqos_*`, `process_*`) in the first column of the table under
+/// `### GET /metrics` in docs/api.md.
 fn documented() -> BTreeSet<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
     let doc = std::fs::read_to_string(&path).unwrap();
@@ -23,7 +24,8 @@ fn documented() -> BTreeSet<String> {
         .expect("docs/api.md has a GET /metrics section");
     let section = section.split("\n## ").next().unwrap();
     let mut names = BTreeSet::new();
-    for line in section.lines().filter(|l| l.starts_with("| `vqos_")) {
+    let metric_row = |l: &&str| l.starts_with("| `vqos_") || l.starts_with("| `process_");
+    for line in section.lines().filter(metric_row) {
         let first = line.split('|').nth(1).unwrap();
         for (i, part) in first.split('`').enumerate() {
             if i % 2 == 1 {
@@ -38,11 +40,53 @@ fn documented() -> BTreeSet<String> {
     names
 }
 
-/// Scrapes `/metrics` through the server and checks the exposition parses.
-fn scrape(client: &Client) -> Exposition {
+/// Scrapes `/metrics` through the server: the exposition's text.
+fn scrape_text(client: &Client) -> String {
     let r = client.request("GET", "/metrics", None).unwrap();
     assert_eq!(r.status, 200);
-    metrics::parse(&String::from_utf8(r.body).unwrap()).unwrap()
+    String::from_utf8(r.body).unwrap()
+}
+
+/// Scrapes `/metrics` through the server and checks the exposition parses.
+fn scrape(client: &Client) -> Exposition {
+    metrics::parse(&scrape_text(client)).unwrap()
+}
+
+/// Runs `promtool check metrics` (Debian's `prometheus` package; `scripts/deps.sh test`
+/// installs it) on `text` and requires it clean: exit 0, nothing said. `false` when promtool is
+/// absent (the caller skips, saying so).
+fn promtool_check(text: &str) -> bool {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(e) => panic!("promtool: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics ({}):\n{said}\non:\n{text}",
+        out.status
+    );
+    true
 }
 
 /// The families that have at least one sample.
@@ -57,9 +101,8 @@ fn serve(config_text: &str, backend: Arc<dyn Backend>) -> (Server, Arc<Api>, Cli
     (server, api, Client::new(Endpoint::Unix(config.socket_path)))
 }
 
-#[test]
-fn every_documented_family_is_emitted_and_every_emitted_one_documented() {
-    let dir = tempfile::tempdir().unwrap();
+/// A daemon on the mock switch where every family has something to say.
+fn full_daemon(dir: &Path) -> (Server, Client) {
     let text = format!(
         r#"
 capacity = "1Gbit"
@@ -72,16 +115,17 @@ name = "up0"
 name = "vm1"
 policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in = "50Mbit", burst = "64KiB" }}
 "#,
-        d = dir.path().display()
+        d = dir.display()
     );
     let mock = Arc::new(MockBackend::new());
-    let (_server, api, client) = serve(&text, mock.clone());
+    let (server, api, client) = serve(&text, mock.clone());
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
         ecn_marked: 3,
         ecn_not_ect: 1,
         rx_errors: 2,
         mac_learn_refused: 5,
+        vhost_user: vhost_status(true, false, serde_json::json!({})).vhost_user,
         ..Default::default()
     });
     api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
@@ -98,6 +142,13 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
     };
     api.set_cluster_shares(&BTreeMap::from([("vm1".to_string(), share)]))
         .unwrap();
+    (server, client)
+}
+
+#[test]
+fn every_documented_family_is_emitted_and_every_emitted_one_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client) = full_daemon(dir.path());
     let e = scrape(&client);
     let doc = documented();
     let declared: BTreeSet<String> = e.types.iter().map(|(n, _)| n.clone()).collect();
@@ -161,8 +212,12 @@ fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
         d = dir.path().display()
     );
     let (_server, _api, client) = serve(&text, backend.clone());
-    let e = scrape(&client);
+    let text = scrape_text(&client);
     backend.stop();
+    if !promtool_check(&text) {
+        eprintln!("SKIP promtool part: promtool not found (Debian package prometheus)");
+    }
+    let e = metrics::parse(&text).unwrap();
     let doc = documented();
     let got = emitted(&e);
     let undocumented: Vec<_> = got.iter().filter(|n| !doc.contains(*n)).collect();
@@ -171,9 +226,11 @@ fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
         "emitted but not in docs/api.md: {undocumented:?}"
     );
     for family in metrics::FAMILIES.iter().map(|f| f.0) {
+        // Families of vifs with a policy, or of vhost-user ports (these are in-memory ones).
         let needs_policy = family.starts_with("vqos_policy_")
             || family.starts_with("vqos_controller_")
-            || family == "vqos_ecn_probability";
+            || family == "vqos_ecn_probability"
+            || family.starts_with("vqos_vhost_user_");
         if !needs_policy {
             assert!(
                 got.contains(family),
@@ -188,6 +245,16 @@ fn the_real_switch_emits_only_documented_families_and_all_its_counters() {
         .and_then(|s| s.labels.iter().find(|(k, _)| k == "unit"))
         .map(|(_, v)| v.clone());
     assert!(matches!(unit.as_deref(), Some("tsc" | "ns")), "{unit:?}");
+}
+
+#[test]
+fn promtool_finds_nothing_to_lint_in_a_scrape_of_every_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client) = full_daemon(dir.path());
+    let text = scrape_text(&client);
+    if !promtool_check(&text) {
+        eprintln!("SKIP: promtool not found (Debian package prometheus; scripts/deps.sh test)");
+    }
 }
 
 #[test]
@@ -221,17 +288,288 @@ fn the_grafana_dashboard_uses_only_emitted_families() {
     let dash: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let families: BTreeSet<&str> = metrics::FAMILIES.iter().map(|f| f.0).collect();
-    let mut used = 0;
+    let mut used = BTreeSet::new();
     for panel in dash["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().into_iter().flatten() {
             let expr = target["expr"].as_str().unwrap();
             for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
                 if word.starts_with("vqos_") {
                     assert!(families.contains(word), "dashboard uses unknown {word}");
-                    used += 1;
+                    used.insert(word.to_string());
                 }
             }
         }
     }
-    assert!(used > 5);
+    assert!(used.len() > 5);
+    // The operator sees which guests are connected (and which are quarantined).
+    assert!(used.contains("vqos_vhost_user_connected"), "{used:?}");
+    assert!(used.contains("vqos_vhost_user_quarantined"), "{used:?}");
+}
+
+/// The value of the sample of `name` whose labels include every pair of `labels`.
+fn sample(e: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    e.samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+        })
+        .map(|s| s.value)
+}
+
+/// A daemon on the mock switch with one vif, `vm1`, without a cluster.
+fn small_daemon(dir: &Path) -> (Server, Arc<MockBackend>, Client) {
+    let text = format!(
+        "state_file = \"{d}/state.json\"\n[api]\nsocket = \"{d}/vqosd.sock\"\n\
+         [uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\n",
+        d = dir.display()
+    );
+    let mock = Arc::new(MockBackend::new());
+    let (server, _api, client) = serve(&text, mock.clone());
+    (server, mock, client)
+}
+
+#[test]
+fn a_vif_without_a_bucket_has_no_credit_sample_rather_than_a_sentinel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    // The vqos engine reports i64::MAX for a vif without a cap (no bucket).
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        credit: i64::MAX,
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_port_credit", &[("port", "vm1")]), None);
+    assert_eq!(
+        sample(&e, "vqos_port_throttled", &[("port", "vm1")]),
+        Some(0.0)
+    );
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        credit: -1_500,
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert_eq!(
+        sample(&e, "vqos_port_credit", &[("port", "vm1")]),
+        Some(-1_500.0)
+    );
+}
+
+#[test]
+fn health_is_a_metric_an_operator_can_alert_on() {
+    use vqosd::backend::LoopHealth;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    let status = |e: &Exposition, s: &str| sample(e, "vqos_health_status", &[("status", s)]);
+    assert_eq!(status(&e, "ok"), Some(1.0));
+    assert_eq!(status(&e, "degraded"), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(0.0));
+    assert_eq!(sample(&e, "vqos_forwarding_running", &[]), Some(1.0));
+    // A hung loop: alive, but silent for 7.5 s, beyond the 5 s limit of a 25 ms interval.
+    mock.set_loop_health(LoopHealth {
+        running: true,
+        stats_age_ns: 7_500_000_000,
+        stats_interval_ns: 25_000_000,
+    });
+    let e = scrape(&client);
+    assert_eq!(status(&e, "ok"), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(1.0));
+    assert_eq!(
+        sample(&e, "vqos_forwarding_stats_age_seconds", &[]),
+        Some(7.5)
+    );
+    assert_eq!(
+        sample(&e, "vqos_forwarding_stale_after_seconds", &[]),
+        Some(5.0)
+    );
+    // A loop that has stopped.
+    mock.set_loop_health(LoopHealth {
+        running: false,
+        stats_age_ns: 0,
+        stats_interval_ns: 25_000_000,
+    });
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_forwarding_running", &[]), Some(0.0));
+    assert_eq!(status(&e, "unhealthy"), Some(1.0));
+    // No cluster configured: no cluster family claims a disconnected agent.
+    assert!(!e.samples.iter().any(|s| s.name == "vqos_cluster_connected"));
+}
+
+/// What a vhost-user port's stats carry (`vhost_user`: the data plane's `VhostUserStatus`).
+fn vhost_status(connected: bool, quarantined: bool, counters: serde_json::Value) -> PortStats {
+    PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(serde_json::json!({
+            "name": "vm1",
+            "mode": "server",
+            "socket": "/run/vqos/vm1.sock",
+            "connected": connected,
+            "quarantined": quarantined,
+            "negotiated_features": 0,
+            "feature_names": [],
+            "rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
+            "last_error": null,
+            "counters": counters,
+        })),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_vhost_user_port_says_whether_its_guest_is_connected_and_how_it_misbehaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    // A TAP (no vhost_user status) has no vhost-user samples.
+    assert!(!e
+        .samples
+        .iter()
+        .any(|s| s.name.starts_with("vqos_vhost_user_")));
+    mock.set_port_stats(vhost_status(
+        true,
+        false,
+        serde_json::json!({"sessions": 3, "disconnects": 2, "chain_loop": 4,
+            "guest_rx_no_buffers_frames": 9}),
+    ));
+    let e = scrape(&client);
+    let vm1 = [("port", "vm1")];
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(1.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(0.0));
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_sessions_total", &vm1),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_disconnects_total", &vm1),
+        Some(2.0)
+    );
+    let error = [("port", "vm1"), ("error", "chain_loop")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_errors_total", &error),
+        Some(4.0)
+    );
+    let lost = [("port", "vm1"), ("reason", "no_buffers")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_rx_dropped_frames_total", &lost),
+        Some(9.0)
+    );
+    // Counters the status does not carry are 0 (a series from the start), not absent.
+    let lost = [("port", "vm1"), ("reason", "disconnected")];
+    assert_eq!(
+        sample(&e, "vqos_vhost_user_guest_rx_dropped_frames_total", &lost),
+        Some(0.0)
+    );
+    mock.set_port_stats(vhost_status(false, true, serde_json::json!({})));
+    let e = scrape(&client);
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(0.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(1.0));
+    // The AF_PACKET uplink's status lands in the same field: it is no vhost-user port.
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(serde_json::json!({"ifindex": 2, "vnet_hdr_bytes": 12,
+            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0})),
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    assert!(!e
+        .samples
+        .iter()
+        .any(|s| s.name.starts_with("vqos_vhost_user_")));
+}
+
+/// Every counter of the data plane's `VhostUserStatus` reaches `/metrics`: each is given a
+/// distinct value in the status the real type serialises to, and each value must appear.
+#[cfg(feature = "switch")]
+#[test]
+fn every_vhost_user_counter_of_the_data_plane_is_exported() {
+    use vqos_dataplane::vhost_user::{VhostUserCounters, VhostUserMode, VhostUserStatus};
+    let mut counters = serde_json::to_value(VhostUserCounters::default()).unwrap();
+    let map = counters.as_object_mut().unwrap();
+    let keys: Vec<String> = map.keys().cloned().collect();
+    for (i, v) in map.values_mut().enumerate() {
+        *v = serde_json::json!(1_000 + i);
+    }
+    let status = VhostUserStatus {
+        name: "vm1".into(),
+        mode: VhostUserMode::Client,
+        socket: "/run/vqos/vm1.sock".into(),
+        connected: true,
+        quarantined: true,
+        negotiated_features: 0,
+        feature_names: Vec::new(),
+        rx_frames: 0,
+        rx_bytes: 0,
+        tx_frames: 0,
+        tx_bytes: 0,
+        last_error: Some("bad ring".into()),
+        counters: VhostUserCounters::default(),
+    };
+    let mut value = serde_json::to_value(status).unwrap();
+    value["counters"] = counters;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, client) = small_daemon(dir.path());
+    mock.set_port_stats(PortStats {
+        name: "vm1".into(),
+        vhost_user: Some(value),
+        ..Default::default()
+    });
+    let e = scrape(&client);
+    let vm1 = [("port", "vm1")];
+    assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(1.0));
+    assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(1.0));
+    let seen: BTreeSet<u64> = e
+        .samples
+        .iter()
+        .filter(|s| s.name.starts_with("vqos_vhost_user_") && s.labels[0].1 == "vm1")
+        .map(|s| s.value as u64)
+        .collect();
+    let missing: Vec<&String> = (0..keys.len())
+        .filter(|i| !seen.contains(&(1_000 + *i as u64)))
+        .map(|i| &keys[i])
+        .collect();
+    assert!(missing.is_empty(), "counters not exported: {missing:?}");
+}
+
+#[test]
+fn the_standard_process_metrics_come_from_proc_self() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, _mock, client) = small_daemon(dir.path());
+    let e = scrape(&client);
+    let value = |n: &str| sample(&e, n, &[]).unwrap_or_else(|| panic!("no {n}"));
+    let types: BTreeMap<&str, &str> = e
+        .types
+        .iter()
+        .map(|(n, k)| (n.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(types.get("process_cpu_seconds_total"), Some(&"counter"));
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let rss = value("process_resident_memory_bytes");
+    assert!(rss > 1_000_000.0, "resident {rss}");
+    assert!(value("process_virtual_memory_bytes") >= rss);
+    let (open, max) = (value("process_open_fds"), value("process_max_fds"));
+    assert!(open >= 3.0 && open <= max, "open {open} max {max}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let start = value("process_start_time_seconds");
+    // The test process started a moment ago (the clock tick is 10 ms; allow a slow machine).
+    assert!(
+        start <= now + 1.0 && start > now - 600.0,
+        "start {start} now {now}"
+    );
+    for (name, kind) in [
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert_eq!(types.get(name), Some(&kind), "{name}");
+    }
 }
