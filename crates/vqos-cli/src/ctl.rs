@@ -16,7 +16,10 @@ use vqos_sched::units::{format_bytes, parse_bytes, parse_rate};
 
 use crate::exit::UsageError;
 
+mod status;
 mod table;
+
+pub use status::{status, StatusArgs};
 use table::{describe, write_ports, write_stats};
 
 /// How to reach vqosd (global options).

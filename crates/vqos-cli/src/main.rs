@@ -54,6 +54,9 @@ enum Command {
     Policy(ctl::PolicyArgs),
     /// Per-vif rate, share of the uplink, policy and drops of the running switch.
     Stats(ctl::StatsArgs),
+    /// The switch at a glance: health, every port with its policy and guest, rates and drops
+    /// (exit 1 when vqosd is unhealthy).
+    Status(ctl::StatusArgs),
     /// Make vqosd re-read its config file and apply what changed (as SIGHUP does).
     Reload(reload::ReloadArgs),
     /// Fit the running switch's cycle cost model (cycles per frame and per byte); --apply
@@ -116,6 +119,7 @@ fn main() {
         Command::Port(args) => ctl::port(&conn, args),
         Command::Policy(args) => ctl::policy(&conn, args),
         Command::Stats(args) => ctl::stats(&conn, args),
+        Command::Status(args) => ctl::status(&conn, args),
         Command::Reload(args) => reload::run(&conn, args),
         Command::Calibrate(args) => calibrate::run(&conn, args),
         Command::Lab(args) => lab::run(args),

@@ -31,7 +31,7 @@ fn service_name(s: Service) -> &'static str {
     }
 }
 
-pub(super) fn write_ports(
+pub(crate) fn write_ports(
     out: &mut impl Write,
     ports: &[PortView],
     stats: Option<&StatsView>,
@@ -116,7 +116,7 @@ pub(super) fn write_ports(
 }
 
 /// The per-vif table: rate, share of the uplink, policy, drops.
-pub(super) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
+pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
     let vifs: Vec<_> = s.ports.iter().filter(|p| p.role == "vif").collect();
     let total: u64 = vifs.iter().map(|p| p.stats.rate_bps).sum();
     // Share of the uplink's capacity, or of what all vifs send when it is unlimited.

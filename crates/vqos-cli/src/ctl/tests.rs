@@ -264,3 +264,39 @@ fn connection_options() {
     let e = run(&missing, "port list").unwrap_err();
     assert!(e.to_string().starts_with("Cannot connect to"), "{e}");
 }
+
+#[test]
+fn status_shows_health_ports_with_their_guests_and_rates_and_fails_when_unhealthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, c) = daemon(dir.path());
+    let mut out = Vec::new();
+    status::status_to(&c, status::StatusArgs { json: false }, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with("vqosd ") && first.contains(": ok;"),
+        "{text}"
+    );
+    assert!(text.contains("forwarding loop: running"), "{text}");
+    for needle in ["PORT", "MAX_IN", "vm2", "500Mbit"] {
+        assert!(text.contains(needle), "{needle} missing: {text}");
+    }
+    // --json: the three answers it is made of.
+    let mut out = Vec::new();
+    let args = status::StatusArgs { json: true };
+    status::status_to(&c, args, &mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["health"]["status"], "ok");
+    assert_eq!(v["ports"].as_array().unwrap().len(), 2);
+    assert!(v["stats"]["ports"].is_array());
+    // A dead loop: shown, and an error (exit 1) naming why.
+    vqosd::backend::Backend::stop(&*mock);
+    let mut out = Vec::new();
+    let err = status::status_to(&c, status::StatusArgs { json: false }, &mut out).unwrap_err();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(": unhealthy") && text.contains("forwarding loop: stopped"),
+        "{text}"
+    );
+    assert!(err.to_string().starts_with("vqosd is unhealthy: "), "{err}");
+}
