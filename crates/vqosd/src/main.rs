@@ -66,6 +66,9 @@ struct Args {
     /// Tests only: the mock's forwarding loop dies this many ms after the start.
     #[arg(long, hide = true, value_name = "MS")]
     mock_loop_dies_after_ms: Option<u64>,
+    /// Packaging: print the vqosd(8) man page (roff) and exit (scripts/install.sh).
+    #[arg(long, hide = true)]
+    man: bool,
 }
 
 /// The config read when `--config` is not given.
@@ -318,8 +321,101 @@ fn run(args: Args) -> Result<Option<String>> {
     outcome
 }
 
+/// The sections of vqosd(8) clap knows nothing of (roff).
+const MAN_TAIL: &str = r#".SH SIGNALS
+.TP
+\fBSIGTERM\fR, \fBSIGINT\fR
+Stop cleanly (the TAPs persist unless \fBremove_taps_on_exit\fR is set).
+.TP
+\fBSIGHUP\fR
+Re\-read the config file and apply what changed in it (ports, policies, \fBcapacity\fR,
+\fBmax_ports\fR), as \fBvqos reload\fR does; a change of any other key is refused as a whole
+and needs a restart.
+.SH EXIT STATUS
+.TP
+\fB0\fR
+Stopped by a signal, or \fB\-\-check\fR found the config valid.
+.TP
+\fB1\fR
+A start\-up or runtime error (printed as \fBvqosd: \fR\fImessage\fR on stderr).
+.TP
+\fB2\fR
+The forwarding loop died (the watchdog stopped the daemon so that its supervisor restarts it).
+.TP
+\fB3\fR
+A TCP address vqosd must listen on (\fBapi.tcp\fR, \fBmetrics.listen\fR) is held by another
+program.
+.SH FILES
+.TP
+\fI/etc/vqos/vqosd.toml\fR
+The config file read when \fB\-\-config\fR is not given; see \fBvqosd.toml\fR(5).
+.TP
+\fI/run/vqos/vqosd.sock\fR
+The control API's unix socket (\fBapi.socket\fR), root's only.
+.TP
+\fI/var/lib/vqos/state.json\fR
+The state file (\fBstate_file\fR): ports and policies made through the API, restored at start.
+.TP
+\fI/etc/systemd/system/vqosd.service\fR
+The systemd unit installed by \fBscripts/install.sh\fR (\fBType=notify\fR).
+.SH SEE ALSO
+\fBvqos\fR(1), \fBvqosd.toml\fR(5), \fBsystemctl\fR(1);
+docs/api.md in the source tree (the endpoints, the config keys, the service).
+"#;
+
+/// Writes the vqosd(8) man page: clap's sections, the `after_help` example as EXAMPLE, and
+/// [`MAN_TAIL`]; ASCII only (groff without preconv warns on UTF-8).
+fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    let cmd = Args::command().about("the vqos virtual switch daemon");
+    let example = cmd
+        .get_after_help()
+        .map(|h| h.to_string())
+        .unwrap_or_default();
+    let page = clap_mangen::Man::new(cmd)
+        .section("8")
+        .manual("System Manager's Manual");
+    let mut roff = Vec::new();
+    page.render_title(&mut roff)?;
+    page.render_name_section(&mut roff)?;
+    page.render_synopsis_section(&mut roff)?;
+    page.render_description_section(&mut roff)?;
+    page.render_options_section(&mut roff)?;
+    // Verbatim (.EX), each line escaped: the config is to be copied as it is.
+    roff.extend_from_slice(b".SH EXAMPLE\n.EX\n");
+    for line in example.lines() {
+        let line = line.replace('\\', "\\e").replace('-', "\\-");
+        if line.starts_with(['.', '\'']) {
+            roff.extend_from_slice(b"\\&");
+        }
+        roff.extend_from_slice(line.as_bytes());
+        roff.push(b'\n');
+    }
+    roff.extend_from_slice(b".EE\n");
+    roff.extend_from_slice(MAN_TAIL.as_bytes());
+    page.render_version_section(&mut roff)?;
+    let roff = String::from_utf8_lossy(&roff).replace('\u{2014}', "\\(em");
+    out.write_all(roff.as_bytes())
+}
+
 fn main() {
     let args = Args::parse();
+    if args.man {
+        // Rendered whole before the write: a closed pipe (`vqosd --man | head`) ends it quietly.
+        let mut buf = Vec::new();
+        man_page(&mut buf).expect("rendering into memory");
+        let mut out = std::io::stdout().lock();
+        match std::io::Write::write_all(&mut out, &buf)
+            .and_then(|()| std::io::Write::flush(&mut out))
+        {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return,
+            Err(e) => {
+                eprintln!("vqosd: cannot write the man page: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     match run(args) {
         Ok(None) => {}
         Ok(Some(_)) => std::process::exit(EXIT_LOOP_DEAD),
