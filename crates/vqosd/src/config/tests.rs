@@ -56,7 +56,14 @@ fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
             .contains("Uplink 'eth1': create is for TAPs")
     );
     assert!(err("[uplink]\nname = \"eth1\"\nkind = \"vhost-user\"")
-        .contains("Uplink 'eth1': kind must be \"tap\" or \"af-packet\""));
+        .contains("Uplink 'eth1': kind must be \"tap\", \"af-packet\" or \"null\""));
+    // A null uplink (benchmarks): nothing to create or attach.
+    let null = Config::parse("[uplink]\nname = \"n0\"\nkind = \"null\"", env).unwrap();
+    assert_eq!(null.uplink.map(|u| u.kind), Some(PortKind::Null));
+    assert!(
+        err("[uplink]\nname = \"n0\"\nkind = \"null\"\ncreate = true")
+            .contains("Uplink 'n0': create is for TAPs")
+    );
     assert!(err("[[port]]\nname = \"vm1\"\nkind = \"af-packet\"")
         .contains("Port 'vm1': kind = \"af-packet\" is for the uplink only"));
     assert!(err("[uplink]\nname = \"eth1\"\nkind = \"nic\"").contains("unknown variant `nic`"));
