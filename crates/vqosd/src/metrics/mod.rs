@@ -24,6 +24,8 @@ mod vhost;
 
 pub use families::FAMILIES;
 pub use parse::{parse, Exposition, Sample};
+/// The standard `process_*` families, rendered beside [`FAMILIES`].
+pub use process::FAMILIES as PROCESS_FAMILIES;
 
 /// Content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
