@@ -4,7 +4,6 @@
 //! policy; the agent's state shows in `/v1/health` and `/metrics`.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use vqos_api::wire::ClusterHealthView;
 use vqos_cluster::Share;
@@ -142,15 +141,7 @@ impl Api {
         let shares = self.cluster_shares();
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                if labels.is_empty() {
-                    let _ = writeln!(out, "{name} {value}");
-                } else {
-                    let _ = writeln!(out, "{name}{{{labels}}} {value}");
-                }
-            }
+            crate::metrics::write_family(&mut out, name, kind, help, samples)
         };
         let one = |v: u64| vec![(String::new(), v)];
         family(

@@ -195,6 +195,28 @@ fn loop_samples(name: &str, stats: &StatsView) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Appends one family to `out`: its HELP and TYPE lines, then a line per (labels, value)
+/// sample (labels already rendered, `a="x",b="y"`; empty: none). The one writer of a family,
+/// for these metrics and the cluster agent's.
+pub(crate) fn write_family(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(String, impl std::fmt::Display)],
+) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
 /// Renders the exposition of `stats` and `health` (the body of `GET /v1/health`);
 /// `start_time_s` is the daemon's start, Unix seconds.
 pub fn render(stats: &StatsView, health: &HealthView, start_time_s: f64) -> String {
@@ -214,16 +236,7 @@ pub fn render(stats: &StatsView, health: &HealthView, start_time_s: f64) -> Stri
             }
             all
         };
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {value}");
-            } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {value}");
-            }
-        }
+        write_family(&mut out, name, kind, help, &samples);
     }
     process::render(&mut out);
     out
