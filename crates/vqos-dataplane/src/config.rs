@@ -376,6 +376,11 @@ pub struct SwitchConfig {
     /// A least cost per forwarded vif frame, for experiments (default none); see
     /// [`EmulatedWork`].
     pub emulated_work: Option<EmulatedWork>,
+    /// Forwarding threads (shards, default 1): each reads its own set of ports and runs its
+    /// own engine over their vifs; see docs/dataplane.md, "Shards".
+    pub threads: usize,
+    /// CPUs to pin the threads to, one per thread in order (empty: not pinned).
+    pub cpus: Vec<usize>,
 }
 
 /// A least cost per frame read from a vif, emulating a heavier datapath (tunnelling,
@@ -424,6 +429,8 @@ impl std::fmt::Debug for SwitchConfig {
             .field("cost", &self.cost)
             .field("readiness", &self.readiness)
             .field("emulated_work", &self.emulated_work)
+            .field("threads", &self.threads)
+            .field("cpus", &self.cpus)
             .field(
                 "custom_engine",
                 &self.custom_engine.as_ref().map(|e| e.kind()),
@@ -451,6 +458,8 @@ impl SwitchConfig {
             flood_unknown_to_vifs: false,
             custom_engine: None,
             emulated_work: None,
+            threads: 1,
+            cpus: Vec::new(),
         }
     }
 }

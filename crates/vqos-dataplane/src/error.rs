@@ -57,6 +57,10 @@ pub enum SwitchError {
     /// The loop thread could not be started.
     #[error("Cannot start the loop thread")]
     Spawn(#[source] std::io::Error),
+    /// `threads` or `cpus` cannot be had (none, more than the CPUs, a CPU that does not
+    /// exist, an engine that cannot be sharded); the text says which.
+    #[error("Bad threads/cpus: {0}")]
+    Threads(String),
     /// The loop is not running (stopped or crashed).
     #[error("The switch is stopped")]
     Stopped,

@@ -11,30 +11,110 @@
 //! answer carries.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use vqos_sched::{PolicySet, VifPolicy, VifSpec};
+use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::calib::CostSamples;
 use crate::config::{PortSpec, Readiness, SwitchConfig};
+use crate::control::{Answer, Op};
 use crate::error::SwitchError;
-use crate::runner::{Answer, Command, Runner, WAKE_TOKEN};
+use crate::ports::PortIo;
+use crate::runner::{Command, Runner, WAKE_TOKEN};
+use crate::shards::{Caller, Placement};
 use crate::stats::SwitchStats;
 use crate::switch::Switch;
-use crate::sys::{Epoll, EventFd};
+use crate::sys::{allowed_cpus, pin_to_cpu, Epoll, EventFd};
 use crate::tap::TapOrigin;
 
-/// Control state shared by handle calls (never touched by the loop).
-struct Control {
-    /// The policy set the loop runs with (from its last answer).
-    policies: Arc<PolicySet>,
-    /// Commands to the loop.
+/// One forwarding thread as the handle reaches it.
+struct Shard {
+    /// Commands to its loop.
     tx: Sender<Command>,
-    /// The loop thread, until stopped.
+    /// Reload flag: set when a command is queued, cleared by the loop.
+    pending: Arc<AtomicBool>,
+    /// Wakes the loop from epoll.
+    wake: Arc<EventFd>,
+    /// Its latest stats snapshot.
+    stats: Arc<Mutex<Arc<SwitchStats>>>,
+    /// The thread, until stopped.
     thread: Option<JoinHandle<()>>,
+}
+
+impl Shard {
+    /// Queues `cmd` and wakes the loop; false if the loop is gone.
+    fn send(&self, cmd: Command) -> bool {
+        let sent = self.tx.send(cmd).is_ok();
+        self.pending.store(true, Ordering::Release);
+        self.wake.signal();
+        sent
+    }
+}
+
+/// Control state shared by handle calls (never touched by the loops).
+struct Control {
+    /// The forwarding threads, shard 0 (the uplink's) first.
+    shards: Vec<Shard>,
+    /// Where ports are read, and the policy set in force.
+    placement: Placement,
+    /// Set once stopped.
+    stopped: bool,
+}
+
+/// Reaches the loops over their channels ([`Caller`]).
+struct Channels<'a> {
+    shards: &'a [Shard],
+    stopped: bool,
+    policies: Arc<PolicySet>,
+}
+
+impl Caller for Channels<'_> {
+    fn call(&mut self, shard: usize, op: Op) -> Answer {
+        let stopped = |policies: &Arc<PolicySet>| Answer {
+            result: Err(SwitchError::Stopped),
+            added: None,
+            released: None,
+            policies: policies.clone(),
+        };
+        if self.stopped {
+            return stopped(&self.policies);
+        }
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        if !self.shards[shard].send(Command::Call { op, reply: reply_tx }) {
+            return stopped(&self.policies);
+        }
+        // Wait as long as it takes: the command is queued and will be applied, so giving up
+        // would leave the handle's view and the loop's disagreeing. A loop that exits (stop,
+        // panic) drops the command and its sender, which ends the wait.
+        match reply_rx.recv() {
+            Ok(answer) => {
+                self.policies = answer.policies.clone();
+                answer
+            }
+            Err(mpsc::RecvError) => stopped(&self.policies),
+        }
+    }
+
+    fn post(&mut self, shard: usize, op: Op) {
+        if !self.stopped {
+            self.shards[shard].send(Command::Post(op));
+        }
+    }
+}
+
+impl Control {
+    /// Runs `f` with the placement and a caller over the loops' channels.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Placement, &mut dyn Caller) -> T) -> T {
+        let mut c = Channels {
+            shards: &self.shards,
+            stopped: self.stopped,
+            policies: self.placement.policies.clone(),
+        };
+        f(&mut self.placement, &mut c)
+    }
 }
 
 /// Controls a running switch; `Send + Sync`, share it behind an `Arc`. Dropping it stops the
@@ -42,26 +122,22 @@ struct Control {
 pub struct SwitchHandle {
     /// Serialises control calls.
     control: Mutex<Control>,
-    /// Reload flag: set when a command is queued, cleared by the loop.
-    pending: Arc<AtomicBool>,
-    /// Wakes the loop from epoll.
-    wake: Arc<EventFd>,
-    /// The latest stats snapshot.
-    stats: Arc<Mutex<Arc<SwitchStats>>>,
     /// The uplink's name.
     uplink: String,
-    /// The loop's per-batch cost samples (written by the loop, read here).
+    /// Shard 0's per-batch cost samples (written by the loop, read here).
     cost_samples: Arc<CostSamples>,
-    /// The loop's clock origin (its `time_ns` counts from here).
+    /// The loops' clock origin (their `time_ns` counts from here).
     origin: Instant,
+    /// Forwarding threads.
+    threads: usize,
 }
 
-/// The forwarding loop's liveness ([`SwitchHandle::loop_health`]).
+/// The forwarding loops' liveness ([`SwitchHandle::loop_health`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopHealth {
-    /// The loop thread has not exited (stopped, or died of a panic).
+    /// No loop thread has exited (stopped, or died of a panic).
     pub running: bool,
-    /// Nanoseconds since the loop last published stats (it does so every
+    /// Nanoseconds since the loop that published least recently last did (each does every
     /// `stats_interval_ns` while it lives).
     pub stats_age_ns: u64,
 }
@@ -75,88 +151,147 @@ pub fn start(config: SwitchConfig) -> Result<SwitchHandle, SwitchError> {
     SwitchHandle::start(config)
 }
 
+/// Checks `threads` and `cpus` against the CPUs this process may use; the CPU of each thread.
+fn placement(config: &SwitchConfig) -> Result<Vec<Option<usize>>, SwitchError> {
+    let n = config.threads;
+    if n == 0 {
+        return Err(SwitchError::Threads("threads must be at least 1".into()));
+    }
+    let allowed = allowed_cpus()?;
+    if n > allowed.len() {
+        return Err(SwitchError::Threads(format!(
+            "{n} threads but this process may use {} CPU(s) ({allowed:?})",
+            allowed.len()
+        )));
+    }
+    if config.custom_engine.is_some() && n > 1 {
+        return Err(SwitchError::Threads(
+            "a custom engine runs on one thread only".into(),
+        ));
+    }
+    if config.cpus.is_empty() {
+        return Ok(vec![None; n]);
+    }
+    if config.cpus.len() != n {
+        return Err(SwitchError::Threads(format!(
+            "{} cpus for {n} threads: give one CPU per thread",
+            config.cpus.len()
+        )));
+    }
+    for (i, c) in config.cpus.iter().enumerate() {
+        if !allowed.contains(c) {
+            return Err(SwitchError::Threads(format!(
+                "CPU {c} does not exist or this process may not use it (allowed: {allowed:?})"
+            )));
+        }
+        if config.cpus[..i].contains(c) {
+            return Err(SwitchError::Threads(format!("CPU {c} is given twice")));
+        }
+    }
+    Ok(config.cpus.iter().map(|&c| Some(c)).collect())
+}
+
+/// Starts the loop of `sw` on a thread of its own (pinned to `cpu`).
+fn spawn(
+    sw: Switch,
+    readiness: Readiness,
+    origin: Instant,
+    cpu: Option<usize>,
+) -> Result<Shard, SwitchError> {
+    let index = sw.shard_index();
+    let wake = Arc::new(EventFd::new()?);
+    let pending = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let epoll = match readiness {
+        Readiness::Epoll => {
+            let e = Epoll::new(64)?;
+            e.add(wake.raw(), WAKE_TOKEN, false)?;
+            Some(e)
+        }
+        Readiness::BusyPoll => None,
+    };
+    let mut sw = sw;
+    let stats = Arc::new(Mutex::new(Arc::new(sw.stats(0))));
+    let mut runner = Runner {
+        sw,
+        epoll,
+        wake: wake.clone(),
+        commands: rx,
+        pending: pending.clone(),
+        stats_out: stats.clone(),
+        origin,
+        next_harvest_ns: 0,
+    };
+    runner.register_all()?;
+    let (pinned_tx, pinned_rx) = mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name(format!("vqos-loop{index}"))
+        .spawn(move || {
+            let pinned = cpu.map_or(Ok(()), pin_to_cpu);
+            let ok = pinned.is_ok();
+            let _ = pinned_tx.send(pinned);
+            if ok {
+                runner.run();
+            }
+        })
+        .map_err(SwitchError::Spawn)?;
+    match pinned_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            return Err(SwitchError::Threads(format!(
+                "cannot pin thread {index} to CPU {}: {e}",
+                cpu.unwrap_or_default()
+            )));
+        }
+        Err(_) => return Err(SwitchError::Stopped),
+    }
+    Ok(Shard {
+        tx,
+        pending,
+        wake,
+        stats,
+        thread: Some(thread),
+    })
+}
+
 impl SwitchHandle {
-    /// Opens the uplink, builds the engine and starts the poll loop thread.
+    /// Opens the uplink, builds the engine and starts the loop threads (`config.threads`,
+    /// pinned to `config.cpus`; shard 0 reads the uplink).
     pub fn start(config: SwitchConfig) -> Result<SwitchHandle, SwitchError> {
+        let cpus = placement(&config)?;
         let readiness = config.readiness;
         let origin = Instant::now();
-        let mut sw = Switch::new(config, 0)?;
+        let sw = Switch::new(config, 0)?;
+        let mut siblings = Vec::new();
+        for i in 1..cpus.len() {
+            siblings.push(sw.shard(i, 0)?);
+        }
         let uplink = sw.uplink_name().to_string();
         let policies = sw.policies().clone();
         let cost_samples = sw.cost_samples().clone();
-        let wake = Arc::new(EventFd::new()?);
-        let pending = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
-        let epoll = match readiness {
-            Readiness::Epoll => {
-                let e = Epoll::new(64)?;
-                e.add(wake.raw(), WAKE_TOKEN, false)?;
-                Some(e)
+        let mut shards = Vec::new();
+        for (sw, cpu) in std::iter::once(sw).chain(siblings).zip(cpus) {
+            match spawn(sw, readiness, origin, cpu) {
+                Ok(s) => shards.push(s),
+                Err(e) => {
+                    stop_all(&mut shards, false);
+                    return Err(e);
+                }
             }
-            Readiness::BusyPoll => None,
-        };
-        let stats = Arc::new(Mutex::new(Arc::new(sw.stats(0))));
-        let mut runner = Runner {
-            sw,
-            epoll,
-            wake: wake.clone(),
-            commands: rx,
-            pending: pending.clone(),
-            stats_out: stats.clone(),
-            origin,
-            next_harvest_ns: 0,
-        };
-        runner.register_all()?;
-        let thread = std::thread::Builder::new()
-            .name("vqos-loop".into())
-            .spawn(move || runner.run())
-            .map_err(SwitchError::Spawn)?;
+        }
+        let threads = shards.len();
         Ok(SwitchHandle {
             control: Mutex::new(Control {
-                policies,
-                tx,
-                thread: Some(thread),
+                placement: Placement::new(shards.len(), policies),
+                shards,
+                stopped: false,
             }),
-            pending,
-            wake,
-            stats,
             uplink,
             cost_samples,
             origin,
+            threads,
         })
-    }
-
-    /// Sends a command and waits for the loop's answer.
-    fn call(
-        &self,
-        control: &mut Control,
-        make: impl FnOnce(SyncSender<Answer>) -> Command,
-    ) -> Result<(), SwitchError> {
-        if control.thread.is_none() {
-            return Err(SwitchError::Stopped);
-        }
-        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-        control
-            .tx
-            .send(make(reply_tx))
-            .map_err(|_| SwitchError::Stopped)?;
-        self.pending.store(true, Ordering::Release);
-        self.wake.signal();
-        // Wait as long as it takes: the command is queued and will be applied, so giving up
-        // would leave the handle's view and the loop's disagreeing. A loop that exits (stop,
-        // panic) drops the command and its sender, which ends the wait.
-        match reply_rx.recv() {
-            Ok(mut answer) => {
-                if let Some(port) = answer.released.as_mut().filter(|_| answer.result.is_ok()) {
-                    // Removed for good: a persistent TAP the switch made goes too.
-                    port.release();
-                }
-                drop(answer.released);
-                control.policies = answer.policies;
-                answer.result
-            }
-            Err(mpsc::RecvError) => Err(SwitchError::Stopped),
-        }
     }
 
     /// The uplink's name.
@@ -164,36 +299,40 @@ impl SwitchHandle {
         &self.uplink
     }
 
+    /// Forwarding threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// Adds a vif port with its policy. The new policy set is validated before the port is
-    /// opened (a refused change creates no TAP); the loop validates it again.
+    /// opened (a refused change creates no TAP); the loops validate it again.
     pub fn add_port(&self, spec: PortSpec, policy: VifPolicy) -> Result<(), SwitchError> {
         self.add_port_reporting(spec, policy).map(drop)
     }
 
     /// [`SwitchHandle::add_port`], telling for a TAP whether it was created, re-attached or
     /// attached (`None` for other ports).
+    ///
+    /// The port is read by the shard with the fewest ports. Every other shard adds it first
+    /// (to send to), then its own shard (which pins its addresses and starts reading it), so
+    /// no shard can learn of it before it can send to it.
     pub fn add_port_reporting(
         &self,
         spec: PortSpec,
         policy: VifPolicy,
     ) -> Result<Option<TapOrigin>, SwitchError> {
         let mut control = lock(&self.control);
-        if spec.name == self.uplink || control.policies.id(&spec.name).is_ok() {
-            return Err(SwitchError::DuplicatePort(spec.name));
+        control
+            .placement
+            .check_new(&spec.name, &self.uplink, &policy)?;
+        if control.stopped {
+            return Err(SwitchError::Stopped);
         }
-        let mut next = (*control.policies).clone();
-        next.vifs.push(VifSpec {
-            name: spec.name.clone(),
-            policy: policy.clone(),
-        });
-        next.validate()?;
         let (port, macs, origin) = spec.open()?;
-        self.call(&mut control, |reply| Command::AddPort {
-            port,
-            macs,
-            policy,
-            reply,
-        })?;
+        let io = PortIo::new(port);
+        // On refusal the shards' holds come back in their answers and are dropped there: this
+        // one is the last, so the port closes here, off the loops.
+        control.with(|p, c| p.add(c, io, macs, policy, None))?;
         Ok(origin)
     }
 
@@ -203,36 +342,31 @@ impl SwitchHandle {
         if name == self.uplink {
             return Err(SwitchError::Uplink(name.to_string()));
         }
-        self.call(&mut control, |reply| Command::RemovePort {
-            name: name.to_string(),
-            reply,
-        })
+        let last = control.with(|p, c| p.remove(c, name))?;
+        drop(control);
+        if let Some(mut port) = last.and_then(PortIo::into_port) {
+            // Removed for good: a persistent TAP the switch made goes too.
+            port.release();
+        }
+        Ok(())
     }
 
     /// Replaces the whole policy set (capacity, cost model, every vif's policy). It must name
-    /// exactly the vif ports; it is validated, then the engine is reconfigured between batches.
+    /// exactly the vif ports; it is validated, then each engine is reconfigured between
+    /// batches.
     pub fn set_policies(&self, policies: PolicySet) -> Result<(), SwitchError> {
-        let mut control = lock(&self.control);
-        self.call(&mut control, |reply| Command::SetPolicies {
-            policies,
-            reply,
-        })
+        lock(&self.control).with(|p, c| p.set_policies(c, policies))
     }
 
     /// Replaces one vif's policy (validated against the others). The read-modify-write happens
-    /// on the loop, so concurrent calls (on different vifs) never undo each other.
+    /// on the loops, so concurrent calls (on different vifs) never undo each other.
     pub fn set_policy(&self, name: &str, policy: VifPolicy) -> Result<(), SwitchError> {
-        let mut control = lock(&self.control);
-        self.call(&mut control, |reply| Command::SetPolicy {
-            name: name.to_string(),
-            policy,
-            reply,
-        })
+        lock(&self.control).with(|p, c| p.set_policy(c, name, policy))
     }
 
     /// The policy set in force.
     pub fn policies(&self) -> PolicySet {
-        (*lock(&self.control).policies).clone()
+        (*lock(&self.control).placement.policies).clone()
     }
 
     /// Sets the probability of marking ECN CE on each vif's data (the PID-ECN controller's
@@ -241,45 +375,63 @@ impl SwitchHandle {
     /// new ports start at 0.
     pub fn set_ecn_probabilities(&self, probabilities: Vec<f64>) -> Result<(), SwitchError> {
         let control = lock(&self.control);
-        if probabilities.len() != control.policies.len()
+        let expected = control.placement.policies.len();
+        if probabilities.len() != expected
             || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
         {
             return Err(SwitchError::BadEcnProbabilities {
-                expected: control.policies.len(),
+                expected,
                 got: probabilities,
             });
         }
-        if control.thread.is_none() {
+        if control.stopped {
             return Err(SwitchError::Stopped);
         }
-        control
-            .tx
-            .send(Command::SetEcn { probabilities })
-            .map_err(|_| SwitchError::Stopped)?;
-        self.pending.store(true, Ordering::Release);
-        self.wake.signal();
+        for shard in &control.shards {
+            let op = Op::SetEcn {
+                probabilities: probabilities.clone(),
+            };
+            if !shard.send(Command::Post(op)) {
+                return Err(SwitchError::Stopped);
+            }
+        }
         Ok(())
     }
 
-    /// The last vif batches' frames, bytes and cycles ([`CostSamples`]), read without waiting
-    /// for the loop.
+    /// Shard 0's last vif batches' frames, bytes and cycles ([`CostSamples`]), read without
+    /// waiting for the loop.
     pub fn cost_samples(&self) -> &CostSamples {
         &self.cost_samples
     }
 
-    /// The latest stats snapshot (published by the loop every `stats_interval_ns`).
+    /// The latest stats: every shard's last snapshot (each publishes every
+    /// `stats_interval_ns`), merged ([`SwitchStats::merge`]).
     pub fn stats(&self) -> Arc<SwitchStats> {
-        lock(&self.stats).clone()
+        let control = lock(&self.control);
+        let snaps: Vec<Arc<SwitchStats>> = control
+            .shards
+            .iter()
+            .map(|s| lock(&s.stats).clone())
+            .collect();
+        drop(control);
+        match snaps.len() {
+            1 => snaps.into_iter().next().unwrap_or_else(|| Arc::new(SwitchStats::merge(&[]))),
+            _ => Arc::new(SwitchStats::merge(&snaps)),
+        }
     }
 
-    /// Whether the forwarding loop lives and how recently it published: the daemon's health
-    /// check and watchdog read this (a loop that panicked, or one stuck in a call, stops
-    /// publishing stats every `stats_interval_ns`).
+    /// Whether the forwarding loops live and how recently the stalest published: the
+    /// daemon's health check and watchdog read this (a loop that panicked, or one stuck in a
+    /// call, stops publishing stats every `stats_interval_ns`).
     pub fn loop_health(&self) -> LoopHealth {
-        let running = lock(&self.control)
-            .thread
-            .as_ref()
-            .is_some_and(|t| !t.is_finished());
+        let running = {
+            let control = lock(&self.control);
+            !control.stopped
+                && control
+                    .shards
+                    .iter()
+                    .all(|s| s.thread.as_ref().is_some_and(|t| !t.is_finished()))
+        };
         let now_ns = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         LoopHealth {
             running,
@@ -287,28 +439,50 @@ impl SwitchHandle {
         }
     }
 
-    /// Stops the loop and closes every port; TAPs the switch owns persistently
+    /// Stops the loops and closes every port; TAPs the switch owns persistently
     /// ([`crate::TapMode::Own`]) stay for the next run. Idempotent.
     pub fn stop(&self) -> Result<(), SwitchError> {
         self.stop_with(false)
     }
 
-    /// Stops the loop and releases every port ([`crate::Port::release`]): the switch's own
+    /// Stops the loops and releases every port ([`crate::Port::release`]): the switch's own
     /// TAPs go too (an operator's explicit "remove everything").
+    pub fn stop_with_release(&self) -> Result<(), SwitchError> {
+        self.stop_with(true)
+    }
+
+    /// Same as [`SwitchHandle::stop_with_release`].
     pub fn stop_and_release(&self) -> Result<(), SwitchError> {
         self.stop_with(true)
     }
 
     fn stop_with(&self, release: bool) -> Result<(), SwitchError> {
         let mut control = lock(&self.control);
-        let Some(thread) = control.thread.take() else {
+        if control.stopped {
             return Ok(());
-        };
-        let _ = control.tx.send(Command::Stop { release });
-        self.pending.store(true, Ordering::Release);
-        self.wake.signal();
-        thread.join().map_err(|_| SwitchError::Stopped)
+        }
+        control.stopped = true;
+        if stop_all(&mut control.shards, release) {
+            Ok(())
+        } else {
+            Err(SwitchError::Stopped)
+        }
     }
+}
+
+/// Stops every loop (each releasing its own ports first with `release`) and joins them; false
+/// if one had died of a panic.
+fn stop_all(shards: &mut [Shard], release: bool) -> bool {
+    for s in shards.iter() {
+        s.send(Command::Stop { release });
+    }
+    let mut clean = true;
+    for s in shards.iter_mut() {
+        if let Some(t) = s.thread.take() {
+            clean &= t.join().is_ok();
+        }
+    }
+    clean
 }
 
 impl Drop for SwitchHandle {

@@ -121,6 +121,10 @@ pub struct AddrTable<K> {
     port_capacity: Vec<usize>,
     /// Most entries on a slot without its own limit.
     default_port_capacity: usize,
+    /// Entries that moved or went away so far (what a reader's cache must forget).
+    changes: u64,
+    /// Entries added so far (what makes a cached "unknown" stale).
+    inserts: u64,
 }
 
 impl<K: Addr> AddrTable<K> {
@@ -136,7 +140,27 @@ impl<K: Addr> AddrTable<K> {
             per_slot: Vec::new(),
             port_capacity: Vec::new(),
             default_port_capacity: port_capacity,
+            changes: 0,
+            inserts: 0,
         }
+    }
+
+    /// Entries that moved or went away, and entries added, since the table was made: a
+    /// shard's cache ([`crate::addrs`]) forgets what it holds when either grows.
+    pub fn versions(&self) -> (u64, u64) {
+        (self.changes, self.inserts)
+    }
+
+    /// Where `addr` lives and until when it does unless seen again (`None`: pinned, for as
+    /// long as its port exists); nothing for a group, unknown or aged address.
+    #[inline]
+    pub fn lookup_until(&self, addr: K, now_ns: u64) -> Option<(u16, Option<u64>)> {
+        let e = self.map.get(&addr)?;
+        if !self.live(e, now_ns) {
+            return None;
+        }
+        let until = (!e.pinned).then(|| e.seen_ns.saturating_add(self.age_ns));
+        Some((e.slot, until))
     }
 
     /// Sets the most entries learnt on `slot` (e.g. more for an uplink).
@@ -226,6 +250,7 @@ impl<K: Addr> AddrTable<K> {
                 // Aged out: the station moved.
                 Self::release(&mut self.per_slot, e.slot);
                 self.map.remove(&mac);
+                self.changes += 1;
                 self.insert(mac, slot, now_ns, false)
             }
             None => self.insert(mac, slot, now_ns, false),
@@ -262,6 +287,7 @@ impl<K: Addr> AddrTable<K> {
             Some(e) => {
                 Self::release(&mut self.per_slot, e.slot);
                 self.map.remove(&mac);
+                self.changes += 1;
                 match self.insert_held(mac, slot, now_ns, true, force) {
                     Learnt::Yes if e.pinned => Learnt::Taken(e.slot),
                     other => other,
@@ -288,6 +314,7 @@ impl<K: Addr> AddrTable<K> {
         if self.map.len() >= self.capacity || !self.take(slot) {
             return Learnt::Full;
         }
+        self.inserts += 1;
         self.map.insert(
             mac,
             Entry {
@@ -310,6 +337,7 @@ impl<K: Addr> AddrTable<K> {
     /// Forgets every address on `slot` (the port is gone).
     pub fn purge_slot(&mut self, slot: u16) {
         self.map.retain(|_, e| e.slot != slot);
+        self.changes += 1;
         if let Some(n) = self.per_slot.get_mut(usize::from(slot)) {
             *n = 0;
         }
@@ -319,6 +347,7 @@ impl<K: Addr> AddrTable<K> {
     pub fn expire(&mut self, now_ns: u64) {
         let age = self.age_ns;
         let per_slot = &mut self.per_slot;
+        let before = self.map.len();
         self.map.retain(|_, e| {
             let keep = e.pinned || now_ns.saturating_sub(e.seen_ns) < age;
             if !keep {
@@ -326,6 +355,9 @@ impl<K: Addr> AddrTable<K> {
             }
             keep
         });
+        if self.map.len() != before {
+            self.changes += 1;
+        }
     }
 }
 

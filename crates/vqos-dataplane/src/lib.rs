@@ -57,9 +57,12 @@
 //!   configured with its address.
 #![deny(missing_docs)]
 
+mod addrs;
 pub mod afpacket;
+pub mod balance;
 pub mod calib;
 pub mod config;
+mod control;
 pub mod error;
 pub mod fault;
 pub mod frame;
@@ -73,6 +76,7 @@ pub mod port;
 mod ports;
 mod runner;
 pub mod shaper;
+pub mod shards;
 pub mod stats;
 pub mod switch;
 pub mod sys;
@@ -97,6 +101,7 @@ pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use stats::{
     DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,
 };
+pub use shards::Shards;
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapOrigin, TapPort};
 pub use tap_uring::TapIo;

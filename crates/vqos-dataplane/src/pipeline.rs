@@ -21,9 +21,10 @@
 
 use vqos_sched::{Granted, Scheduler, Verdict};
 
+use crate::addrs::AddrView;
 use crate::frame::{self, is_group, mac_key, FrameError, MacKey, VNET_HDR_LEN};
 use crate::guard;
-use crate::l2::{Addr, AddrTable, Addresses, Learnt, MacTable};
+use crate::l2::Learnt;
 use crate::port::{Batch, BATCH_FRAMES};
 use crate::ports::{PortEntry, PortTable, Security};
 use crate::shaper::UplinkShaper;
@@ -54,8 +55,8 @@ pub(crate) struct Admission<'a> {
 pub(crate) struct Parts<'a> {
     /// Every port.
     pub ports: &'a mut PortTable,
-    /// Where addresses were learnt.
-    pub addrs: &'a mut Addresses,
+    /// Where addresses live (this shard's view of the shared tables).
+    pub addrs: &'a mut AddrView,
     /// The uplink capacity.
     pub shaper: &'a mut UplinkShaper,
     /// Unknown unicast from a vif is flooded to the other vifs too (not only the uplink).
@@ -94,7 +95,7 @@ impl Pipeline {
     /// read clears the port's ready flag.
     pub fn read(&mut self, entry: &mut PortEntry, want: usize) -> usize {
         self.batch.clear();
-        let got = match entry.port.recv_batch(&mut self.batch, want) {
+        let got = match entry.port.lock().recv_batch(&mut self.batch, want) {
             Ok(n) => n,
             Err(_) => {
                 entry.c.rx_errors += 1;
@@ -105,6 +106,7 @@ impl Pipeline {
         if got < want {
             entry.ready = false;
         }
+        entry.backlogged = got >= want;
         got
     }
 
@@ -128,6 +130,7 @@ impl Pipeline {
             self.out
                 .resize_with(ports.slot_count(), || Vec::with_capacity(BATCH_FRAMES));
         }
+        addrs.begin_batch();
         let mut packets = 0u32;
         let mut bytes = 0u64;
         let mut policed = (0u32, 0u64);
@@ -144,12 +147,12 @@ impl Pipeline {
             let eth = &self.batch.frame(i)[VNET_HDR_LEN..];
             let dst_mac = mac_key(eth);
             let src_mac = mac_key(&eth[6..]);
-            if !Self::anti_spoof(s, &mut addrs.macs, src, src_mac, now)
+            if !Self::anti_spoof(s, addrs, src, src_mac, now)
                 || !Self::guard(s, addrs, src, eth, dst_mac, src_mac, now)
             {
                 continue;
             }
-            let dst = Self::lookup(&addrs.macs, dst_mac, now);
+            let dst = Self::lookup(addrs, dst_mac, now);
             if let Some(a) = admission.as_mut() {
                 let Some(marked) = self.admit(s, a, i, wire, now) else {
                     policed = (policed.0 + 1, policed.1 + wire);
@@ -230,24 +233,41 @@ impl Pipeline {
     /// May port `src` send from `src_mac`? Not from a group address, not from one outside its
     /// configured list or beyond its learning lock (a new address within the lock is pinned to
     /// it), and never from one that lives on another port. Learns the address; counts
-    /// `spoofed` when refused.
+    /// `spoofed` when refused. The shard's cache answers most frames ([`crate::addrs`]); the
+    /// shared tables decide the rest.
     fn anti_spoof(
         s: &mut PortEntry,
-        macs: &mut MacTable,
+        addrs: &mut AddrView,
         src: usize,
         src_mac: MacKey,
         now: u64,
     ) -> bool {
         let slot = src as u16;
-        if !is_group(src_mac) && Self::claim(&mut s.security, macs, src_mac, slot, now) {
-            match macs.learn(src_mac, slot, now) {
-                // Learning never takes (only an assignment does).
-                Learnt::Yes | Learnt::Taken(_) => return true,
-                Learnt::Full => {
-                    s.c.mac_learn_refused += 1;
-                    return true;
+        if !is_group(src_mac) {
+            match addrs.cached_owner(src_mac, now) {
+                Some(owner) if owner == slot => return true,
+                Some(_) => {}
+                None => {
+                    let mut t = addrs.lock();
+                    let claimed =
+                        Self::claim(&mut s.security, src_mac, || t.macs.pin(src_mac, slot, false, now));
+                    let learnt = claimed.then(|| t.macs.learn(src_mac, slot, now));
+                    let found = t.macs.lookup_until(src_mac, now);
+                    drop(t);
+                    match learnt {
+                        // Learning never takes (only an assignment does).
+                        Some(Learnt::Yes | Learnt::Taken(_)) => {
+                            addrs.remember(src_mac, found, now);
+                            return true;
+                        }
+                        Some(Learnt::Full) => {
+                            s.c.mac_learn_refused += 1;
+                            return true;
+                        }
+                        Some(Learnt::Owned(_)) => addrs.remember(src_mac, found, now),
+                        None => {}
+                    }
                 }
-                Learnt::Owned(_) => {}
             }
         }
         s.c.drops[DropReason::Spoofed] += 1;
@@ -255,27 +275,24 @@ impl Pipeline {
     }
 
     /// May a port under `security` claim `addr`? Yes if configured for it or already locked
-    /// to it, or (learning) if its lock has room and no other port owns the address, which is
-    /// then pinned to it. One rule for MACs and IP addresses.
+    /// to it, or (learning) if its lock has room and `pin` (the shared table's first-come pin)
+    /// says yes, the address then joining the lock. One rule for MACs and IP addresses; the
+    /// table is asked only for an address the port's own lists cannot answer.
     #[inline]
-    fn claim<K: Addr>(
+    fn claim<K: PartialEq + Ord + Copy>(
         security: &mut Security<K>,
-        table: &mut AddrTable<K>,
         addr: K,
-        slot: u16,
-        now: u64,
+        pin: impl FnOnce() -> Learnt,
     ) -> bool {
         match security {
             Security::Any => true,
             Security::Fixed(list) => list.binary_search(&addr).is_ok(),
             Security::Learn { max, locked } => {
                 locked.contains(&addr)
-                    || (locked.len() < *max
-                        && table.pin(addr, slot, false, now) == Learnt::Yes
-                        && {
-                            locked.push(addr);
-                            true
-                        })
+                    || (locked.len() < *max && pin() == Learnt::Yes && {
+                        locked.push(addr);
+                        true
+                    })
             }
         }
     }
@@ -286,7 +303,7 @@ impl Pipeline {
     /// network's. Counts the refusal's reason.
     fn guard(
         s: &mut PortEntry,
-        addrs: &mut Addresses,
+        addrs: &mut AddrView,
         src: usize,
         eth: &[u8],
         dst_mac: MacKey,
@@ -301,7 +318,7 @@ impl Pipeline {
             if src == 0 {
                 if let Some(ip) = guard::announced(eth) {
                     // A vif's locked address stays the vif's: the result is not needed.
-                    let _ = addrs.ips.learn(ip, 0, now);
+                    let _ = addrs.lock().ips.learn(ip, 0, now);
                 }
             }
             return true;
@@ -312,7 +329,9 @@ impl Pipeline {
                 .iter()
                 .find(|&(ip, _)| {
                     guard::is_group_ip(ip)
-                        || !Self::claim(g.family(ip), &mut addrs.ips, ip, src as u16, now)
+                        || !Self::claim(g.family(ip), ip, || {
+                            addrs.lock().ips.pin(ip, src as u16, false, now)
+                        })
                 })
                 .map(|(_, reason)| reason),
         };
@@ -371,11 +390,11 @@ impl Pipeline {
 
     /// The slot `dst_mac` lives on; `None` for a group or unknown destination.
     #[inline]
-    fn lookup(macs: &MacTable, dst_mac: MacKey, now: u64) -> Option<usize> {
+    fn lookup(addrs: &mut AddrView, dst_mac: MacKey, now: u64) -> Option<usize> {
         if is_group(dst_mac) {
             return None;
         }
-        macs.lookup(dst_mac, now).map(usize::from)
+        addrs.lookup(dst_mac, now).map(usize::from)
     }
 
     /// Storm control on the source port: a frame to be flooded takes one token; none left →
@@ -474,7 +493,7 @@ impl Pipeline {
             let d = self.touched[k];
             let idx = &self.out[d];
             if let Some(slot) = ports.get_mut(d) {
-                let sent = slot.port.send_batch(&self.batch, idx).unwrap_or(0);
+                let sent = slot.port.lock().send_batch(&self.batch, idx).unwrap_or(0);
                 let sent_bytes: u64 = idx[..sent]
                     .iter()
                     .map(|&i| self.wire_bytes[usize::from(i)])

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vqos_sched::{PolicySet, TokenBucket, VifId, VifPolicy};
 
@@ -164,15 +165,47 @@ impl PortEntry {
     }
 }
 
+/// A port's I/O, shared by the shards ([`crate::Switch::shard`]): the shard that owns the
+/// port's receive side reads it, every shard sends to it, one short lock per batch (a
+/// port with one queue is shared the way OVS shares a tx queue among PMD threads). No code
+/// holds two of these locks, or one of them and the address tables' lock, at once.
+pub(crate) struct PortIo(Mutex<Box<dyn Port>>);
+
+impl PortIo {
+    /// Shares `port`.
+    pub fn new(port: Box<dyn Port>) -> Arc<PortIo> {
+        Arc::new(PortIo(Mutex::new(port)))
+    }
+
+    /// The port, locked (a shard that panicked mid-call left a port whose next call reports
+    /// its own errors).
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn Port>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The port, once no shard holds it any more.
+    pub fn into_port(io: Arc<PortIo>) -> Option<Box<dyn Port>> {
+        Arc::into_inner(io).map(|m| m.0.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// One port as the loop holds it.
 pub(crate) struct PortEntry {
     /// The port.
-    pub port: Box<dyn Port>,
+    pub port: Arc<PortIo>,
+    /// The shard that reads the port.
+    pub home: usize,
+    /// This shard reads the port (owns its receive side, its vif's engine state and its
+    /// source-address locks); other shards hold the entry to send to it.
+    pub local: bool,
     /// Its name (copied once, for stats and lookups).
     pub name: String,
     /// Uplink or vif.
     pub role: PortRole,
-    /// Vif id in the current policy set.
+    /// Vif id in the whole policy set (`vif` is the id in this shard's engine).
+    pub global_vif: Option<VifId>,
+    /// Vif id in this shard's engine (local vifs only).
     pub vif: Option<VifId>,
     /// The vif's policy.
     pub policy: Option<VifPolicy>,
@@ -197,6 +230,11 @@ pub(crate) struct PortEntry {
     /// The vif's CE marking probability (PID-ECN), scaled to 2^32 (2^32 = always): applied to
     /// uplink→vif unicast frames and to the frames the vif sends to the uplink alone.
     pub ecn_threshold: u64,
+    /// The last read took all it asked for: more frames were likely waiting (what the
+    /// capacity balance takes for "wants more than it gets"; true until first read).
+    pub backlogged: bool,
+    /// `rx_bytes` when the shard last published the vif's demand ([`crate::balance`]).
+    pub balance_bytes: u64,
     /// Moving average of frame size read from this port, bytes (to size capacity-limited
     /// batches).
     pub avg_frame_bytes: u64,
@@ -208,20 +246,29 @@ pub(crate) struct PortEntry {
 
 impl PortEntry {
     fn new(
-        port: Box<dyn Port>,
+        port: Arc<PortIo>,
+        home: usize,
+        local: bool,
         security: PortSecurity,
         role: PortRole,
         storm: Option<TokenBucket>,
     ) -> Self {
+        let (name, fd) = {
+            let p = port.lock();
+            (p.name().to_string(), p.readiness_fd())
+        };
         PortEntry {
-            name: port.name().to_string(),
-            fd: port.readiness_fd(),
+            name,
+            fd: fd.filter(|_| local),
             port,
+            home,
+            local,
             role,
+            global_vif: None,
             vif: None,
             policy: None,
             // A new port may already hold frames: the edge may have passed before we watched.
-            ready: true,
+            ready: local,
             rx_failed: false,
             guard: match role {
                 PortRole::Uplink => None,
@@ -235,6 +282,8 @@ impl PortEntry {
             c: PortCounters::default(),
             down_bucket: None,
             ecn_threshold: 0,
+            backlogged: true,
+            balance_bytes: 0,
             // Start pessimistic (a super-frame) so that the first capacity-limited read is small.
             avg_frame_bytes: 65_536,
             rate_hist: [(0, 0, 0); RATE_SAMPLES],
@@ -246,6 +295,8 @@ impl PortEntry {
 /// Every port, by slot.
 #[derive(Default)]
 pub(crate) struct PortTable {
+    /// The shard holding this table.
+    pub shard: usize,
     /// Ports by slot; slot 0 is the uplink; removed ports leave `None`.
     slots: Vec<Option<PortEntry>>,
     /// Name → slot.
@@ -255,19 +306,17 @@ pub(crate) struct PortTable {
 }
 
 impl PortTable {
-    /// Puts `port` in a slot (0 for the uplink, else the lowest free one) and returns it; the
-    /// port is handed back if its name is taken. The uplink accepts any source address.
-    pub fn insert(
-        &mut self,
-        port: Box<dyn Port>,
-        security: PortSecurity,
-        role: PortRole,
-        storm: Option<TokenBucket>,
-    ) -> Result<usize, (SwitchError, Box<dyn Port>)> {
-        if self.by_name.contains_key(port.name()) {
-            return Err((SwitchError::DuplicatePort(port.name().to_string()), port));
+    /// An empty table for shard `shard`.
+    pub fn for_shard(shard: usize) -> Self {
+        PortTable {
+            shard,
+            ..PortTable::default()
         }
-        let idx = match role {
+    }
+
+    /// The slot a new port takes: 0 for the uplink, else the lowest free one.
+    pub fn free_slot(&self, role: PortRole) -> usize {
+        match role {
             PortRole::Uplink => 0,
             PortRole::Vif => self
                 .slots
@@ -275,14 +324,32 @@ impl PortTable {
                 .skip(1)
                 .position(Option::is_none)
                 .map_or(self.slots.len().max(1), |p| p + 1),
-        };
+        }
+    }
+
+    /// Puts `port`, read by shard `home`, in slot `idx` (from [`PortTable::free_slot`], on
+    /// every shard the same); refused if its name or the slot is taken. The uplink accepts
+    /// any source address.
+    pub fn insert(
+        &mut self,
+        idx: usize,
+        port: Arc<PortIo>,
+        home: usize,
+        security: PortSecurity,
+        role: PortRole,
+        storm: Option<TokenBucket>,
+    ) -> Result<(), SwitchError> {
+        let local = home == self.shard;
+        let entry = PortEntry::new(port, home, local, security, role, storm);
+        if self.by_name.contains_key(&entry.name) || self.get(idx).is_some() {
+            return Err(SwitchError::DuplicatePort(entry.name));
+        }
         if idx >= self.slots.len() {
             self.slots.resize_with(idx + 1, || None);
         }
-        let entry = PortEntry::new(port, security, role, storm);
         self.by_name.insert(entry.name.clone(), idx);
         self.slots[idx] = Some(entry);
-        Ok(idx)
+        Ok(())
     }
 
     /// Empties slot `idx` and returns its entry.
@@ -316,7 +383,7 @@ impl PortTable {
         self.slots.get_mut(idx).and_then(Option::as_mut)
     }
 
-    /// The slot of vif `vif` in the policy set in force.
+    /// The slot of vif `vif` of this shard's engine.
     #[inline]
     pub fn vif_slot(&self, vif: VifId) -> Option<usize> {
         self.vif_slots.get(vif).copied()
@@ -328,6 +395,14 @@ impl PortTable {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// Every port with its slot, mutable.
+    pub fn iter_mut_slots(&mut self) -> impl Iterator<Item = (usize, &mut PortEntry)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_mut().map(|s| (i, s)))
     }
 
     /// Every port, mutable.
@@ -365,22 +440,29 @@ impl PortTable {
     }
 
     /// Installs a resolved vif → slot mapping (from [`PortTable::resolve`]) and each vif's
-    /// policy; slots not in it lose their vif id.
-    pub fn assign(&mut self, vif_slots: Vec<usize>, policies: &PolicySet) {
+    /// policy, and the ids of this shard's vifs in its engine (`local_slots`, by engine id);
+    /// slots not in them lose their ids.
+    pub fn assign(&mut self, vif_slots: &[usize], local_slots: Vec<usize>, policies: &PolicySet) {
         for s in self.iter_mut() {
             s.vif = None;
+            s.global_vif = None;
         }
         for (id, &idx) in vif_slots.iter().enumerate() {
             if let Some(s) = self.get_mut(idx) {
-                s.vif = Some(id);
+                s.global_vif = Some(id);
                 s.policy = Some(policies.vifs[id].policy.clone());
             }
         }
-        self.vif_slots = vif_slots;
+        for (id, &idx) in local_slots.iter().enumerate() {
+            if let Some(s) = self.get_mut(idx) {
+                s.vif = Some(id);
+            }
+        }
+        self.vif_slots = local_slots;
     }
 
-    /// True when some port has no readiness descriptor (it must be polled).
+    /// True when some port this shard reads has no readiness descriptor (it must be polled).
     pub fn has_poll_only(&self) -> bool {
-        self.iter().any(|(_, s)| s.fd.is_none())
+        self.iter().any(|(_, s)| s.local && s.fd.is_none())
     }
 }

@@ -14,11 +14,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use vqos_sched::{PolicySet, VifPolicy};
-
-use crate::config::PortSecurity;
+use crate::control::{Answer, Op};
 use crate::error::SwitchError;
-use crate::port::Port;
 use crate::stats::SwitchStats;
 use crate::switch::Switch;
 use crate::sys::{cycles, Epoll, EventFd};
@@ -34,48 +31,16 @@ const POLL_ONLY_INTERVAL_NS: u64 = 1_000_000;
 /// second, and a drained port waits at most this long before it is a candidate again.
 const BUSY_HARVEST_INTERVAL_NS: u64 = 50_000;
 
-/// The loop's answer to a control command: the result, a port it let go of (removed, or
-/// refused on add) for the control thread to drop — closing a TAP can take tens to hundreds
-/// of milliseconds (RTNL) that the loop must not stall for — and the policy set in force after
-/// the command.
-pub(crate) struct Answer {
-    /// What the switch said.
-    pub result: Result<(), SwitchError>,
-    /// A port to close off the loop thread.
-    pub released: Option<Box<dyn Port>>,
-    /// The policy set now in force.
-    pub policies: Arc<PolicySet>,
-}
-
 /// A command from the handle to the loop.
 pub(crate) enum Command {
-    /// Add an opened vif port.
-    AddPort {
-        port: Box<dyn Port>,
-        macs: PortSecurity,
-        policy: VifPolicy,
+    /// Apply `op` and answer.
+    Call {
+        op: Op,
         reply: SyncSender<Answer>,
     },
-    /// Remove a vif port.
-    RemovePort {
-        name: String,
-        reply: SyncSender<Answer>,
-    },
-    /// Replace the policy set.
-    SetPolicies {
-        policies: PolicySet,
-        reply: SyncSender<Answer>,
-    },
-    /// Replace one vif's policy (read-modify-write on the loop: concurrent calls never undo
-    /// each other).
-    SetPolicy {
-        name: String,
-        policy: VifPolicy,
-        reply: SyncSender<Answer>,
-    },
-    /// New CE marking probabilities (validated by the handle).
-    SetEcn { probabilities: Vec<f64> },
-    /// Exit the loop; with `release`, every port is released first.
+    /// Apply `op`, no answer wanted (ECN probabilities, unlocks).
+    Post(Op),
+    /// Exit the loop; with `release`, every port this shard reads is released first.
     Stop { release: bool },
 }
 
@@ -114,7 +79,11 @@ impl Runner {
                     ep.add(fd, slot as u64, true)?;
                 }
             }
-            None => self.sw.set_busy_poll(0),
+            None => {
+                if self.sw.reads(0) {
+                    self.sw.set_busy_poll(0);
+                }
+            }
         }
         Ok(())
     }
@@ -163,70 +132,56 @@ impl Runner {
     fn drain_commands(&mut self) -> bool {
         while let Ok(cmd) = self.commands.try_recv() {
             self.sw.counters.commands += 1;
-            let now = self.now_ns();
-            let (reply, result, released) = match cmd {
+            match cmd {
                 Command::Stop { release } => {
                     if release {
                         self.sw.release_ports();
                     }
                     return false;
                 }
-                Command::SetEcn { probabilities } => {
-                    // Validated by the handle against the same policy set.
-                    let _ = self.sw.set_ecn_probabilities(&probabilities, now);
-                    continue;
+                Command::Post(op) => {
+                    let _ = self.apply(op);
                 }
-                Command::AddPort {
-                    port,
-                    macs,
-                    policy,
-                    reply,
-                } => {
-                    let name = port.name().to_string();
-                    match self.sw.add_opened(port, macs, policy, now) {
-                        Ok(slot) => match self.watch(slot) {
-                            Ok(()) => (reply, Ok(()), None),
-                            Err(e) => {
-                                let released = self.sw.remove_port(&name, now).ok().flatten();
-                                (reply, Err(e), released)
-                            }
-                        },
-                        Err((e, port)) => (reply, Err(e), port),
-                    }
+                Command::Call { op, reply } => {
+                    let answer = self.apply(op);
+                    let _ = reply.send(answer);
                 }
-                Command::RemovePort { name, reply } => {
-                    let fd = self.sw.slot_of(&name).and_then(|s| self.sw.readiness_fd(s));
-                    match self.sw.remove_port(&name, now) {
-                        Ok(port) => {
-                            if let (Some(ep), Some(fd)) = (&self.epoll, fd) {
-                                ep.remove(fd);
-                            }
-                            (reply, Ok(()), port)
-                        }
-                        Err(e) => (reply, Err(e), None),
-                    }
-                }
-                Command::SetPolicies { policies, reply } => {
-                    (reply, self.sw.set_policies(policies, now), None)
-                }
-                Command::SetPolicy {
-                    name,
-                    policy,
-                    reply,
-                } => (reply, self.sw.set_policy(&name, policy, now), None),
-            };
-            let _ = reply.send(Answer {
-                result,
-                released,
-                policies: self.sw.policies().clone(),
-            });
+            }
         }
         true
+    }
+
+    /// Applies `op` to the switch, watching the readiness of a port it now reads and no
+    /// longer watching one it let go of.
+    fn apply(&mut self, op: Op) -> Answer {
+        let now = self.now_ns();
+        let removed_fd = match &op {
+            Op::RemovePort { name } => self.sw.slot_of(name).and_then(|s| self.sw.readiness_fd(s)),
+            _ => None,
+        };
+        let mut answer = self.sw.apply(op, now);
+        if let Some(slot) = answer.added.as_ref().map(|a| a.slot) {
+            if let Err(e) = self.watch(slot) {
+                let name = self.sw.port_name(slot);
+                answer.released = self.sw.remove_shared(&name, now).ok().flatten();
+                answer.added = None;
+                answer.result = Err(e);
+            }
+        }
+        if answer.result.is_ok() {
+            if let (Some(ep), Some(fd)) = (&self.epoll, removed_fd) {
+                ep.remove(fd);
+            }
+        }
+        answer
     }
 
     /// Registers the readiness descriptor of a new port in `slot`; under busy polling tells
     /// the port instead.
     fn watch(&mut self, slot: usize) -> Result<(), SwitchError> {
+        if !self.sw.reads(slot) {
+            return Ok(());
+        }
         match (&self.epoll, self.sw.readiness_fd(slot)) {
             (Some(ep), Some(fd)) => ep.add(fd, slot as u64, true)?,
             (Some(_), None) => {}

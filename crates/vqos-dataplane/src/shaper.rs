@@ -46,6 +46,19 @@ impl UplinkShaper {
         self.bucket = rebucket(self.bucket.take(), capacity_bps, now_ns);
     }
 
+    /// Changes the capacity keeping the tokens (and debt) the bucket holds: a shard's share
+    /// moves every balance period ([`crate::balance`]) and a fresh, full bucket each time would
+    /// let it burst above its share.
+    pub fn retarget(&mut self, capacity_bps: Option<u64>, now_ns: u64) {
+        match (&mut self.bucket, capacity_bps) {
+            (Some(b), Some(rate)) => {
+                let fresh = rate_bucket(rate, now_ns);
+                b.reconfigure(fresh.rate_per_sec(), fresh.tokens() as u64, u64::MAX, now_ns);
+            }
+            _ => self.configure(capacity_bps, now_ns),
+        }
+    }
+
     /// True when a vif batch may be served now.
     #[inline]
     pub fn allows(&mut self, now_ns: u64) -> bool {

@@ -209,6 +209,8 @@ pub struct PortStats {
     /// the daemon persists so that a restart gives them back before the port forwards.
     #[serde(skip_serializing_if = "Locks::is_empty")]
     pub locked: Locks,
+    /// The shard (forwarding thread) that reads the port.
+    pub shard: usize,
 }
 
 /// The poll loop's counters.
@@ -256,12 +258,91 @@ pub struct SwitchStats {
     pub mac_entries: usize,
     /// Every port, uplink first.
     pub ports: Vec<PortStats>,
-    /// The loop.
+    /// The loops' counters added up.
     #[serde(rename = "loop")]
     pub loop_stats: LoopStats,
+    /// Each loop (shard) on its own, shard 0 first.
+    pub loops: Vec<LoopStats>,
+}
+
+impl PortCounters {
+    /// Adds `o`'s counts to these (one port's counters from every shard).
+    pub fn add(&mut self, o: &PortCounters) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        for (r, n) in o.drops.iter() {
+            self.drops[r] += n;
+        }
+        self.ecn_marked += o.ecn_marked;
+        self.ecn_not_ect += o.ecn_not_ect;
+        self.rx_errors += o.rx_errors;
+        self.mac_learn_refused += o.mac_learn_refused;
+    }
+}
+
+impl LoopStats {
+    /// Adds `o`'s counts to these (the loops added up).
+    fn add(&mut self, o: &LoopStats) {
+        self.iterations += o.iterations;
+        self.bursts += o.bursts;
+        self.burst_frames += o.burst_frames;
+        self.busy_cycles += o.busy_cycles;
+        self.idle_cycles += o.idle_cycles;
+        self.engine_ticks += o.engine_ticks;
+        self.engine_refusals += o.engine_refusals;
+        self.capacity_waits += o.capacity_waits;
+        self.commands += o.commands;
+        self.epoll_errors += o.epoll_errors;
+        self.epoll_wait_fallback |= o.epoll_wait_fallback;
+    }
 }
 
 impl SwitchStats {
+    /// One snapshot of a switch from its shards' (shard 0 first): each port's counters added
+    /// up over the shards (every shard counts what it sent to a port, the shard that reads it
+    /// what it read), its engine state, I/O counters, status and locks from the shard that
+    /// reads it; the loops side by side and added up; the oldest time.
+    pub fn merge(shards: &[std::sync::Arc<SwitchStats>]) -> SwitchStats {
+        let Some(first) = shards.first() else {
+            return SwitchStats {
+                time_ns: 0,
+                policy_epoch: 0,
+                engine: EngineKind::Rr,
+                capacity_bps: None,
+                mac_entries: 0,
+                ports: Vec::new(),
+                loop_stats: LoopStats::default(),
+                loops: Vec::new(),
+            };
+        };
+        if shards.len() == 1 {
+            return (**first).clone();
+        }
+        let mut out = (**first).clone();
+        out.loops = shards.iter().map(|s| s.loop_stats.clone()).collect();
+        for (i, s) in shards.iter().enumerate().skip(1) {
+            out.time_ns = out.time_ns.min(s.time_ns);
+            out.loop_stats.add(&s.loop_stats);
+            for p in &s.ports {
+                let Some(o) = out.ports.iter_mut().find(|o| o.name == p.name) else {
+                    continue;
+                };
+                o.counters.add(&p.counters);
+                o.rx_rate_bps += p.rx_rate_bps;
+                o.tx_rate_bps += p.tx_rate_bps;
+                if p.shard == i {
+                    o.engine = p.engine;
+                    o.io = p.io;
+                    o.status = p.status.clone();
+                    o.locked = p.locked.clone();
+                }
+            }
+        }
+        out
+    }
+
     /// The port called `name`.
     pub fn port(&self, name: &str) -> Option<&PortStats> {
         self.ports.iter().find(|p| p.name == name)

@@ -20,18 +20,18 @@
 
 use std::sync::Arc;
 
-use vqos_sched::{
-    Engine, EngineKind, PolicySet, Scheduler, Step, TokenBucket, Usage, VifPolicy, VifSpec,
-};
+use vqos_sched::{Engine, EngineKind, PolicySet, Scheduler, Step, Usage};
 
+use crate::addrs::{AddrView, SharedAddrs};
+use crate::balance::Balance;
 use crate::calib::CostSamples;
-use crate::config::{EmulatedWork, PortSecurity, PortSpec, SwitchConfig};
+use crate::config::{EmulatedWork, PortSecurity, SwitchConfig};
 use crate::error::SwitchError;
 use crate::l2::{Addresses, IpTable, MacTable};
 use crate::pipeline::{Admission, Parts, Pipeline};
-use crate::port::{Port, BATCH_FRAMES};
-use crate::ports::{PortTable, RATE_SAMPLES};
-use crate::shaper::{rebucket, UplinkShaper};
+use crate::port::BATCH_FRAMES;
+use crate::ports::{PortIo, PortTable, RATE_SAMPLES};
+use crate::shaper::UplinkShaper;
 use crate::stats::{LoopStats, PortRole, PortStats, SwitchStats};
 use crate::sys::{cycles, CYCLES_UNIT};
 
@@ -48,42 +48,58 @@ pub struct Poll {
     pub next_deadline_ns: u64,
 }
 
-/// The data plane's state; see the module docs.
+/// The data plane's state; see the module docs. With several threads each runs one
+/// `Switch`, a shard ([`Switch::shard`]): it reads its own ports and shares the address
+/// tables, every port's I/O and the uplink capacity with the others (docs/dataplane.md,
+/// "Shards").
 pub struct Switch {
-    /// Every port; slot 0 is the uplink.
-    ports: PortTable,
-    /// MAC learning table and the IP address guard's table.
-    addrs: Addresses,
-    /// The engine and its ready set.
-    sched: Scheduler,
-    /// The uplink capacity.
-    shaper: UplinkShaper,
+    /// Every port (this shard's and the others', to send to); slot 0 is the uplink. Slots
+    /// are the same on every shard.
+    pub(crate) ports: PortTable,
+    /// This shard's view of the shared address tables.
+    pub(crate) addrs: AddrView,
+    /// The engine over this shard's vifs, and its ready set.
+    pub(crate) sched: Scheduler,
+    /// This shard's part of the uplink capacity.
+    pub(crate) shaper: UplinkShaper,
     /// The batch in flight and its output queues.
-    pipeline: Pipeline,
+    pub(crate) pipeline: Pipeline,
     /// Which engine.
-    engine_kind: EngineKind,
-    /// The snapshot in force.
-    policies: Arc<PolicySet>,
+    pub(crate) engine_kind: EngineKind,
+    /// The snapshot in force (every vif, on every shard).
+    pub(crate) policies: Arc<PolicySet>,
+    /// Slot of each vif of `policies`, by vif id.
+    pub(crate) vif_slots: Vec<usize>,
     /// Snapshots applied.
-    policy_epoch: u64,
+    pub(crate) policy_epoch: u64,
+    /// This shard's index (0 reads the uplink, sweeps the tables and divides the capacity).
+    pub(crate) shard: usize,
+    /// How the shards divide the uplink capacity.
+    pub(crate) balance: Arc<Balance>,
+    /// The capacity this shard was last given (`None`: unlimited).
+    pub(crate) share_bps: Option<u64>,
+    /// When the capacity is next divided (shard 0) or this shard's demands next published.
+    pub(crate) next_balance_ns: u64,
     /// Stats publication period, ns.
-    stats_interval_ns: u64,
+    pub(crate) stats_interval_ns: u64,
     /// Enforce vif maximums on the downlink.
-    downlink_max: bool,
+    pub(crate) downlink_max: bool,
     /// Extra work per vif frame (experiments).
-    emulated_work: Option<EmulatedWork>,
+    pub(crate) emulated_work: Option<EmulatedWork>,
     /// Storm control per port, frames per second (0 = off).
-    storm_pps: u64,
+    pub(crate) storm_pps: u64,
     /// Unknown unicast from a vif is flooded to the other vifs too.
-    flood_unknown_to_vifs: bool,
+    pub(crate) flood_unknown_to_vifs: bool,
     /// Loop counters.
     pub(crate) counters: LoopStats,
     /// The last vif batches' frames, bytes and cycles, for calibration (shared with readers).
-    cost_samples: Arc<CostSamples>,
+    pub(crate) cost_samples: Arc<CostSamples>,
     /// When stats are next due, ns.
-    next_stats_ns: u64,
+    pub(crate) next_stats_ns: u64,
     /// When the MAC table is next swept, ns.
-    next_age_ns: u64,
+    pub(crate) next_age_ns: u64,
+    /// When this shard last published its demands, ns.
+    pub(crate) balanced_at_ns: u64,
 }
 
 impl std::fmt::Debug for Switch {
@@ -126,13 +142,18 @@ impl Switch {
         let (uplink, uplink_security, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
-            addrs: Addresses { macs, ips },
+            addrs: AddrView::new(SharedAddrs::new(Addresses { macs, ips })),
             engine_kind: engine.kind(),
             sched: Scheduler::new(engine, 0),
             shaper: UplinkShaper::default(),
             pipeline: Pipeline::default(),
             policies: Arc::new(policies.clone()),
+            vif_slots: Vec::new(),
             policy_epoch: 0,
+            shard: 0,
+            balance: Balance::new(config.threads.max(1)),
+            share_bps: policies.capacity_bps,
+            next_balance_ns: now_ns,
             stats_interval_ns: config.stats_interval_ns.max(1_000_000),
             downlink_max: config.downlink_max,
             emulated_work: config.emulated_work,
@@ -145,16 +166,22 @@ impl Switch {
             cost_samples: Arc::new(CostSamples::new()),
             next_stats_ns: now_ns,
             next_age_ns: now_ns.saturating_add(1_000_000_000),
+            balanced_at_ns: now_ns,
         };
+        if config.threads > 1 {
+            // Until shard 0 first divides it: an even part each.
+            sw.share_bps = policies.capacity_bps.map(|c| c / config.threads as u64);
+        }
         let storm = sw.storm_bucket(now_ns);
+        let io = PortIo::new(uplink);
         sw.ports
-            .insert(uplink, PortSecurity::open(), PortRole::Uplink, storm)
-            .map_err(|(e, _)| e)?;
+            .insert(0, io, 0, PortSecurity::open(), PortRole::Uplink, storm)?;
         // Stations the uplink is configured with (a gateway's MAC, a null uplink's station)
         // are its own from the start: no vif can claim them.
         if let crate::MacPolicy::Fixed(list) = &uplink_security.macs {
+            let mut t = sw.addrs.lock();
             for &mac in list {
-                let _ = sw.addrs.macs.pin(mac, 0, true, now_ns);
+                let _ = t.macs.pin(mac, 0, true, now_ns);
             }
         }
         sw.apply_policies(Arc::new(policies), now_ns)?;
@@ -186,192 +213,19 @@ impl Switch {
         self.emulated_work
     }
 
-    /// Opens `spec` and adds it as a vif port with `policy` (see [`Switch::add_opened`]).
-    pub fn add_port(
-        &mut self,
-        spec: PortSpec,
-        policy: VifPolicy,
-        now_ns: u64,
-    ) -> Result<usize, SwitchError> {
-        let (port, security, _) = spec.open()?;
-        self.add_opened(port, security, policy, now_ns)
-            .map_err(|(e, _)| e)
+    /// True when this shard reads the port in `slot`.
+    pub fn reads(&self, slot: usize) -> bool {
+        self.ports.get(slot).is_some_and(|s| s.local)
     }
 
-    /// A full storm-control bucket (frames), if storm control is on.
-    fn storm_bucket(&self, now_ns: u64) -> Option<TokenBucket> {
-        (self.storm_pps > 0).then(|| TokenBucket::new(self.storm_pps, self.storm_pps, 0, now_ns))
-    }
-
-    /// Adds an opened port as a vif with `policy`, validated with every other vif; returns its
-    /// slot. Its configured addresses ([`MacPolicy::Fixed`](crate::MacPolicy::Fixed),
-    /// [`IpAddrs::Fixed`](crate::IpAddrs::Fixed)) become its own at once (taken from a port
-    /// that only learnt them; refused if another port owns one). On refusal nothing changed
-    /// and the port is handed back.
-    pub fn add_opened(
-        &mut self,
-        port: Box<dyn Port>,
-        security: PortSecurity,
-        policy: VifPolicy,
-        now_ns: u64,
-    ) -> Result<usize, (SwitchError, Option<Box<dyn Port>>)> {
-        if self.ports.index_of(port.name()).is_some() {
-            return Err((
-                SwitchError::DuplicatePort(port.name().to_string()),
-                Some(port),
-            ));
-        }
-        let mut next = (*self.policies).clone();
-        next.vifs.push(VifSpec {
-            name: port.name().to_string(),
-            policy,
-        });
-        if let Err(e) = next.validate() {
-            return Err((e.into(), Some(port)));
-        }
-        let storm = self.storm_bucket(now_ns);
-        let pinned = security.clone();
-        let idx = self
-            .ports
-            .insert(port, security, PortRole::Vif, storm)
-            .map_err(|(e, p)| (e, Some(p)))?;
-        match self.addrs.pin_assigned(&pinned, idx as u16, now_ns) {
-            Ok(done) => {
-                for (addr, from) in done.taken {
-                    if let Some(p) = self.ports.get_mut(usize::from(from)) {
-                        p.unlock(addr);
-                    }
-                }
-                if let Some(p) = self.ports.get_mut(idx) {
-                    done.locked.into_iter().for_each(|a| p.lock(a));
-                }
-            }
-            Err((kind, addr, owner)) => {
-                let owner =
-                    owner.and_then(|o| self.ports.get(usize::from(o)).map(|p| p.name.clone()));
-                let err = SwitchError::MacInUse {
-                    kind,
-                    mac: addr,
-                    owner,
-                };
-                return Err((err, self.release(idx)));
-            }
-        }
-        match self.apply_policies(Arc::new(next), now_ns) {
-            Ok(()) => Ok(idx),
-            Err(e) => Err((e, self.release(idx))),
-        }
-    }
-
-    /// Removes vif port `name` and hands it back (closing a TAP can take long: the caller
-    /// drops it where that does not stall forwarding). Other ports keep forwarding.
-    pub fn remove_port(
-        &mut self,
-        name: &str,
-        now_ns: u64,
-    ) -> Result<Option<Box<dyn Port>>, SwitchError> {
-        let idx = match self.ports.index_of(name) {
-            Some(0) => return Err(SwitchError::Uplink(name.to_string())),
-            Some(idx) => idx,
-            None => return Err(SwitchError::UnknownPort(name.to_string())),
-        };
-        let mut next = (*self.policies).clone();
-        next.vifs.retain(|v| v.name != name);
-        // Check the snapshot and configure the engine first: if either refuses, the port stays.
-        self.ports.resolve(&next, Some(idx))?;
-        self.sched.configure(&next, now_ns)?;
-        let port = self.release(idx);
-        self.apply_policies(Arc::new(next), now_ns)?;
-        Ok(port)
-    }
-
-    /// Releases every port ([`Port::release`]) ahead of a shutdown that removes them for good.
-    pub fn release_ports(&mut self) {
-        for s in self.ports.iter_mut() {
-            s.port.release();
-        }
-    }
-
-    /// Empties slot `idx` and forgets what was learnt there.
-    fn release(&mut self, idx: usize) -> Option<Box<dyn Port>> {
-        let entry = self.ports.remove(idx)?;
-        self.addrs.purge_slot(idx as u16);
-        Some(entry.port)
-    }
-
-    /// Replaces the whole policy set; it must name exactly the vif ports.
-    pub fn set_policies(&mut self, policies: PolicySet, now_ns: u64) -> Result<(), SwitchError> {
-        policies.validate()?;
-        self.apply_policies(Arc::new(policies), now_ns)
-    }
-
-    /// Replaces one vif's policy (validated against the others).
-    pub fn set_policy(
-        &mut self,
-        name: &str,
-        policy: VifPolicy,
-        now_ns: u64,
-    ) -> Result<(), SwitchError> {
-        if self.ports.index_of(name) == Some(0) {
-            return Err(SwitchError::Uplink(name.to_string()));
-        }
-        let next = self.policies.with_policy(name, policy)?;
-        self.set_policies(next, now_ns)
-    }
-
-    /// Sets each vif's CE marking probability, one per vif in policy order: ECT frames of the
-    /// vif's data direction are marked with it, whichever way the vif's traffic goes —
-    /// uplink→vif unicast frames, and frames the vif sends to the uplink alone (after the
-    /// engine admitted them). Counted on the vif's port (`ecn_marked`, `ecn_not_ect`).
-    pub fn set_ecn_probabilities(
-        &mut self,
-        probabilities: &[f64],
-        now_ns: u64,
-    ) -> Result<(), SwitchError> {
-        if probabilities.len() != self.policies.len()
-            || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
-        {
-            return Err(SwitchError::BadEcnProbabilities {
-                expected: self.policies.len(),
-                got: probabilities.to_vec(),
-            });
-        }
-        for (vif, p) in probabilities.iter().enumerate() {
-            if let Some(slot) = self.ports.vif_slot(vif).and_then(|i| self.ports.get_mut(i)) {
-                slot.ecn_threshold = (p * 4_294_967_296.0) as u64;
-            }
-        }
-        self.next_stats_ns = now_ns;
-        Ok(())
-    }
-
-    /// Installs a snapshot whose vifs name exactly the vif slots; refused before any state
-    /// (engine included) is touched otherwise.
-    fn apply_policies(&mut self, policies: Arc<PolicySet>, now_ns: u64) -> Result<(), SwitchError> {
-        let vif_slots = self.ports.resolve(&policies, None)?;
-        self.sched.configure(&policies, now_ns)?;
-        self.ports.assign(vif_slots, &policies);
-        for (id, spec) in policies.vifs.iter().enumerate() {
-            let Some(slot) = self.ports.vif_slot(id).and_then(|i| self.ports.get_mut(i)) else {
-                continue;
-            };
-            self.sched.set_ready(id, slot.ready);
-            // The downlink's own max when the policy states one, else the vif's max (when
-            // `downlink_max` is on, as before max_in existed).
-            let max = spec.policy.inbound_max_bps(self.downlink_max);
-            slot.down_bucket = rebucket(slot.down_bucket.take(), max, now_ns);
-        }
-        self.shaper.configure(policies.capacity_bps, now_ns);
-        self.policies = policies;
-        self.policy_epoch += 1;
-        // Show the change in the stats right away.
-        self.next_stats_ns = now_ns;
-        Ok(())
+    /// This shard's index (0 for a switch with one thread).
+    pub fn shard_index(&self) -> usize {
+        self.shard
     }
 
     /// Marks the port in slot `slot` (its readiness token) as having frames.
     pub fn mark_ready(&mut self, slot: usize) {
-        if let Some(s) = self.ports.get_mut(slot) {
+        if let Some(s) = self.ports.get_mut(slot).filter(|s| s.local) {
             s.ready = true;
             if let Some(v) = s.vif {
                 self.sched.set_ready(v, true);
@@ -379,10 +233,11 @@ impl Switch {
         }
     }
 
-    /// Marks every port (busy polling), or only those without a readiness descriptor.
+    /// Marks every port this shard reads (busy polling), or only those without a readiness
+    /// descriptor.
     pub fn mark_all_ready(&mut self, poll_only: bool) {
         for s in self.ports.iter_mut() {
-            if poll_only && s.fd.is_some() {
+            if !s.local || (poll_only && s.fd.is_some()) {
                 continue;
             }
             s.ready = true;
@@ -413,7 +268,7 @@ impl Switch {
     /// Tells the port in `slot` that the loop busy-polls it ([`Port::set_busy_poll`]).
     pub fn set_busy_poll(&mut self, slot: usize) {
         if let Some(s) = self.ports.get_mut(slot) {
-            s.port.set_busy_poll(true);
+            s.port.lock().set_busy_poll(true);
         }
     }
 
@@ -449,8 +304,13 @@ impl Switch {
             }
         }
         if now_ns >= self.next_age_ns {
-            self.addrs.expire(now_ns);
+            if self.shard == 0 {
+                self.addrs.lock().expire(now_ns);
+            }
             self.next_age_ns = now_ns + 1_000_000_000;
+        }
+        if now_ns >= self.next_balance_ns {
+            self.rebalance(now_ns);
         }
         Poll {
             did_work,
@@ -464,6 +324,7 @@ impl Switch {
         let mut at = self
             .next_stats_ns
             .min(self.next_age_ns)
+            .min(self.next_balance_ns)
             .min(self.sched.wake_at(now_ns));
         if !self.sched.ready().none() {
             if let Some(t) = self.shaper.blocked_until() {
@@ -558,7 +419,7 @@ impl Switch {
         self.next_stats_ns = now_ns + self.stats_interval_ns;
         let mut ports = Vec::new();
         for s in self.ports.iter_mut() {
-            if s.rx_failed {
+            if s.local && s.rx_failed {
                 s.rx_failed = false;
                 s.ready = true;
                 if let Some(v) = s.vif {
@@ -571,19 +432,27 @@ impl Switch {
             let dt = now_ns.saturating_sub(oldest.0).max(1);
             // bytes < 2^64, ×8e9 fits in u128.
             let rate = |b: u64| (u128::from(b) * 8_000_000_000 / u128::from(dt)) as u64;
+            // The port's own counters and status once, from the shard that reads it.
+            let (io, status) = if s.local {
+                let p = s.port.lock();
+                (p.counters(), p.status())
+            } else {
+                Default::default()
+            };
             ports.push(PortStats {
                 name: s.name.clone(),
                 role: s.role,
-                vif: s.vif,
+                vif: s.global_vif,
                 policy: s.policy.clone(),
                 counters: s.c,
                 ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
                 engine: s.vif.map(|v| self.sched.vif_state(v)),
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),
                 tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
-                io: s.port.counters(),
-                status: s.port.status(),
-                locked: s.locks(),
+                io,
+                status,
+                locked: if s.local { s.locks() } else { Default::default() },
+                shard: s.home,
             });
         }
         SwitchStats {
@@ -591,9 +460,10 @@ impl Switch {
             policy_epoch: self.policy_epoch,
             engine: self.engine_kind,
             capacity_bps: self.policies.capacity_bps,
-            mac_entries: self.addrs.macs.len(),
+            mac_entries: self.addrs.lock().macs.len(),
             ports,
             loop_stats: self.counters.clone(),
+            loops: vec![self.counters.clone()],
         }
     }
 }
@@ -601,7 +471,9 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PortSpec;
     use crate::mem::MemPort;
+    use vqos_sched::{VifPolicy, VifSpec};
 
     fn set(vifs: &[&str]) -> PolicySet {
         let mut p = PolicySet::new(None);

@@ -17,6 +17,37 @@ fn last(op: &'static str) -> SysError {
     SysError::Call(op, io::Error::last_os_error())
 }
 
+/// The CPUs this process may run on (its affinity mask), ascending.
+pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is the set's.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(last("sched_getaffinity"));
+    }
+    // SAFETY: CPU_ISSET reads the set within its size.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<(), SysError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes within the set (cpu < CPU_SETSIZE is checked by the caller's
+    // validation against allowed_cpus); pid 0 is this thread.
+    let rc = unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(last("sched_setaffinity"));
+    }
+    Ok(())
+}
+
 /// Reads the cycle counter: `rdtsc` on x86_64, monotonic nanoseconds elsewhere.
 #[inline]
 pub fn cycles() -> u64 {

@@ -1,0 +1,459 @@
+//! The switch's control calls: ports added and removed, policy sets, ECN probabilities, and
+//! the shards of a multi-threaded switch ([`Switch::shard`]). Each is validated as a whole and
+//! applied between batches; a refused call changes nothing.
+//!
+//! With several shards every call is applied on each of them, in the same order (the thread
+//! wrapper sees to it): the shard that reads a new port ([`Place::Home`]) pins its addresses
+//! in the shared tables and says which first-come locks it took, and the others add the same
+//! slot to send to ([`Place::Replica`]) and forget those locks if they hold them.
+
+use std::sync::Arc;
+
+use vqos_sched::{PolicySet, Scheduler, TokenBucket, VifPolicy, VifSpec};
+
+use crate::addrs::AddrView;
+use crate::config::{PortSecurity, PortSpec};
+use crate::error::SwitchError;
+use crate::l2::AddrKey;
+use crate::pipeline::Pipeline;
+use crate::port::Port;
+use crate::ports::{PortIo, PortTable};
+use crate::shaper::{rebucket, UplinkShaper};
+use crate::stats::{LoopStats, PortRole};
+use crate::switch::Switch;
+
+/// Where a port is added on a shard.
+#[derive(Debug, Clone)]
+pub(crate) enum Place {
+    /// This shard reads it from `slot` (`None`: the lowest free one) and pins its addresses.
+    Home(Option<usize>),
+    /// Shard `home` reads it from `slot`; `taken` are the first-come locks its addresses took
+    /// (address, slot that held it).
+    Replica {
+        /// The slot it has on every shard.
+        slot: usize,
+        /// The shard that reads it.
+        home: usize,
+        /// Locks it took.
+        taken: Vec<(AddrKey, u16)>,
+    },
+}
+
+/// A control operation, applied to one shard ([`Switch::apply`]).
+pub(crate) enum Op {
+    /// Add an opened vif port, to read ([`Place::Home`]) or to send to.
+    AddPort {
+        port: Arc<PortIo>,
+        macs: PortSecurity,
+        policy: VifPolicy,
+        place: Place,
+    },
+    /// Forget first-come locks another shard's new port took (address, slot).
+    Unlock { taken: Vec<(AddrKey, u16)> },
+    /// Remove a vif port.
+    RemovePort { name: String },
+    /// Replace the policy set.
+    SetPolicies { policies: PolicySet },
+    /// Replace one vif's policy (read-modify-write on the shard: concurrent calls never undo
+    /// each other).
+    SetPolicy { name: String, policy: VifPolicy },
+    /// New CE marking probabilities.
+    SetEcn { probabilities: Vec<f64> },
+}
+
+/// A shard's answer to an [`Op`]: the result, what an added port became, its hold on a port
+/// it let go of (removed, or refused on add) for the control thread to drop — closing a TAP
+/// can take tens to hundreds of milliseconds (RTNL) that a loop must not stall for — and the
+/// policy set in force after it.
+pub(crate) struct Answer {
+    /// What the shard said.
+    pub result: Result<(), SwitchError>,
+    /// What an added port became (slot, locks taken).
+    pub added: Option<Added>,
+    /// A port to close off the loop thread (once every shard let go of it).
+    pub released: Option<Arc<PortIo>>,
+    /// The policy set now in force.
+    pub policies: Arc<PolicySet>,
+}
+
+/// What adding a port did.
+#[derive(Debug)]
+pub(crate) struct Added {
+    /// Its slot.
+    pub slot: usize,
+    /// First-come locks its assigned addresses took (for the other shards to forget).
+    pub taken: Vec<(AddrKey, u16)>,
+}
+
+impl Switch {
+    /// Applies `op` (see [`Op`]).
+    pub(crate) fn apply(&mut self, op: Op, now_ns: u64) -> Answer {
+        let mut added = None;
+        let mut released = None;
+        let result = match op {
+            Op::AddPort {
+                port,
+                macs,
+                policy,
+                place,
+            } => match self.add_shared(port.clone(), macs, policy, place, now_ns) {
+                Ok(a) => {
+                    added = Some(a);
+                    Ok(())
+                }
+                Err(e) => {
+                    released = Some(port);
+                    Err(e)
+                }
+            },
+            Op::Unlock { taken } => {
+                self.unlock(&taken);
+                Ok(())
+            }
+            Op::RemovePort { name } => self.remove_shared(&name, now_ns).map(|p| {
+                released = p;
+            }),
+            Op::SetPolicies { policies } => self.set_policies(policies, now_ns),
+            Op::SetPolicy { name, policy } => self.set_policy(&name, policy, now_ns),
+            Op::SetEcn { probabilities } => self.set_ecn_probabilities(&probabilities, now_ns),
+        };
+        Answer {
+            result,
+            added,
+            released,
+            policies: self.policies.clone(),
+        }
+    }
+
+    /// The name of the port in `slot` (empty if none).
+    pub(crate) fn port_name(&self, slot: usize) -> String {
+        self.ports.get(slot).map_or_else(String::new, |s| s.name.clone())
+    }
+
+    /// Opens `spec` and adds it as a vif port with `policy` (see [`Switch::add_opened`]).
+    pub fn add_port(
+        &mut self,
+        spec: PortSpec,
+        policy: VifPolicy,
+        now_ns: u64,
+    ) -> Result<usize, SwitchError> {
+        let (port, security, _) = spec.open()?;
+        self.add_opened(port, security, policy, now_ns)
+            .map_err(|(e, _)| e)
+    }
+
+    /// A full storm-control bucket (frames), if storm control is on.
+    pub(crate) fn storm_bucket(&self, now_ns: u64) -> Option<TokenBucket> {
+        (self.storm_pps > 0).then(|| TokenBucket::new(self.storm_pps, self.storm_pps, 0, now_ns))
+    }
+
+    /// Adds an opened port as a vif with `policy`, read by this shard, validated with every
+    /// other vif; returns its slot. Its configured addresses
+    /// ([`MacPolicy::Fixed`](crate::MacPolicy::Fixed),
+    /// [`IpAddrs::Fixed`](crate::IpAddrs::Fixed)) become its own at once (taken from a port
+    /// that only learnt them; refused if another port owns one). On refusal nothing changed
+    /// and the port is handed back.
+    pub fn add_opened(
+        &mut self,
+        port: Box<dyn Port>,
+        security: PortSecurity,
+        policy: VifPolicy,
+        now_ns: u64,
+    ) -> Result<usize, (SwitchError, Option<Box<dyn Port>>)> {
+        let io = PortIo::new(port);
+        match self.add_shared(io.clone(), security, policy, Place::Home(None), now_ns) {
+            Ok(added) => Ok(added.slot),
+            Err(e) => Err((e, PortIo::into_port(io))),
+        }
+    }
+
+    /// Adds a port shared with the other shards ([`Place`]).
+    pub(crate) fn add_shared(
+        &mut self,
+        io: Arc<PortIo>,
+        security: PortSecurity,
+        policy: VifPolicy,
+        place: Place,
+        now_ns: u64,
+    ) -> Result<Added, SwitchError> {
+        let name = io.lock().name().to_string();
+        if self.ports.index_of(&name).is_some() {
+            return Err(SwitchError::DuplicatePort(name));
+        }
+        let mut next = (*self.policies).clone();
+        next.vifs.push(VifSpec { name, policy });
+        next.validate()?;
+        let storm = self.storm_bucket(now_ns);
+        let (idx, home) = match &place {
+            Place::Home(slot) => (
+                slot.unwrap_or_else(|| self.ports.free_slot(PortRole::Vif)),
+                self.shard,
+            ),
+            Place::Replica { slot, home, .. } => (*slot, *home),
+        };
+        let pinned = security.clone();
+        self.ports
+            .insert(idx, io, home, security, PortRole::Vif, storm)?;
+        let taken = match place {
+            Place::Home(_) => {
+                let done = self.addrs.lock().pin_assigned(&pinned, idx as u16, now_ns);
+                match done {
+                    Ok(done) => {
+                        if let Some(p) = self.ports.get_mut(idx) {
+                            done.locked.into_iter().for_each(|a| p.lock(a));
+                        }
+                        done.taken
+                    }
+                    Err((kind, addr, owner)) => {
+                        let owner = owner
+                            .and_then(|o| self.ports.get(usize::from(o)).map(|p| p.name.clone()));
+                        self.release(idx);
+                        return Err(SwitchError::MacInUse {
+                            kind,
+                            mac: addr,
+                            owner,
+                        });
+                    }
+                }
+            }
+            Place::Replica { taken, .. } => taken,
+        };
+        self.unlock(&taken);
+        match self.apply_policies(Arc::new(next), now_ns) {
+            Ok(()) => Ok(Added { slot: idx, taken }),
+            Err(e) => {
+                self.release(idx);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets first-come locks that another shard's new port took (`(address, slot)`).
+    pub(crate) fn unlock(&mut self, taken: &[(AddrKey, u16)]) {
+        for &(addr, from) in taken {
+            if let Some(p) = self.ports.get_mut(usize::from(from)) {
+                p.unlock(addr);
+            }
+        }
+    }
+
+    /// Removes vif port `name` and hands it back (closing a TAP can take long: the caller
+    /// drops it where that does not stall forwarding). Other ports keep forwarding.
+    pub fn remove_port(
+        &mut self,
+        name: &str,
+        now_ns: u64,
+    ) -> Result<Option<Box<dyn Port>>, SwitchError> {
+        Ok(self.remove_shared(name, now_ns)?.and_then(PortIo::into_port))
+    }
+
+    /// Removes vif port `name` from this shard; returns this shard's hold on it.
+    pub(crate) fn remove_shared(
+        &mut self,
+        name: &str,
+        now_ns: u64,
+    ) -> Result<Option<Arc<PortIo>>, SwitchError> {
+        let idx = match self.ports.index_of(name) {
+            Some(0) => return Err(SwitchError::Uplink(name.to_string())),
+            Some(idx) => idx,
+            None => return Err(SwitchError::UnknownPort(name.to_string())),
+        };
+        let mut next = (*self.policies).clone();
+        next.vifs.retain(|v| v.name != name);
+        // Check the snapshot and configure the engine first: if either refuses, the port stays.
+        let vif_slots = self.ports.resolve(&next, Some(idx))?;
+        let (local, _) = self.local_set(&next, &vif_slots, Some(idx));
+        self.sched.configure(&local, now_ns)?;
+        let port = self.release(idx);
+        self.apply_policies(Arc::new(next), now_ns)?;
+        Ok(port)
+    }
+
+    /// Releases every port this shard reads ([`Port::release`]) ahead of a shutdown that
+    /// removes them for good.
+    pub fn release_ports(&mut self) {
+        for s in self.ports.iter_mut().filter(|s| s.local) {
+            s.port.lock().release();
+        }
+    }
+
+    /// Empties slot `idx`; the shard that reads it forgets what was learnt there.
+    fn release(&mut self, idx: usize) -> Option<Arc<PortIo>> {
+        let entry = self.ports.remove(idx)?;
+        if entry.local {
+            self.addrs.lock().purge_slot(idx as u16);
+            self.balance.forget(idx);
+        }
+        Some(entry.port)
+    }
+
+    /// Replaces the whole policy set; it must name exactly the vif ports.
+    pub fn set_policies(&mut self, policies: PolicySet, now_ns: u64) -> Result<(), SwitchError> {
+        policies.validate()?;
+        self.apply_policies(Arc::new(policies), now_ns)
+    }
+
+    /// Replaces one vif's policy (validated against the others).
+    pub fn set_policy(
+        &mut self,
+        name: &str,
+        policy: VifPolicy,
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        if self.ports.index_of(name) == Some(0) {
+            return Err(SwitchError::Uplink(name.to_string()));
+        }
+        let next = self.policies.with_policy(name, policy)?;
+        self.set_policies(next, now_ns)
+    }
+
+    /// Sets each vif's CE marking probability, one per vif in policy order: ECT frames of the
+    /// vif's data direction are marked with it, whichever way the vif's traffic goes —
+    /// uplink→vif unicast frames, and frames the vif sends to the uplink alone (after the
+    /// engine admitted them). Counted on the vif's port (`ecn_marked`, `ecn_not_ect`).
+    pub fn set_ecn_probabilities(
+        &mut self,
+        probabilities: &[f64],
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        if probabilities.len() != self.policies.len()
+            || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
+        {
+            return Err(SwitchError::BadEcnProbabilities {
+                expected: self.policies.len(),
+                got: probabilities.to_vec(),
+            });
+        }
+        for (vif, p) in probabilities.iter().enumerate() {
+            let slot = self.vif_slots.get(vif).copied();
+            if let Some(s) = slot.and_then(|i| self.ports.get_mut(i)) {
+                s.ecn_threshold = (p * 4_294_967_296.0) as u64;
+            }
+        }
+        self.next_stats_ns = now_ns;
+        Ok(())
+    }
+
+    /// This shard's part of `policies` (vif slots `vif_slots`, slot `removed` gone): its own
+    /// vifs, in order, with the capacity it was given (at least their floors: the shaper
+    /// holds the shard to its share, the engine must accept its floors); and their slots.
+    pub(crate) fn local_set(
+        &self,
+        policies: &PolicySet,
+        vif_slots: &[usize],
+        removed: Option<usize>,
+    ) -> (PolicySet, Vec<usize>) {
+        let mut local = PolicySet {
+            vifs: Vec::new(),
+            ..policies.clone()
+        };
+        let mut slots = Vec::new();
+        for (spec, &slot) in policies.vifs.iter().zip(vif_slots) {
+            if Some(slot) != removed && self.ports.get(slot).is_some_and(|s| s.local) {
+                local.vifs.push(spec.clone());
+                slots.push(slot);
+            }
+        }
+        if self.balance.shards() > 1 {
+            let floors: u64 = local.vifs.iter().map(|v| v.policy.min_bps).sum();
+            local.capacity_bps = policies
+                .capacity_bps
+                .map(|c| self.share_bps.unwrap_or(c).max(floors));
+        }
+        (local, slots)
+    }
+
+    /// Installs a snapshot whose vifs name exactly the vif slots; refused before any state
+    /// (engine included) is touched otherwise.
+    pub(crate) fn apply_policies(
+        &mut self,
+        policies: Arc<PolicySet>,
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        let vif_slots = self.ports.resolve(&policies, None)?;
+        let (local, local_slots) = self.local_set(&policies, &vif_slots, None);
+        self.sched.configure(&local, now_ns)?;
+        self.ports.assign(&vif_slots, local_slots, &policies);
+        for (id, spec) in policies.vifs.iter().enumerate() {
+            let Some(slot) = self.ports.get_mut(vif_slots[id]) else {
+                continue;
+            };
+            if let Some(v) = slot.vif {
+                self.sched.set_ready(v, slot.ready);
+            }
+            // The downlink's own max when the policy states one, else the vif's max (when
+            // `downlink_max` is on, as before max_in existed). Enforced by the shard that
+            // reads the uplink, for every vif.
+            let max = spec.policy.inbound_max_bps(self.downlink_max);
+            slot.down_bucket = rebucket(slot.down_bucket.take(), max, now_ns);
+        }
+        let share = match self.balance.shards() {
+            1 => policies.capacity_bps,
+            _ => policies.capacity_bps.and(self.share_bps),
+        };
+        self.shaper.configure(share, now_ns);
+        self.policies = policies;
+        self.vif_slots = vif_slots;
+        self.policy_epoch += 1;
+        // Show the change in the stats right away.
+        self.next_stats_ns = now_ns;
+        Ok(())
+    }
+
+    /// A new shard of this switch (index `index`): the same ports, to send to, none of them
+    /// its own yet; the same address tables, policies and capacity balance; an engine of the
+    /// same kind over no vif. A custom engine cannot be copied: refused.
+    pub fn shard(&self, index: usize, now_ns: u64) -> Result<Switch, SwitchError> {
+        if index == 0 || index >= self.balance.shards() {
+            return Err(SwitchError::Threads(format!(
+                "shard {index} of {}",
+                self.balance.shards()
+            )));
+        }
+        let mut none = PolicySet {
+            vifs: Vec::new(),
+            ..(*self.policies).clone()
+        };
+        none.capacity_bps = none
+            .capacity_bps
+            .map(|c| self.share_bps.unwrap_or(c).max(1));
+        let engine = vqos_sched::build(self.engine_kind, &none, now_ns).map_err(|e| {
+            SwitchError::Threads(format!("engine {} on shard {index}: {e}", self.engine_kind))
+        })?;
+        let mut ports = PortTable::for_shard(index);
+        for (slot, s) in self.ports.iter() {
+            let security = PortSecurity::open();
+            ports.insert(slot, s.port.clone(), s.home, security, s.role, None)?;
+        }
+        let mut sw = Switch {
+            ports,
+            addrs: AddrView::new(self.addrs.shared().clone()),
+            sched: Scheduler::new(engine, 0),
+            shaper: UplinkShaper::default(),
+            pipeline: Pipeline::default(),
+            engine_kind: self.engine_kind,
+            policies: self.policies.clone(),
+            vif_slots: Vec::new(),
+            policy_epoch: self.policy_epoch,
+            shard: index,
+            balance: self.balance.clone(),
+            share_bps: self.share_bps,
+            next_balance_ns: now_ns,
+            stats_interval_ns: self.stats_interval_ns,
+            downlink_max: self.downlink_max,
+            emulated_work: self.emulated_work,
+            storm_pps: self.storm_pps,
+            flood_unknown_to_vifs: self.flood_unknown_to_vifs,
+            counters: LoopStats {
+                cycles_unit: self.counters.cycles_unit,
+                ..Default::default()
+            },
+            cost_samples: Arc::new(crate::calib::CostSamples::new()),
+            next_stats_ns: now_ns,
+            next_age_ns: now_ns,
+            balanced_at_ns: now_ns,
+        };
+        sw.apply_policies(self.policies.clone(), now_ns)?;
+        Ok(sw)
+    }
+}

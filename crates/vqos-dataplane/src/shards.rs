@@ -1,0 +1,387 @@
+//! The order in which control calls reach the shards of a switch ([`Placement`]), shared by
+//! the thread wrapper ([`crate::SwitchHandle`], over channels) and by [`Shards`], the same
+//! shards stepped in virtual time by tests.
+//!
+//! ## Behavior
+//! - A port is read by the shard with the fewest ports (round-robin as ports come; refilled
+//!   where ports went), or by the shard a caller names. Its slot is the lowest free one, the
+//!   same on every shard. The other shards add it first, to send to; then its own shard adds
+//!   it, pins its addresses and starts reading it. So no shard learns an address on it before
+//!   every shard can send there. The first-come locks its addresses took are then forgotten
+//!   on the others.
+//! - A port is removed from its own shard first (it stops reading and its addresses are
+//!   forgotten), then from the others; the last hold on it closes it.
+//! - Policy sets, one vif's policy, and ECN probabilities go to every shard in order. They are
+//!   validated the same way on each; if a shard's engine still refuses what an earlier one
+//!   accepted, the earlier ones get the previous policy back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use vqos_sched::{PolicySet, VifPolicy, VifSpec};
+
+use crate::config::{PortSecurity, PortSpec, SwitchConfig};
+use crate::control::{Answer, Op, Place};
+use crate::error::SwitchError;
+use crate::ports::PortIo;
+use crate::stats::SwitchStats;
+use crate::switch::Switch;
+
+/// How a control call reaches shard `shard`.
+pub(crate) trait Caller {
+    /// Applies `op` on `shard` and returns its answer.
+    fn call(&mut self, shard: usize, op: Op) -> Answer;
+    /// Applies `op` on `shard` without waiting.
+    fn post(&mut self, shard: usize, op: Op);
+}
+
+/// Where each port is read, which slots are used, and the policy set in force.
+#[derive(Debug)]
+pub(crate) struct Placement {
+    /// The shard that reads each vif port, and its slot.
+    homes: HashMap<String, (usize, usize)>,
+    /// Slots in use (the uplink's, 0, included).
+    slots: Vec<bool>,
+    /// How many shards.
+    shards: usize,
+    /// The policy set the shards run with (from their last answer).
+    pub policies: Arc<PolicySet>,
+}
+
+impl Placement {
+    /// `shards` shards holding the uplink only, under `policies`.
+    pub fn new(shards: usize, policies: Arc<PolicySet>) -> Self {
+        Placement {
+            homes: HashMap::new(),
+            slots: vec![true],
+            shards,
+            policies,
+        }
+    }
+
+    /// The shard with the fewest vif ports (the lowest index among equals).
+    fn least_loaded(&self) -> usize {
+        let mut load = vec![0usize; self.shards];
+        for &(h, _) in self.homes.values() {
+            load[h] += 1;
+        }
+        (0..self.shards).min_by_key(|&i| (load[i], i)).unwrap_or(0)
+    }
+
+    /// The lowest free vif slot.
+    fn free_slot(&self) -> usize {
+        (1..self.slots.len())
+            .find(|&i| !self.slots[i])
+            .unwrap_or(self.slots.len().max(1))
+    }
+
+    fn use_slot(&mut self, slot: usize, used: bool) {
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, false);
+        }
+        self.slots[slot] = used;
+    }
+
+    fn call(&mut self, c: &mut dyn Caller, shard: usize, op: Op) -> Answer {
+        let a = c.call(shard, op);
+        self.policies = a.policies.clone();
+        a
+    }
+
+    /// Refuses a port that exists or a policy the set cannot take, before anything opens.
+    pub fn check_new(&self, name: &str, uplink: &str, policy: &VifPolicy) -> Result<(), SwitchError> {
+        if name == uplink || self.policies.id(name).is_ok() {
+            return Err(SwitchError::DuplicatePort(name.to_string()));
+        }
+        let mut next = (*self.policies).clone();
+        next.vifs.push(VifSpec {
+            name: name.to_string(),
+            policy: policy.clone(),
+        });
+        next.validate()?;
+        Ok(())
+    }
+
+    /// Adds `io` on every shard, read by `home` (`None`: the least loaded); see the module
+    /// docs. On refusal every shard is as before and the holds are dropped.
+    pub fn add(
+        &mut self,
+        c: &mut dyn Caller,
+        io: Arc<PortIo>,
+        macs: PortSecurity,
+        policy: VifPolicy,
+        home: Option<usize>,
+    ) -> Result<(), SwitchError> {
+        let name = io.lock().name().to_string();
+        let home = home.filter(|&h| h < self.shards).unwrap_or_else(|| self.least_loaded());
+        let slot = self.free_slot();
+        let others: Vec<usize> = (0..self.shards).filter(|&i| i != home).collect();
+        let mut added = Vec::new();
+        let mut result = Ok(None);
+        for &i in &others {
+            let op = Op::AddPort {
+                port: io.clone(),
+                macs: macs.clone(),
+                policy: policy.clone(),
+                place: Place::Replica {
+                    slot,
+                    home,
+                    taken: Vec::new(),
+                },
+            };
+            match self.call(c, i, op).result {
+                Ok(()) => added.push(i),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            let op = Op::AddPort {
+                port: io.clone(),
+                macs,
+                policy,
+                place: Place::Home(Some(slot)),
+            };
+            let a = self.call(c, home, op);
+            result = a.result.map(|()| a.added);
+        }
+        match result {
+            Ok(done) => {
+                let taken = done.map(|a| a.taken).unwrap_or_default();
+                if !taken.is_empty() {
+                    for &i in &others {
+                        c.post(
+                            i,
+                            Op::Unlock {
+                                taken: taken.clone(),
+                            },
+                        );
+                    }
+                }
+                self.homes.insert(name, (home, slot));
+                self.use_slot(slot, true);
+                Ok(())
+            }
+            Err(e) => {
+                for i in added {
+                    let _ = self.call(c, i, Op::RemovePort { name: name.clone() });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes `name` from every shard, its own first; returns the last hold on it (the
+    /// caller closes the port).
+    pub fn remove(
+        &mut self,
+        c: &mut dyn Caller,
+        name: &str,
+    ) -> Result<Option<Arc<PortIo>>, SwitchError> {
+        let (home, slot) = self.homes.get(name).copied().unwrap_or((0, 0));
+        let order: Vec<usize> = std::iter::once(home)
+            .chain((0..self.shards).filter(|&i| i != home))
+            .collect();
+        let mut holds = Vec::new();
+        let mut refused = None;
+        for (k, i) in order.into_iter().enumerate() {
+            let a = self.call(c, i, Op::RemovePort { name: name.to_string() });
+            match a.result {
+                Err(e) if k == 0 => return Err(e),
+                // Validated the same way on every shard: a later refusal is a bug; the port
+                // is gone from the others, so say so.
+                Err(e) => refused = Some(e),
+                Ok(()) => {}
+            }
+            holds.extend(a.released);
+        }
+        self.homes.remove(name);
+        if slot > 0 {
+            self.use_slot(slot, false);
+        }
+        let last = holds.pop();
+        drop(holds);
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(last),
+        }
+    }
+
+    /// Applies `make()` on every shard in order; on a refusal, `undo()` on those that
+    /// accepted.
+    pub fn broadcast(
+        &mut self,
+        c: &mut dyn Caller,
+        make: &dyn Fn() -> Op,
+        undo: &dyn Fn() -> Op,
+    ) -> Result<(), SwitchError> {
+        for i in 0..self.shards {
+            if let Err(e) = self.call(c, i, make()).result {
+                for j in 0..i {
+                    let _ = self.call(c, j, undo());
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the policy set on every shard.
+    pub fn set_policies(&mut self, c: &mut dyn Caller, policies: PolicySet) -> Result<(), SwitchError> {
+        let before = (*self.policies).clone();
+        self.broadcast(
+            c,
+            &|| Op::SetPolicies {
+                policies: policies.clone(),
+            },
+            &|| Op::SetPolicies {
+                policies: before.clone(),
+            },
+        )
+    }
+
+    /// Replaces one vif's policy on every shard.
+    pub fn set_policy(
+        &mut self,
+        c: &mut dyn Caller,
+        name: &str,
+        policy: VifPolicy,
+    ) -> Result<(), SwitchError> {
+        let before = (*self.policies).clone();
+        self.broadcast(
+            c,
+            &|| Op::SetPolicy {
+                name: name.to_string(),
+                policy: policy.clone(),
+            },
+            &|| Op::SetPolicies {
+                policies: before.clone(),
+            },
+        )
+    }
+}
+
+/// Applies ops on shards in this thread at one virtual time.
+struct Direct<'a> {
+    switches: &'a mut [Switch],
+    now: u64,
+}
+
+impl Caller for Direct<'_> {
+    fn call(&mut self, shard: usize, op: Op) -> Answer {
+        self.switches[shard].apply(op, self.now)
+    }
+    fn post(&mut self, shard: usize, op: Op) {
+        let _ = self.switches[shard].apply(op, self.now);
+    }
+}
+
+/// A switch's shards without threads, stepped in virtual time: what `threads = N` runs, one
+/// [`Switch`] per shard, for tests. Control calls reach the shards in the same order as
+/// through [`crate::SwitchHandle`].
+pub struct Shards {
+    switches: Vec<Switch>,
+    placement: Placement,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("shards", &self.switches.len())
+            .field("placement", &self.placement)
+            .finish()
+    }
+}
+
+impl Shards {
+    /// `config.threads` shards (shard 0 reads the uplink); time starts at `now_ns`.
+    pub fn new(config: SwitchConfig, now_ns: u64) -> Result<Shards, SwitchError> {
+        let n = config.threads.max(1);
+        let first = Switch::new(config, now_ns)?;
+        let mut switches = Vec::with_capacity(n);
+        for i in 1..n {
+            switches.push(first.shard(i, now_ns)?);
+        }
+        let placement = Placement::new(n, first.policies().clone());
+        switches.insert(0, first);
+        Ok(Shards {
+            switches,
+            placement,
+        })
+    }
+
+    /// How many shards.
+    pub fn len(&self) -> usize {
+        self.switches.len()
+    }
+
+    /// Never: a switch has at least one shard.
+    pub fn is_empty(&self) -> bool {
+        self.switches.is_empty()
+    }
+
+    /// Shard `i`.
+    pub fn shard_mut(&mut self, i: usize) -> &mut Switch {
+        &mut self.switches[i]
+    }
+
+    /// Every shard.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Switch> {
+        self.switches.iter_mut()
+    }
+
+    /// The policy set in force.
+    pub fn policies(&self) -> &Arc<PolicySet> {
+        &self.placement.policies
+    }
+
+    /// Opens `spec` and adds it as a vif read by shard `home` (`None`: the least loaded).
+    pub fn add_port(
+        &mut self,
+        spec: PortSpec,
+        policy: VifPolicy,
+        home: Option<usize>,
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        let uplink = self.switches[0].uplink_name().to_string();
+        self.placement.check_new(&spec.name, &uplink, &policy)?;
+        let (port, macs, _) = spec.open()?;
+        let mut c = Direct {
+            switches: &mut self.switches,
+            now: now_ns,
+        };
+        self.placement.add(&mut c, PortIo::new(port), macs, policy, home)
+    }
+
+    /// Removes vif `name` from every shard and closes it.
+    pub fn remove_port(&mut self, name: &str, now_ns: u64) -> Result<(), SwitchError> {
+        let mut c = Direct {
+            switches: &mut self.switches,
+            now: now_ns,
+        };
+        let last = self.placement.remove(&mut c, name)?;
+        drop(last.and_then(PortIo::into_port));
+        Ok(())
+    }
+
+    /// Replaces the policy set on every shard.
+    pub fn set_policies(&mut self, policies: PolicySet, now_ns: u64) -> Result<(), SwitchError> {
+        let mut c = Direct {
+            switches: &mut self.switches,
+            now: now_ns,
+        };
+        self.placement.set_policies(&mut c, policies)
+    }
+
+    /// One snapshot of every shard, merged ([`SwitchStats::merge`]).
+    pub fn stats(&mut self, now_ns: u64) -> SwitchStats {
+        let snaps: Vec<Arc<SwitchStats>> = self
+            .switches
+            .iter_mut()
+            .map(|s| Arc::new(s.stats(now_ns)))
+            .collect();
+        SwitchStats::merge(&snaps)
+    }
+}

@@ -1,0 +1,254 @@
+//! Shards stepped in virtual time on in-memory ports ([`Shards`]): what `threads = N` runs,
+//! without threads. Frames cross shards (unicast, floods), addresses learnt or locked on one
+//! shard bind the others, nothing is lost (read = forwarded + named drops), ports come and go
+//! while frames flow, and N shards divide a capacity as one shard does.
+
+mod common;
+
+use common::*;
+use vqos_dataplane::frame::{build_frame, VnetHdr};
+use vqos_dataplane::{
+    DropReason, MemPort, MemPortPeer, PortSpec, Shards, SwitchConfig, SwitchStats,
+};
+use vqos_sched::alloc::allocate_set;
+use vqos_sched::{EngineKind, PolicySet, VifPolicy, VifSpec};
+
+const MAC_C: u64 = 0x02_00_00_00_00_0c;
+const MAC_D: u64 = 0x02_00_00_00_00_0d;
+
+/// Polls every shard at `now` until a whole round (every port marked ready, as busy polling
+/// does) reads nothing.
+fn run(shards: &mut Shards, now: u64) {
+    for _ in 0..100_000 {
+        let mut frames = 0;
+        for sw in shards.iter_mut() {
+            sw.mark_all_ready(false);
+            loop {
+                let p = sw.poll(now);
+                frames += p.frames_read;
+                if !p.did_work {
+                    break;
+                }
+            }
+        }
+        if frames == 0 {
+            return;
+        }
+    }
+    panic!("the shards never ran out of work");
+}
+
+/// Shards of `config` with vifs `names` (MemPorts), each read by the shard given beside it.
+fn rig(
+    config: impl FnOnce(&mut SwitchConfig),
+    vifs: &[(&str, usize, VifPolicy)],
+) -> (Shards, MemPortPeer, Vec<MemPortPeer>) {
+    let (up, u) = MemPort::pair("up", 1 << 20);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    cfg.threads = 2;
+    config(&mut cfg);
+    let mut shards = Shards::new(cfg, 0).unwrap();
+    let mut peers = Vec::new();
+    for (name, home, policy) in vifs {
+        let (p, peer) = MemPort::pair(name, 1 << 20);
+        shards
+            .add_port(PortSpec::custom(Box::new(p)), policy.clone(), Some(*home), 0)
+            .unwrap();
+        peers.push(peer);
+    }
+    (shards, u, peers)
+}
+
+fn port<'a>(s: &'a SwitchStats, name: &str) -> &'a vqos_dataplane::PortStats {
+    s.port(name).unwrap()
+}
+
+/// Every frame sent to a port is in its counters once, whichever shard sent it.
+fn assert_delivered(s: &SwitchStats, delivered: &[(&str, usize)]) {
+    for (name, n) in delivered {
+        assert_eq!(port(s, name).counters.tx_frames, *n as u64, "{name}");
+    }
+}
+
+#[test]
+fn frames_cross_shards_and_addresses_bind_every_shard() {
+    let d = VifPolicy::default;
+    // a and c on shard 0, b and e on shard 1.
+    let (mut sh, u, p) = rig(|_| {}, &[("a", 0, d()), ("b", 1, d()), ("c", 0, d()), ("e", 1, d())]);
+    let (a, b, c, e) = (&p[0], &p[1], &p[2], &p[3]);
+    let stats = sh.stats(0);
+    assert_eq!(
+        ["up", "a", "b", "c", "e"].map(|n| port(&stats, n).shard),
+        [0, 0, 1, 0, 1]
+    );
+    // a broadcasts from shard 0: every other port, on both shards, gets it.
+    a.inject(frame(BCAST, MAC_A, 1));
+    run(&mut sh, 1);
+    for (name, peer) in [("up", &u), ("b", b), ("c", c), ("e", e)] {
+        assert_eq!(tags(&peer.take_sent()), vec![1], "{name}");
+    }
+    // b (shard 1) answers a by unicast: learnt on shard 0, found on shard 1.
+    b.inject(frame(MAC_A, MAC_B, 2));
+    run(&mut sh, 2);
+    assert_eq!(tags(&a.take_sent()), vec![2]);
+    assert!(u.take_sent().is_empty() && c.take_sent().is_empty() && e.take_sent().is_empty());
+    // c (shard 0) claims b's address (locked on shard 1): spoofed; e (shard 1) claims a's.
+    c.inject(frame(MAC_A, MAC_B, 3));
+    e.inject(frame(MAC_B, MAC_A, 4));
+    run(&mut sh, 3);
+    assert!(a.take_sent().is_empty() && b.take_sent().is_empty());
+    let s = sh.stats(3);
+    assert_eq!(port(&s, "c").counters.drops[DropReason::Spoofed], 1);
+    assert_eq!(port(&s, "e").counters.drops[DropReason::Spoofed], 1);
+    // Many frames both ways across the shards: every one delivered and counted once.
+    for i in 0..500u32 {
+        a.inject(frame(MAC_B, MAC_A, i as u8));
+        b.inject(frame(MAC_A, MAC_B, i as u8));
+        c.inject(frame(MAC_D, MAC_C, i as u8)); // unknown: to the uplink only
+    }
+    run(&mut sh, 4);
+    assert_eq!(b.take_sent().len(), 500);
+    assert_eq!(a.take_sent().len(), 500);
+    assert_eq!(u.take_sent().len(), 500);
+    let s = sh.stats(4);
+    // a: the broadcast and 500; b: the reply and 500; the uplink: the broadcast and c's 500.
+    assert_delivered(&s, &[("a", 501), ("b", 501), ("up", 501)]);
+    // Read = forwarded + named drops, per sender.
+    for (name, forwarded) in [("a", 501), ("b", 501), ("c", 500), ("e", 0)] {
+        let c = &port(&s, name).counters;
+        assert_eq!(c.rx_frames, forwarded + c.drops.total(), "{name}");
+    }
+    assert_eq!(s.loops.len(), 2);
+    assert_eq!(
+        s.loop_stats.burst_frames,
+        s.loops.iter().map(|l| l.burst_frames).sum::<u64>()
+    );
+}
+
+#[test]
+fn ports_come_and_go_while_frames_flow() {
+    let d = VifPolicy::default;
+    let (mut sh, u, p) = rig(|_| {}, &[("a", 0, d()), ("b", 1, d())]);
+    let (a, b) = (&p[0], &p[1]);
+    b.inject(frame(BCAST, MAC_B, 0));
+    run(&mut sh, 1);
+    u.take_sent();
+    a.take_sent();
+    for i in 0..100u8 {
+        a.inject(frame(MAC_B, MAC_A, i));
+    }
+    // Removed while a's frames to it wait: they go nowhere (b's address is forgotten, so
+    // they are unknown unicast: to the uplink), nothing is lost or delivered to b after.
+    sh.remove_port("b", 2).unwrap();
+    run(&mut sh, 2);
+    assert!(b.take_sent().is_empty());
+    assert_eq!(u.take_sent().len(), 100);
+    // A new port takes b's slot and is read by the least loaded shard (shard 1 now).
+    let (pc, c) = MemPort::pair("c", 1 << 20);
+    sh.add_port(PortSpec::custom(Box::new(pc)), d(), None, 3).unwrap();
+    let s = sh.stats(3);
+    assert_eq!(port(&s, "c").shard, 1);
+    assert_eq!(s.policy_epoch, s.policy_epoch.max(1));
+    c.inject(frame(MAC_A, MAC_C, 7));
+    run(&mut sh, 4);
+    assert_eq!(tags(&a.take_sent()), vec![7]);
+    // Refused ports change nothing on any shard.
+    let (dup, _) = MemPort::pair("a", 16);
+    assert!(sh.add_port(PortSpec::custom(Box::new(dup)), d(), None, 5).is_err());
+    assert!(sh.remove_port("zz", 5).is_err());
+    assert_eq!(sh.policies().len(), 2);
+}
+
+/// A 1500-byte frame.
+fn big(dst: u64, src: u64) -> Vec<u8> {
+    build_frame(VnetHdr::default(), dst, src, 0x88b5, &[0; 1486])
+}
+
+/// Runs vifs a, b, c (weights 1, 2, 3; b sending at most `b_bps`) under a 60 Mbit/s capacity
+/// for 3 virtual seconds on `threads` shards (a and c on shard 0, b on shard 1); returns what
+/// each delivered to the uplink in the last second, bits.
+fn three_vifs(threads: usize, b_bps: Option<u64>) -> [u64; 3] {
+    let w = |weight| VifPolicy {
+        weight,
+        ..VifPolicy::default()
+    };
+    let homes = if threads == 1 { [0, 0, 0] } else { [0, 1, 0] };
+    let (mut sh, u, p) = rig(
+        |c| {
+            c.threads = threads;
+            c.engine = EngineKind::Vqos;
+            c.capacity_bps = Some(60_000_000);
+        },
+        &[("a", homes[0], w(1)), ("b", homes[1], w(2)), ("c", homes[2], w(3))],
+    );
+    // The uplink's station is known (frames to it are unicast, not storm-controlled floods).
+    u.inject(frame(BCAST, MAC_U, 0));
+    run(&mut sh, 0);
+    p.iter().for_each(|peer| drop(peer.take_sent()));
+    let macs = [MAC_A, MAC_B, MAC_C];
+    let step = 100_000u64;
+    let mut b_credit = 0u64;
+    let mut got = [0u64; 3];
+    for k in 1..=30_000u64 {
+        let now = k * step;
+        for (i, peer) in p.iter().enumerate() {
+            if i == 1 {
+                if let Some(rate) = b_bps {
+                    b_credit += rate * step / 1_000_000_000;
+                    while b_credit >= 1500 * 8 {
+                        b_credit -= 1500 * 8;
+                        peer.inject(big(MAC_U, macs[i]));
+                    }
+                    continue;
+                }
+            }
+            while peer.pending() < 32 {
+                peer.inject(big(MAC_U, macs[i]));
+            }
+        }
+        run(&mut sh, now);
+        for f in u.take_sent() {
+            let src = u64::from_be_bytes([0, 0, f[18], f[19], f[20], f[21], f[22], f[23]]);
+            if now > 2_000_000_000 {
+                if let Some(i) = macs.iter().position(|&m| m == src) {
+                    got[i] += 1500 * 8;
+                }
+            }
+        }
+    }
+    got
+}
+
+/// The reference allocation of 60 Mbit/s to weights 1, 2, 3 with b wanting `b_bps`.
+fn reference(b_bps: Option<u64>) -> Vec<u64> {
+    let mut set = PolicySet::new(Some(60_000_000));
+    for (name, weight) in [("a", 1), ("b", 2), ("c", 3)] {
+        set.vifs.push(VifSpec {
+            name: name.into(),
+            policy: VifPolicy {
+                weight,
+                ..VifPolicy::default()
+            },
+        });
+    }
+    allocate_set(&set, &[None, b_bps, None]).unwrap()
+}
+
+fn assert_within(got: &[u64; 3], want: &[u64], tol: f64, what: &str) {
+    for i in 0..3 {
+        let err = (got[i] as f64 - want[i] as f64).abs() / want[i] as f64;
+        assert!(err <= tol, "{what}: vif {i} got {got:?}, reference {want:?}");
+    }
+}
+
+#[test]
+fn two_shards_divide_the_capacity_as_the_reference_allocator() {
+    for b_bps in [None, Some(5_000_000)] {
+        let want = reference(b_bps);
+        let two = three_vifs(2, b_bps);
+        assert_within(&two, &want, 0.01, &format!("2 shards, b at {b_bps:?}"));
+        let one = three_vifs(1, b_bps);
+        assert_within(&one, &want, 0.01, &format!("1 shard, b at {b_bps:?}"));
+    }
+}
+
