@@ -50,6 +50,9 @@ pub struct PortStats {
     /// Addresses port security locked to it first come.
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
     pub locked: LockedAddrs,
+    /// The forwarding loop (`loops[]`, shard) that reads the port.
+    #[serde(default)]
+    pub shard: usize,
 }
 
 /// Counters of one poll loop.

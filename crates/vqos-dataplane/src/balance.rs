@@ -27,8 +27,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use vqos_sched::alloc::{allocate, Claim};
 use vqos_sched::PolicySet;

@@ -127,7 +127,9 @@ impl Switch {
 
     /// The name of the port in `slot` (empty if none).
     pub(crate) fn port_name(&self, slot: usize) -> String {
-        self.ports.get(slot).map_or_else(String::new, |s| s.name.clone())
+        self.ports
+            .get(slot)
+            .map_or_else(String::new, |s| s.name.clone())
     }
 
     /// Opens `spec` and adds it as a vif port with `policy` (see [`Switch::add_opened`]).
@@ -244,7 +246,9 @@ impl Switch {
         name: &str,
         now_ns: u64,
     ) -> Result<Option<Box<dyn Port>>, SwitchError> {
-        Ok(self.remove_shared(name, now_ns)?.and_then(PortIo::into_port))
+        Ok(self
+            .remove_shared(name, now_ns)?
+            .and_then(PortIo::into_port))
     }
 
     /// Removes vif port `name` from this shard; returns this shard's hold on it.

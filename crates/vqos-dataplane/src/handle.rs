@@ -83,7 +83,10 @@ impl Caller for Channels<'_> {
             return stopped(&self.policies);
         }
         let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-        if !self.shards[shard].send(Command::Call { op, reply: reply_tx }) {
+        if !self.shards[shard].send(Command::Call {
+            op,
+            reply: reply_tx,
+        }) {
             return stopped(&self.policies);
         }
         // Wait as long as it takes: the command is queued and will be applied, so giving up
@@ -376,8 +379,7 @@ impl SwitchHandle {
     pub fn set_ecn_probabilities(&self, probabilities: Vec<f64>) -> Result<(), SwitchError> {
         let control = lock(&self.control);
         let expected = control.placement.policies.len();
-        if probabilities.len() != expected
-            || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
+        if probabilities.len() != expected || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
         {
             return Err(SwitchError::BadEcnProbabilities {
                 expected,
@@ -415,7 +417,10 @@ impl SwitchHandle {
             .collect();
         drop(control);
         match snaps.len() {
-            1 => snaps.into_iter().next().unwrap_or_else(|| Arc::new(SwitchStats::merge(&[]))),
+            1 => snaps
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Arc::new(SwitchStats::merge(&[]))),
             _ => Arc::new(SwitchStats::merge(&snaps)),
         }
     }

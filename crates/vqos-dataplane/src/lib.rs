@@ -98,10 +98,10 @@ pub use handle::{start, LoopHealth, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use null::NullPort;
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
+pub use shards::Shards;
 pub use stats::{
     DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,
 };
-pub use shards::Shards;
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapOrigin, TapPort};
 pub use tap_uring::TapIo;

@@ -249,8 +249,9 @@ impl Pipeline {
                 Some(_) => {}
                 None => {
                     let mut t = addrs.lock();
-                    let claimed =
-                        Self::claim(&mut s.security, src_mac, || t.macs.pin(src_mac, slot, false, now));
+                    let claimed = Self::claim(&mut s.security, src_mac, || {
+                        t.macs.pin(src_mac, slot, false, now)
+                    });
                     let learnt = claimed.then(|| t.macs.learn(src_mac, slot, now));
                     let found = t.macs.lookup_until(src_mac, now);
                     drop(t);

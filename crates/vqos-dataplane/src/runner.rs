@@ -34,10 +34,7 @@ const BUSY_HARVEST_INTERVAL_NS: u64 = 50_000;
 /// A command from the handle to the loop.
 pub(crate) enum Command {
     /// Apply `op` and answer.
-    Call {
-        op: Op,
-        reply: SyncSender<Answer>,
-    },
+    Call { op: Op, reply: SyncSender<Answer> },
     /// Apply `op`, no answer wanted (ECN probabilities, unlocks).
     Post(Op),
     /// Exit the loop; with `release`, every port this shard reads is released first.

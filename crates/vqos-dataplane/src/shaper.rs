@@ -53,7 +53,12 @@ impl UplinkShaper {
         match (&mut self.bucket, capacity_bps) {
             (Some(b), Some(rate)) => {
                 let fresh = rate_bucket(rate, now_ns);
-                b.reconfigure(fresh.rate_per_sec(), fresh.tokens() as u64, u64::MAX, now_ns);
+                b.reconfigure(
+                    fresh.rate_per_sec(),
+                    fresh.tokens() as u64,
+                    u64::MAX,
+                    now_ns,
+                );
             }
             _ => self.configure(capacity_bps, now_ns),
         }

@@ -89,7 +89,12 @@ impl Placement {
     }
 
     /// Refuses a port that exists or a policy the set cannot take, before anything opens.
-    pub fn check_new(&self, name: &str, uplink: &str, policy: &VifPolicy) -> Result<(), SwitchError> {
+    pub fn check_new(
+        &self,
+        name: &str,
+        uplink: &str,
+        policy: &VifPolicy,
+    ) -> Result<(), SwitchError> {
         if name == uplink || self.policies.id(name).is_ok() {
             return Err(SwitchError::DuplicatePort(name.to_string()));
         }
@@ -113,7 +118,9 @@ impl Placement {
         home: Option<usize>,
     ) -> Result<(), SwitchError> {
         let name = io.lock().name().to_string();
-        let home = home.filter(|&h| h < self.shards).unwrap_or_else(|| self.least_loaded());
+        let home = home
+            .filter(|&h| h < self.shards)
+            .unwrap_or_else(|| self.least_loaded());
         let slot = self.free_slot();
         let others: Vec<usize> = (0..self.shards).filter(|&i| i != home).collect();
         let mut added = Vec::new();
@@ -187,7 +194,13 @@ impl Placement {
         let mut holds = Vec::new();
         let mut refused = None;
         for (k, i) in order.into_iter().enumerate() {
-            let a = self.call(c, i, Op::RemovePort { name: name.to_string() });
+            let a = self.call(
+                c,
+                i,
+                Op::RemovePort {
+                    name: name.to_string(),
+                },
+            );
             match a.result {
                 Err(e) if k == 0 => return Err(e),
                 // Validated the same way on every shard: a later refusal is a bug; the port
@@ -229,7 +242,11 @@ impl Placement {
     }
 
     /// Replaces the policy set on every shard.
-    pub fn set_policies(&mut self, c: &mut dyn Caller, policies: PolicySet) -> Result<(), SwitchError> {
+    pub fn set_policies(
+        &mut self,
+        c: &mut dyn Caller,
+        policies: PolicySet,
+    ) -> Result<(), SwitchError> {
         let before = (*self.policies).clone();
         self.broadcast(
             c,
@@ -352,7 +369,8 @@ impl Shards {
             switches: &mut self.switches,
             now: now_ns,
         };
-        self.placement.add(&mut c, PortIo::new(port), macs, policy, home)
+        self.placement
+            .add(&mut c, PortIo::new(port), macs, policy, home)
     }
 
     /// Removes vif `name` from every shard and closes it.

@@ -451,7 +451,11 @@ impl Switch {
                 tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
                 io,
                 status,
-                locked: if s.local { s.locks() } else { Default::default() },
+                locked: if s.local {
+                    s.locks()
+                } else {
+                    Default::default()
+                },
                 shard: s.home,
             });
         }

@@ -22,7 +22,8 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is this thread; the size is the set's.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(last("sched_getaffinity"));
     }

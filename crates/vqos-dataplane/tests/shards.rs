@@ -52,7 +52,12 @@ fn rig(
     for (name, home, policy) in vifs {
         let (p, peer) = MemPort::pair(name, 1 << 20);
         shards
-            .add_port(PortSpec::custom(Box::new(p)), policy.clone(), Some(*home), 0)
+            .add_port(
+                PortSpec::custom(Box::new(p)),
+                policy.clone(),
+                Some(*home),
+                0,
+            )
             .unwrap();
         peers.push(peer);
     }
@@ -74,7 +79,10 @@ fn assert_delivered(s: &SwitchStats, delivered: &[(&str, usize)]) {
 fn frames_cross_shards_and_addresses_bind_every_shard() {
     let d = VifPolicy::default;
     // a and c on shard 0, b and e on shard 1.
-    let (mut sh, u, p) = rig(|_| {}, &[("a", 0, d()), ("b", 1, d()), ("c", 0, d()), ("e", 1, d())]);
+    let (mut sh, u, p) = rig(
+        |_| {},
+        &[("a", 0, d()), ("b", 1, d()), ("c", 0, d()), ("e", 1, d())],
+    );
     let (a, b, c, e) = (&p[0], &p[1], &p[2], &p[3]);
     let stats = sh.stats(0);
     assert_eq!(
@@ -145,7 +153,8 @@ fn ports_come_and_go_while_frames_flow() {
     assert_eq!(u.take_sent().len(), 100);
     // A new port takes b's slot and is read by the least loaded shard (shard 1 now).
     let (pc, c) = MemPort::pair("c", 1 << 20);
-    sh.add_port(PortSpec::custom(Box::new(pc)), d(), None, 3).unwrap();
+    sh.add_port(PortSpec::custom(Box::new(pc)), d(), None, 3)
+        .unwrap();
     let s = sh.stats(3);
     assert_eq!(port(&s, "c").shard, 1);
     assert_eq!(s.policy_epoch, s.policy_epoch.max(1));
@@ -154,7 +163,9 @@ fn ports_come_and_go_while_frames_flow() {
     assert_eq!(tags(&a.take_sent()), vec![7]);
     // Refused ports change nothing on any shard.
     let (dup, _) = MemPort::pair("a", 16);
-    assert!(sh.add_port(PortSpec::custom(Box::new(dup)), d(), None, 5).is_err());
+    assert!(sh
+        .add_port(PortSpec::custom(Box::new(dup)), d(), None, 5)
+        .is_err());
     assert!(sh.remove_port("zz", 5).is_err());
     assert_eq!(sh.policies().len(), 2);
 }
@@ -179,7 +190,11 @@ fn three_vifs(threads: usize, b_bps: Option<u64>) -> [u64; 3] {
             c.engine = EngineKind::Vqos;
             c.capacity_bps = Some(60_000_000);
         },
-        &[("a", homes[0], w(1)), ("b", homes[1], w(2)), ("c", homes[2], w(3))],
+        &[
+            ("a", homes[0], w(1)),
+            ("b", homes[1], w(2)),
+            ("c", homes[2], w(3)),
+        ],
     );
     // The uplink's station is known (frames to it are unicast, not storm-controlled floods).
     u.inject(frame(BCAST, MAC_U, 0));
@@ -237,7 +252,10 @@ fn reference(b_bps: Option<u64>) -> Vec<u64> {
 fn assert_within(got: &[u64; 3], want: &[u64], tol: f64, what: &str) {
     for i in 0..3 {
         let err = (got[i] as f64 - want[i] as f64).abs() / want[i] as f64;
-        assert!(err <= tol, "{what}: vif {i} got {got:?}, reference {want:?}");
+        assert!(
+            err <= tol,
+            "{what}: vif {i} got {got:?}, reference {want:?}"
+        );
     }
 }
 
@@ -251,4 +269,3 @@ fn two_shards_divide_the_capacity_as_the_reference_allocator() {
         assert_within(&one, &want, 0.01, &format!("1 shard, b at {b_bps:?}"));
     }
 }
-

@@ -6,6 +6,8 @@
 //! cost = "bytes"              # what vifs are charged: "bytes" (default) or "cycles"
 //! cycles_per_sec = 2000000000 # the core's cycle budget for cost = "cycles"
 //! busy_poll = false           # poll without sleeping (default false: epoll readiness)
+//! threads = 1                 # forwarding threads (shards); each reads its own ports
+//! # cpus = [2, 3]             # pin them, one CPU per thread (default: not pinned)
 //! tap_io = "syscall"          # TAP ports: "syscall" (a read/write per frame, default) or
 //!                             # "uring" (batches of reads/writes per io_uring_enter)
 //! state_file = "/var/lib/vqos/state.json"
@@ -160,6 +162,9 @@ pub enum ConfigError {
     /// An `[emulate]` value out of range.
     #[error("Invalid config: {0}")]
     Emulate(String),
+    /// `threads` or `cpus` that this host cannot give.
+    #[error("Invalid config: {0}")]
+    Threads(String),
     /// A `[cost_model]` value out of range or out of place.
     #[error("Invalid config: {0}")]
     CostModel(String),
@@ -182,6 +187,8 @@ struct RawConfig {
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
     busy_poll: Option<bool>,
+    threads: Option<usize>,
+    cpus: Option<Vec<usize>>,
     tap_io: Option<TapIo>,
     storm_pps: Option<u64>,
     remove_taps_on_exit: Option<bool>,
@@ -409,6 +416,10 @@ pub struct Config {
     pub pricing: Pricing,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
+    /// Forwarding threads (shards).
+    pub threads: usize,
+    /// CPUs to pin the threads to, one per thread (empty: not pinned).
+    pub cpus: Vec<usize>,
     /// How TAP ports move frames.
     pub tap_io: TapIo,
     /// Storm control: most broadcast, multicast and unknown-unicast frames per second and
@@ -582,7 +593,10 @@ impl Config {
                 })
             }
         };
+        let (threads, cpus) = threads(raw.threads, raw.cpus)?;
         Ok(Config {
+            threads,
+            cpus,
             capacity_bps: set.capacity_bps,
             engine,
             cost: set.cost,
@@ -636,6 +650,8 @@ impl Config {
             cycles_per_sec,
             pricing,
             busy_poll,
+            threads,
+            cpus,
             tap_io,
             storm_pps,
             flood_unknown_to_vifs,
@@ -663,6 +679,8 @@ impl Config {
         differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
         differ(*pricing == next.pricing, "cost_model");
         differ(*busy_poll == next.busy_poll, "busy_poll");
+        differ(*threads == next.threads, "threads");
+        differ(*cpus == next.cpus, "cpus");
         differ(*tap_io == next.tap_io, "tap_io");
         differ(*storm_pps == next.storm_pps, "storm_pps");
         differ(
@@ -685,6 +703,46 @@ impl Config {
         differ(*cluster == next.cluster, "cluster");
         keys
     }
+}
+
+/// `threads` (default 1) and `cpus` checked against the CPUs this process may use: at least
+/// one thread, no more threads than CPUs, one existing, distinct CPU per thread.
+fn threads(
+    threads: Option<usize>,
+    cpus: Option<Vec<usize>>,
+) -> Result<(usize, Vec<usize>), ConfigError> {
+    let cpus = cpus.unwrap_or_default();
+    let n = threads.unwrap_or(if cpus.is_empty() { 1 } else { cpus.len() });
+    let bad = |m: String| Err(ConfigError::Threads(m));
+    if n == 0 {
+        return bad("threads must be at least 1".into());
+    }
+    let allowed = vqos_dataplane::sys::allowed_cpus()
+        .map_err(|e| ConfigError::Threads(format!("cannot read this process's CPUs: {e}")))?;
+    if n > allowed.len() {
+        return bad(format!(
+            "threads = {n} but this host gives vqosd {} CPU(s) ({allowed:?}): a forwarding \
+             thread polls, two on one CPU take turns",
+            allowed.len()
+        ));
+    }
+    if !cpus.is_empty() && cpus.len() != n {
+        return bad(format!(
+            "cpus lists {} CPU(s) for threads = {n}: give one CPU per thread",
+            cpus.len()
+        ));
+    }
+    for (i, c) in cpus.iter().enumerate() {
+        if !allowed.contains(c) {
+            return bad(format!(
+                "cpus: CPU {c} does not exist or vqosd may not use it (allowed: {allowed:?})"
+            ));
+        }
+        if cpus[..i].contains(c) {
+            return bad(format!("cpus: CPU {c} is listed twice"));
+        }
+    }
+    Ok((n, cpus))
 }
 
 /// The toml error on one line (its multi-line rendering quotes the source), with the line and

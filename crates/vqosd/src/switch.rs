@@ -164,6 +164,8 @@ impl SwitchBackend {
             batch_frames: e.batch_frames,
         });
         sc.storm_pps = config.storm_pps;
+        sc.threads = config.threads;
+        sc.cpus = config.cpus.clone();
         sc.flood_unknown_to_vifs = config.flood_unknown_to_vifs;
         sc.readiness = if config.busy_poll {
             Readiness::BusyPoll
@@ -280,28 +282,33 @@ impl Backend for SwitchBackend {
                         macs: p.locked.macs.iter().map(|&m| mac_addr(m)).collect(),
                         ips: p.locked.ips.iter().map(|&k| key_ip(k)).collect(),
                     },
+                    shard: p.shard,
                 }
             })
             .collect();
-        let l = &raw.loop_stats;
         SwitchStats {
             time_ns: Some(raw.time_ns),
             ports,
-            loops: vec![LoopStats {
-                name: "loop0".to_string(),
-                busy_cycles: l.busy_cycles,
-                idle_cycles: l.idle_cycles,
-                bursts: l.bursts,
-                cycles_unit: l.cycles_unit.to_string(),
-                iterations: l.iterations,
-                burst_frames: l.burst_frames,
-                engine_ticks: l.engine_ticks,
-                engine_refusals: l.engine_refusals,
-                capacity_waits: l.capacity_waits,
-                commands: l.commands,
-                epoll_errors: l.epoll_errors,
-                epoll_wait_fallback: l.epoll_wait_fallback,
-            }],
+            loops: raw
+                .loops
+                .iter()
+                .enumerate()
+                .map(|(i, l)| LoopStats {
+                    name: format!("loop{i}"),
+                    busy_cycles: l.busy_cycles,
+                    idle_cycles: l.idle_cycles,
+                    bursts: l.bursts,
+                    cycles_unit: l.cycles_unit.to_string(),
+                    iterations: l.iterations,
+                    burst_frames: l.burst_frames,
+                    engine_ticks: l.engine_ticks,
+                    engine_refusals: l.engine_refusals,
+                    capacity_waits: l.capacity_waits,
+                    commands: l.commands,
+                    epoll_errors: l.epoll_errors,
+                    epoll_wait_fallback: l.epoll_wait_fallback,
+                })
+                .collect(),
             mac_entries: raw.mac_entries as u64,
         }
     }
