@@ -3,20 +3,22 @@
 #
 #   vqos-1     vqosd, engine rr, busy polling, two null vifs (64-byte IPv4/UDP frames, port
 #              security and address guards on, as by default) → a null uplink; one thread
+#   vqos-2     the same with threads = 2 (shards), pinned to CPUs 0 and 1: one vif per thread,
+#              both sending to the one null uplink (shared under its per-batch lock)
 #   ovs-1      OVS-DPDK 3.1 (ovs-vswitchd-dpdk, private instance), two net_null ports
 #              (size=64), flows in_port=1→2 and 2→1, one PMD (pmd-cpu-mask 0x2)
 #   ovs-2      the same with two PMDs (pmd-cpu-mask 0x3): OVS's own scaling from 1 to 2 cores
 #
 # Both forward what two zero-cost ports generate, as fast as one core (or two) can. vqosd is
-# pinned to CPU 1 (the whole process); OVS's PMDs to CPU 1 (and 0). Per run: Mpps forwarded
-# (vqosd: frames its uplink was sent; OVS: packets its two ports transmitted), and cycles per
-# packet (vqosd's own rdtsc busy cycles per frame read; OVS's "avg processing cycles per
-# packet"). When vqosd has threads = N (shards, issue 21), vqos-2 joins the list.
+# pinned to CPU 1 (the whole process; with two threads, CPUs 0 and 1); OVS's PMDs to CPU 1
+# (and 0). Per run: Mpps forwarded (vqosd: frames its uplink was sent; OVS: packets its two
+# ports transmitted), and cycles per packet (vqosd's own rdtsc busy cycles, every loop's, per
+# frame read; OVS's "avg processing cycles per packet").
 # Results: lab-out/bench-cores-DATE.md and .csv.
 #
 # Run as root:  scripts/bench-cores.sh [-t SECONDS] [-s vqos-1,ovs-1,ovs-2] [-r ROUNDS] [-o DIR]
 #   -t  seconds per run (default 8)
-#   -s  switches, in this order within each round (default all three)
+#   -s  switches, in this order within each round (default all four)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
@@ -26,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECS=8
-SWITCHES=vqos-1,ovs-1,ovs-2
+SWITCHES=vqos-1,vqos-2,ovs-1,ovs-2
 ROUNDS=1
 OUTDIR=lab-out
 usage() {
@@ -45,7 +47,7 @@ done
 for n in "$SECS" "$ROUNDS"; do case $n in '' | *[!0-9]* | 0) usage ;; esac; done
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
-    case $s in vqos-1 | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+    case $s in vqos-1 | vqos-2 | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cores.sh: run as root" >&2; exit 1; }
 PIDS=()
@@ -80,13 +82,16 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vqosd on null ports ----------------------------------------------------------------------
-start_vqosd() { # → SWPID, VQ_SOCK
-    local cfg=$TMP/vqosd.toml
+start_vqosd() { # threads → SWPID, VQ_SOCK
+    local threads=$1 cpus=1 cfg=$TMP/vqosd.toml
+    [ "$threads" -eq 2 ] && cpus=0,1
     VQ_SOCK=$TMP/vqosd.sock
     cat >"$cfg" <<EOF
 capacity = "unlimited"
 engine = "rr"
 busy_poll = true
+threads = $threads
+cpus = [$cpus]
 storm_pps = 0
 state_file = "$TMP/state.json"
 [api]
@@ -104,7 +109,7 @@ kind = "null"
 frame_len = 64
 EOF
     rm -f "$TMP/state.json"
-    taskset -c 1 "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
+    taskset -c "$cpus" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
     SWPID=$!
     PIDS+=("$SWPID")
     for _ in $(seq 100); do [ -S "$VQ_SOCK" ] && break; sleep 0.1; done
@@ -112,7 +117,7 @@ EOF
 }
 vqosd_sample() { # → "uplink_tx_frames busy_cycles frames_read"
     "$VQOS" stats --json --socket "$VQ_SOCK" |
-        jq -r --arg up "vqbc$$u" '"\([.ports[] | select(.name == $up) | .tx_frames] | add) \(.loops[0].busy_cycles) \([.ports[] | .rx_frames] | add)"'
+        jq -r --arg up "vqbc$$u" '"\([.ports[] | select(.name == $up) | .tx_frames] | add) \([.loops[].busy_cycles] | add) \([.ports[] | .rx_frames] | add)"'
 }
 
 # --- OVS-DPDK on net_null ports ---------------------------------------------------------------
@@ -177,7 +182,8 @@ ROWS=()
 measure() { # switch
     local sw=$1 a b t0 t1 mpps cpp
     case $sw in
-        vqos-1) start_vqosd ;;
+        vqos-1) start_vqosd 1 ;;
+        vqos-2) start_vqosd 2 ;;
         ovs-1) start_ovs 0x2 ;;
         ovs-2) start_ovs 0x3 ;;
     esac
@@ -227,9 +233,9 @@ printf '%s\n' "${ROWS[@]}" | awk -F, '
         print "|---|---|---|---|"
         for (i = 1; i <= n; i++) { split(r[i], f, ","); printf "| %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4] }
         print ""
-        print "| vqos-1 / ovs-1 (per core) | ovs-2 / ovs-1 (OVS scaling) | (mean Mpps of the rounds) |"
-        print "|---|---|---|"
-        printf "| %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("ovs-2", "ovs-1")
+        print "| vqos-1 / ovs-1 (per core) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | (mean Mpps of the rounds) |"
+        print "|---|---|---|---|---|"
+        printf "| %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2")
     }' >"$MD"
 echo
 cat "$MD"

@@ -34,6 +34,8 @@ pub(crate) enum Place {
         slot: usize,
         /// The shard that reads it.
         home: usize,
+        /// The port given is a transmit queue of this shard's own ([`PortIo::for_sender`]).
+        own_queue: bool,
         /// Locks it took.
         taken: Vec<(AddrKey, u16)>,
     },
@@ -186,16 +188,22 @@ impl Switch {
         next.vifs.push(VifSpec { name, policy });
         next.validate()?;
         let storm = self.storm_bucket(now_ns);
-        let (idx, home) = match &place {
+        let (idx, home, own_queue) = match &place {
             Place::Home(slot) => (
                 slot.unwrap_or_else(|| self.ports.free_slot(PortRole::Vif)),
                 self.shard,
+                false,
             ),
-            Place::Replica { slot, home, .. } => (*slot, *home),
+            Place::Replica {
+                slot,
+                home,
+                own_queue,
+                ..
+            } => (*slot, *home, *own_queue),
         };
         let pinned = security.clone();
         self.ports
-            .insert(idx, io, home, security, PortRole::Vif, storm)?;
+            .insert(idx, (io, own_queue), home, security, PortRole::Vif, storm)?;
         let taken = match place {
             Place::Home(_) => {
                 let done = self.addrs.lock().pin_assigned(&pinned, idx as u16, now_ns);
@@ -427,7 +435,8 @@ impl Switch {
         let mut ports = PortTable::for_shard(index);
         for (slot, s) in self.ports.iter() {
             let security = PortSecurity::open();
-            ports.insert(slot, s.port.clone(), s.home, security, s.role, None)?;
+            let io = PortIo::for_sender(&s.port);
+            ports.insert(slot, io, s.home, security, s.role, None)?;
         }
         let mut sw = Switch {
             ports,

@@ -165,6 +165,12 @@ impl Port for NullPort {
     fn counters(&self) -> PortIoCounters {
         self.counters
     }
+
+    /// A sink of the same name: a null port has as many transmit queues as threads want, as
+    /// DPDK's `net_null` has.
+    fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(Some(Box::new(NullPort::sink(&self.name)?)))
+    }
 }
 
 #[cfg(test)]

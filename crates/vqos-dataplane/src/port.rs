@@ -86,6 +86,19 @@ pub struct PortIoCounters {
     pub uring_failures: u64,
 }
 
+impl PortIoCounters {
+    /// Adds `o`'s counts (one port's queues added up).
+    pub fn add(&mut self, o: &PortIoCounters) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_errors += o.rx_errors;
+        self.tx_errors += o.tx_errors;
+        self.uring_failures += o.uring_failures;
+    }
+}
+
 /// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.
 pub struct Batch {
     /// The buffers; only the first `count` hold frames.
@@ -265,6 +278,14 @@ pub trait Port: Send {
     /// Called when stats are published, never per frame.
     fn status(&self) -> Option<serde_json::Value> {
         None
+    }
+
+    /// Another transmit queue of this port, for a forwarding thread that does not read it
+    /// (shards, docs/dataplane.md): frames it sends there need no lock shared with the other
+    /// threads. `None` (the default): the port has one queue, shared under a short lock. A
+    /// queue is never read.
+    fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(None)
     }
 }
 

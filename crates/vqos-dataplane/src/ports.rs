@@ -177,6 +177,16 @@ impl PortIo {
         Arc::new(PortIo(Mutex::new(port)))
     }
 
+    /// What a shard that does not read the port sends through: a transmit queue of its own
+    /// if the port has several ([`Port::tx_queue`]; `true`), else the port itself.
+    pub fn for_sender(io: &Arc<PortIo>) -> (Arc<PortIo>, bool) {
+        match io.lock().tx_queue() {
+            Ok(Some(q)) => (PortIo::new(q), true),
+            // A port that has one queue, or could not open another, is shared.
+            _ => (io.clone(), false),
+        }
+    }
+
     /// The port, locked (a shard that panicked mid-call left a port whose next call reports
     /// its own errors).
     #[inline]
@@ -203,6 +213,8 @@ pub(crate) struct PortEntry {
     pub name: String,
     /// Uplink or vif.
     pub role: PortRole,
+    /// This shard sends to the port on a transmit queue of its own ([`Port::tx_queue`]).
+    pub own_queue: bool,
     /// Vif id in the whole policy set (`vif` is the id in this shard's engine).
     pub global_vif: Option<VifId>,
     /// Vif id in this shard's engine (local vifs only).
@@ -263,6 +275,7 @@ impl PortEntry {
             port,
             home,
             local,
+            own_queue: false,
             role,
             global_vif: None,
             vif: None,
@@ -333,14 +346,15 @@ impl PortTable {
     pub fn insert(
         &mut self,
         idx: usize,
-        port: Arc<PortIo>,
+        (port, own_queue): (Arc<PortIo>, bool),
         home: usize,
         security: PortSecurity,
         role: PortRole,
         storm: Option<TokenBucket>,
     ) -> Result<(), SwitchError> {
         let local = home == self.shard;
-        let entry = PortEntry::new(port, home, local, security, role, storm);
+        let mut entry = PortEntry::new(port, home, local, security, role, storm);
+        entry.own_queue = own_queue;
         if self.by_name.contains_key(&entry.name) || self.get(idx).is_some() {
             return Err(SwitchError::DuplicatePort(entry.name));
         }

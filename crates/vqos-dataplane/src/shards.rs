@@ -126,13 +126,15 @@ impl Placement {
         let mut added = Vec::new();
         let mut result = Ok(None);
         for &i in &others {
+            let (port, own_queue) = PortIo::for_sender(&io);
             let op = Op::AddPort {
-                port: io.clone(),
+                port,
                 macs: macs.clone(),
                 policy: policy.clone(),
                 place: Place::Replica {
                     slot,
                     home,
+                    own_queue,
                     taken: Vec::new(),
                 },
             };
@@ -214,7 +216,10 @@ impl Placement {
         if slot > 0 {
             self.use_slot(slot, false);
         }
-        let last = holds.pop();
+        // The home's hold first: the others are its clones or queues of their own, dropped
+        // here, so that the port itself is the last to go.
+        let mut holds = holds.into_iter();
+        let last = holds.next();
         drop(holds);
         match refused {
             Some(e) => Err(e),

@@ -302,8 +302,9 @@ impl LoopStats {
 impl SwitchStats {
     /// One snapshot of a switch from its shards' (shard 0 first): each port's counters added
     /// up over the shards (every shard counts what it sent to a port, the shard that reads it
-    /// what it read), its engine state, I/O counters, status and locks from the shard that
-    /// reads it; the loops side by side and added up; the oldest time.
+    /// what it read), its I/O counters added up over its queues, its engine state, status and
+    /// locks from the shard that reads it; the loops side by side and added up; the oldest
+    /// time.
     pub fn merge(shards: &[std::sync::Arc<SwitchStats>]) -> SwitchStats {
         let Some(first) = shards.first() else {
             return SwitchStats {
@@ -330,11 +331,11 @@ impl SwitchStats {
                     continue;
                 };
                 o.counters.add(&p.counters);
+                o.io.add(&p.io);
                 o.rx_rate_bps += p.rx_rate_bps;
                 o.tx_rate_bps += p.tx_rate_bps;
                 if p.shard == i {
                     o.engine = p.engine;
-                    o.io = p.io;
                     o.status = p.status.clone();
                     o.locked = p.locked.clone();
                 }

@@ -174,8 +174,14 @@ impl Switch {
         }
         let storm = sw.storm_bucket(now_ns);
         let io = PortIo::new(uplink);
-        sw.ports
-            .insert(0, io, 0, PortSecurity::open(), PortRole::Uplink, storm)?;
+        sw.ports.insert(
+            0,
+            (io, false),
+            0,
+            PortSecurity::open(),
+            PortRole::Uplink,
+            storm,
+        )?;
         // Stations the uplink is configured with (a gateway's MAC, a null uplink's station)
         // are its own from the start: no vif can claim them.
         if let crate::MacPolicy::Fixed(list) = &uplink_security.macs {
@@ -432,8 +438,9 @@ impl Switch {
             let dt = now_ns.saturating_sub(oldest.0).max(1);
             // bytes < 2^64, ×8e9 fits in u128.
             let rate = |b: u64| (u128::from(b) * 8_000_000_000 / u128::from(dt)) as u64;
-            // The port's own counters and status once, from the shard that reads it.
-            let (io, status) = if s.local {
+            // The port's own counters and status from the shard that reads it, and the
+            // counters of a transmit queue of this shard's own.
+            let (io, status) = if s.local || s.own_queue {
                 let p = s.port.lock();
                 (p.counters(), p.status())
             } else {
