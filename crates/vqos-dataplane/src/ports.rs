@@ -169,6 +169,12 @@ impl PortEntry {
 /// port's receive side reads it, every shard sends to it, one short lock per batch (a
 /// port with one queue is shared the way OVS shares a tx queue among PMD threads). No code
 /// holds two of these locks, or one of them and the address tables' lock, at once.
+///
+/// Aligned to 128 bytes (two cache lines, what adjacent-line prefetch pulls in): two ports'
+/// locks allocated one after the other would otherwise share a line, and two shards each
+/// locking only its own port per batch would still pass that line back and forth (measured:
+/// 190 instead of 120 cycles per frame on two null vifs, one per shard).
+#[repr(align(128))]
 pub(crate) struct PortIo(Mutex<Box<dyn Port>>);
 
 impl PortIo {

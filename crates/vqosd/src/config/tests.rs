@@ -310,3 +310,51 @@ fn token_file_must_be_private() {
     fs::write(&f, "short").unwrap();
     assert!(err(&text).contains("at least 16 characters"));
 }
+
+#[test]
+fn threads_and_cpus_are_checked_against_the_cpus_vqosd_may_use() {
+    let allowed = vqos_dataplane::sys::allowed_cpus().unwrap();
+    let n = allowed.len();
+    let c = Config::parse("", env).unwrap();
+    assert_eq!((c.threads, c.cpus.clone()), (1, vec![]));
+    // cpus alone gives the thread count; threads and cpus together must agree.
+    let c = Config::parse(&format!("cpus = [{}]", allowed[0]), env).unwrap();
+    assert_eq!((c.threads, c.cpus), (1, vec![allowed[0]]));
+    let c = Config::parse(&format!("threads = {n}"), env).unwrap();
+    assert_eq!(c.threads, n);
+    assert_eq!(
+        err("threads = 0"),
+        "Invalid config: threads must be at least 1"
+    );
+    let e = err(&format!("threads = {}", n + 1));
+    assert!(
+        e.contains(&format!(
+            "threads = {} but this host gives vqosd {n} CPU(s)",
+            n + 1
+        )),
+        "{e}"
+    );
+    let e = err(&format!(
+        "threads = 1\ncpus = [{}, {}]",
+        allowed[0], allowed[0]
+    ));
+    assert!(e.contains("cpus lists 2 CPU(s) for threads = 1"), "{e}");
+    let e = err("cpus = [4096]");
+    assert!(
+        e.contains("CPU 4096 does not exist or vqosd may not use it"),
+        "{e}"
+    );
+    if n >= 2 {
+        let e = err(&format!("cpus = [{0}, {0}]", allowed[0]));
+        assert!(
+            e.contains(&format!("CPU {} is listed twice", allowed[0])),
+            "{e}"
+        );
+    }
+    let e = err("threads = -1");
+    assert!(e.contains("line 1, column 11"), "{e}");
+    // A change of either needs a restart.
+    let a = Config::parse("", env).unwrap();
+    let b = Config::parse(&format!("cpus = [{}]", allowed[0]), env).unwrap();
+    assert_eq!(a.restart_needed(&b), vec!["cpus"]);
+}
