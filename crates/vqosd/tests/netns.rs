@@ -14,6 +14,9 @@
 //!   iperf3 load and started again: the guests' (persistent) TAPs stay, the same TCP streams
 //!   carry on, every policy is restored through the API and in the data plane.
 //! - `a_max_set_before_traffic_holds`: a cap configured before traffic holds with TSO batches.
+//! - `weights_hold_on_two_threads`: `threads = 2` (issue 21), weights 1:2:3 under the
+//!   capacity: the VMs' ports are read by both loops, and every VM is within 5 % of the
+//!   reference allocation, as with one thread.
 //!
 //! Rates are what iperf3's *server* received, per 1 s interval, summed over a window of the run
 //! (one long stream per VM, so a policy change is measured without restarting the traffic).
@@ -595,5 +598,47 @@ fn a_max_set_before_traffic_holds() {
     );
     if wire < 0.97 * 300.0 {
         println!("below 97 % of the max: the machine is busy");
+    }
+}
+
+#[test]
+fn weights_hold_on_two_threads() {
+    let Some(_serial) = can_run("weights_hold_on_two_threads") else {
+        return;
+    };
+    if vqos_dataplane::sys::allowed_cpus().map_or(0, |c| c.len()) < 2 {
+        println!("SKIP weights_hold_on_two_threads: needs 2 CPUs");
+        return;
+    }
+    let ws = [1, 2, 3];
+    let lab = lab_spec(
+        7,
+        &ws,
+        LabSpec {
+            threads: Some(2),
+            ..LabSpec::default()
+        },
+    );
+    let s = lab.stats();
+    assert_eq!(s["loops"].as_array().map(Vec::len), Some(2), "{s}");
+    let shards: Vec<u64> = lab
+        .vms
+        .iter()
+        .map(|(tap, _)| port(&s, tap)["shard"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shards, vec![0, 1, 0], "placed round-robin");
+    let servers: Vec<Proc> = (0..3).map(|i| lab.server(5201 + i as u16)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: Vec<Proc> = (0..3).map(|i| lab.client(i, 5201 + i as u16, 14)).collect();
+    let reports: Vec<Report> = servers
+        .into_iter()
+        .map(|s| Report::of(s, Duration::from_secs(30)))
+        .collect();
+    drop(clients);
+    let rates: Vec<f64> = reports.iter().map(|r| r.mbit(3.0, 13.0)).collect();
+    check("two threads, weights 1:2:3", &rates, &weights(&ws), 0.05, 0.97);
+    let s = lab.stats();
+    for l in s["loops"].as_array().unwrap() {
+        assert!(l["burst_frames"].as_u64().unwrap() > 0, "every loop forwarded: {l}");
     }
 }

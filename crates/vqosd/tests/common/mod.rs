@@ -217,6 +217,8 @@ pub struct LabSpec<'a> {
     /// A sink namespace to share with other labs (the uplink goes there, on this lab's own
     /// subnet); default: a sink of its own.
     pub sink: Option<Arc<Netns>>,
+    /// Forwarding threads (default: the daemon's, 1).
+    pub threads: Option<usize>,
 }
 
 /// The sink namespace of a test's labs, for [`LabSpec::sink`].
@@ -241,6 +243,9 @@ pub fn lab_spec(test_id: u8, weights: &[u32], spec: LabSpec) -> Lab {
         dir.path().join("state.json").display(),
         socket.display()
     );
+    if let Some(n) = spec.threads {
+        text.insert_str(0, &format!("threads = {n}\n"));
+    }
     let taps: Vec<String> = (1..=weights.len())
         .map(|i| format!("{prefix}v{i}"))
         .collect();
