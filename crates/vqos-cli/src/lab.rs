@@ -123,6 +123,10 @@ struct RunArgs {
     /// (rr, ancs, policer, tcm, c2qos, vqos); only with `--baseline vqos`.
     #[arg(long)]
     engine: Option<String>,
+    /// Run vqosd on N forwarding threads (shards) instead of the scenario's `threads`
+    /// (default 1); only with `--baseline vqos`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: Option<u64>,
 }
 
 /// Runs `vqos lab`.
@@ -143,8 +147,13 @@ pub fn run(args: LabArgs) -> Result<()> {
         Some(e) => Some(e.parse().map_err(|m: String| crate::exit::UsageError(m))?),
         None => None,
     };
+    if let (Some(n), false) = (a.threads, baseline == Baseline::Vqos) {
+        let msg = format!("--threads {n} needs --baseline vqos (the {baseline} baseline has none)");
+        return Err(crate::exit::UsageError(msg).into());
+    }
     let mut opts = LabOptions::new(&a.file);
     opts.engine = engine;
+    opts.threads = a.threads.map(|n| n as usize);
     opts.baseline = baseline;
     opts.out_dir = a.out;
     opts.duration_scale = a.duration_scale;

@@ -30,6 +30,9 @@ pub struct LabOptions {
     /// vqosd's engine instead of the scenario's (`None`: the scenario's); the simulator's
     /// prediction uses the same one. Ignored by the kernel baselines.
     pub engine: Option<EngineKind>,
+    /// vqosd's forwarding threads instead of the scenario's `threads` (`None`: the
+    /// scenario's).
+    pub threads: Option<usize>,
 }
 
 impl LabOptions {
@@ -43,6 +46,7 @@ impl LabOptions {
             vqosd_bin: None,
             progress: false,
             engine: None,
+            threads: None,
         }
     }
 }

@@ -131,6 +131,9 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     if let Some(e) = opts.engine {
         sc.engine = e;
     }
+    if let Some(n) = opts.threads {
+        sc.threads = n;
+    }
     let probe_specs = probe::parse_probes(&text, &sc)
         .map_err(|e| LabError::Invalid(format!("{}: {e}", opts.scenario.display())))?;
     // SAFETY: geteuid has no preconditions.
@@ -173,6 +176,8 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     let mut report = build_report(&sc, "lab", &bins, LAB_BIN_NS, busy);
     if opts.baseline != Baseline::Vqos {
         report.engine = format!("none: baseline {}", opts.baseline);
+    } else if sc.threads > 1 {
+        report.engine = format!("{} on {} threads", report.engine, sc.threads);
     }
     report.checks.extend(probe::checks(&probe_specs, &latency));
     let mut results =

@@ -165,6 +165,10 @@ pub struct Scenario {
     pub cost: CostModel,
     /// Cycles per second of the forwarding core.
     pub cpu_hz: u64,
+    /// vqosd's forwarding threads in the lab (`threads`, default 1). The simulator models the
+    /// allocation one switch gives, which the shards reproduce (docs/dataplane.md, "Shards"),
+    /// so it does not change a prediction.
+    pub threads: usize,
     /// Per-packet CPU cost.
     pub cost_model: CycleCostModel,
     /// `[topology].direction`: the default of every VM's [`Vm::direction`].
@@ -191,6 +195,9 @@ pub struct Scenario {
     /// one line each; the reports repeat them.
     pub warnings: Vec<String>,
 }
+
+/// Most forwarding threads a scenario may ask the lab's vqosd for.
+pub const MAX_THREADS: usize = 64;
 
 /// Default base RTT inside one host (a namespace or VM to a sink through the switch).
 pub const DEFAULT_RTT_NS: u64 = 200_000;
@@ -377,6 +384,7 @@ impl Scenario {
             settle_ns,
             cost,
             cpu_hz: raw.cpu_hz.unwrap_or(2_000_000_000),
+            threads: raw.threads.unwrap_or(1),
             cost_model: raw.cost_model.unwrap_or_default(),
             direction,
             bottleneck_bps,
@@ -392,6 +400,11 @@ impl Scenario {
         };
         if scenario.cpu_hz == 0 {
             return Err(invalid("cpu_hz: must be greater than 0"));
+        }
+        if !(1..=MAX_THREADS).contains(&scenario.threads) {
+            return Err(invalid(format!(
+                "threads: must be 1..={MAX_THREADS} (vqosd's forwarding threads in the lab)"
+            )));
         }
         scenario
             .cost_model

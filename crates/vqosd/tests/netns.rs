@@ -636,9 +636,18 @@ fn weights_hold_on_two_threads() {
         .collect();
     drop(clients);
     let rates: Vec<f64> = reports.iter().map(|r| r.mbit(3.0, 13.0)).collect();
-    check("two threads, weights 1:2:3", &rates, &weights(&ws), 0.05, 0.97);
+    check(
+        "two threads, weights 1:2:3",
+        &rates,
+        &weights(&ws),
+        0.05,
+        0.97,
+    );
     let s = lab.stats();
     for l in s["loops"].as_array().unwrap() {
-        assert!(l["burst_frames"].as_u64().unwrap() > 0, "every loop forwarded: {l}");
+        assert!(
+            l["burst_frames"].as_u64().unwrap() > 0,
+            "every loop forwarded: {l}"
+        );
     }
 }

@@ -62,11 +62,12 @@ pub fn vqosd_config(
         names.push("\"pid-ecn\"");
     }
     let mut s = format!(
-        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\n\
+        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\nthreads = {}\n\
          state_file = \"{}\"\nremove_taps_on_exit = true\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
         sc.capacity_bps,
         sc.engine,
         sc.cpu_hz,
+        sc.threads,
         work.join("state.json").display(),
         names.join(", "),
         work.join("vqosd.sock").display(),
@@ -166,6 +167,27 @@ mod tests {
         assert_eq!(parsed.ports[0].1, p[0], "{cfg}");
         assert_eq!(parsed.ports[1].1, p[1], "{cfg}");
         assert_eq!(p[0].burst_bytes, Some(65_536));
+        assert_eq!(parsed.threads, 1);
+    }
+
+    #[test]
+    fn a_scenarios_threads_reach_vqosd_and_bad_ones_are_refused() {
+        let sc = Scenario::parse(
+            "name = \"t\"\nduration = \"2s\"\ncapacity = \"200Mbit\"\nthreads = 2\n\
+             [[vm]]\nname = \"vm1\"\n",
+        )
+        .unwrap();
+        assert_eq!(sc.threads, 2);
+        let p = vec![sc.vms[0].initial.policy.clone()];
+        let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+        assert!(cfg.contains("threads = 2\n"), "{cfg}");
+        for bad in ["threads = 0", "threads = 65"] {
+            let text = format!(
+                "name = \"t\"\nduration = \"2s\"\ncapacity = \"1Mbit\"\n{bad}\n[[vm]]\nname = \"a\"\n"
+            );
+            let e = Scenario::parse(&text).unwrap_err().to_string();
+            assert!(e.contains("threads: must be 1..=64"), "{bad}: {e}");
+        }
     }
 
     #[test]
