@@ -216,12 +216,15 @@ impl State {
         let mut kv = etcd::kv_client(&c);
         let (vifs, rev) = get_prefix(&mut kv, &keys::host_vifs(&host), 0, None, t).await?;
         let (tenants, _) = get_prefix(&mut kv, keys::TENANTS, rev, None, t).await?;
-        self.desired.clear();
+        let mut read = std::collections::BTreeSet::new();
         for kv in vifs.iter().chain(&tenants) {
             if let Ok(key) = kv.key_str() {
                 self.desired.put(&host, key, kv.value());
+                read.insert(key.to_string());
             }
         }
+        // Keys deleted while away go; the last valid version of a key now unreadable stays.
+        self.desired.retain(&read);
         self.desired.apply(&self.api);
         let wv = self.watch_from(&c, &keys::host_vifs(&host), rev).await?;
         let wt = self.watch_from(&c, keys::TENANTS, rev).await?;
@@ -347,12 +350,7 @@ impl State {
             }
         }
         statuses.insert(host.clone(), own);
-        let tenants = self
-            .desired
-            .tenants
-            .iter()
-            .filter_map(|(n, l)| l.as_ref().ok().map(|l| (n.clone(), *l)))
-            .collect();
+        let tenants = self.desired.tenant_limits();
         let shares = local_shares(&host, &statuses, &tenants);
         if let Err(e) = self.api.set_cluster_shares(&shares) {
             self.desired
