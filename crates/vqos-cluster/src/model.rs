@@ -136,6 +136,18 @@ impl VifDoc {
         p.validate(port)?;
         Ok(p)
     }
+
+    /// What the tenant split takes from this document ([`crate::Declared`]): its tenant,
+    /// weight and own cap. `None` for a vif without a tenant; an error when the policy is not
+    /// valid.
+    pub fn declared(&self, port: &str) -> Result<Option<crate::Declared>, ModelError> {
+        let p = self.policy(port)?;
+        Ok(self.tenant.clone().map(|tenant| crate::Declared {
+            tenant,
+            weight: p.weight,
+            max_bps: p.max_bps,
+        }))
+    }
 }
 
 /// `/vqos/v1/tenants/<tenant>`: a tenant's limits, cluster-wide.

@@ -409,3 +409,36 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
         common::LOOSE_AGGREGATE,
     );
 }
+
+/// Issue 24: weights and tenants were taken from the hosts' own statuses, so a compromised
+/// host publishing `weight: 4294967295` took nearly all of a tenant's max. Now they come from
+/// etcd's vif documents: h2's status (written here by hand, as a compromised host would)
+/// claims the largest weight, and a host etcd declares nothing for claims a vif of acme; h1
+/// still gets its declared half.
+#[test]
+fn a_host_publishing_a_huge_weight_gains_nothing() {
+    if skip("a_host_publishing_a_huge_weight_gains_nothing") {
+        return;
+    }
+    let etcd = Etcd::start(7);
+    let dir = tempfile::tempdir().unwrap();
+    put(&etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
+    for h in ["h1", "h2"] {
+        put(
+            &etcd,
+            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
+            json!({"tenant": "acme"}),
+        );
+    }
+    // Idle like h1's mock vif (the probe as demand), with the largest weight.
+    let liar = json!({"health": "ok", "updated_unix_ms": 0, "period_ms": 100, "vifs": {
+        "vm1": {"tenant": "acme", "weight": 4294967295u32, "min_bps": 0, "max_bps": null,
+                "rate_bps": 0, "demand_bps": 1000000, "idle": true}}});
+    put(&etcd, "/vqos/v1/status/h2", liar.clone());
+    put(&etcd, "/vqos/v1/status/h3", liar);
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    // Trusted, the liars' weights would leave h1 its 1 Mbit/s probe and nothing more.
+    wait("h1's declared half of acme's max", &h1, || {
+        (share(&etcd, "h1") == Some(50_000_000)).then_some(())
+    });
+}

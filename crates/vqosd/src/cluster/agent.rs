@@ -98,7 +98,7 @@ struct Session {
     keeper: etcd_client::LeaseKeeper,
     /// The keep-alives' answers.
     alive: etcd_client::LeaseKeepAliveStream,
-    /// The watch of the host's vif keys.
+    /// The watch of every host's vif keys.
     vifs: WatchStream,
     /// The watch of the tenants.
     tenants: WatchStream,
@@ -211,10 +211,10 @@ impl State {
         .await?
         .id();
         let (keeper, alive) = deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
-        // The host's vifs and the tenants at one revision, in pages, then the watches from the
-        // next.
+        // Every host's vifs (the declared tenant members) and the tenants at one revision, in
+        // pages, then the watches from the next.
         let mut kv = etcd::kv_client(&c);
-        let (vifs, rev) = get_prefix(&mut kv, &keys::host_vifs(&host), 0, None, t).await?;
+        let (vifs, rev) = get_prefix(&mut kv, keys::HOSTS, 0, None, t).await?;
         let (tenants, _) = get_prefix(&mut kv, keys::TENANTS, rev, None, t).await?;
         let mut read = std::collections::BTreeSet::new();
         for kv in vifs.iter().chain(&tenants) {
@@ -226,7 +226,7 @@ impl State {
         // Keys deleted while away go; the last valid version of a key now unreadable stays.
         self.desired.retain(&read);
         self.desired.apply(&self.api);
-        let wv = self.watch_from(&c, &keys::host_vifs(&host), rev).await?;
+        let wv = self.watch_from(&c, keys::HOSTS, rev).await?;
         let wt = self.watch_from(&c, keys::TENANTS, rev).await?;
         self.health.revision = rev;
         self.health.syncs += 1;
@@ -351,7 +351,7 @@ impl State {
         }
         statuses.insert(host.clone(), own);
         let tenants = self.desired.tenant_limits();
-        let shares = local_shares(&host, &statuses, &tenants);
+        let shares = local_shares(&host, &statuses, &self.desired.declared, &tenants);
         if let Err(e) = self.api.set_cluster_shares(&shares) {
             self.desired
                 .problems

@@ -1,13 +1,15 @@
 //! The desired state read from etcd, and its application to the API.
 //!
-//! A document that cannot be read (it does not parse, or its
+//! Every host's vif documents are read (not only this host's): they are the only source of a
+//! tenant vif's membership, weight and own cap in the split ([`Desired::declared`]); the hosts'
+//! statuses give only measurements. A document that cannot be read (it does not parse, or its
 //! policy is not valid) is a problem and leaves its last valid version in force; fields this
 //! version does not know are a problem too, but the rest of the document is used.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use vqos_cluster::model::field_list;
-use vqos_cluster::{keys, TenantDoc, TenantLimits, VifDoc};
+use vqos_cluster::{keys, Declarations, TenantDoc, TenantLimits, VifDoc};
 
 use crate::api::Api;
 
@@ -38,6 +40,8 @@ pub(super) struct TenantEntry {
 pub(super) struct Desired {
     /// This host's vif keys, by port name.
     pub vifs: BTreeMap<String, VifEntry>,
+    /// Every host's tenant vifs, as their last valid documents declare them.
+    pub declared: Declarations,
     /// By tenant name.
     pub tenants: BTreeMap<String, TenantEntry>,
     /// Problems found when applying (missing ports, refused policies, unreadable keys).
@@ -60,49 +64,71 @@ impl Desired {
     /// while the agent was away go, the last valid documents of the others stay.
     pub fn retain(&mut self, read: &BTreeSet<String>) {
         self.vifs.retain(|_, e| read.contains(&e.key));
+        self.declared.retain(|h, vifs| {
+            vifs.retain(|p, _| read.contains(&keys::vif(h, p)));
+            !vifs.is_empty()
+        });
         self.tenants.retain(|t, _| read.contains(&keys::tenant(t)));
     }
 
-    /// A key was deleted; keys that are not this host's vifs or a tenant are ignored.
+    /// A key was deleted; keys that are neither vifs nor tenants are ignored.
     pub fn delete(&mut self, host: &str, key: &str) {
         if let Some((h, port)) = keys::host_vif(key) {
             if h == host {
                 self.vifs.remove(port);
+            }
+            if let Some(vifs) = self.declared.get_mut(h) {
+                vifs.remove(port);
+                if vifs.is_empty() {
+                    self.declared.remove(h);
+                }
             }
         } else if let Some(t) = keys::name_under(keys::TENANTS, key) {
             self.tenants.remove(t);
         }
     }
 
-    /// A key was read or written; keys that are not this host's vifs or a tenant are ignored.
+    /// A key was read or written; keys that are neither vifs nor tenants are ignored.
     pub fn put(&mut self, host: &str, key: &str, value: &[u8]) {
         if let Some((h, port)) = keys::host_vif(key) {
-            if h != host {
-                return;
-            }
-            match VifDoc::parse(value).and_then(|d| d.policy(port).map(|_| d)) {
-                Ok(doc) => {
-                    if let Some(p) = unknown_problem(key, &field_list(&doc.unknown)) {
-                        tracing::warn!("{p}");
+            let read = VifDoc::parse(value).and_then(|d| Ok((d.declared(port)?, d)));
+            match read {
+                Ok((decl, doc)) => {
+                    if h == host {
+                        if let Some(p) = unknown_problem(key, &field_list(&doc.unknown)) {
+                            tracing::warn!("{p}");
+                        }
                     }
-                    self.vifs.insert(
-                        port.to_string(),
-                        VifEntry {
-                            key: key.to_string(),
-                            doc: Some(doc),
-                            error: None,
-                        },
-                    );
+                    let vifs = self.declared.entry(h.to_string()).or_default();
+                    match decl {
+                        Some(d) => vifs.insert(port.to_string(), d),
+                        None => vifs.remove(port),
+                    };
+                    if vifs.is_empty() {
+                        self.declared.remove(h);
+                    }
+                    if h == host {
+                        self.vifs.insert(
+                            port.to_string(),
+                            VifEntry {
+                                key: key.to_string(),
+                                doc: Some(doc),
+                                error: None,
+                            },
+                        );
+                    }
                 }
                 Err(e) => {
-                    // The last valid document stays: its policy and tenant.
+                    // The last valid document stays: its policy, tenant, weight and cap.
                     tracing::warn!("{key}: {e}; its last valid version stays in force");
-                    let entry = self.vifs.entry(port.to_string()).or_insert(VifEntry {
-                        key: key.to_string(),
-                        doc: None,
-                        error: None,
-                    });
-                    entry.error = Some(e.to_string());
+                    if h == host {
+                        let entry = self.vifs.entry(port.to_string()).or_insert(VifEntry {
+                            key: key.to_string(),
+                            doc: None,
+                            error: None,
+                        });
+                        entry.error = Some(e.to_string());
+                    }
                 }
             }
         } else if let Some(t) = keys::name_under(keys::TENANTS, key) {
@@ -263,7 +289,7 @@ mod tests {
         let set = api.policies();
         assert_eq!(set.policy(set.id("vm1").unwrap()).weight, 4);
         d.retain(&BTreeSet::new());
-        assert!(d.vifs.is_empty() && d.tenants.is_empty());
+        assert!(d.vifs.is_empty() && d.tenants.is_empty() && d.declared.is_empty());
     }
 
     fn acme_max(d: &Desired) -> Option<u64> {
@@ -297,6 +323,7 @@ mod tests {
         d.apply(&api);
         assert_eq!(acme_max(&d), Some(100_000_000));
         assert_eq!(d.tenant_of("vm1"), Some("acme"));
+        assert_eq!(d.declared["h1"]["vm1"].weight, 2);
         assert_eq!(api.managed().keys().collect::<Vec<_>>(), ["vm1"]);
         let p = d.problems.join("\n");
         assert!(
@@ -315,5 +342,31 @@ mod tests {
         assert_eq!(acme_max(&d), Some(200_000_000));
         d.retain(&BTreeSet::from([vkey.to_string()]));
         assert_eq!(acme_max(&d), None);
+    }
+
+    #[test]
+    fn every_hosts_vif_documents_declare_the_tenant_members() {
+        let mut d = Desired::default();
+        d.put(
+            "h1",
+            "/vqos/v1/hosts/h2/vifs/vm7",
+            br#"{"tenant": "acme", "weight": 3, "max": "50Mbit"}"#,
+        );
+        d.put("h1", "/vqos/v1/hosts/h2/vifs/vm8", br#"{"weight": 9}"#);
+        d.put("h1", "/vqos/v1/hosts/h1/vifs/vm1", br#"{"tenant": "acme"}"#);
+        let vm7 = &d.declared["h2"]["vm7"];
+        assert_eq!(
+            (vm7.tenant.as_str(), vm7.weight, vm7.max_bps),
+            ("acme", 3, Some(50_000_000))
+        );
+        // No tenant: no member; another host's key is no vif of this host.
+        assert!(!d.declared["h2"].contains_key("vm8"));
+        assert_eq!(d.vifs.keys().collect::<Vec<_>>(), ["vm1"]);
+        assert_eq!(d.declared["h1"]["vm1"].weight, 1);
+        // The tenant removed from a document: no member any more.
+        d.put("h1", "/vqos/v1/hosts/h2/vifs/vm7", br#"{"weight": 3}"#);
+        assert!(!d.declared.contains_key("h2"));
+        d.delete("h1", "/vqos/v1/hosts/h1/vifs/vm1");
+        assert!(d.declared.is_empty() && d.vifs.is_empty());
     }
 }
