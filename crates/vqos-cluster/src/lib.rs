@@ -25,4 +25,4 @@ pub use etcd::{EtcdError, EtcdSettings};
 pub use etcd_client;
 pub use model::{HostStatus, ModelError, TenantDoc, VifDoc, VifStatus};
 pub use shares::{all_shares, local_shares, Declarations, Declared};
-pub use split::{estimate_demand, fills_floor, split, Member, Share, TenantLimits};
+pub use split::{estimate_demand, fills_floor, is_idle, split, Member, Share, TenantLimits};

@@ -209,6 +209,10 @@ pub struct VifStatus {
     /// ([`crate::fills_floor`]). Absent: `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub floor_greedy: bool,
+    /// It sent (nearly) nothing: its demand is the probe ([`crate::is_idle`]); the split holds
+    /// the idle vifs to a small pool. Absent: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
     /// The tenant share in force: the effective max, bit/s (absent: no tenant share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_max_bps: Option<u64>,

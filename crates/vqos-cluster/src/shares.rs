@@ -4,7 +4,7 @@
 //! **Who says what.** A vif's tenant, weight and own cap are what etcd's desired state says
 //! ([`Declarations`], from the `/vqos/v1/hosts/<host>/vifs/<port>` documents the operator
 //! writes), never what a host publishes: a host's status gives only its measurements (the
-//! demand estimate and `floor_greedy`) and that it is alive. A compromised host that
+//! demand estimate, `floor_greedy`, `idle`) and that it is alive. A compromised host that
 //! publishes `weight: 4294967295` or claims another tenant gains nothing; it can at most
 //! claim to be greedy, and so take its vifs' weighted share of what the others leave.
 //!
@@ -89,6 +89,7 @@ pub fn group<'a>(
                 max_bps: d.max_bps,
                 demand_bps: v.demand_bps,
                 floor_greedy: v.floor_greedy,
+                idle: v.idle,
             });
         }
     }

@@ -28,8 +28,8 @@ use serde::Serialize;
 use thiserror::Error;
 use vqos_cluster::shares::declared_by_statuses;
 use vqos_cluster::{
-    all_shares, estimate_demand, fills_floor, local_shares, split, HostStatus, Member, Share,
-    TenantLimits, VifStatus,
+    all_shares, estimate_demand, fills_floor, is_idle, local_shares, split, HostStatus, Member,
+    Share, TenantLimits, VifStatus,
 };
 
 /// Why a cluster simulation cannot run.
@@ -283,6 +283,7 @@ impl World {
                 rate_bps,
                 demand_bps,
                 floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
+                idle: is_idle(rate_bps, demand_bps, self.config.probe_bps),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             };
@@ -339,6 +340,7 @@ impl World {
                             Want::Greedy => None,
                         },
                         floor_greedy: false,
+                        idle: false,
                     }
                 })
                 .collect();

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use vqos_cluster::{estimate_demand, fills_floor, HostStatus, VifStatus};
+use vqos_cluster::{estimate_demand, fills_floor, is_idle, HostStatus, VifStatus};
 
 use super::desired::Desired;
 use crate::api::Api;
@@ -73,6 +73,7 @@ pub(super) fn own_status(
         let share = shares.get(&v.name);
         let rate_bps = meter.rate_bps(&v.name);
         let share_max = share.and_then(|s| s.max_bps);
+        let demand_bps = estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps);
         vifs.insert(
             v.name.clone(),
             VifStatus {
@@ -81,8 +82,9 @@ pub(super) fn own_status(
                 min_bps: v.policy.min_bps,
                 max_bps: v.policy.max_bps,
                 rate_bps,
-                demand_bps: estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps),
+                demand_bps,
                 floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
+                idle: is_idle(rate_bps, demand_bps, probe_bps),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             },
