@@ -10,6 +10,7 @@
 //!
 //! The agent runs [`local_shares`] every period; the scale simulation (vqos-sim's `cluster`)
 //! runs [`all_shares`], the same grouping and the same split for every host at once.
+//! [`fit_floors`] then bounds one host's floors by its capacity.
 
 use std::collections::BTreeMap;
 
@@ -146,6 +147,46 @@ pub fn all_shares(
     out
 }
 
+/// Bounds one host's tenant floors by its capacity, so the switch never refuses the set (it
+/// refuses floors that add up above the link, and the host's shares would then freeze).
+///
+/// `own_min_bps` is every vif of the host with the floor of its own policy (the policy set the
+/// switch holds, which fits the capacity by itself). A share raises a vif's floor by
+/// `e_i = share_min_i − own_min_i` (when positive). When `Σ own + Σ e` is above
+/// `capacity_bps`, every such raise is scaled by the same factor, `room / Σ e` with
+/// `room = capacity − Σ own`, rounded down: each tenant vif keeps the same part of its raise,
+/// so the host's floors are given out in proportion to what the tenants' splits asked of it.
+/// Caps (`max_bps`) are untouched. A host without a finite capacity needs no bound.
+pub fn fit_floors(
+    capacity_bps: Option<u64>,
+    own_min_bps: &BTreeMap<String, u64>,
+    shares: &mut BTreeMap<String, Share>,
+) {
+    let Some(cap) = capacity_bps else {
+        return;
+    };
+    let own = |n: &str| own_min_bps.get(n).copied().unwrap_or(0);
+    // u128: at most 2^64 vifs' worth of u64 rates each, no overflow.
+    let base: u128 = own_min_bps.values().map(|&m| u128::from(m)).sum();
+    let raise: u128 = shares
+        .iter()
+        .map(|(n, s)| u128::from(s.min_bps.saturating_sub(own(n))))
+        .sum();
+    let room = u128::from(cap).saturating_sub(base);
+    if raise <= room {
+        return;
+    }
+    for (n, s) in shares.iter_mut() {
+        let o = own(n);
+        let e = u128::from(s.min_bps.saturating_sub(o));
+        if e > 0 {
+            // e × room / raise ≤ e (room < raise), so the result fits in u64.
+            let scaled = u64::try_from(e * room / raise).unwrap_or(u64::MAX);
+            s.min_bps = o.saturating_add(scaled);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,5 +303,47 @@ mod tests {
         assert!(trusting["vm1"].max_bps < Some(2), "{trusting:?}");
         // A host etcd declares nothing for gets nothing, whatever its status says.
         assert!(local_shares("h3", &all, &declared, &tenants).is_empty());
+    }
+
+    fn share(min_bps: u64) -> Share {
+        Share {
+            min_bps,
+            max_bps: None,
+        }
+    }
+
+    #[test]
+    fn floors_above_a_hosts_capacity_are_scaled_down_alike() {
+        // Capacity 1000; vm9 has an own floor of 200; two tenant vifs with own floors 0 and
+        // 100 are given floors of 600 and 500: they raise the host's floors by 600 + 400 where
+        // 1000 − 300 = 700 is room. Each raise is scaled by 700 / 1000.
+        let own = BTreeMap::from([
+            ("vm1".to_string(), 0),
+            ("vm2".to_string(), 100),
+            ("vm9".to_string(), 200),
+        ]);
+        let mut shares = BTreeMap::from([
+            ("vm1".to_string(), share(600)),
+            ("vm2".to_string(), share(500)),
+        ]);
+        fit_floors(Some(1000), &own, &mut shares);
+        assert_eq!((shares["vm1"].min_bps, shares["vm2"].min_bps), (420, 380));
+        // The switch's floors: 420 + max(100, 380) + 200, the whole capacity and no more.
+        assert_eq!(shares["vm1"].min_bps + shares["vm2"].min_bps + 200, 1000);
+        // Floors that fit, or no finite capacity: untouched.
+        let mut fits = BTreeMap::from([("vm1".to_string(), share(700))]);
+        fit_floors(Some(1000), &own, &mut fits);
+        assert_eq!(fits["vm1"].min_bps, 700);
+        let mut unbounded = BTreeMap::from([("vm1".to_string(), share(u64::MAX))]);
+        fit_floors(None, &own, &mut unbounded);
+        assert_eq!(unbounded["vm1"].min_bps, u64::MAX);
+        // A share below the vif's own floor is no raise (the own floor is in force anyway).
+        let mut below = BTreeMap::from([
+            ("vm2".to_string(), share(50)),
+            ("vm1".to_string(), share(u64::MAX)),
+        ]);
+        fit_floors(Some(1000), &own, &mut below);
+        assert_eq!(below["vm2"].min_bps, 50);
+        assert_eq!(below["vm1"].min_bps, 700);
     }
 }

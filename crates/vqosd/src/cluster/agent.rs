@@ -15,7 +15,7 @@ use vqos_cluster::{etcd_client, keys, local_shares, EtcdError, HostStatus};
 
 use super::config::ClusterConfig;
 use super::desired::Desired;
-use super::period::{own_status, Meter};
+use super::period::{fit_to_host, own_status, Meter};
 use crate::api::Api;
 
 /// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.
@@ -352,6 +352,7 @@ impl State {
         statuses.insert(host.clone(), own);
         let tenants = self.desired.tenant_limits();
         let shares = local_shares(&host, &statuses, &self.desired.declared, &tenants);
+        let shares = fit_to_host(&self.api, shares);
         if let Err(e) = self.api.set_cluster_shares(&shares) {
             self.desired
                 .problems
