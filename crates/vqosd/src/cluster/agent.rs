@@ -16,6 +16,7 @@ use vqos_cluster::{etcd_client, keys, local_shares, EtcdError, HostStatus};
 use super::config::ClusterConfig;
 use super::desired::Desired;
 use super::period::{fit_to_host, own_status, Meter};
+use super::saved::SavedShares;
 use crate::api::Api;
 
 /// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.
@@ -52,6 +53,7 @@ pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
         .name("vqos-cluster".into())
         .spawn(move || {
             let mut state = State::new(config, api);
+            state.restore_shares();
             runtime.block_on(state.run(stopped));
         })?;
     Ok(Agent {
@@ -118,6 +120,8 @@ struct State {
     health: ClusterHealthView,
     /// When the last period succeeded.
     last_ok: Option<Instant>,
+    /// The shares' file, and what it holds.
+    saved: SavedShares,
     /// When to compact etcd (done by the live host of the lowest name).
     compactor: Compactor,
     /// Sessions failed in a row (the backoff before the next one).
@@ -133,6 +137,7 @@ impl State {
         };
         api.set_cluster_health(health.clone());
         State {
+            saved: SavedShares::new(api.cluster_shares_file()),
             compactor: Compactor::new(config.compact_every),
             config,
             api,
@@ -141,6 +146,23 @@ impl State {
             health,
             last_ok: None,
             failures: 0,
+        }
+    }
+
+    /// Puts the shares saved by the last run in force, before etcd answers: a restart while
+    /// etcd is unreachable keeps every cap.
+    fn restore_shares(&mut self) {
+        match self.saved.load() {
+            Ok(Some(shares)) => match self.api.set_cluster_shares(&shares) {
+                Ok(()) => tracing::info!(
+                    "Cluster agent: {} saved tenant share(s) in force until etcd answers ({})",
+                    shares.len(),
+                    self.saved.path().display()
+                ),
+                Err(e) => tracing::warn!("Cluster agent: saved tenant shares refused: {e}"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!("Cluster agent: {e}"),
         }
     }
 
@@ -357,6 +379,9 @@ impl State {
             self.desired
                 .problems
                 .push(format!("Tenant shares refused by the switch: {e}"));
+        }
+        if let Err(e) = self.saved.save(&self.api.cluster_shares()) {
+            tracing::warn!("Cluster agent: {e}");
         }
         // Compaction: every agent keeps the schedule, the live host of the lowest name acts.
         let rev = put.header().map_or(rev, |h| h.revision()).max(rev);
