@@ -1,10 +1,35 @@
-//! The connection to etcd: endpoints, credentials, TLS, and a deadline on every call.
+//! The connection to etcd: endpoints, credentials, TLS, and a deadline on every call; reads
+//! of a prefix in pages at one revision ([`get_prefix`]) with the client's reply limit raised
+//! ([`REPLY_LIMIT_BYTES`]); compaction ([`Compactor`], [`compact`]); and the agents' backoff
+//! between sessions ([`backoff`]).
+//!
+//! ## Behavior
+//! - etcd-client decodes at most 4 MiB per reply by default: one read of every host's status
+//!   failed for everyone past about 24,000 vifs, or as soon as one host published a 1.5 MiB
+//!   status. The clients of [`kv_client`] and [`watch_client`] decode up to
+//!   [`REPLY_LIMIT_BYTES`], and [`get_prefix`] asks for [`PAGE_KEYS`] keys per request: a page
+//!   overflows only if its keys average more than 256 KiB (etcd refuses a put above its
+//!   `--max-request-bytes`, 1.5 MiB by default).
+//! - etcd keeps every revision until it is compacted, and each agent writes its status every
+//!   period: without compaction the database reaches its quota (2 GiB by default) and etcd
+//!   refuses every write. As kube-apiserver does, one agent compacts every
+//!   [`COMPACT_EVERY`](crate::etcd::COMPACT_EVERY) (the agent's `compact_every`) to the
+//!   revision it saw one interval before, so the last interval of history stays for watches
+//!   that lag.
+//!
+//! ## Limitations
+//! - Compaction frees revisions, not disk: etcd's own defragmentation (`etcdctl defrag`) is
+//!   still the operator's.
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, KeyValue, KvClient, TlsOptions,
+    WatchClient,
+};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -197,9 +222,207 @@ impl EtcdSettings {
     }
 }
 
+/// The largest reply the clients of [`kv_client`] and [`watch_client`] decode: 64 MiB
+/// (etcd-client's default is 4 MiB). A page of [`PAGE_KEYS`] keys reaches it only if they
+/// average 256 KiB.
+pub const REPLY_LIMIT_BYTES: usize = 64 << 20;
+
+/// Keys per range request of [`get_prefix`].
+pub const PAGE_KEYS: i64 = 256;
+
+/// How often the agents compact etcd by default: kube-apiserver's interval.
+pub const COMPACT_EVERY: Duration = Duration::from_secs(300);
+
+/// `c`'s key-value client, decoding replies up to [`REPLY_LIMIT_BYTES`].
+pub fn kv_client(c: &Client) -> KvClient {
+    c.kv_client().max_decoding_message_size(REPLY_LIMIT_BYTES)
+}
+
+/// `c`'s watch client, decoding replies up to [`REPLY_LIMIT_BYTES`].
+pub fn watch_client(c: &Client) -> WatchClient {
+    c.watch_client()
+        .max_decoding_message_size(REPLY_LIMIT_BYTES)
+}
+
+/// The end of the range of the keys that start with `prefix` (etcd's prefix end: the last byte
+/// below 0xff incremented, what comes after it dropped; `\0` for all keys).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Every key under `prefix`, read [`PAGE_KEYS`] (or `page_keys`, when given) per request,
+/// each request within `timeout`, all at one revision: `revision`, or when it is 0 the newest
+/// at the first page. Returns the keys in order and that revision.
+pub async fn get_prefix(
+    kv: &mut KvClient,
+    prefix: &str,
+    revision: i64,
+    page_keys: Option<i64>,
+    timeout: Duration,
+) -> Result<(Vec<KeyValue>, i64), EtcdError> {
+    let end = prefix_end(prefix.as_bytes());
+    let limit = page_keys.unwrap_or(PAGE_KEYS).max(1);
+    let mut from = prefix.as_bytes().to_vec();
+    let mut rev = revision;
+    let mut out = Vec::new();
+    loop {
+        let opts = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(limit)
+            .with_revision(rev);
+        let mut resp = deadline("get", timeout, kv.get(from.clone(), Some(opts))).await?;
+        if rev <= 0 {
+            rev = resp.header().map_or(0, |h| h.revision());
+        }
+        let more = resp.more();
+        let kvs = resp.take_kvs();
+        // The next page starts just after the last key of this one.
+        match kvs.last() {
+            Some(last) if more => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => {
+                out.extend(kvs);
+                return Ok((out, rev));
+            }
+        }
+        out.extend(kvs);
+    }
+}
+
+/// When to compact, kept by every agent (the one that compacts may change): every `every`, the
+/// revision seen one interval before. Time is an input.
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    /// The interval.
+    every: Duration,
+    /// When the next compaction is due and the revision it compacts to (seen when it was set).
+    next: Option<(Instant, i64)>,
+}
+
+impl Compactor {
+    /// A compactor of interval `every`.
+    pub fn new(every: Duration) -> Compactor {
+        Compactor { every, next: None }
+    }
+
+    /// Called with etcd's `revision` at `now`: the revision to compact to when due (the one
+    /// seen an interval ago), `None` otherwise. The first call only records.
+    pub fn tick(&mut self, now: Instant, revision: i64) -> Option<i64> {
+        match self.next {
+            Some((at, old)) if now >= at => {
+                self.next = Some((now + self.every, revision));
+                (old > 0).then_some(old)
+            }
+            Some(_) => None,
+            None => {
+                self.next = Some((now + self.every, revision));
+                None
+            }
+        }
+    }
+}
+
+/// Compacts etcd's history up to `revision`. `Ok(false)`: it already was (another agent did).
+pub async fn compact(
+    kv: &mut KvClient,
+    revision: i64,
+    timeout: Duration,
+) -> Result<bool, EtcdError> {
+    match deadline("compact", timeout, kv.compact(revision, None)).await {
+        Ok(_) => Ok(true),
+        Err(EtcdError::Client(etcd_client::Error::GRpcStatus(s)))
+            if s.message().contains("required revision has been compacted") =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How long to wait before session `failures + 1` after `failures` failed ones in a row:
+/// `base × 2^failures`, at most `cap`, of which the second half is random ("equal jitter": at
+/// least half the backoff, so a fleet that lost etcd together does not come back together).
+/// `entropy` is any random number ([`entropy`]); the function itself is deterministic.
+pub fn backoff(failures: u32, base: Duration, cap: Duration, entropy: u64) -> Duration {
+    let ceiling = base
+        .checked_mul(1u32 << failures.min(20))
+        .unwrap_or(cap)
+        .min(cap)
+        .max(base.min(cap));
+    let half = ceiling / 2;
+    let span_ns = u64::try_from((ceiling - half).as_nanos()).unwrap_or(u64::MAX);
+    half + Duration::from_nanos(entropy % span_ns.max(1))
+}
+
+/// A random number for [`backoff`]'s jitter (std's per-instance random hash keys; no
+/// dependency).
+pub fn entropy() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prefix_end_is_the_next_key_after_every_key_under_it() {
+        assert_eq!(prefix_end(b"/vqos/v1/status/"), b"/vqos/v1/status0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
+    }
+
+    #[test]
+    fn compaction_is_due_every_interval_to_the_revision_of_the_one_before() {
+        let t0 = Instant::now();
+        let min = Duration::from_secs(60);
+        let mut c = Compactor::new(5 * min);
+        assert_eq!(c.tick(t0, 100), None);
+        assert_eq!(c.tick(t0 + min, 160), None);
+        // Five minutes on: compact to what was seen five minutes ago, and remember now's.
+        assert_eq!(c.tick(t0 + 5 * min, 400), Some(100));
+        assert_eq!(c.tick(t0 + 6 * min, 460), None);
+        assert_eq!(c.tick(t0 + 10 * min, 700), Some(400));
+        // A late call (the agent was disconnected) compacts once, to the last recorded.
+        assert_eq!(c.tick(t0 + 60 * min, 900), Some(700));
+        assert_eq!(c.tick(t0 + 61 * min, 910), None);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_half_of_it_random() {
+        let base = Duration::from_millis(100);
+        let cap = Duration::from_secs(2);
+        let ms = |f, e| backoff(f, base, cap, e).as_millis();
+        // No randomness: the lower half; the most randomness: just under the ceiling.
+        assert_eq!(
+            [ms(0, 0), ms(1, 0), ms(2, 0), ms(4, 0)],
+            [50, 100, 200, 800]
+        );
+        assert_eq!(ms(5, 0), 1000);
+        assert_eq!(ms(30, 0), 1000);
+        assert_eq!(ms(3, 399_999_999), 799);
+        assert_eq!(ms(3, 400_000_000), 400);
+        assert!((0..1000u64).all(|e| {
+            let d = backoff(40, base, cap, e.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            d >= cap / 2 && d < cap
+        }));
+        // Two calls of entropy differ (std's random keys).
+        assert_ne!(entropy(), entropy());
+    }
 
     #[test]
     fn settings_are_checked() {

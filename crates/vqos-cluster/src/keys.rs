@@ -44,6 +44,15 @@ pub fn name_under<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
         .filter(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
+/// The (host, port) of a vif key `/vqos/v1/hosts/<host>/vifs/<port>` (`None` for any other key).
+pub fn host_vif(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix(HOSTS)?;
+    let (host, rest) = rest.split_once('/')?;
+    let port = rest.strip_prefix("vifs/")?;
+    let ok = |s: &str| !s.is_empty() && !s.contains('/');
+    (ok(host) && ok(port)).then_some((host, port))
+}
+
 /// Checks a host, tenant or port name used in a key: 1 to 64 characters of `[A-Za-z0-9._-]`.
 pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -72,6 +81,14 @@ mod tests {
         assert_eq!(name_under(&host_vifs("h1"), &vif("h1", "vm3")), Some("vm3"));
         assert_eq!(name_under(TENANTS, "/vqos/v1/tenants/a/b"), None);
         assert_eq!(name_under(TENANTS, TENANTS), None);
+        assert_eq!(host_vif(&vif("h1", "vm3")), Some(("h1", "vm3")));
+        for other in [
+            "/vqos/v1/hosts/h1/vifs/",
+            "/vqos/v1/hosts/h1/vifs/a/b",
+            "/vqos/v1/status/h1",
+        ] {
+            assert_eq!(host_vif(other), None, "{other}");
+        }
     }
 
     #[test]

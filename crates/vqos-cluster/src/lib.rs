@@ -24,5 +24,5 @@ pub use etcd::{EtcdError, EtcdSettings};
 #[cfg(feature = "etcd")]
 pub use etcd_client;
 pub use model::{HostStatus, ModelError, TenantDoc, VifDoc, VifStatus};
-pub use shares::{all_shares, local_shares};
-pub use split::{estimate_demand, fills_floor, split, Member, Share, TenantLimits};
+pub use shares::{all_shares, fit_floors, local_shares, Declarations, Declared};
+pub use split::{estimate_demand, fills_floor, is_idle, split, Member, Share, TenantLimits};

@@ -2,7 +2,10 @@
 //!
 //! Rates are strings in the units the rest of vqos uses (`"300Mbit"`, `"1.5Gbit"`,
 //! `"unlimited"`); absent fields take their defaults (weight 1, no min, no max, the default
-//! priority). Unknown fields are refused, so a typo is reported rather than ignored.
+//! priority). Unknown fields are kept aside ([`VifDoc::unknown`], [`TenantDoc::unknown`]) and
+//! the document is used without them: a field a newer CLI writes must not make this agent drop
+//! the tenant's cap. The agent reports them as a problem naming the key and the fields, so a
+//! typo is still seen; and they are written back as they were by a read-modify-write.
 
 use std::collections::BTreeMap;
 
@@ -59,7 +62,6 @@ fn rate(field: &'static str, text: &Option<String>) -> Result<Option<Option<u64>
 
 /// `/vqos/v1/hosts/<host>/vifs/<port>`: the desired policy of one port of one host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VifDoc {
     /// Proportional share (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +86,15 @@ pub struct VifDoc {
     /// hosts (none: the vif's own policy only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// Fields this version does not know (a newer writer's, or a typo), kept as written.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// The names of `unknown`, as the agent reports them: `` `a`, `b` ``.
+pub fn field_list(unknown: &BTreeMap<String, serde_json::Value>) -> String {
+    let names: Vec<String> = unknown.keys().map(|k| format!("`{k}`")).collect();
+    names.join(", ")
 }
 
 impl VifDoc {
@@ -125,11 +136,22 @@ impl VifDoc {
         p.validate(port)?;
         Ok(p)
     }
+
+    /// What the tenant split takes from this document ([`crate::Declared`]): its tenant,
+    /// weight and own cap. `None` for a vif without a tenant; an error when the policy is not
+    /// valid.
+    pub fn declared(&self, port: &str) -> Result<Option<crate::Declared>, ModelError> {
+        let p = self.policy(port)?;
+        Ok(self.tenant.clone().map(|tenant| crate::Declared {
+            tenant,
+            weight: p.weight,
+            max_bps: p.max_bps,
+        }))
+    }
 }
 
 /// `/vqos/v1/tenants/<tenant>`: a tenant's limits, cluster-wide.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TenantDoc {
     /// The floor of the tenant's aggregate where it has demand, e.g. `"200Mbit"` (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,6 +159,9 @@ pub struct TenantDoc {
     /// The cap of the tenant's aggregate over all hosts, e.g. `"1Gbit"` (default unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<String>,
+    /// Fields this version does not know (a newer writer's, or a typo), kept as written.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 impl TenantDoc {
@@ -184,6 +209,10 @@ pub struct VifStatus {
     /// ([`crate::fills_floor`]). Absent: `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub floor_greedy: bool,
+    /// It sent (nearly) nothing: its demand is the probe ([`crate::is_idle`]); the split holds
+    /// the idle vifs to a small pool. Absent: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
     /// The tenant share in force: the effective max, bit/s (absent: no tenant share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_max_bps: Option<u64>,
@@ -258,13 +287,30 @@ mod tests {
             Ok(d) => d.policy("vm3").unwrap_err().to_string(),
             Err(e) => e.to_string(),
         };
-        assert!(e(r#"{"wieght": 2}"#).contains("unknown field `wieght`"));
         assert!(e(r#"{"max": "fast"}"#).starts_with("Invalid max"));
         assert!(e(r#"{"min": "unlimited"}"#).contains("not unlimited"));
         assert!(e(r#"{"weight": 0}"#).contains("vm3"));
         assert!(e(r#"{"min": "2Gbit", "max": "1Gbit"}"#).contains("vm3"));
         assert!(e(r#"{"tenant": "a/b"}"#).contains("Invalid tenant name"));
         assert!(e("not json").starts_with("Invalid JSON"));
+    }
+
+    #[test]
+    fn unknown_fields_are_kept_aside_and_the_rest_is_used() {
+        // A newer CLI's field: the tenant's cap is still read (issue 24: it was refused, and
+        // the tenant's vifs lost their shares).
+        let t = TenantDoc::parse(br#"{"max":"100Mbit","added_by_a_newer_cli":true}"#).unwrap();
+        assert_eq!(t.limits().unwrap().max_bps, Some(100_000_000));
+        assert_eq!(field_list(&t.unknown), "`added_by_a_newer_cli`");
+        // Written back as read (the CLI's read-modify-write keeps the newer field).
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(text, r#"{"max":"100Mbit","added_by_a_newer_cli":true}"#);
+        let v = VifDoc::parse(br#"{"wieght": 2, "max": "1Gbit", "later": {"x": 1}}"#).unwrap();
+        assert_eq!(v.policy("vm3").unwrap().max_bps, Some(1_000_000_000));
+        assert_eq!(v.policy("vm3").unwrap().weight, 1);
+        assert_eq!(field_list(&v.unknown), "`later`, `wieght`");
+        // A known field of the wrong type is still refused.
+        assert!(TenantDoc::parse(br#"{"max": 100, "new": 1}"#).is_err());
     }
 
     #[test]

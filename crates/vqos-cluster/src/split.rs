@@ -3,16 +3,31 @@
 //! Every agent runs the same function on the same published inputs (each vif's weight, own cap
 //! and estimated demand, from the hosts' status keys) and applies the shares of its own vifs.
 //! It is the reference allocator ([`vqos_sched::allocate`], weighted max-min with caps and
-//! demands) run at the tenant's scale, as in distributed rate limiting's flow-proportional
-//! share and ElasticSwitch's guarantee partitioning:
+//! demands) run at the tenant's scale over the demands the hosts publish: in the manner of
+//! Google's BwE (Kumar et al., SIGCOMM 2015), which water-fills a group's limit over its
+//! members' estimated demands, here run by every agent over every host's status rather than
+//! by a hierarchy of enforcers (docs/cluster.md).
 //!
 //! 1. **Max.** `a = allocate(M, (w_i, cap_i, demand_i))`: the tenant max `M` shared by weight
-//!    among the vifs that want it, none above its demand or own cap. What is left,
+//!    among the vifs that want it, none above its demand or own cap; idle vifs
+//!    ([`Member::idle`]) first share a pool of at most [`IDLE_POOL_PERCENT`] of `M` (below).
+//!    What is left,
 //!    `M − Σ a`, is shared again by weight without demands (`b`, capped by `cap_i − a_i`), so a
 //!    vif that starts sending finds headroom at once. `max_i = a_i + b_i`, so `Σ max_i ≤ M`.
 //! 2. **Min.** `min = allocate(m, (w_i, cap max_i, demand_i))`: the tenant floor `m` goes where
 //!    the demand is, by weight, never above a vif's demand or its max share, so `Σ min_i ≤ m`
-//!    and the floor is whole (up to a bit/s per vif of rounding) when the demand covers it.
+//!    and the floor is whole (up to a bit/s per vif of rounding) when the demand covers it;
+//!    idle vifs share the same kind of pool of `m`.
+//!
+//! **The idle pool.** An idle vif publishes the probe as its demand, so that it has a foothold
+//! to grow from. Counted as an ordinary light vif, 999 idle vifs under a 1 Gbit/s max would
+//! hold 999 Mbit/s of it and leave the one busy vif 1 Mbit/s, for good. Instead, each split
+//! (max, then min) first gives the idle vifs, by weight and up to their demands, at most
+//! [`IDLE_POOL_PERCENT`] of the total; then the others share the rest by the reference
+//! allocator; then what the others leave goes back to the idle vifs up to their demands, so
+//! the split stays work-conserving (the headroom pass of the max, above, follows as before).
+//! An idle vif whose traffic fills its pooled share counts as greedy the next period and gets
+//! its weighted share from then on.
 //!
 //! [`estimate_demand`] turns a vif's measured rate into the demand it publishes: a vif that uses
 //! at least 95 % of its share is greedy (`None`: it would take more), one below wants its rate
@@ -23,6 +38,7 @@
 //! its weighted share of the link (the max split still uses its demand: a vif held on its link
 //! does not need more cap, only a floor).
 
+use serde::{Deserialize, Serialize};
 use vqos_sched::{allocate, Claim};
 
 /// A tenant's cluster-wide limits.
@@ -46,10 +62,13 @@ pub struct Member {
     /// It uses (nearly) all of its floor share ([`fills_floor`]): the floor split takes it as
     /// greedy, whatever its demand.
     pub floor_greedy: bool,
+    /// It sent (nearly) nothing: its demand is the probe ([`is_idle`]); the split holds the
+    /// idle vifs to a pool of [`IDLE_POOL_PERCENT`] of the tenant's limits before the others.
+    pub idle: bool,
 }
 
 /// A vif's share of its tenant: what it is held to and guaranteed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Share {
     /// Guaranteed, bit/s (≤ `max_bps`).
     pub min_bps: u64,
@@ -65,10 +84,60 @@ pub struct Share {
 /// that share every other period (found by the scale simulation, vqos-sim's `cluster`).
 pub const GREEDY_PERCENT: u64 = 95;
 
+/// The most of a tenant's max (and of its min) the idle vifs share before the others, percent.
+pub const IDLE_POOL_PERCENT: u64 = 5;
+
 fn run(capacity_bps: u64, claims: &[Claim]) -> Vec<u64> {
     // Every claim has a floor of 0 and a weight ≥ 1, which the allocator never refuses; were it
     // to, no share is safer than one above the tenant's max.
     allocate(capacity_bps, claims).unwrap_or_else(|_| vec![0; claims.len()])
+}
+
+/// `run(total, claims)` with the idle claims (`idle[i]`) first held to a pool of
+/// [`IDLE_POOL_PERCENT`] of `total`, then the others given the rest, then what they leave
+/// given back to the idle ones up to their claims. `Σ ≤ total` in each step.
+fn pooled(total_bps: u64, claims: &[Claim], idle: &[bool]) -> Vec<u64> {
+    if !idle.contains(&true) || !idle.contains(&false) {
+        return run(total_bps, claims);
+    }
+    let pick = |want: bool| -> Vec<Claim> {
+        claims
+            .iter()
+            .zip(idle)
+            .filter(|(_, &i)| i == want)
+            .map(|(c, _)| *c)
+            .collect()
+    };
+    let (idle_claims, busy_claims) = (pick(true), pick(false));
+    // total × 5 / 100 in u128: no overflow, rounded down.
+    let pool = (u128::from(total_bps) * u128::from(IDLE_POOL_PERCENT) / 100) as u64;
+    let p = run(pool, &idle_claims);
+    let q = run(total_bps - p.iter().sum::<u64>(), &busy_claims);
+    let left = total_bps - p.iter().sum::<u64>() - q.iter().sum::<u64>();
+    let more: Vec<Claim> = idle_claims
+        .iter()
+        .zip(&p)
+        .map(|(c, &pi)| Claim {
+            max_bps: c.max_bps.map(|m| m.saturating_sub(pi)),
+            demand_bps: c.demand_bps.map(|d| d.saturating_sub(pi)),
+            ..*c
+        })
+        .collect();
+    let r = if left > 0 {
+        run(left, &more)
+    } else {
+        vec![0; more.len()]
+    };
+    let (mut idle_out, mut busy_out) = (p.iter().zip(&r).map(|(a, b)| a + b), q.into_iter());
+    idle.iter()
+        .map(|&i| {
+            if i {
+                idle_out.next().unwrap_or(0)
+            } else {
+                busy_out.next().unwrap_or(0)
+            }
+        })
+        .collect()
 }
 
 /// The shares of `members` (in order) under `tenant`; see the module's doc.
@@ -79,6 +148,7 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
         max_bps,
         demand_bps,
     };
+    let idle: Vec<bool> = members.iter().map(|m| m.idle).collect();
     let maxes: Vec<Option<u64>> = match tenant.max_bps {
         None => members.iter().map(|m| m.max_bps).collect(),
         Some(total) => {
@@ -86,7 +156,7 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
                 .iter()
                 .map(|m| claim(m, m.max_bps, m.demand_bps))
                 .collect();
-            let a = run(total, &first);
+            let a = pooled(total, &first, &idle);
             let used: u64 = a.iter().sum();
             let rest: Vec<Claim> = members
                 .iter()
@@ -102,7 +172,9 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
         .zip(&maxes)
         .map(|(m, &max)| claim(m, max, (!m.floor_greedy).then_some(m.demand_bps).flatten()))
         .collect();
-    let mins = run(tenant.min_bps, &floors);
+    // A vif that fills its floor share is not idle for the floor split.
+    let floor_idle: Vec<bool> = members.iter().map(|m| m.idle && !m.floor_greedy).collect();
+    let mins = pooled(tenant.min_bps, &floors, &floor_idle);
     mins.into_iter()
         .zip(maxes)
         .map(|(min_bps, max_bps)| Share { min_bps, max_bps })
@@ -118,6 +190,12 @@ pub fn estimate_demand(rate_bps: u64, share_max_bps: Option<u64>, probe_bps: u64
         }
     }
     Some(rate_bps.saturating_add(rate_bps / 10).max(probe_bps))
+}
+
+/// Whether a vif is idle: it is not greedy (`demand_bps` is `Some`) and its measured rate plus
+/// 10 % is below the probe, so the demand it publishes is the probe, not what it sends.
+pub fn is_idle(rate_bps: u64, demand_bps: Option<u64>, probe_bps: u64) -> bool {
+    demand_bps.is_some() && rate_bps.saturating_add(rate_bps / 10) < probe_bps
 }
 
 /// Whether a vif fills its floor share: its measured `rate_bps` is at least [`GREEDY_PERCENT`]
@@ -151,6 +229,7 @@ mod tests {
             max_bps: max.map(|m| m * M),
             demand_bps: demand.map(|d| d * M),
             floor_greedy: false,
+            idle: false,
         }
     }
 
@@ -233,6 +312,47 @@ mod tests {
     }
 
     #[test]
+    fn one_busy_vif_among_999_idle_ones_gets_95_percent_of_the_max() {
+        // Issue 24: each idle vif claimed its 1 Mbit/s probe, so the busy one got 1 Mbit/s of
+        // the 1 Gbit/s max, for good. The idle ones now share at most 5 % of it.
+        let idle = Member {
+            idle: true,
+            ..member(1, None, Some(1))
+        };
+        let mut members = vec![idle; 999];
+        members.push(member(1, None, None));
+        let s = split(&tenant(200, Some(1000)), &members);
+        let busy = s[999];
+        assert!(busy.max_bps >= Some(950 * M), "{busy:?}");
+        assert!(busy.min_bps >= 190 * M, "{busy:?}");
+        let sum: u64 = s.iter().map(|x| x.max_bps.unwrap()).sum();
+        assert!(sum <= 1000 * M);
+        // Every idle vif keeps a foothold of the pool: 50 Mbit/s / 999.
+        assert!(
+            s[..999].iter().all(|x| x.max_bps >= Some(50_000)),
+            "{:?}",
+            s[0]
+        );
+        // Idle alone, they get their probes and the headroom as before.
+        let s = split(&tenant(20, Some(100)), &[idle, idle]);
+        assert_eq!(maxes(&s), [50, 50]);
+        assert_eq!(mins(&s), [1, 1]);
+        // 999 light vifs each wanting 1 Mbit/s are not idle: max-min gives them their demand.
+        let mut light = vec![member(1, None, Some(1)); 999];
+        light.push(member(1, None, None));
+        assert_eq!(split(&tenant(0, Some(1000)), &light)[999].max_bps, Some(M));
+    }
+
+    #[test]
+    fn idleness_is_a_rate_below_the_probe() {
+        assert!(is_idle(0, Some(M), M));
+        assert!(is_idle(900_000, Some(M), M));
+        assert!(!is_idle(910_000, Some(M + 1000), M));
+        // A vif that fills even a tiny share is greedy, not idle.
+        assert!(!is_idle(48_000, None, M));
+    }
+
+    #[test]
     fn demand_estimate() {
         // At or above 95 % of the share: greedy.
         assert_eq!(estimate_demand(95 * M, Some(100 * M), M), None);
@@ -311,6 +431,7 @@ mod tests {
                         max_bps: None,
                         demand_bps: estimate_demand(rate, share_max, M),
                         floor_greedy: fills_floor(rate, share.map(|s| s.min_bps)),
+                        idle: is_idle(rate, estimate_demand(rate, share_max, M), M),
                     }
                 })
                 .collect();
@@ -416,12 +537,15 @@ mod tests {
             prop::option::of(0u64..2_000_000_000),
             prop::option::of(0u64..2_000_000_000),
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(weight, max_bps, demand_bps, floor_greedy)| Member {
+            .prop_map(|(weight, max_bps, demand_bps, floor_greedy, idle)| Member {
                 weight,
                 max_bps,
                 demand_bps,
                 floor_greedy,
+                // Idle vifs publish a demand (the probe), never greedy.
+                idle: idle && demand_bps.is_some(),
             })
     }
 

@@ -26,9 +26,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 use thiserror::Error;
+use vqos_cluster::shares::declared_by_statuses;
 use vqos_cluster::{
-    all_shares, estimate_demand, fills_floor, local_shares, split, HostStatus, Member, Share,
-    TenantLimits, VifStatus,
+    all_shares, estimate_demand, fills_floor, is_idle, local_shares, split, HostStatus, Member,
+    Share, TenantLimits, VifStatus,
 };
 
 /// Why a cluster simulation cannot run.
@@ -272,18 +273,17 @@ impl World {
             let share = self.shares[i];
             let share_max = share.and_then(|s| s.max_bps);
             let rate_bps = self.rates_bps[i];
+            let demand_bps =
+                estimate_demand(rate_bps, share_max.or(v.max_bps), self.config.probe_bps);
             let status = VifStatus {
                 tenant: Some(tenant_name(v.tenant)),
                 weight: v.weight,
                 min_bps: 0,
                 max_bps: v.max_bps,
                 rate_bps,
-                demand_bps: estimate_demand(
-                    rate_bps,
-                    share_max.or(v.max_bps),
-                    self.config.probe_bps,
-                ),
+                demand_bps,
                 floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
+                idle: is_idle(rate_bps, demand_bps, self.config.probe_bps),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             };
@@ -306,7 +306,8 @@ impl World {
             };
         }
         let all = self.statuses();
-        let shares = all_shares(&all, &self.tenants);
+        // The simulated hosts are honest: what they publish is what etcd declares.
+        let shares = all_shares(&all, &declared_by_statuses(&all), &self.tenants);
         for s in &mut self.shares {
             *s = None;
         }
@@ -339,6 +340,7 @@ impl World {
                             Want::Greedy => None,
                         },
                         floor_greedy: false,
+                        idle: false,
                     }
                 })
                 .collect();
@@ -602,11 +604,12 @@ pub fn measure_agent_cost(world: &World, sample: u32) -> AgentCost {
     let parse_ns = t.elapsed().as_nanos() as u64;
     let hosts = world.config.hosts;
     let n = sample.clamp(1, hosts);
+    let declared = declared_by_statuses(&parsed);
     let (mut sum, mut max) = (0u64, 0u64);
     for k in 0..n {
         let h = host_name((u64::from(k) * u64::from(hosts) / u64::from(n)) as u32);
         let t = Instant::now();
-        let s = local_shares(&h, &parsed, &world.tenants);
+        let s = local_shares(&h, &parsed, &declared, &world.tenants);
         let ns = t.elapsed().as_nanos() as u64;
         std::hint::black_box(s);
         sum += ns;

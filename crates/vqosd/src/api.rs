@@ -98,7 +98,8 @@ struct View {
     ecn: BTreeMap<String, f64>,
     /// Ports of the config deleted through the API (persisted, so they stay deleted).
     removed: Vec<String>,
-    /// The etcd agent's tenant shares by vif name (never persisted; docs/cluster.md).
+    /// The etcd agent's tenant shares by vif name (saved by the agent in a file of its own,
+    /// not in the state file; docs/cluster.md).
     shares: BTreeMap<String, Share>,
     /// Vifs whose policy etcd sets, with their key: the local API refuses to change them.
     managed: BTreeMap<String, String>,

@@ -409,3 +409,92 @@ fn a_tenant_floor_holds_against_another_tenant_on_real_traffic() {
         common::LOOSE_AGGREGATE,
     );
 }
+
+/// `host`'s vm1 share max as the daemon enforces it (its `/metrics`), if it has one.
+fn enforced_share(d: &Daemon) -> Option<u64> {
+    let body = d.client().request("GET", "/metrics", None).ok()?.body;
+    let text = String::from_utf8(body).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("vqos_cluster_share_max_bps{port=\"vm1\"}"))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// Issue 24: a tenant document with a field of a newer CLI was refused and the vif lost its
+/// share; shares were not saved, so a restart while etcd was down dropped every cap. Now the
+/// newer field is reported and ignored, and the share saved next to the state file is in
+/// force from the start, before etcd answers.
+#[test]
+fn a_newer_field_keeps_the_cap_and_a_restart_without_etcd_keeps_the_share() {
+    let name = "a_newer_field_keeps_the_cap_and_a_restart_without_etcd_keeps_the_share";
+    if skip(name) {
+        return;
+    }
+    let mut etcd = Etcd::start(6);
+    let dir = tempfile::tempdir().unwrap();
+    put(
+        &etcd,
+        "/vqos/v1/tenants/acme",
+        json!({"max": "100Mbit", "added_by_a_newer_cli": true}),
+    );
+    put(
+        &etcd,
+        "/vqos/v1/hosts/h1/vifs/vm1",
+        json!({"tenant": "acme"}),
+    );
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    wait("the tenant's whole max on h1's vm1", &h1, || {
+        (share(&etcd, "h1") == Some(100_000_000) && enforced_share(&h1) == Some(100_000_000))
+            .then_some(())
+    });
+    let problems = h1.get("/v1/health")["cluster"]["problems"].to_string();
+    assert!(
+        problems.contains("unknown field `added_by_a_newer_cli` ignored"),
+        "{problems}"
+    );
+    // etcd down, vqosd restarted: the share is in force before etcd answers.
+    etcd.kill();
+    drop(h1);
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    wait("the saved share in force", &h1, || {
+        enforced_share(&h1).filter(|&s| s == 100_000_000)
+    });
+    assert_eq!(h1.get("/v1/health")["cluster"]["state"], "connecting");
+    assert!(dir
+        .path()
+        .join("h1/state.json.cluster-shares.json")
+        .exists());
+}
+
+/// Issue 24: weights and tenants were taken from the hosts' own statuses, so a compromised
+/// host publishing `weight: 4294967295` took nearly all of a tenant's max. Now they come from
+/// etcd's vif documents: h2's status (written here by hand, as a compromised host would)
+/// claims the largest weight, and a host etcd declares nothing for claims a vif of acme; h1
+/// still gets its declared half.
+#[test]
+fn a_host_publishing_a_huge_weight_gains_nothing() {
+    if skip("a_host_publishing_a_huge_weight_gains_nothing") {
+        return;
+    }
+    let etcd = Etcd::start(7);
+    let dir = tempfile::tempdir().unwrap();
+    put(&etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
+    for h in ["h1", "h2"] {
+        put(
+            &etcd,
+            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
+            json!({"tenant": "acme"}),
+        );
+    }
+    // Idle like h1's mock vif (the probe as demand), with the largest weight.
+    let liar = json!({"health": "ok", "updated_unix_ms": 0, "period_ms": 100, "vifs": {
+        "vm1": {"tenant": "acme", "weight": 4294967295u32, "min_bps": 0, "max_bps": null,
+                "rate_bps": 0, "demand_bps": 1000000, "idle": true}}});
+    put(&etcd, "/vqos/v1/status/h2", liar.clone());
+    put(&etcd, "/vqos/v1/status/h3", liar);
+    let h1 = daemon(dir.path(), "h1", &etcd);
+    // Trusted, the liars' weights would leave h1 its 1 Mbit/s probe and nothing more.
+    wait("h1's declared half of acme's max", &h1, || {
+        (share(&etcd, "h1") == Some(50_000_000)).then_some(())
+    });
+}

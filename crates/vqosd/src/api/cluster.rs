@@ -115,6 +115,13 @@ impl Api {
         self.install_effective(&mut v, next)
     }
 
+    /// Where the etcd agent saves the tenant shares in force: `<state file>.cluster-shares.json`.
+    pub fn cluster_shares_file(&self) -> std::path::PathBuf {
+        let mut name = self.state_file.as_os_str().to_owned();
+        name.push(".cluster-shares.json");
+        name.into()
+    }
+
     /// The tenant shares in force, by vif name.
     pub fn cluster_shares(&self) -> BTreeMap<String, Share> {
         self.snapshot().shares.clone()

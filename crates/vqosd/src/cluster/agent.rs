@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use vqos_api::wire::ClusterHealthView;
-use vqos_cluster::etcd::deadline;
+use vqos_cluster::etcd::{self, deadline, get_prefix, Compactor};
 use vqos_cluster::etcd_client::{
-    Client, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse, WatchStream,
+    Client, EventType, KvClient, PutOptions, WatchOptions, WatchResponse, WatchStream,
 };
 use vqos_cluster::{etcd_client, keys, local_shares, EtcdError, HostStatus};
 
 use super::config::ClusterConfig;
 use super::desired::Desired;
-use super::period::{own_status, Meter};
+use super::period::{fit_to_host, own_status, Meter};
+use super::saved::SavedShares;
 use crate::api::Api;
 
 /// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.
@@ -52,6 +53,7 @@ pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
         .name("vqos-cluster".into())
         .spawn(move || {
             let mut state = State::new(config, api);
+            state.restore_shares();
             runtime.block_on(state.run(stopped));
         })?;
     Ok(Agent {
@@ -90,13 +92,15 @@ fn broken(what: &str) -> End {
 struct Session {
     /// The client.
     client: Client,
+    /// Its key-value client, with the reply limit raised (`etcd::kv_client`).
+    kv: KvClient,
     /// The status lease.
     lease: i64,
     /// Sends the lease's keep-alives.
     keeper: etcd_client::LeaseKeeper,
     /// The keep-alives' answers.
     alive: etcd_client::LeaseKeepAliveStream,
-    /// The watch of the host's vif keys.
+    /// The watch of every host's vif keys.
     vifs: WatchStream,
     /// The watch of the tenants.
     tenants: WatchStream,
@@ -116,6 +120,12 @@ struct State {
     health: ClusterHealthView,
     /// When the last period succeeded.
     last_ok: Option<Instant>,
+    /// The shares' file, and what it holds.
+    saved: SavedShares,
+    /// When to compact etcd (done by the live host of the lowest name).
+    compactor: Compactor,
+    /// Sessions failed in a row (the backoff before the next one).
+    failures: u32,
 }
 
 impl State {
@@ -127,12 +137,32 @@ impl State {
         };
         api.set_cluster_health(health.clone());
         State {
+            saved: SavedShares::new(api.cluster_shares_file()),
+            compactor: Compactor::new(config.compact_every),
             config,
             api,
             desired: Desired::default(),
             meter: Meter::default(),
             health,
             last_ok: None,
+            failures: 0,
+        }
+    }
+
+    /// Puts the shares saved by the last run in force, before etcd answers: a restart while
+    /// etcd is unreachable keeps every cap.
+    fn restore_shares(&mut self) {
+        match self.saved.load() {
+            Ok(Some(shares)) => match self.api.set_cluster_shares(&shares) {
+                Ok(()) => tracing::info!(
+                    "Cluster agent: {} saved tenant share(s) in force until etcd answers ({})",
+                    shares.len(),
+                    self.saved.path().display()
+                ),
+                Err(e) => tracing::warn!("Cluster agent: saved tenant shares refused: {e}"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!("Cluster agent: {e}"),
         }
     }
 
@@ -162,27 +192,24 @@ impl State {
                     self.publish_health();
                 }
             }
+            // Backoff with jitter: from half a period up to 16 periods (at most 30 s), so a
+            // fleet that lost etcd together does not come back together.
+            let cap = (self.config.period * 16).min(Duration::from_secs(30));
+            let wait = etcd::backoff(self.failures, self.config.period, cap, etcd::entropy());
+            self.failures = self.failures.saturating_add(1);
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = tokio::time::sleep(self.config.period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }
 
-    fn prefix() -> GetOptions {
-        GetOptions::new().with_prefix()
-    }
-
-    async fn watch_from(
-        &self,
-        c: &mut Client,
-        prefix: String,
-        rev: i64,
-    ) -> Result<WatchStream, End> {
+    async fn watch_from(&self, c: &Client, prefix: &str, rev: i64) -> Result<WatchStream, End> {
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(rev + 1);
-        Ok(deadline("watch", self.config.timeout, c.watch(prefix, Some(opts))).await?)
+        let mut w = etcd::watch_client(c);
+        Ok(deadline("watch", self.config.timeout, w.watch(prefix, Some(opts))).await?)
     }
 
     async fn session(&mut self, stop: &mut watch::Receiver<bool>) -> End {
@@ -206,40 +233,34 @@ impl State {
         .await?
         .id();
         let (keeper, alive) = deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
-        // The host's vifs and the tenants at one revision, then the watches from the next.
-        let vifs = deadline(
-            "get",
-            t,
-            c.get(keys::host_vifs(&host), Some(Self::prefix())),
-        )
-        .await?;
-        let rev = vifs.header().map_or(0, |h| h.revision());
-        let tenants = deadline(
-            "get",
-            t,
-            c.get(keys::TENANTS, Some(Self::prefix().with_revision(rev))),
-        )
-        .await?;
-        self.desired.clear();
-        for kv in vifs.kvs().iter().chain(tenants.kvs()) {
+        // Every host's vifs (the declared tenant members) and the tenants at one revision, in
+        // pages, then the watches from the next.
+        let mut kv = etcd::kv_client(&c);
+        let (vifs, rev) = get_prefix(&mut kv, keys::HOSTS, 0, None, t).await?;
+        let (tenants, _) = get_prefix(&mut kv, keys::TENANTS, rev, None, t).await?;
+        let mut read = std::collections::BTreeSet::new();
+        for kv in vifs.iter().chain(&tenants) {
             if let Ok(key) = kv.key_str() {
                 self.desired.put(&host, key, kv.value());
+                read.insert(key.to_string());
             }
         }
+        // Keys deleted while away go; the last valid version of a key now unreadable stays.
+        self.desired.retain(&read);
         self.desired.apply(&self.api);
-        let wv = self.watch_from(&mut c, keys::host_vifs(&host), rev).await?;
-        let wt = self
-            .watch_from(&mut c, keys::TENANTS.to_string(), rev)
-            .await?;
+        let wv = self.watch_from(&c, keys::HOSTS, rev).await?;
+        let wt = self.watch_from(&c, keys::TENANTS, rev).await?;
         self.health.revision = rev;
         self.health.syncs += 1;
         tracing::info!(
             "Cluster agent synced at revision {rev}: {} vif key(s)",
             self.desired.vifs.len()
         );
-        self.period(&mut c, lease).await?;
+        self.period(&mut kv, lease).await?;
+        self.failures = 0;
         Ok(Session {
             client: c,
+            kv,
             lease,
             keeper,
             alive,
@@ -253,6 +274,7 @@ impl State {
         // but there are several); once running, the loop revokes the lease first.
         let Session {
             client: mut c,
+            mut kv,
             lease,
             mut keeper,
             mut alive,
@@ -278,7 +300,7 @@ impl State {
                 }
                 m = wv.message() => self.on_watch(m?)?,
                 m = wt.message() => self.on_watch(m?)?,
-                _ = ticker.tick() => self.period(&mut c, lease).await?,
+                _ = ticker.tick() => self.period(&mut kv, lease).await?,
                 _ = keep.tick() => deadline("lease keep-alive", t, keeper.keep_alive()).await?,
                 r = alive.message() => match r? {
                     Some(resp) if resp.ttl() > 0 => {}
@@ -319,8 +341,8 @@ impl State {
         Ok(())
     }
 
-    /// Measure, publish the status, read every host's, apply the shares.
-    async fn period(&mut self, c: &mut Client, lease: i64) -> Result<(), End> {
+    /// Measure, publish the status, read every host's, apply the shares; compact when due.
+    async fn period(&mut self, kv: &mut KvClient, lease: i64) -> Result<(), End> {
         let t = self.config.timeout;
         let host = self.config.host.clone();
         // A port added since the last event gets its etcd policy now.
@@ -336,10 +358,10 @@ impl State {
         );
         let body = serde_json::to_vec(&own).unwrap_or_default();
         let opts = PutOptions::new().with_lease(lease);
-        deadline("put", t, c.put(keys::status(&host), body, Some(opts))).await?;
-        let all = deadline("get", t, c.get(keys::STATUS, Some(Self::prefix()))).await?;
+        let put = deadline("put", t, kv.put(keys::status(&host), body, Some(opts))).await?;
+        let (all, rev) = get_prefix(kv, keys::STATUS, 0, None, t).await?;
         let mut statuses = BTreeMap::new();
-        for kv in all.kvs() {
+        for kv in &all {
             let Ok(key) = kv.key_str() else { continue };
             let Some(h) = keys::name_under(keys::STATUS, key) else {
                 continue;
@@ -350,17 +372,28 @@ impl State {
             }
         }
         statuses.insert(host.clone(), own);
-        let tenants = self
-            .desired
-            .tenants
-            .iter()
-            .filter_map(|(n, l)| l.as_ref().ok().map(|l| (n.clone(), *l)))
-            .collect();
-        let shares = local_shares(&host, &statuses, &tenants);
+        let tenants = self.desired.tenant_limits();
+        let shares = local_shares(&host, &statuses, &self.desired.declared, &tenants);
+        let shares = fit_to_host(&self.api, shares);
         if let Err(e) = self.api.set_cluster_shares(&shares) {
             self.desired
                 .problems
                 .push(format!("Tenant shares refused by the switch: {e}"));
+        }
+        if let Err(e) = self.saved.save(&self.api.cluster_shares()) {
+            tracing::warn!("Cluster agent: {e}");
+        }
+        // Compaction: every agent keeps the schedule, the live host of the lowest name acts.
+        let rev = put.header().map_or(rev, |h| h.revision()).max(rev);
+        if let Some(to) = self.compactor.tick(Instant::now(), rev) {
+            if statuses.keys().next() == Some(&host) {
+                // A failed compaction is retried at the next interval; it ends no session.
+                match etcd::compact(kv, to, t).await {
+                    Ok(true) => tracing::info!("Cluster agent compacted etcd to revision {to}"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!("Cluster agent: compaction to {to} failed: {e}"),
+                }
+            }
         }
         self.last_ok = Some(Instant::now());
         self.health.state = "connected".into();

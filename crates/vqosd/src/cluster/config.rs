@@ -8,6 +8,7 @@
 //! lease_ttl = "3s"                            # the status key dies this long after the host
 //! timeout = "1s"                              # every etcd call
 //! probe = "1Mbit"                             # least demand an idle tenant vif publishes
+//! compact_every = "5m"                        # etcd compaction (by the lowest live host)
 //! # user = "vqos"                             # etcd authentication, with
 //! # password_file = "/etc/vqos/etcd-password" # the password's file (or VQOS_ETCD_PASSWORD)
 //! # ca_file = "/etc/vqos/etcd-ca.pem"         # TLS (https:// endpoints), with optionally
@@ -33,6 +34,7 @@ pub struct RawCluster {
     lease_ttl: Option<String>,
     timeout: Option<String>,
     probe: Option<Rate>,
+    compact_every: Option<String>,
     user: Option<String>,
     password_file: Option<PathBuf>,
     ca_file: Option<PathBuf>,
@@ -55,6 +57,9 @@ pub struct ClusterConfig {
     pub timeout: Duration,
     /// Least demand an idle tenant vif publishes, bit/s.
     pub probe_bps: u64,
+    /// How often etcd is compacted, to the revision of the interval before (by the live host
+    /// of the lowest name).
+    pub compact_every: Duration,
 }
 
 fn duration(key: &str, text: &Option<String>, default: Duration) -> Result<Duration, String> {
@@ -99,6 +104,11 @@ impl RawCluster {
             lease_ttl_s: ttl.as_secs() as i64,
             timeout: duration("timeout", &self.timeout, Duration::from_secs(1))?,
             probe_bps: self.probe.and_then(|r| r.0).unwrap_or(1_000_000),
+            compact_every: duration(
+                "compact_every",
+                &self.compact_every,
+                vqos_cluster::etcd::COMPACT_EVERY,
+            )?,
         })
     }
 }
@@ -130,6 +140,7 @@ mod tests {
         assert_eq!(c.lease_ttl_s, 3);
         assert_eq!(c.timeout.as_millis(), 1000);
         assert_eq!(c.probe_bps, 1_000_000);
+        assert_eq!(c.compact_every.as_secs(), 300);
         assert_eq!(c.etcd.endpoints, ["http://127.0.0.1:2379"]);
         assert!(Config::parse("", |_| None).unwrap().cluster.is_none());
     }

@@ -13,15 +13,26 @@
 //!   period and reads the whole desired state again, so no update is lost.
 //! - etcd wins for the vifs it names: the local API answers 409 to a change of such a vif.
 //!   A deleted key hands the vif back to the local API with its last policy.
+//! - A tenant vif's membership, weight and own cap come from etcd's vif documents (every
+//!   host's are read and watched), never from a host's status. A document that cannot be read
+//!   keeps its last valid version in force; unknown fields are reported and ignored.
+//! - The shares in force are saved next to the state file and put in force at start, before
+//!   etcd answers. Floors above the host's capacity are scaled down to fit it.
+//! - Reads of a prefix are paginated; the live host of the lowest name compacts etcd every
+//!   `compact_every`; sessions are retried with exponential backoff and jitter.
 //!
 //! ## Limitations
 //! - etcd sets policies of ports that exist; it does not create or delete ports.
-//! - TLS and authentication settings are passed to the client but not tested here.
+//! - TLS is tested (a server certificate); authentication and client certificates are passed
+//!   to the client but not tested here.
+//! - Every agent holds every host's tenant vif declarations: memory and the first read grow
+//!   with the cluster's vifs (docs/cluster.md, "Where it stops scaling").
 
 mod agent;
 mod config;
 mod desired;
 mod period;
+mod saved;
 
 pub use agent::{spawn, Agent};
 pub use config::{ClusterConfig, RawCluster};

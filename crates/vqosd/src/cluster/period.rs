@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use vqos_cluster::{estimate_demand, fills_floor, HostStatus, VifStatus};
+use vqos_cluster::{
+    estimate_demand, fills_floor, fit_floors, is_idle, HostStatus, Share, VifStatus,
+};
 
 use super::desired::Desired;
 use crate::api::Api;
@@ -73,6 +75,7 @@ pub(super) fn own_status(
         let share = shares.get(&v.name);
         let rate_bps = meter.rate_bps(&v.name);
         let share_max = share.and_then(|s| s.max_bps);
+        let demand_bps = estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps);
         vifs.insert(
             v.name.clone(),
             VifStatus {
@@ -81,8 +84,9 @@ pub(super) fn own_status(
                 min_bps: v.policy.min_bps,
                 max_bps: v.policy.max_bps,
                 rate_bps,
-                demand_bps: estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps),
+                demand_bps,
                 floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
+                idle: is_idle(rate_bps, demand_bps, probe_bps),
                 share_max_bps: share_max,
                 share_min_bps: share.map(|s| s.min_bps),
             },
@@ -98,5 +102,61 @@ pub(super) fn own_status(
         period_ms,
         vifs,
         errors: desired.problems.clone(),
+    }
+}
+
+/// `shares` with their floors fitted to this host's capacity (`vqos_cluster::fit_floors`,
+/// over the floors of the vifs' own policies), so the switch never refuses them.
+pub(super) fn fit_to_host(
+    api: &Api,
+    mut shares: BTreeMap<String, Share>,
+) -> BTreeMap<String, Share> {
+    let set = api.policies();
+    let own: BTreeMap<String, u64> = set
+        .vifs
+        .iter()
+        .map(|v| (v.name.clone(), v.policy.min_bps))
+        .collect();
+    fit_floors(set.capacity_bps, &own, &mut shares);
+    shares
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::MockBackend;
+    use crate::config::Config;
+
+    #[test]
+    fn floors_above_the_hosts_capacity_are_fitted_and_the_switch_takes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "capacity = \"1Gbit\"\nstate_file = \"{}/state.json\"\n\
+             [[port]]\nname = \"vm1\"\npolicy = {{ min = \"100Mbit\" }}\n[[port]]\nname = \"vm2\"\n",
+            dir.path().display()
+        );
+        let config = Config::parse(&text, |_| None).unwrap();
+        let api = Api::start(&config, Arc::new(MockBackend::new())).unwrap();
+        // Two tenants' splits ask this host for floors of 700 + 600 Mbit/s on a 1 Gbit/s link.
+        let share = |min_bps| Share {
+            min_bps,
+            max_bps: None,
+        };
+        let asked = BTreeMap::from([
+            ("vm1".to_string(), share(700_000_000)),
+            ("vm2".to_string(), share(600_000_000)),
+        ]);
+        // As they are, the switch refuses them (and the host's shares froze, issue 24).
+        assert!(api.set_cluster_shares(&asked).is_err());
+        let fitted = fit_to_host(&api, asked);
+        api.set_cluster_shares(&fitted).unwrap();
+        // The raises above the own floors (600 + 600) scaled to the room (900): 450 each.
+        assert_eq!(api.cluster_shares()["vm1"].min_bps, 550_000_000);
+        assert_eq!(api.cluster_shares()["vm2"].min_bps, 450_000_000);
+        let eff = api.effective_policies();
+        let sum: u64 = eff.vifs.iter().map(|v| v.policy.min_bps).sum();
+        assert_eq!(sum, 1_000_000_000);
     }
 }
