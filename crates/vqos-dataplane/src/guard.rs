@@ -146,6 +146,11 @@ pub fn l2_refusal(eth: &[u8], dst_mac: MacKey, access_port: bool) -> Option<Drop
 
 /// What the guarded vif's frame `eth` claims, or why it is refused. `src_mac` is the frame's
 /// source MAC; `services` what the vif may serve.
+///
+/// Inlined into the per-frame path: returned through memory, `Claims` (written field by
+/// field, then copied whole) cost a store-forwarding stall per frame, measured as about a
+/// sixth of a 64-byte frame's cycles on null ports.
+#[inline]
 pub fn inspect(eth: &[u8], src_mac: MacKey, services: Services) -> Result<Claims, DropReason> {
     let mut c = Claims::default();
     let Some(ethertype) = be16(eth, 12) else {
@@ -163,6 +168,7 @@ pub fn inspect(eth: &[u8], src_mac: MacKey, services: Services) -> Result<Claims
 
 /// ARP for IPv4 over Ethernet: the sender hardware address must be the frame's source, the
 /// sender IP (unless 0.0.0.0, a probe) is claimed. Other ARP shapes claim nothing.
+#[inline]
 fn arp(a: &[u8], src_mac: MacKey, c: &mut Claims) -> Result<(), DropReason> {
     // htype 1, ptype 0x0800, hlen 6, plen 4; sha at 8, spa at 14.
     if a.len() < 28 || a[..6] != [0, 1, 8, 0, 6, 4] {
@@ -178,6 +184,7 @@ fn arp(a: &[u8], src_mac: MacKey, c: &mut Claims) -> Result<(), DropReason> {
     Ok(())
 }
 
+#[inline]
 fn ipv4(ip: &[u8], services: Services, c: &mut Claims) -> Result<(), DropReason> {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return Ok(());
@@ -205,6 +212,7 @@ fn ipv4(ip: &[u8], services: Services, c: &mut Claims) -> Result<(), DropReason>
     Ok(())
 }
 
+#[inline]
 fn ipv6(ip: &[u8], services: Services, c: &mut Claims) -> Result<(), DropReason> {
     if ip.len() < 40 || ip[0] >> 4 != 6 {
         return Ok(());
