@@ -4,7 +4,9 @@
 #   vqos-1     vqosd, engine rr, busy polling, two null vifs (64-byte IPv4/UDP frames, port
 #              security and address guards on, as by default) → a null uplink; one thread
 #   vqos-2     the same with threads = 2 (shards), pinned to CPUs 0 and 1: one vif per thread,
-#              both sending to the one null uplink (shared under its per-batch lock)
+#              both sending to the null uplink (each thread on a transmit queue of its own)
+#   vqos-1u    vqos-1 with port_security = false on the vifs (no source checks, no address
+#              guards): like for like with OVS's in_port→output flows, which check nothing
 #   ovs-1      OVS-DPDK 3.1 (ovs-vswitchd-dpdk, private instance), two net_null ports
 #              (size=64), flows in_port=1→2 and 2→1, one PMD (pmd-cpu-mask 0x2)
 #   ovs-2      the same with two PMDs (pmd-cpu-mask 0x3): OVS's own scaling from 1 to 2 cores
@@ -18,7 +20,8 @@
 #
 # Run as root:  scripts/bench-cores.sh [-t SECONDS] [-s vqos-1,ovs-1,ovs-2] [-r ROUNDS] [-o DIR]
 #   -t  seconds per run (default 8)
-#   -s  switches, in this order within each round (default all four)
+#   -s  switches, in this order within each round (default vqos-1,vqos-2,ovs-1,ovs-2;
+#       vqos-1u on request)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
@@ -47,7 +50,7 @@ done
 for n in "$SECS" "$ROUNDS"; do case $n in '' | *[!0-9]* | 0) usage ;; esac; done
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
-    case $s in vqos-1 | vqos-2 | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+    case $s in vqos-1 | vqos-2 | vqos-1u | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cores.sh: run as root" >&2; exit 1; }
 PIDS=()
@@ -82,8 +85,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vqosd on null ports ----------------------------------------------------------------------
-start_vqosd() { # threads → SWPID, VQ_SOCK
-    local threads=$1 cpus=1 cfg=$TMP/vqosd.toml
+start_vqosd() { # threads [port_security] → SWPID, VQ_SOCK
+    local threads=$1 security=${2:-true} cpus=1 cfg=$TMP/vqosd.toml
     [ "$threads" -eq 2 ] && cpus=0,1
     VQ_SOCK=$TMP/vqosd.sock
     cat >"$cfg" <<EOF
@@ -103,10 +106,12 @@ kind = "null"
 name = "vqbc$$a"
 kind = "null"
 frame_len = 64
+port_security = $security
 [[port]]
 name = "vqbc$$b"
 kind = "null"
 frame_len = 64
+port_security = $security
 EOF
     rm -f "$TMP/state.json"
     taskset -c "$cpus" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
@@ -184,6 +189,7 @@ measure() { # switch
     case $sw in
         vqos-1) start_vqosd 1 ;;
         vqos-2) start_vqosd 2 ;;
+        vqos-1u) start_vqosd 1 false ;;
         ovs-1) start_ovs 0x2 ;;
         ovs-2) start_ovs 0x3 ;;
     esac
@@ -233,9 +239,9 @@ printf '%s\n' "${ROWS[@]}" | awk -F, '
         print "|---|---|---|---|"
         for (i = 1; i <= n; i++) { split(r[i], f, ","); printf "| %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4] }
         print ""
-        print "| vqos-1 / ovs-1 (per core) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | (mean Mpps of the rounds) |"
-        print "|---|---|---|---|---|"
-        printf "| %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2")
+        print "| vqos-1 / ovs-1 (per core) | vqos-1u / ovs-1 (no guards) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | (mean Mpps of the rounds) |"
+        print "|---|---|---|---|---|---|"
+        printf "| %s | %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-1u", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2")
     }' >"$MD"
 echo
 cat "$MD"
