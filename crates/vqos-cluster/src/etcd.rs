@@ -13,7 +13,7 @@
 //! - etcd keeps every revision until it is compacted, and each agent writes its status every
 //!   period: without compaction the database reaches its quota (2 GiB by default) and etcd
 //!   refuses every write. As kube-apiserver does, one agent compacts every
-//!   [`COMPACT_EVERY`](crate::etcd::COMPACT_EVERY) (the agent's `compact_every`) to the
+//!   [`COMPACT_EVERY`] (the agent's `compact_every`) to the
 //!   revision it saw one interval before, so the last interval of history stays for watches
 //!   that lag.
 //!

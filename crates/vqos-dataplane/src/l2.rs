@@ -146,7 +146,7 @@ impl<K: Addr> AddrTable<K> {
     }
 
     /// Entries that moved or went away, and entries added, since the table was made: a
-    /// shard's cache ([`crate::addrs`]) forgets what it holds when either grows.
+    /// shard's cache (docs/dataplane.md, "Shards") forgets what it holds when either grows.
     pub fn versions(&self) -> (u64, u64) {
         (self.changes, self.inserts)
     }

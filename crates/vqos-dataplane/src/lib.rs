@@ -30,6 +30,10 @@
 //!   Published every 25 ms and right after every change. [`SwitchHandle::loop_health`]: is the
 //!   loop alive, how old are its stats.
 //! - [`SwitchHandle::stop`]`()`; dropping the handle stops too.
+//! - [`SwitchConfig::threads`] / [`SwitchConfig::cpus`]: several loop threads (shards), each
+//!   reading its own ports with its own engine, sharing the address tables, the ports' I/O
+//!   and the uplink capacity (divided every 10 ms by the reference allocator): docs/dataplane.md,
+//!   "Shards". [`Shards`] runs them without threads, in virtual time.
 //!
 //! ## Behavior
 //! A frame travels (docs/dataplane.md names each function): port → [`Batch`] buffer (read by
@@ -45,7 +49,8 @@
 //! the vif's ECN probability. Every drop reason has its own counter.
 //!
 //! ## Limitations
-//! - One loop thread, one queue per TAP, one `read`/`write` per frame.
+//! - Each port is read by one loop thread; one queue per TAP, one `read`/`write` per frame
+//!   (unless io_uring).
 //! - The capacity bucket gates all vif batches, vif-to-vif traffic included (it is meant for
 //!   the vif→uplink direction, which is what vifs normally send).
 //! - Flooded copies are not CE-marked (one buffer shared by the copies).

@@ -1,4 +1,4 @@
-//! The order in which control calls reach the shards of a switch ([`Placement`]), shared by
+//! The order in which control calls reach the shards of a switch (`Placement`), shared by
 //! the thread wrapper ([`crate::SwitchHandle`], over channels) and by [`Shards`], the same
 //! shards stepped in virtual time by tests.
 //!

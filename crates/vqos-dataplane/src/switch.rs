@@ -271,7 +271,7 @@ impl Switch {
         self.ports.index_of(name)
     }
 
-    /// Tells the port in `slot` that the loop busy-polls it ([`Port::set_busy_poll`]).
+    /// Tells the port in `slot` that the loop busy-polls it ([`crate::Port::set_busy_poll`]).
     pub fn set_busy_poll(&mut self, slot: usize) {
         if let Some(s) = self.ports.get_mut(slot) {
             s.port.lock().set_busy_poll(true);
