@@ -15,9 +15,12 @@
 //! ## Demands
 //! A vif whose last read took all the shard asked for (frames were likely left: the engine
 //! or the shard's share held it back) wants more than it gets: greedy. Any other vif wants
-//! what it sent over the last period, plus 1 % and 0.1 Mbit/s; if it wants more, its reads
-//! fill up under its shard's share and it counts as greedy at the next period. The estimate
-//! is the bytes read from the vif (vif-to-vif frames included).
+//! what it sent, smoothed over about four periods (a slow vif sends a few frames a period:
+//! the larger of the raw and the smoothed rate was measured to give away 1 % of a 20 Mbit/s
+//! capacity), plus 1 % and 10 kbit/s; if it wants more, its reads fill up under its shard's
+//! share and it counts as greedy at the next period. The estimate is the bytes read from the
+//! vif (vif-to-vif frames included). The headroom is what the division costs: capacity given
+//! to a vif that does not use it (1 % of that vif's rate) is not used by the others.
 //!
 //! ## Bound and cost
 //! A change in demand is followed within two periods (published at the next period of its
@@ -26,7 +29,6 @@
 //! mutex, and an O(vifs log vifs) allocation on shard 0.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -38,19 +40,24 @@ use crate::switch::Switch;
 /// How often shards publish demands and shard 0 divides the capacity, ns.
 pub const BALANCE_NS: u64 = 10_000_000;
 
+/// What a vif that is not held back is given beyond its rate, bits/s (and 1 % more): room to
+/// grow before its reads fill up and it counts as greedy.
+const HEADROOM_BPS: u64 = 10_000;
+
 /// A demand meaning "more than it gets".
 const GREEDY: u64 = u64::MAX;
-
-/// A share meaning "not divided yet" / "unlimited".
-const UNSET: u64 = u64::MAX;
 
 /// What the shards share to divide the capacity.
 #[derive(Debug)]
 pub(crate) struct Balance {
     /// Per vif slot, what its shard last said it wants, bits/s.
     demands: Mutex<HashMap<usize, u64>>,
-    /// Per shard, the capacity it may use, bits/s.
-    shares: Vec<AtomicU64>,
+    /// The capacity last divided, and each shard's part of it, bits/s (empty: not divided
+    /// yet). A part is taken only under the capacity it was computed for, so a shard never
+    /// runs at a part of an old capacity after a change.
+    shares: Mutex<(u64, Vec<u64>)>,
+    /// How many shards.
+    shards: usize,
 }
 
 impl Balance {
@@ -58,19 +65,23 @@ impl Balance {
     pub fn new(shards: usize) -> Arc<Balance> {
         Arc::new(Balance {
             demands: Mutex::new(HashMap::new()),
-            shares: (0..shards.max(1)).map(|_| AtomicU64::new(UNSET)).collect(),
+            shares: Mutex::new((0, Vec::new())),
+            shards: shards.max(1),
         })
     }
 
     /// How many shards.
     pub fn shards(&self) -> usize {
-        self.shares.len()
+        self.shards
     }
 
-    /// The capacity shard `shard` was last given (`None`: not divided yet).
-    pub fn share(&self, shard: usize) -> Option<u64> {
-        let s = self.shares.get(shard)?.load(Ordering::Acquire);
-        (s != UNSET).then_some(s)
+    /// Shard `shard`'s part of `capacity` (`None`: that capacity is not divided yet).
+    pub fn share(&self, shard: usize, capacity: u64) -> Option<u64> {
+        let s = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        if s.0 != capacity {
+            return None;
+        }
+        s.1.get(shard).copied()
     }
 
     /// Records what the vifs in `slots` want (`(slot, bits/s)`, [`GREEDY`] for more).
@@ -93,10 +104,8 @@ impl Balance {
             })
             .collect();
         drop(d);
-        let shares = split(capacity, &claims, homes, self.shards());
-        for (s, v) in self.shares.iter().zip(shares) {
-            s.store(v, Ordering::Release);
-        }
+        let parts = split(capacity, &claims, homes, self.shards());
+        *self.shares.lock().unwrap_or_else(|e| e.into_inner()) = (capacity, parts);
     }
 
     /// Forgets the demand of a slot whose port went away.
@@ -154,10 +163,14 @@ impl Switch {
                 let bytes = s.c.rx_bytes - s.balance_bytes;
                 s.balance_bytes = s.c.rx_bytes;
                 let sent = (u128::from(bytes) * 8_000_000_000 / u128::from(dt)) as u64;
+                // Smoothed over about four periods: a slow vif sends a few frames per period,
+                // and one frame more or less would swing its demand by a quarter.
+                s.balance_rate = s.balance_rate - s.balance_rate / 4 + sent / 4;
+                let rate = s.balance_rate;
                 let want = if s.backlogged {
                     GREEDY
                 } else {
-                    sent + sent / 100 + 100_000
+                    rate + rate / 100 + HEADROOM_BPS
                 };
                 (slot, want)
             })
@@ -172,7 +185,7 @@ impl Switch {
             self.balance
                 .divide(&self.policies, &self.vif_slots, &homes, capacity);
         }
-        let share = self.balance.share(self.shard);
+        let share = self.balance.share(self.shard, capacity);
         if share.is_some() && share != self.share_bps {
             self.share_bps = share;
             let (local, _) = self.local_set(&self.policies, &self.vif_slots, None);

@@ -383,8 +383,18 @@ impl Switch {
         now_ns: u64,
     ) -> Result<(), SwitchError> {
         let vif_slots = self.ports.resolve(&policies, None)?;
+        let shards = self.balance.shards();
+        let old_share = self.share_bps;
+        if shards > 1 && policies.capacity_bps != self.policies.capacity_bps {
+            // A new capacity: an even part until shard 0 divides it (parts of the old one
+            // could add up to more than the new capacity).
+            self.share_bps = policies.capacity_bps.map(|c| c / shards as u64);
+        }
         let (local, local_slots) = self.local_set(&policies, &vif_slots, None);
-        self.sched.configure(&local, now_ns)?;
+        if let Err(e) = self.sched.configure(&local, now_ns) {
+            self.share_bps = old_share;
+            return Err(e.into());
+        }
         self.ports.assign(&vif_slots, local_slots, &policies);
         for (id, spec) in policies.vifs.iter().enumerate() {
             let Some(slot) = self.ports.get_mut(vif_slots[id]) else {

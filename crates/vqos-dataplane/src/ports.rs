@@ -253,6 +253,8 @@ pub(crate) struct PortEntry {
     pub backlogged: bool,
     /// `rx_bytes` when the shard last published the vif's demand ([`crate::balance`]).
     pub balance_bytes: u64,
+    /// The vif's rate smoothed over the last few balance periods, bits/s.
+    pub balance_rate: u64,
     /// Moving average of frame size read from this port, bytes (to size capacity-limited
     /// batches).
     pub avg_frame_bytes: u64,
@@ -303,6 +305,7 @@ impl PortEntry {
             ecn_threshold: 0,
             backlogged: true,
             balance_bytes: 0,
+            balance_rate: 0,
             // Start pessimistic (a super-frame) so that the first capacity-limited read is small.
             avg_frame_bytes: 65_536,
             rate_hist: [(0, 0, 0); RATE_SAMPLES],

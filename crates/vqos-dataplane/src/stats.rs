@@ -326,8 +326,14 @@ impl SwitchStats {
         for (i, s) in shards.iter().enumerate().skip(1) {
             out.time_ns = out.time_ns.min(s.time_ns);
             out.loop_stats.add(&s.loop_stats);
-            for p in &s.ports {
-                let Some(o) = out.ports.iter_mut().find(|o| o.name == p.name) else {
+            for (k, p) in s.ports.iter().enumerate() {
+                // Every shard lists the ports in slot order: the same position, unless a
+                // control call is half-way through the shards.
+                let at = match out.ports.get(k) {
+                    Some(o) if o.name == p.name => Some(k),
+                    _ => out.ports.iter().position(|o| o.name == p.name),
+                };
+                let Some(o) = at.and_then(|k| out.ports.get_mut(k)) else {
                     continue;
                 };
                 o.counters.add(&p.counters);

@@ -179,6 +179,11 @@ fn big(dst: u64, src: u64) -> Vec<u8> {
 /// for 3 virtual seconds on `threads` shards (a and c on shard 0, b on shard 1); returns what
 /// each delivered to the uplink in the last second, bits.
 fn three_vifs(threads: usize, b_bps: Option<u64>) -> [u64; 3] {
+    three_vifs_then(threads, b_bps, None)
+}
+
+/// [`three_vifs`], the capacity set to `then_bps` (if any) at 1.5 s.
+fn three_vifs_then(threads: usize, b_bps: Option<u64>, then_bps: Option<u64>) -> [u64; 3] {
     let w = |weight| VifPolicy {
         weight,
         ..VifPolicy::default()
@@ -206,6 +211,11 @@ fn three_vifs(threads: usize, b_bps: Option<u64>) -> [u64; 3] {
     let mut got = [0u64; 3];
     for k in 1..=30_000u64 {
         let now = k * step;
+        if let (Some(c), 15_000) = (then_bps, k) {
+            let mut set = (**sh.policies()).clone();
+            set.capacity_bps = Some(c);
+            sh.set_policies(set, now).unwrap();
+        }
         for (i, peer) in p.iter().enumerate() {
             if i == 1 {
                 if let Some(rate) = b_bps {
@@ -236,7 +246,12 @@ fn three_vifs(threads: usize, b_bps: Option<u64>) -> [u64; 3] {
 
 /// The reference allocation of 60 Mbit/s to weights 1, 2, 3 with b wanting `b_bps`.
 fn reference(b_bps: Option<u64>) -> Vec<u64> {
-    let mut set = PolicySet::new(Some(60_000_000));
+    reference_at(60_000_000, b_bps)
+}
+
+/// The reference allocation of `capacity` to weights 1, 2, 3 with b wanting `b_bps`.
+fn reference_at(capacity: u64, b_bps: Option<u64>) -> Vec<u64> {
+    let mut set = PolicySet::new(Some(capacity));
     for (name, weight) in [("a", 1), ("b", 2), ("c", 3)] {
         set.vifs.push(VifSpec {
             name: name.into(),
@@ -304,4 +319,17 @@ fn a_port_with_queues_of_its_own_is_sent_to_from_every_shard_and_counted_once() 
     );
     assert_eq!(up.io.tx_frames, read, "the uplink's queues, added up");
     assert_eq!(a.counters.drops.total() + b.counters.drops.total(), 0);
+}
+
+#[test]
+fn a_new_capacity_is_divided_anew_and_never_run_at_an_old_part() {
+    // 60 → 20 Mbit/s at 1.5 s: the last second is the reference of 20 on two shards.
+    let want = reference_at(20_000_000, Some(5_000_000));
+    let got = three_vifs_then(2, Some(5_000_000), Some(20_000_000));
+    assert_within(
+        &got,
+        &want,
+        0.01,
+        "2 shards after the capacity fell to 20 Mbit/s",
+    );
 }
