@@ -16,26 +16,9 @@ use vqos_sched::{EngineKind, PolicySet, VifPolicy, VifSpec};
 const MAC_C: u64 = 0x02_00_00_00_00_0c;
 const MAC_D: u64 = 0x02_00_00_00_00_0d;
 
-/// Polls every shard at `now` until a whole round (every port marked ready, as busy polling
-/// does) reads nothing.
+/// Polls every shard at `now` until a whole round reads nothing ([`run_switch`]).
 fn run(shards: &mut Shards, now: u64) {
-    for _ in 0..100_000 {
-        let mut frames = 0;
-        for sw in shards.iter_mut() {
-            sw.mark_all_ready(false);
-            loop {
-                let p = sw.poll(now);
-                frames += p.frames_read;
-                if !p.did_work {
-                    break;
-                }
-            }
-        }
-        if frames == 0 {
-            return;
-        }
-    }
-    panic!("the shards never ran out of work");
+    run_switch(shards, now);
 }
 
 /// Shards of `config` with vifs `names` (MemPorts), each read by the shard given beside it.

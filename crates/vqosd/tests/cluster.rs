@@ -7,23 +7,11 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::{put, status};
+use common::cluster::{put, skip, status, LIMIT};
 use common::Daemon;
 use serde_json::{json, Value};
-use vqos_testkit::{etcd_missing, poll, Etcd};
+use vqos_testkit::{poll, Etcd};
 use vqosd::client::ClientError;
-
-const LIMIT: Duration = Duration::from_secs(15);
-
-fn skip(test: &str) -> bool {
-    match etcd_missing() {
-        Some(why) => {
-            println!("SKIP {test}: {why}");
-            true
-        }
-        None => false,
-    }
-}
 
 /// A mock-switch vqosd as `host` with ports vm1 and vm2, agent of `etcd` (trusting its CA
 /// when it serves TLS).

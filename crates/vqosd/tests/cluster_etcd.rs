@@ -8,25 +8,14 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::status;
+use common::cluster::{skip, status, LIMIT};
 use common::Daemon;
 use vqos_cluster::etcd::{get_prefix, kv_client};
 use vqos_cluster::etcd_client::{Client, GetOptions};
 use vqos_cluster::{keys, EtcdError, EtcdSettings};
-use vqos_testkit::{etcd_missing, poll, Etcd};
+use vqos_testkit::{poll, Etcd};
 
-const LIMIT: Duration = Duration::from_secs(15);
 const CALL: Duration = Duration::from_secs(5);
-
-fn skip(test: &str) -> bool {
-    match etcd_missing() {
-        Some(why) => {
-            println!("SKIP {test}: {why}");
-            true
-        }
-        None => false,
-    }
-}
 
 /// A mock-switch vqosd as `host` with port vm1, agent of `etcd`, with more `[cluster]` lines.
 fn daemon(dir: &Path, host: &str, etcd: &Etcd, more: &str) -> Daemon {

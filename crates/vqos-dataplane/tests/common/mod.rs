@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use vqos_dataplane::frame::{build_frame, ipv4_header, VnetHdr, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4};
 use vqos_dataplane::{
-    Batch, MacPolicy, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec, Switch,
-    SwitchConfig, SwitchStats, VNET_HDR_LEN,
+    Batch, MacPolicy, MemPort, MemPortPeer, Port, PortError, PortIoCounters, PortSpec, Shards,
+    Switch, SwitchConfig, SwitchStats, VNET_HDR_LEN,
 };
 use vqos_sched::{
     Engine, EngineKind, Grant, PolicyError, PolicySet, ReadySet, Usage, VifId, VifPolicy, MAX_BURST,
@@ -129,16 +129,36 @@ impl VRig {
     }
 }
 
-/// See [`VRig::run`].
-pub fn run_switch(sw: &mut Switch, now: u64) {
+/// What tests step in virtual time: one switch, or a switch's shards ([`Shards`]).
+pub trait Stepped {
+    /// Every switch to poll, in order.
+    fn switches(&mut self) -> Vec<&mut Switch>;
+}
+
+impl Stepped for Switch {
+    fn switches(&mut self) -> Vec<&mut Switch> {
+        vec![self]
+    }
+}
+
+impl Stepped for Shards {
+    fn switches(&mut self) -> Vec<&mut Switch> {
+        self.iter_mut().collect()
+    }
+}
+
+/// See [`VRig::run`]; with shards, each in turn.
+pub fn run_switch(sw: &mut impl Stepped, now: u64) {
     for _ in 0..100_000 {
-        sw.mark_all_ready(false);
         let mut frames = 0;
-        loop {
-            let p = sw.poll(now);
-            frames += p.frames_read;
-            if !p.did_work {
-                break;
+        for sw in sw.switches() {
+            sw.mark_all_ready(false);
+            loop {
+                let p = sw.poll(now);
+                frames += p.frames_read;
+                if !p.did_work {
+                    break;
+                }
             }
         }
         if frames == 0 {

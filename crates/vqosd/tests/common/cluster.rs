@@ -5,9 +5,23 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vqos_testkit::Etcd;
+use vqos_testkit::{etcd_missing, Etcd};
 
 use super::{counter, Daemon};
+
+/// How long a cluster test waits for the agents to show a change.
+pub const LIMIT: Duration = Duration::from_secs(15);
+
+/// True, after printing why, when there is no etcd to test against.
+pub fn skip(test: &str) -> bool {
+    match etcd_missing() {
+        Some(why) => {
+            println!("SKIP {test}: {why}");
+            true
+        }
+        None => false,
+    }
+}
 
 /// Writes `value` (JSON) at `key`.
 pub fn put(etcd: &Etcd, key: &str, value: Value) {
