@@ -313,7 +313,7 @@ fn token_file_must_be_private() {
 
 #[test]
 fn threads_and_cpus_are_checked_against_the_cpus_vqosd_may_use() {
-    let allowed = vqos_dataplane::sys::allowed_cpus().unwrap();
+    let allowed = super::threads::allowed_cpus().unwrap();
     let n = allowed.len();
     let c = Config::parse("", env).unwrap();
     assert_eq!((c.threads, c.cpus.clone()), (1, vec![]));
