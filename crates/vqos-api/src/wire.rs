@@ -318,6 +318,10 @@ pub struct PortRequest {
     /// vhost-user: `server` (default) or `client`.
     #[serde(default)]
     pub mode: Option<VhostUserRole>,
+    /// vhost-user: queue pairs offered to the guest, 1 to 16 (default 1; QEMU's
+    /// `-netdev vhost-user,queues=N` may ask for at most this many).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
     /// The vif's policy; fields left out take the defaults (weight 1, no min, no max,
     /// priority 7).
     #[serde(default)]
@@ -422,6 +426,9 @@ pub struct PortView {
     /// vhost-user: the socket role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<VhostUserRole>,
+    /// vhost-user: queue pairs offered to the guest (1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
     /// The MAC allow-list (empty: see `port_security`).
     pub macs: Vec<MacAddr>,
     /// Without `macs`: locked to its first source addresses (`true`) or any it may use.

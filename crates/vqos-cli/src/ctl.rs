@@ -229,6 +229,11 @@ enum PortCommand {
         /// (QEMU `server=on`): vqosd can restart under running guests.
         #[arg(long, requires = "vhost_user")]
         client: bool,
+        /// With --vhost-user: queue pairs offered to the guest, 1 to 16 (QEMU
+        /// `-netdev vhost-user,queues=N`; default 1).
+        #[arg(long, requires = "vhost_user", value_name = "N",
+              value_parser = clap::value_parser!(u16).range(1..=16))]
+        queues: Option<u16>,
         /// Source MAC the vif may send from, its own from now on (repeat). Without --mac the
         /// vif locks to the first 4 MACs it sends from.
         #[arg(long = "mac", value_name = "MAC")]
@@ -338,6 +343,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             attach,
             vhost_user,
             client,
+            queues,
             macs,
             no_port_security,
             ips,
@@ -363,6 +369,9 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 body["kind"] = json!("vhost-user");
                 body["socket"] = json!(socket.to_string_lossy());
                 body["mode"] = json!(if client { "client" } else { "server" });
+                if let Some(q) = queues {
+                    body["queues"] = json!(q);
+                }
             }
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;
             if json {

@@ -4,6 +4,10 @@
 //! transmitted is what the ports read, what the switch read is what it wrote plus its named
 //! drops, what the ports lost is their named drops.
 //!
+//! The same with two queue pairs per port (virtio `MQ`) and two forwarding threads: each
+//! guest's two TX queues are read, and each thread writes to the other guest on a queue pair
+//! of its own.
+//!
 //! Needs root and `dpdk-testpmd` (Debian's `dpdk-dev`); prints `SKIP` and passes otherwise.
 //! Takes the machine-wide real-traffic lock. No hugepages (`--no-huge -m 512`).
 
@@ -11,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vqos_dataplane::{
-    MemPort, PortSpec, SwitchConfig, SwitchHandle, SwitchStats, VhostUserHandle, VhostUserPort,
+    MemPort, PortSpec, SwitchConfig, SwitchHandle, SwitchStats, VhostUserConfig, VhostUserHandle,
+    VhostUserPort,
 };
 use vqos_sched::VifPolicy;
 use vqos_testkit::{machine_lock, poll, testpmd_missing, Testpmd};
@@ -28,17 +33,66 @@ fn switch_rx(h: &[VhostUserHandle; 2]) -> u64 {
 
 #[test]
 fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
+    push_a_million_frames(
+        "testpmd_pushes_a_million_frames_through_two_vhost_user_ports",
+        1,
+        1,
+    );
+}
+
+#[test]
+fn two_queue_pairs_on_two_threads_carry_every_frame_each_thread_on_a_pair_of_its_own() {
+    let h = push_a_million_frames(
+        "two_queue_pairs_on_two_threads_carry_every_frame_each_thread_on_a_pair_of_its_own",
+        2,
+        2,
+    );
+    let Some(h) = h else { return };
+    for h in &h {
+        let s = h.status();
+        println!(
+            "{}: pair frames [read, written] {:?}",
+            s.name, s.pair_frames
+        );
+        assert_eq!(s.queues, 2);
+        // testpmd sends on both of its TX queues: the switch read both.
+        assert!(s.pair_frames.iter().all(|p| p[0] > 0), "{s:?}");
+        // Each guest is read by one thread and written by the other: the writer has a
+        // pair of its own (pair 1); pair 0 is its reader's, which writes to it only what
+        // arrives from its own ports (none here but the uplink's floods, none).
+        assert!(s.pair_frames[1][1] > 0, "{s:?}");
+        assert_eq!(
+            s.pair_frames.iter().map(|p| p[1]).sum::<u64>(),
+            s.tx_frames,
+            "{s:?}"
+        );
+    }
+}
+
+/// Runs testpmd's `mac` forwarding over two vhost-user ports of a switch with `threads`
+/// forwarding threads and `queues` queue pairs per port until more than a million frames
+/// crossed it, and checks every frame is accounted for. The ports' handles, or `None` when
+/// testpmd is missing (SKIP).
+fn push_a_million_frames(test: &str, threads: usize, queues: u16) -> Option<[VhostUserHandle; 2]> {
     if let Some(why) = testpmd_missing() {
-        println!("SKIP testpmd_pushes_a_million_frames_through_two_vhost_user_ports: {why}");
-        return;
+        println!("SKIP {test}: {why}");
+        return None;
     }
     let _machine = machine_lock();
     let dir = tempfile::tempdir().unwrap();
     let sock = |n: u32| dir.path().join(format!("vm{n}.sock"));
     let (up, uplink) = MemPort::pair("up", 1_000);
-    let sw = SwitchHandle::start(SwitchConfig::new(PortSpec::custom(Box::new(up)))).unwrap();
-    let vm1 = VhostUserPort::server("vm1", sock(1)).unwrap();
-    let vm2 = VhostUserPort::server("vm2", sock(2)).unwrap();
+    let mut config = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    config.threads = threads;
+    let sw = SwitchHandle::start(config).unwrap();
+    let port = |n: u32| {
+        let config = VhostUserConfig {
+            queues,
+            ..VhostUserConfig::server(sock(n))
+        };
+        VhostUserPort::with_config(&format!("vm{n}"), config).unwrap()
+    };
+    let (vm1, vm2) = (port(1), port(2));
     let h = [vm1.handle(), vm2.handle()];
     // testpmd forwards what it receives (a VNF, not a host): both ports send from the same IP
     // address, so they run without the guards above layer 2, as a router's port would.
@@ -52,7 +106,7 @@ fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
     // circulate through the switch, learnt and unicast after the first ones. (flowgen would
     // be the generator of choice, but DPDK 22.11's writes fixed MAC addresses: every frame
     // would be flooded.)
-    let mut testpmd = Testpmd::start([&sock(1), &sock(2)], false, QUEUE_SIZE as u32);
+    let mut testpmd = Testpmd::start_queues([&sock(1), &sock(2)], false, QUEUE_SIZE as u32, queues);
 
     let up_both = poll(Duration::from_secs(60), || {
         h.iter()
@@ -99,6 +153,10 @@ fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
     testpmd.quit();
 
     let ports = ["vm1", "vm2"].map(|n| s.port(n).unwrap().clone());
+    if threads > 1 {
+        // One guest per thread: each writes to the other's guest from afar.
+        assert_ne!(ports[0].shard, ports[1].shard);
+    }
     let rx: u64 = ports.iter().map(|p| p.counters.rx_frames).sum();
     let tx: u64 = ports.iter().map(|p| p.counters.tx_frames).sum();
     let drops: u64 = ports.iter().map(|p| p.counters.drops.total()).sum();
@@ -131,14 +189,15 @@ fn testpmd_pushes_a_million_frames_through_two_vhost_user_ports() {
     assert_eq!(rx, tx + flooded.len() as u64 + drops);
     // What the ports could not deliver, they counted by reason.
     assert_eq!(tx_error, named);
-    // What the switch delivered, testpmd received, but for what sat in the two RX rings
+    // What the switch delivered, testpmd received, but for what sat in the guests' RX rings
     // when it stopped polling.
     assert!(
-        tp_rx <= tx && tx - tp_rx <= 2 * QUEUE_SIZE,
+        tp_rx <= tx && tx - tp_rx <= 2 * u64::from(queues) * QUEUE_SIZE,
         "{tp_rx} vs {tx}"
     );
     assert_eq!(
         c.iter().map(|c| c.malformed() + c.quarantines).sum::<u64>(),
         0
     );
+    Some(h)
 }

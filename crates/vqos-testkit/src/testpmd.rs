@@ -43,10 +43,25 @@ impl Testpmd {
     /// connects — the switch's client mode), MACs `02:00:00:00:00:a1`/`a2`, each port sending
     /// what it receives to the other's MAC, with `queue_size` descriptors per ring.
     pub fn start(sockets: [&Path; 2], server: bool, queue_size: u32) -> Testpmd {
-        let prefix = format!("vqos-tp-{}-{}", std::process::id(), u8::from(server));
+        Self::start_queues(sockets, server, queue_size, 1)
+    }
+
+    /// As [`Testpmd::start`], each port with `queues` queue pairs (virtio `MQ`), all polled
+    /// by testpmd's one forwarding core (a stream per port and queue).
+    pub fn start_queues(
+        sockets: [&Path; 2],
+        server: bool,
+        queue_size: u32,
+        queues: u16,
+    ) -> Testpmd {
+        let prefix = format!(
+            "vqos-tp-{}-{}-{queues}",
+            std::process::id(),
+            u8::from(server)
+        );
         let vdev = |i: usize| {
             format!(
-                "net_virtio_user{i},path={},queues=1,queue_size={queue_size},mac=02:00:00:00:00:a{}{}",
+                "net_virtio_user{i},path={},queues={queues},queue_size={queue_size},mac=02:00:00:00:00:a{}{}",
                 sockets[i].display(),
                 i + 1,
                 if server { ",server=1" } else { "" }
@@ -61,6 +76,8 @@ impl Testpmd {
             .args(["--vdev", &vdev(0), "--vdev", &vdev(1)])
             .args(["--", "-i", "--forward-mode=mac", "--txpkts=64"])
             .args(["--total-num-mbufs=32768", "--nb-cores=1"])
+            .arg(format!("--rxq={queues}"))
+            .arg(format!("--txq={queues}"))
             .args([
                 "--eth-peer=0,02:00:00:00:00:a2",
                 "--eth-peer=1,02:00:00:00:00:a1",

@@ -60,6 +60,9 @@ pub struct PortConfig {
     pub frame_len: Option<u32>,
     /// vhost-user: the socket role (server when `None`).
     pub mode: Option<VhostUserRole>,
+    /// vhost-user: queue pairs (1 when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
     /// Source MACs the port may send from; empty: see `port_security`.
     pub macs: Vec<MacAddr>,
     /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
@@ -82,9 +85,10 @@ impl PortConfig {
         let frame_len = check_frame_len(&req.name, req.kind, req.frame_len)?;
         match req.kind {
             PortKind::Null => {
-                if req.socket.is_some() || req.mode.is_some() || !req.create {
+                if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() || !req.create
+                {
                     return Err(format!(
-                        "Port '{}': a null port has no socket, mode nor TAP to attach",
+                        "Port '{}': a null port has no socket, mode, queues nor TAP to attach",
                         req.name
                     ));
                 }
@@ -96,9 +100,9 @@ impl PortConfig {
                 ));
             }
             PortKind::Tap => {
-                if req.socket.is_some() || req.mode.is_some() {
+                if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() {
                     return Err(format!(
-                        "Port '{}': socket and mode are for kind = \"vhost-user\"",
+                        "Port '{}': socket, mode and queues are for kind = \"vhost-user\"",
                         req.name
                     ));
                 }
@@ -124,6 +128,13 @@ impl PortConfig {
                         req.name
                     ));
                 }
+                if let Some(q) = req.queues.filter(|q| !(1..=VHOST_MAX_QUEUES).contains(q)) {
+                    return Err(format!(
+                        "Port '{}': queues = {q} is outside 1..={VHOST_MAX_QUEUES} (queue \
+                         pairs offered to the guest)",
+                        req.name
+                    ));
+                }
             }
         }
         check_addresses(req)?;
@@ -137,6 +148,7 @@ impl PortConfig {
             socket: req.socket.clone(),
             frame_len,
             mode: req.mode,
+            queues: req.queues,
             macs: req.macs.clone(),
             port_security: req.port_security,
             ips: req.ips.clone(),
@@ -151,6 +163,10 @@ impl PortConfig {
 pub const NULL_MIN_FRAME: u32 = 64;
 /// Longest null-port frame (the data plane's `NULL_MAX_FRAME`).
 pub const NULL_MAX_FRAME: u32 = 1518;
+
+/// Most queue pairs of a vhost-user port (the data plane's `MAX_QUEUE_PAIRS`; a test in
+/// `switch.rs` checks they agree).
+pub const VHOST_MAX_QUEUES: u16 = 16;
 
 /// A port's `frame_len`: null ports only, within what a null port generates (default 64).
 pub fn check_frame_len(
@@ -588,6 +604,7 @@ mod tests {
             socket: None,
             frame_len: None,
             mode: None,
+            queues: None,
             macs: vec![],
             port_security: true,
             ips: vec![],

@@ -535,6 +535,7 @@ impl Config {
                     socket: None,
                     frame_len: None,
                     mode: None,
+                    queues: None,
                     macs: Vec::new(),
                     port_security: false,
                     ips: Vec::new(),

@@ -118,6 +118,9 @@ pub struct SavedPort {
     /// vhost-user: the socket role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<VhostUserRole>,
+    /// vhost-user: queue pairs (absent in older state files: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
     /// MAC allow-list.
     #[serde(default)]
     pub macs: Vec<MacAddr>,
@@ -491,6 +494,7 @@ mod tests {
                 socket: None,
                 frame_len: None,
                 mode: None,
+                queues: None,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
                 port_security: true,
                 ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],

@@ -62,9 +62,12 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
         }
         PortKind::VhostUser => {
             let socket = port.socket.as_deref().unwrap_or_default();
-            let config = match port.mode.unwrap_or_default() {
-                VhostUserRole::Server => VhostUserConfig::server(socket),
-                VhostUserRole::Client => VhostUserConfig::client(socket),
+            let config = VhostUserConfig {
+                queues: port.queues.unwrap_or(1),
+                ..match port.mode.unwrap_or_default() {
+                    VhostUserRole::Server => VhostUserConfig::server(socket),
+                    VhostUserRole::Client => VhostUserConfig::client(socket),
+                }
             };
             let vhu =
                 VhostUserPort::with_config(&port.name, config).map_err(|e| BackendError::Port {
@@ -523,6 +526,10 @@ mod tests {
                 crate::backend::NULL_MAX_FRAME as usize
             ),
             (MIN, NULL_MAX_FRAME)
+        );
+        assert_eq!(
+            crate::backend::VHOST_MAX_QUEUES,
+            vqos_dataplane::vhost_user::MAX_QUEUE_PAIRS
         );
     }
 

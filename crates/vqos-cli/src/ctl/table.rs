@@ -109,7 +109,11 @@ pub(crate) fn write_ports(
                 VhostUserRole::Server => "server",
                 VhostUserRole::Client => "client",
             });
-            writeln!(out, "{:<16} {mode} {socket}: {state}", "")?;
+            let queues = match p.queues {
+                Some(q) if q > 1 => format!(", {q} queue pairs"),
+                _ => String::new(),
+            };
+            writeln!(out, "{:<16} {mode} {socket}{queues}: {state}", "")?;
         }
     }
     Ok(())

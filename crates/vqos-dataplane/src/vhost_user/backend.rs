@@ -1,9 +1,14 @@
 //! The state a vhost-user port shares between its threads.
 //!
 //! ## Threads
-//! - The **poll loop** (the switch's thread) owns the [`super::VhostUserPort`] and moves frames:
-//!   it locks [`Shared::session`] once per batch, then the one vring it serves (`get_mut`, once
-//!   per batch), and loads the guest memory snapshot once per batch. Never per frame.
+//! - The **poll loops** (the switch's shards) move frames. The shard that reads the port owns
+//!   the [`super::VhostUserPort`] (queue pair 0, and every guest TX queue); each other shard
+//!   may own a [`super::VhostUserTxQueue`] (a guest RX queue of its own, pair 1 and up). Each
+//!   read-locks [`Shared::session`] once per batch, then write-locks the vring it serves
+//!   (`get_mut`, once per batch per vring), and loads the guest memory snapshot once per
+//!   batch. Never per frame. Shards on different pairs do not wait for each other; shards that
+//!   share a pair (more shards than pairs, or a guest that enabled fewer) take turns on the
+//!   vring's lock.
 //! - The **protocol** thread of the port ([`super::session`]) accepts or connects, then answers
 //!   the frontend's vhost-user messages (`SET_MEM_TABLE`, `SET_VRING_*`, ...) through
 //!   [`super::protocol::NetHandler`], one per session, and tears the session down when the
@@ -12,8 +17,8 @@
 //!   signals the port's readiness eventfd on every guest TX kick.
 
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -22,25 +27,51 @@ use super::counters::{bump, AtomicCounters};
 use super::{VhostUserConfig, VhostUserMode};
 use crate::sys::EventFd;
 
-/// Queue index of the guest's receive queue (frames the switch sends to the guest).
+/// Queue index of the guest's receive queue of pair 0 (frames the switch sends to the guest).
 pub(crate) const RX_QUEUE: usize = 0;
-/// Queue index of the guest's transmit queue (frames the switch reads from the guest).
-pub(crate) const TX_QUEUE: usize = 1;
+/// Most queue pairs a port offers (`queues`): DPDK's vhost library and QEMU allow more; 16
+/// covers a guest with a queue pair per vCPU on the hosts we size for, and bounds what a
+/// frontend can make the port allocate.
+pub const MAX_QUEUE_PAIRS: u16 = 16;
 
-/// Whether a session still deserves service.
+/// Queue index of pair `pair`'s guest receive queue (virtio-net numbers queues rx0, tx0, rx1,
+/// tx1, ...).
+pub(crate) const fn rx_queue(pair: usize) -> usize {
+    2 * pair
+}
+
+/// Queue index of pair `pair`'s guest transmit queue.
+pub(crate) const fn tx_queue(pair: usize) -> usize {
+    2 * pair + 1
+}
+
+/// Whether queue `index` is a guest transmit queue (frames for the switch to read).
+pub(crate) const fn is_guest_tx(index: usize) -> bool {
+    index % 2 == 1
+}
+
+/// Whether a session still deserves service. Atomics: several shards serve one session.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     /// The guest broke a ring: nothing is read from or written to it until it reconnects.
-    pub(crate) quarantined: bool,
+    quarantined: AtomicBool,
     /// Malformed chains seen in this session.
-    pub(crate) bad_chains: u64,
+    bad_chains: AtomicU64,
+}
+
+impl Health {
+    /// The session is quarantined.
+    pub(crate) fn is_quarantined(&self) -> bool {
+        self.quarantined.load(Ordering::Relaxed)
+    }
 }
 
 /// One connection with one frontend; dropped (guest memory unmapped) when it ends.
 pub(crate) struct Session {
     /// The guest's memory, as mapped by `SET_MEM_TABLE` (empty before).
     pub(crate) mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    /// The session's vrings `[rx, tx]` (shared with the protocol thread's handler).
+    /// The session's vrings `[rx0, tx0, rx1, tx1, ...]`, two per configured queue pair
+    /// (shared with the protocol thread's handler).
     pub(crate) vrings: Vec<VringRwLock>,
     /// Quarantine state and malformed-chain count.
     pub(crate) health: Health,
@@ -52,8 +83,9 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     /// Socket role, path and limits.
     pub(crate) config: VhostUserConfig,
-    /// The current session, if a frontend is connected.
-    pub(crate) session: Mutex<Option<Session>>,
+    /// The current session, if a frontend is connected: read-locked by the shards for a
+    /// batch, write-locked by the protocol thread to start or end it.
+    pub(crate) session: RwLock<Option<Session>>,
     /// A session is up (set by the supervisor).
     pub(crate) connected: AtomicBool,
     /// Virtio features the frontend acknowledged in this session (0 when none).
@@ -63,8 +95,13 @@ pub(crate) struct Shared {
     /// Counters.
     pub(crate) counters: AtomicCounters,
     /// Frames and bytes the switch read from / wrote to the guest: `[rx_frames, rx_bytes,
-    /// tx_frames, tx_bytes]` (mirror of the port's `PortIoCounters`, added per batch).
+    /// tx_frames, tx_bytes]` (the sum of the port's and its transmit queues'
+    /// `PortIoCounters`, added per batch).
     pub(crate) io: [AtomicU64; 4],
+    /// Frames per queue pair, `[read from its TX queue, written to its RX queue]`.
+    pub(crate) pair_frames: Vec<[AtomicU64; 2]>,
+    /// Transmit queues handed out so far ([`super::VhostUserPort`]'s `tx_queue`).
+    pub(crate) handed_out: AtomicUsize,
     /// The port's readiness eventfd: signalled on every guest TX kick and when the loop
     /// re-enables notifications with frames already waiting.
     pub(crate) ready: EventFd,
@@ -94,13 +131,25 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Read-locks a rwlock, ignoring poisoning.
+pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Write-locks a rwlock, ignoring poisoning.
+pub(crate) fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Shared {
     /// Fresh shared state.
     pub(crate) fn new(name: &str, config: VhostUserConfig) -> Result<Shared, crate::sys::SysError> {
         Ok(Shared {
             name: name.to_string(),
+            pair_frames: (0..config.queues).map(|_| Default::default()).collect(),
+            handed_out: AtomicUsize::new(0),
             config,
-            session: Mutex::new(None),
+            session: RwLock::new(None),
             connected: AtomicBool::new(false),
             features: AtomicU64::new(0),
             quarantined: AtomicBool::new(false),
@@ -120,19 +169,18 @@ impl Shared {
     }
 
     /// Puts the current session in quarantine (once).
-    pub(crate) fn quarantine(&self, health: &mut Health) {
-        if !health.quarantined {
-            health.quarantined = true;
+    pub(crate) fn quarantine(&self, health: &Health) {
+        if !health.quarantined.swap(true, Ordering::Relaxed) {
             self.quarantined.store(true, Ordering::Relaxed);
             bump(&self.counters.quarantines, 1);
         }
     }
 
     /// Counts a malformed chain; quarantines past the configured limit.
-    pub(crate) fn bad_chain(&self, health: &mut Health) {
-        health.bad_chains += 1;
+    pub(crate) fn bad_chain(&self, health: &Health) {
+        let bad = health.bad_chains.fetch_add(1, Ordering::Relaxed) + 1;
         let limit = self.config.quarantine_after_bad_chains;
-        if limit > 0 && health.bad_chains >= limit {
+        if limit > 0 && bad >= limit {
             self.quarantine(health);
         }
     }

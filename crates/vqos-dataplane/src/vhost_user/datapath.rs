@@ -19,9 +19,15 @@
 //!   counted by kind, and the next one is tried; a broken ring (avail index too far ahead,
 //!   ring outside guest memory) or too many malformed chains in one session quarantines the
 //!   session.
-//! - Notifications: the guest's kicks on its TX queue are disabled while the loop keeps
+//! - **Queue pairs**: `recv` reads every guest TX queue of the session (starting one further
+//!   each call, so no queue waits behind a busy one); `send` writes to the RX queue of the
+//!   pair it is given, or of pair 0 when the guest has not enabled that pair (a Linux guest
+//!   enables as many pairs as it has vCPUs, up to what the device offers).
+//! - Notifications: the guest's kicks on a TX queue are disabled while the loop keeps
 //!   finding full batches, and re-enabled when it drains the ring (if frames slipped in
-//!   meanwhile, the port signals its own readiness so the loop comes back); under busy
+//!   meanwhile, the port signals its own readiness so the loop comes back). The port's
+//!   readiness is cleared once per call, before the first queue's kicks are re-enabled, so a
+//!   kick on any queue after that wakes the loop again; under busy
 //!   polling ([`DataPath::busy_poll`]) they stay disabled: the loop comes back anyway. Kicks
 //!   on the receive queue stay disabled for the whole session (the port never waits for
 //!   receive buffers). Interrupts to the guest go once per burst, and with `EVENT_IDX` only
@@ -33,7 +39,7 @@ use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
-use super::backend::{Health, Shared, RX_QUEUE, TX_QUEUE};
+use super::backend::{rx_queue, tx_queue, Health, Shared, RX_QUEUE};
 use super::chain::{walk, Segment};
 use super::counters::{bump, AtomicCounters};
 use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
@@ -79,11 +85,36 @@ pub(crate) struct DataPath {
     /// The loop polls the port without waiting for its readiness (busy polling): the guest's
     /// TX kicks are never re-enabled.
     pub(crate) busy_poll: bool,
+    /// The pair whose TX queue the next `recv` reads first.
+    next_pair: usize,
+}
+
+/// What one batch of a port works on: the session's state, read once per batch.
+pub(crate) struct Ctx<'a> {
+    /// The port's shared state.
+    pub(crate) shared: &'a Shared,
+    /// The session's vrings (`None`: no session).
+    pub(crate) vrings: Option<&'a [VringRwLock]>,
+    /// The guest memory snapshot.
+    pub(crate) mem: &'a GuestMemoryMmap,
+    /// The session's health.
+    pub(crate) health: &'a Health,
+    /// The virtio features the frontend acknowledged.
+    pub(crate) features: u64,
+}
+
+/// Readiness bookkeeping over one `recv` call.
+#[derive(Debug, Default)]
+struct Wake {
+    /// The port's readiness eventfd was cleared in this call.
+    cleared: bool,
+    /// A queue still has frames (or was not read): the loop must come back.
+    again: bool,
 }
 
 /// The write-locked state of vring `index`, if the session has it started and enabled.
 fn live_vring(
-    vrings: Option<&Vec<VringRwLock>>,
+    vrings: Option<&[VringRwLock]>,
     index: usize,
 ) -> Option<RwLockWriteGuard<'_, VringState>> {
     let st = vrings?.get(index)?.get_mut();
@@ -189,24 +220,60 @@ fn write_stream(dst: &Slice<'_>, hdr: &[u8], payload: &[u8], from: usize) -> boo
 }
 
 impl DataPath {
-    /// Reads frames the guest transmitted into `batch` (see the module doc).
-    #[allow(clippy::too_many_arguments)]
+    /// Reads frames the guest transmitted on the TX queues of its first `pairs` queue pairs
+    /// into `batch` (see the module doc).
     pub(crate) fn recv(
         &mut self,
-        shared: &Shared,
-        vrings: Option<&Vec<VringRwLock>>,
-        mem: &GuestMemoryMmap,
-        health: &mut Health,
-        features: u64,
+        cx: &Ctx<'_>,
+        pairs: usize,
         batch: &mut Batch,
         max_frames: usize,
         io: &mut PortIoCounters,
     ) -> usize {
-        if health.quarantined {
-            return 0;
+        let pairs = pairs.max(1);
+        let first = self.next_pair % pairs;
+        self.next_pair = first + 1;
+        let mut wake = Wake::default();
+        let (mut n, mut bytes) = (0, 0);
+        for k in 0..pairs {
+            if n >= max_frames || batch.is_full() {
+                wake.again = true;
+                break;
+            }
+            let pair = (first + k) % pairs;
+            let (got, got_bytes) = self.recv_queue(cx, pair, batch, max_frames - n, &mut wake);
+            n += got;
+            bytes += got_bytes;
+            if let Some(f) = cx.shared.pair_frames.get(pair) {
+                bump(&f[0], got as u64);
+            }
         }
-        let Some(mut st) = live_vring(vrings, TX_QUEUE) else {
-            return 0;
+        if wake.cleared && wake.again {
+            cx.shared.ready.signal();
+        }
+        io.rx_frames += n as u64;
+        io.rx_bytes += bytes;
+        bump(&cx.shared.io[0], n as u64);
+        bump(&cx.shared.io[1], bytes);
+        n
+    }
+
+    /// Reads up to `max_frames` frames from the TX queue of `pair` into `batch`: frames and
+    /// bytes read.
+    fn recv_queue(
+        &mut self,
+        cx: &Ctx<'_>,
+        pair: usize,
+        batch: &mut Batch,
+        max_frames: usize,
+        wake: &mut Wake,
+    ) -> (usize, u64) {
+        let (shared, mem, health, features) = (cx.shared, cx.mem, cx.health, cx.features);
+        if health.is_quarantined() {
+            return (0, 0);
+        }
+        let Some(mut st) = live_vring(cx.vrings, tx_queue(pair)) else {
+            return (0, 0);
         };
         let c = &shared.counters;
         let hdr_len = guest_hdr_len(features);
@@ -220,7 +287,7 @@ impl DataPath {
             Err(e) => {
                 e.count(c);
                 shared.quarantine(health);
-                return 0;
+                return (0, 0);
             }
         };
         let first_used = q.next_used();
@@ -278,7 +345,7 @@ impl DataPath {
                 }
                 used += 1;
             }
-            if health.quarantined {
+            if health.is_quarantined() {
                 break;
             }
         }
@@ -293,14 +360,22 @@ impl DataPath {
             shared.quarantine(health);
         }
         let event_idx = q.event_idx_enabled();
-        if health.quarantined {
+        if taken < pending {
+            wake.again = true;
+        }
+        if health.is_quarantined() {
             // Nothing more is written to a quarantined session's rings.
         } else if taken == pending && !self.busy_poll {
             // Let the guest kick again; if it queued frames since `pending` was read, come
-            // back without waiting for a kick that will not come.
-            shared.ready.clear();
+            // back without waiting for a kick that will not come. The readiness is cleared
+            // before the first queue's kicks are re-enabled, never after (a kick in between
+            // would be lost).
+            if !wake.cleared {
+                shared.ready.clear();
+                wake.cleared = true;
+            }
             if q.enable_notification(mem).unwrap_or(true) {
-                shared.ready.signal();
+                wake.again = true;
             }
         } else if !event_idx && !ring.kicks_off() {
             // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
@@ -309,32 +384,29 @@ impl DataPath {
         if published {
             interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
-        io.rx_frames += n as u64;
-        io.rx_bytes += bytes;
-        bump(&shared.io[0], n as u64);
-        bump(&shared.io[1], bytes);
-        n
+        (n, bytes)
     }
 
-    /// Writes the frames of `batch` at `indices` to the guest (see the module doc); returns
-    /// how many were written, the first ones of `indices`.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the frames of `batch` at `indices` to the guest on the RX queue of `pair` (of
+    /// pair 0 when the guest has not enabled `pair`; see the module doc); returns how many
+    /// were written, the first ones of `indices`.
     pub(crate) fn send(
         &mut self,
-        shared: &Shared,
-        vrings: Option<&Vec<VringRwLock>>,
-        mem: &GuestMemoryMmap,
-        health: &mut Health,
-        features: u64,
+        cx: &Ctx<'_>,
+        pair: usize,
         batch: &Batch,
         indices: &[u8],
         io: &mut PortIoCounters,
     ) -> usize {
+        let (shared, mem, health, features) = (cx.shared, cx.mem, cx.health, cx.features);
         let c = &shared.counters;
-        let st = if health.quarantined {
-            None
+        let (st, pair) = if health.is_quarantined() {
+            (None, 0)
         } else {
-            live_vring(vrings, RX_QUEUE)
+            match live_vring(cx.vrings, rx_queue(pair)) {
+                Some(st) => (Some(st), pair),
+                None => (live_vring(cx.vrings, RX_QUEUE), 0),
+            }
         };
         let Some(mut st) = st else {
             bump(&c.disconnected_frames, indices.len() as u64);
@@ -429,7 +501,7 @@ impl DataPath {
                             }
                             used += 1;
                         }
-                        if health.quarantined {
+                        if health.is_quarantined() {
                             shortage = Some(RxShortage::Ring);
                             break 'frames;
                         }
@@ -510,6 +582,9 @@ impl DataPath {
         io.tx_frames += sent as u64;
         io.tx_bytes += bytes;
         io.tx_errors += lost;
+        if let Some(f) = shared.pair_frames.get(pair) {
+            bump(&f[1], sent as u64);
+        }
         bump(&shared.io[2], sent as u64);
         bump(&shared.io[3], bytes);
         sent

@@ -6,7 +6,7 @@ use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_TSO4,
     VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6,
-    VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
 };
 use virtio_bindings::bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 
@@ -41,13 +41,17 @@ pub const F_GUEST_TSO6: u64 = bit(VIRTIO_NET_F_GUEST_TSO6);
 pub const F_GUEST_ECN: u64 = bit(VIRTIO_NET_F_GUEST_ECN);
 /// `VIRTIO_RING_F_EVENT_IDX`: notifications suppressed with the used/avail event indexes.
 pub const F_EVENT_IDX: u64 = bit(VIRTIO_RING_F_EVENT_IDX);
+/// `VIRTIO_NET_F_MQ`: several queue pairs (offered when the port has more than one).
+pub const F_MQ: u64 = bit(VIRTIO_NET_F_MQ);
 /// `VHOST_USER_F_PROTOCOL_FEATURES`.
 pub const F_PROTOCOL_FEATURES: u64 = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
 
 /// Every virtio feature the port offers. The offloads are exactly those of the TAP ports
 /// (partial checksum, TCP segmentation with ECN), so frames cross the switch unchanged.
-/// Not offered: `INDIRECT_DESC`, `MQ` (one queue pair), `CTRL_VQ`, `MAC`, `STATUS`, UFO,
-/// `LOG_ALL` (no live migration). `VHOST_USER_F_PROTOCOL_FEATURES` is offered: QEMU 7.2 fails
+/// Not offered: `INDIRECT_DESC`, `CTRL_VQ` (QEMU answers the guest's control queue itself,
+/// and enables the pairs the guest asks for with `SET_VRING_ENABLE`), `MAC`, `STATUS`, UFO,
+/// `LOG_ALL` (no live migration). `MQ` is added by [`offered_features`] for a port with
+/// several queue pairs. `VHOST_USER_F_PROTOCOL_FEATURES` is offered: QEMU 7.2 fails
 /// to start a vhost-user net device without it (`vhost_set_vring_enable` returns EINVAL).
 pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_MRG_RXBUF
@@ -62,11 +66,23 @@ pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_EVENT_IDX
     | F_PROTOCOL_FEATURES;
 
-/// vhost-user protocol features offered: only `REPLY_ACK` (the frontend may ask for an
-/// acknowledgement of every message). Guest memory comes whole with `SET_MEM_TABLE` (no
-/// `CONFIGURE_MEM_SLOTS`), one queue pair (no `MQ`), no dirty log, no config space.
+/// The virtio features a port with `queues` queue pairs offers: [`OFFERED_FEATURES`], and
+/// `MQ` when `queues > 1` (a one-pair port offers exactly what it did before `MQ` existed).
+pub fn offered_features(queues: u16) -> u64 {
+    if queues > 1 {
+        OFFERED_FEATURES | F_MQ
+    } else {
+        OFFERED_FEATURES
+    }
+}
+
+/// vhost-user protocol features offered: `REPLY_ACK` (the frontend may ask for an
+/// acknowledgement of every message) and `MQ` (`GET_QUEUE_NUM` says how many queue pairs the
+/// port has, so QEMU refuses `queues=N` above it at start instead of failing later). Guest
+/// memory comes whole with `SET_MEM_TABLE` (no `CONFIGURE_MEM_SLOTS`), no dirty log, no
+/// config space.
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
-    VhostUserProtocolFeatures::REPLY_ACK
+    VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ
 }
 
 /// Names of the known feature bits set in `features` (for status output).

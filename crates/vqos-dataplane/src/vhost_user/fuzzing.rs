@@ -6,7 +6,7 @@ use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::backend::{Health, Shared};
-use super::datapath::DataPath;
+use super::datapath::{Ctx, DataPath};
 use super::features::OFFERED_FEATURES;
 use super::VhostUserConfig;
 use crate::frame::{build_frame, VnetHdr, FRAME_BUF_BYTES};
@@ -87,7 +87,7 @@ pub fn run_rings(data: &[u8]) -> (u64, u64) {
         ));
     }
     let mut dp = DataPath::default();
-    let mut health = Health::default();
+    let health = Health::default();
     let mut io = PortIoCounters::default();
     let mut batch = Batch::new();
     for _ in 0..1 + data[10] % 4 {
@@ -96,11 +96,14 @@ pub fn run_rings(data: &[u8]) -> (u64, u64) {
         let bad_before = shared.counters.snapshot().malformed();
         batch.clear();
         let n = dp.recv(
-            &shared,
-            Some(&vrings),
-            &snapshot,
-            &mut health,
-            features,
+            &Ctx {
+                shared: &shared,
+                vrings: Some(&vrings),
+                mem: &snapshot,
+                health: &health,
+                features,
+            },
+            1,
             &mut batch,
             32,
             &mut io,
@@ -111,21 +114,24 @@ pub fn run_rings(data: &[u8]) -> (u64, u64) {
         }
         let taken = vrings[1].queue_next_avail().wrapping_sub(tx_avail);
         let bad = shared.counters.snapshot().malformed() - bad_before;
-        if !health.quarantined {
+        if !health.is_quarantined() {
             assert_eq!(u64::from(taken), n as u64 + bad);
         }
         let sent = dp.send(
-            &shared,
-            Some(&vrings),
-            &snapshot,
-            &mut health,
-            features,
+            &Ctx {
+                shared: &shared,
+                vrings: Some(&vrings),
+                mem: &snapshot,
+                health: &health,
+                features,
+            },
+            0,
             &out,
             &[0, 1, 2, 3],
             &mut io,
         );
         assert!(sent <= 4);
-        if health.quarantined {
+        if health.is_quarantined() {
             break;
         }
     }

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 
-use super::backend::{Shared, TX_QUEUE};
+use super::backend::{is_guest_tx, Shared};
 use super::counters::bump;
 use crate::sys::EventFd;
 
@@ -47,7 +47,7 @@ pub(crate) struct KickWorker {
 }
 
 impl KickWorker {
-    /// Starts the worker over the session's `[rx, tx]` vrings.
+    /// Starts the worker over the session's vrings `[rx0, tx0, rx1, tx1, ...]`.
     pub(crate) fn start(shared: Arc<Shared>, vrings: Vec<VringRwLock>) -> std::io::Result<Self> {
         let control = Arc::new(Control {
             event: EventFd::new().map_err(|crate::sys::SysError::Call(_, e)| e)?,
@@ -138,7 +138,7 @@ fn run(shared: &Shared, vrings: &[VringRwLock], control: &Control) {
                     let st = v.get_ref();
                     st.is_enabled() && st.get_queue().ready()
                 };
-                if live && q - 1 == TX_QUEUE {
+                if live && is_guest_tx(q - 1) {
                     bump(&shared.counters.kicks, 1);
                     shared.ready.signal();
                 }

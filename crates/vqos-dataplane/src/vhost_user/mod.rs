@@ -13,15 +13,19 @@
 //! - The port implements [`Port`]; its frames carry the data plane's 12-byte virtio-net header.
 //!
 //! ## Behavior
-//! See docs/vhost-user.md. In short: one queue pair; the guest's rings are read and written
-//! by the poll loop, once locked per batch; the vhost-user messages are answered by the
+//! See docs/vhost-user.md. In short: up to [`MAX_QUEUE_PAIRS`] queue pairs
+//! ([`VhostUserConfig::queues`], virtio-net `MQ`); every guest TX queue is read by the shard
+//! that reads the port, and each other shard writes to the guest on a pair of its own
+//! ([`VhostUserTxQueue`]); the guest's rings are read and written by the poll loops, each
+//! vring locked once per batch; the vhost-user messages are answered by the
 //! port's protocol thread (the `vhost` crate parses them), one handler per session; a frame the
 //! loop does not take stays in the guest's avail ring; every guest misbehaviour has a counter
 //! ([`VhostUserCounters`]), and a broken ring quarantines the session until the guest
 //! reconnects. Guest memory is unmapped when the session ends.
 //!
 //! ## Limitations
-//! One queue pair (no `MQ`), no indirect descriptors, no packed rings, no live migration
+//! A port's TX queues are all read by one shard (a vif is not spread over shards), no
+//! indirect descriptors, no packed rings, no live migration
 //! (no dirty log), no software segmentation or checksum for guests without the offloads
 //! (such frames are dropped, counted).
 
@@ -35,6 +39,7 @@ pub mod fuzzing;
 mod guest;
 mod kick;
 mod protocol;
+mod queue;
 mod session;
 
 #[cfg(test)]
@@ -45,6 +50,8 @@ mod tests;
 mod tests_fuzz;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_mq;
 #[cfg(test)]
 mod tests_regions;
 #[cfg(test)]
@@ -59,13 +66,14 @@ use std::thread::JoinHandle;
 use serde::Serialize;
 use thiserror::Error;
 use vhost::vhost_user::Listener;
-use vm_memory::GuestAddressSpace;
 
 use crate::port::{Batch, Port, PortError, PortIoCounters};
 use backend::{lock, Shared};
-use datapath::DataPath;
+use queue::QueueIo;
 
+pub use backend::MAX_QUEUE_PAIRS;
 pub use counters::VhostUserCounters;
+pub use queue::VhostUserTxQueue;
 
 /// Which side of the unix socket the port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -109,6 +117,9 @@ pub struct VhostUserConfig {
     /// that a QEMU running as another user in the socket's group can connect); `None` keeps
     /// what the process umask gave.
     pub socket_mode: Option<u32>,
+    /// Queue pairs offered to the guest, 1..=[`MAX_QUEUE_PAIRS`] (virtio-net `MQ` when more
+    /// than one; QEMU's `-netdev vhost-user,queues=N` must not ask for more). 1 by default.
+    pub queues: u16,
 }
 
 impl VhostUserConfig {
@@ -122,6 +133,7 @@ impl VhostUserConfig {
             reconnect_max_ms: 1000,
             quarantine_after_bad_chains: 1024,
             socket_mode: None,
+            queues: 1,
         }
     }
 
@@ -159,6 +171,9 @@ pub enum VhostUserError {
     /// The ring size is not a power of two in 1..=32768.
     #[error("Port '{0}': max_queue_size must be a power of two up to 32768")]
     QueueSize(String),
+    /// The number of queue pairs is not in 1..=[`MAX_QUEUE_PAIRS`].
+    #[error("Port '{0}': queues must be 1 to {MAX_QUEUE_PAIRS}")]
+    Queues(String),
     /// An eventfd or the supervisor thread could not be created.
     #[error("Port '{port}': {op} failed")]
     Os {
@@ -200,6 +215,10 @@ pub struct VhostUserStatus {
     /// Why the last session ended, if the vhost-user library reported an error (a message it
     /// refused, a mapping that failed); `None` after clean disconnects.
     pub last_error: Option<String>,
+    /// Queue pairs offered.
+    pub queues: u16,
+    /// Per queue pair: `[frames read from its TX queue, frames written to its RX queue]`.
+    pub pair_frames: Vec<[u64; 2]>,
     /// Counters.
     pub counters: VhostUserCounters,
 }
@@ -259,6 +278,13 @@ impl VhostUserHandle {
             tx_frames: io(2),
             tx_bytes: io(3),
             last_error: lock(&self.shared.last_error).clone(),
+            queues: self.shared.config.queues,
+            pair_frames: self
+                .shared
+                .pair_frames
+                .iter()
+                .map(|p| p.each_ref().map(|c| c.load(Ordering::Relaxed)))
+                .collect(),
             counters: self.counters(),
         }
     }
@@ -270,10 +296,8 @@ pub struct VhostUserPort {
     name: String,
     /// State shared with the handle, the supervisor and the backend.
     shared: Arc<Shared>,
-    /// Scratch space of the data path.
-    datapath: DataPath,
-    /// I/O counters.
-    io: PortIoCounters,
+    /// Moves the frames: every TX queue, and the RX queue of pair 0.
+    queue: QueueIo,
     /// The supervisor thread (joined on drop).
     supervisor: Option<JoinHandle<()>>,
 }
@@ -303,6 +327,9 @@ impl VhostUserPort {
         if !config.max_queue_size.is_power_of_two() || config.max_queue_size > 32768 {
             return Err(VhostUserError::QueueSize(name.to_string()));
         }
+        if !(1..=MAX_QUEUE_PAIRS).contains(&config.queues) {
+            return Err(VhostUserError::Queues(name.to_string()));
+        }
         let os = |op, source| VhostUserError::Os {
             port: name.to_string(),
             op,
@@ -320,9 +347,8 @@ impl VhostUserPort {
         let supervisor = session::spawn(shared.clone(), listener).map_err(|e| os("spawn", e))?;
         Ok(VhostUserPort {
             name: name.to_string(),
+            queue: QueueIo::new(shared.clone(), 0),
             shared,
-            datapath: DataPath::default(),
-            io: PortIoCounters::default(),
             supervisor: Some(supervisor),
         })
     }
@@ -397,44 +423,11 @@ impl Port for VhostUserPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        let features = self.shared.features.load(Ordering::Acquire);
-        let mut guard = lock(&self.shared.session);
-        let Some(s) = guard.as_mut() else {
-            return Ok(0);
-        };
-        let mem = s.mem.memory();
-        Ok(self.datapath.recv(
-            &self.shared,
-            Some(&s.vrings),
-            &mem,
-            &mut s.health,
-            features,
-            batch,
-            max_frames,
-            &mut self.io,
-        ))
+        Ok(self.queue.recv(batch, max_frames))
     }
 
     fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
-        let features = self.shared.features.load(Ordering::Acquire);
-        let mut guard = lock(&self.shared.session);
-        let Some(s) = guard.as_mut() else {
-            let n = indices.len() as u64;
-            counters::bump(&self.shared.counters.disconnected_frames, n);
-            self.io.tx_errors += n;
-            return Ok(0);
-        };
-        let mem = s.mem.memory();
-        Ok(self.datapath.send(
-            &self.shared,
-            Some(&s.vrings),
-            &mem,
-            &mut s.health,
-            features,
-            batch,
-            indices,
-            &mut self.io,
-        ))
+        Ok(self.queue.send(batch, indices))
     }
 
     /// The port's own eventfd, stable for the port's life. Not the guest's kick eventfd: that
@@ -448,14 +441,20 @@ impl Port for VhostUserPort {
     }
 
     fn counters(&self) -> PortIoCounters {
-        self.io
+        self.queue.io
     }
 
     fn set_busy_poll(&mut self, busy: bool) {
-        self.datapath.busy_poll = busy;
+        self.queue.datapath.busy_poll = busy;
     }
 
     fn status(&self) -> Option<serde_json::Value> {
         serde_json::to_value(self.handle().status()).ok()
+    }
+
+    /// A guest RX queue of its own for another shard when the port has several pairs
+    /// ([`VhostUserTxQueue`]); `None` with one (the shards share the port under its lock).
+    fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(VhostUserTxQueue::next(&self.shared).map(|q| Box::new(q) as Box<dyn Port>))
     }
 }

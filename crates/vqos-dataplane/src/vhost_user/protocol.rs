@@ -1,7 +1,7 @@
 //! [`NetHandler`]: the answers to the frontend's vhost-user messages, one per session.
 //!
 //! The `vhost` crate parses the messages (`BackendReqHandler`); this handler keeps the device
-//! state: acknowledged features, the guest memory map, the two vrings (`vhost-user-backend`'s
+//! state: acknowledged features, the guest memory map, the vrings (two per queue pair) (`vhost-user-backend`'s
 //! `VringRwLock`: a `virtio-queue` `Queue` with its kick and call eventfds and enable flag).
 //! We do not use `vhost-user-backend`'s own daemon: it ends the session on the first message
 //! the `vhost` crate refuses, and QEMU (7.2 measured) sends `SET_VRING_ENABLE` before
@@ -25,9 +25,9 @@ use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
 
-use super::backend::{Shared, TX_QUEUE};
+use super::backend::{is_guest_tx, Shared};
 use super::features::{
-    offered_protocol_features, F_EVENT_IDX, F_PROTOCOL_FEATURES, OFFERED_FEATURES,
+    offered_features, offered_protocol_features, F_EVENT_IDX, F_PROTOCOL_FEATURES,
 };
 use super::kick::Rearm;
 
@@ -48,7 +48,7 @@ pub(crate) struct NetHandler {
     shared: Arc<Shared>,
     /// The session's guest memory (shared with the port's session).
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    /// `[rx, tx]`, shared with the port's session.
+    /// `[rx0, tx0, rx1, tx1, ...]`, shared with the port's session.
     vrings: Vec<VringRwLock>,
     /// Tells the kick worker to re-read the kick eventfds.
     rearm: Rearm,
@@ -126,11 +126,13 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
     }
 
     fn get_features(&mut self) -> Result<u64> {
-        Ok(OFFERED_FEATURES)
+        Ok(offered_features(self.shared.config.queues))
     }
 
+    /// QEMU sends `SET_FEATURES` once per queue pair (each pair is a vhost device of its
+    /// own), always with the same bits: every call applies to every vring.
     fn set_features(&mut self, features: u64) -> Result<()> {
-        if features & !OFFERED_FEATURES != 0 {
+        if features & !offered_features(self.shared.config.queues) != 0 {
             return Err(Error::InvalidParam);
         }
         self.acked_features = features;
@@ -248,7 +250,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         // kick").
         v.set_queue_ready(true);
         self.rearm.signal();
-        if usize::from(index) == TX_QUEUE {
+        if is_guest_tx(usize::from(index)) {
             // Frames may already wait: let the loop look once.
             self.shared.ready.signal();
         }
@@ -274,14 +276,15 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         Ok(())
     }
 
+    /// Queue pairs, as QEMU's net device and DPDK's vhost library read it.
     fn get_queue_num(&mut self) -> Result<u64> {
-        Ok(self.vrings.len() as u64)
+        Ok(u64::from(self.shared.config.queues))
     }
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
         self.vring(index)?.set_enabled(enable);
         self.rearm.signal();
-        if enable && index as usize == TX_QUEUE {
+        if enable && is_guest_tx(index as usize) {
             self.shared.ready.signal();
         }
         Ok(())

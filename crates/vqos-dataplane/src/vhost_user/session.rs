@@ -31,7 +31,7 @@ use vhost::vhost_user::{
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
-use super::backend::{lock, Session, Shared};
+use super::backend::{lock, write, Session, Shared};
 use super::counters::bump;
 use super::kick::KickWorker;
 use super::protocol::NetHandler;
@@ -93,13 +93,13 @@ fn wait_readable(shared: &Shared, fd: Option<RawFd>, timeout_ms: i32) -> bool {
 fn new_session(shared: &Arc<Shared>) -> Option<(Arc<Mutex<NetHandler>>, KickWorker)> {
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let max = shared.config.max_queue_size;
-    let vrings: Vec<VringRwLock> = (0..2)
+    let vrings: Vec<VringRwLock> = (0..2 * usize::from(shared.config.queues))
         .map(|_| VringRwLock::new(mem.clone(), max))
         .collect::<Result<_, _>>()
         .ok()?;
     let worker = KickWorker::start(shared.clone(), vrings.clone()).ok()?;
     let handler = NetHandler::new(shared.clone(), mem.clone(), vrings.clone(), worker.rearm());
-    *lock(&shared.session) = Some(Session {
+    *write(&shared.session) = Some(Session {
         mem,
         vrings,
         health: Default::default(),
@@ -175,7 +175,7 @@ pub(crate) fn shutdown(shared: &Shared) {
 /// Stops the kick worker and drops the session (unmapping guest memory).
 fn end_session(shared: &Shared, worker: Option<KickWorker>) {
     drop(worker);
-    let session = lock(&shared.session).take();
+    let session = write(&shared.session).take();
     shared.connected.store(false, Ordering::Release);
     shared.features.store(0, Ordering::Release);
     shared.quarantined.store(false, Ordering::Relaxed);

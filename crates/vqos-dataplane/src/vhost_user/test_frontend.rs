@@ -398,7 +398,7 @@ pub(crate) fn wait_ready(h: &VhostUserHandle) {
     use vhost_user_backend::VringT;
     use virtio_queue::QueueT;
     wait_until("a started session", || {
-        super::backend::lock(&h.shared.session)
+        super::backend::read(&h.shared.session)
             .as_ref()
             .is_some_and(|s| {
                 s.vrings.iter().all(|v| {

@@ -10,7 +10,7 @@ use vm_memory::GuestAddressSpace;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::backend::{Health, Shared};
-use super::datapath::DataPath;
+use super::datapath::{Ctx, DataPath};
 use super::features::OFFERED_FEATURES;
 use super::VhostUserConfig;
 use crate::frame::{build_frame, VnetHdr, FRAME_BUF_BYTES};
@@ -126,7 +126,7 @@ fn random_rings_are_survived_and_accounted_for() {
             vring(&atomic, 0, rng.below(2) == 0),
             vring(&atomic, 1, rng.below(2) == 0),
         ];
-        let mut health = Health::default();
+        let health = Health::default();
         for _ in 0..4 {
             let mem = atomic.memory();
             let tx_avail = vrings[1].queue_next_avail();
@@ -137,11 +137,14 @@ fn random_rings_are_survived_and_accounted_for() {
             batch.clear();
             let max = 1 + rng.below(32) as usize;
             let n = dp.recv(
-                &shared,
-                Some(&vrings),
-                &mem,
-                &mut health,
-                features,
+                &Ctx {
+                    shared: &shared,
+                    vrings: Some(&vrings),
+                    mem: &mem,
+                    health: &health,
+                    features,
+                },
+                1,
                 &mut batch,
                 max,
                 &mut io,
@@ -155,23 +158,26 @@ fn random_rings_are_survived_and_accounted_for() {
             let taken = vrings[1].queue_next_avail().wrapping_sub(tx_avail);
             let after = shared.counters.snapshot();
             let bad = after.malformed() - before.malformed();
-            if !health.quarantined {
+            if !health.is_quarantined() {
                 assert_eq!(u64::from(taken), n as u64 + bad, "round {round}");
             }
             let k = rng.below(12) as usize;
             let idx: Vec<u8> = (0..k).map(|_| rng.below(8) as u8).collect();
             let sent = dp.send(
-                &shared,
-                Some(&vrings),
-                &mem,
-                &mut health,
-                features,
+                &Ctx {
+                    shared: &shared,
+                    vrings: Some(&vrings),
+                    mem: &mem,
+                    health: &health,
+                    features,
+                },
+                0,
                 &out,
                 &idx,
                 &mut io,
             );
             assert!(sent <= idx.len());
-            if health.quarantined {
+            if health.is_quarantined() {
                 break;
             }
         }

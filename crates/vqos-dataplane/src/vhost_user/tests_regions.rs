@@ -7,48 +7,49 @@ use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::backend::{Health, Shared};
-use super::datapath::DataPath;
+use super::datapath::{Ctx, DataPath};
 use super::features::{F_EVENT_IDX, F_MRG_RXBUF, F_VERSION_1};
 use super::VhostUserConfig;
 use crate::frame::{build_frame, VnetHdr};
 use crate::port::{Batch, PortIoCounters};
 
 /// Ring size.
-const SIZE: u16 = 16;
+pub(super) const SIZE: u16 = 16;
 /// First region: [0, 64 KiB); the second is adjacent: [64 KiB, 128 KiB); the third lies after
 /// a hole: [192 KiB, 256 KiB).
 const BOUNDARY: u64 = 0x1_0000;
 /// Start of the third region (the hole is [128 KiB, 192 KiB)).
 const AFTER_HOLE: u64 = 0x3_0000;
 /// Descriptor flags.
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
+pub(super) const NEXT: u16 = 1;
+pub(super) const WRITE: u16 = 2;
 
 /// Ring addresses of queue `q` (0: guest RX, 1: guest TX): descriptor table, avail, used.
-fn ring(q: u64) -> (u64, u64, u64) {
+pub(super) fn ring(q: u64) -> (u64, u64, u64) {
     let base = 0x1000 + q * 0x1000;
     (base, base + 0x400, base + 0x800)
 }
 
 /// A guest over three regions, with the port's data path.
-struct Guest {
+pub(super) struct Guest {
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    vrings: Vec<VringRwLock>,
-    shared: Shared,
-    dp: DataPath,
+    pub(super) vrings: Vec<VringRwLock>,
+    pub(super) shared: Shared,
+    pub(super) dp: DataPath,
     health: Health,
     io: PortIoCounters,
     features: u64,
     /// Next avail index the guest writes, per queue.
-    avail_idx: [u16; 2],
+    avail_idx: Vec<u16>,
 }
 
 impl Guest {
-    fn new(features: u64) -> Guest {
-        Self::with_rings(features, [ring(0), ring(1)])
+    pub(super) fn new(features: u64) -> Guest {
+        Self::with_rings(features, &[ring(0), ring(1)])
     }
 
-    fn with_rings(features: u64, rings: [(u64, u64, u64); 2]) -> Guest {
+    /// A guest with the rings at `rings` (two per queue pair).
+    pub(super) fn with_rings(features: u64, rings: &[(u64, u64, u64)]) -> Guest {
         let m = GuestMemoryMmap::from_ranges(&[
             (GuestAddress(0), BOUNDARY as usize),
             (GuestAddress(BOUNDARY), BOUNDARY as usize),
@@ -71,16 +72,23 @@ impl Guest {
         Guest {
             mem,
             vrings,
-            shared: Shared::new("regions", VhostUserConfig::server("/nonexistent/r.sock")).unwrap(),
+            shared: Shared::new(
+                "regions",
+                VhostUserConfig {
+                    queues: (rings.len() / 2) as u16,
+                    ..VhostUserConfig::server("/nonexistent/r.sock")
+                },
+            )
+            .unwrap(),
             dp: DataPath::default(),
             health: Health::default(),
             io: PortIoCounters::default(),
             features,
-            avail_idx: [0; 2],
+            avail_idx: vec![0; rings.len()],
         }
     }
 
-    fn set_desc(&self, q: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+    pub(super) fn set_desc(&self, q: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
         let mut raw = [0u8; 16];
         raw[0..8].copy_from_slice(&addr.to_le_bytes());
         raw[8..12].copy_from_slice(&len.to_le_bytes());
@@ -91,7 +99,7 @@ impl Guest {
             .unwrap();
     }
 
-    fn publish(&mut self, q: u64, head: u16) {
+    pub(super) fn publish(&mut self, q: u64, head: u16) {
         let (_, a, _) = ring(q);
         let idx = &mut self.avail_idx[q as usize];
         let m = self.mem.memory();
@@ -105,14 +113,14 @@ impl Guest {
     }
 
     /// Writes `bytes` at `addr` (across regions if need be).
-    fn write(&self, addr: u64, bytes: &[u8]) {
+    pub(super) fn write(&self, addr: u64, bytes: &[u8]) {
         self.mem
             .memory()
             .write_slice(bytes, GuestAddress(addr))
             .unwrap();
     }
 
-    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+    pub(super) fn read(&self, addr: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
         self.mem
             .memory()
@@ -121,46 +129,62 @@ impl Guest {
         v
     }
 
-    fn used_idx(&self, q: u64) -> u16 {
+    pub(super) fn used_idx(&self, q: u64) -> u16 {
         let m = self.mem.memory();
         u16::from_le(m.read_obj(GuestAddress(ring(q).2 + 2)).unwrap())
     }
 
-    fn used_flags(&self, q: u64) -> u16 {
+    pub(super) fn used_flags(&self, q: u64) -> u16 {
         let m = self.mem.memory();
         u16::from_le(m.read_obj(GuestAddress(ring(q).2)).unwrap())
     }
 
     /// Used element `pos` of queue `q`: (head, len).
-    fn used(&self, q: u64, pos: u16) -> (u16, u32) {
+    pub(super) fn used(&self, q: u64, pos: u16) -> (u16, u32) {
         let e = self.read(ring(q).2 + 4 + 8 * u64::from(pos % SIZE), 8);
         let id = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
         (id as u16, u32::from_le_bytes([e[4], e[5], e[6], e[7]]))
     }
 
-    fn recv(&mut self, batch: &mut Batch) -> usize {
-        let mem = self.mem.memory();
+    pub(super) fn recv(&mut self, batch: &mut Batch) -> usize {
         batch.clear();
+        self.recv_max(batch, 32)
+    }
+
+    /// Reads up to `max` more frames into `batch`, from every TX queue.
+    pub(super) fn recv_max(&mut self, batch: &mut Batch, max: usize) -> usize {
+        let mem = self.mem.memory();
         self.dp.recv(
-            &self.shared,
-            Some(&self.vrings),
-            &mem,
-            &mut self.health,
-            self.features,
+            &Ctx {
+                shared: &self.shared,
+                vrings: Some(&self.vrings),
+                mem: &mem,
+                health: &self.health,
+                features: self.features,
+            },
+            self.vrings.len() / 2,
             batch,
-            32,
+            max,
             &mut self.io,
         )
     }
 
-    fn send(&mut self, batch: &Batch, indices: &[u8]) -> usize {
+    pub(super) fn send(&mut self, batch: &Batch, indices: &[u8]) -> usize {
+        self.send_on(0, batch, indices)
+    }
+
+    /// Writes frames on the RX queue of `pair`.
+    pub(super) fn send_on(&mut self, pair: usize, batch: &Batch, indices: &[u8]) -> usize {
         let mem = self.mem.memory();
         self.dp.send(
-            &self.shared,
-            Some(&self.vrings),
-            &mem,
-            &mut self.health,
-            self.features,
+            &Ctx {
+                shared: &self.shared,
+                vrings: Some(&self.vrings),
+                mem: &mem,
+                health: &self.health,
+                features: self.features,
+            },
+            pair,
             batch,
             indices,
             &mut self.io,
@@ -168,7 +192,7 @@ impl Guest {
     }
 }
 
-fn frame(tag: u8, len: usize) -> Vec<u8> {
+pub(super) fn frame(tag: u8, len: usize) -> Vec<u8> {
     build_frame(
         VnetHdr::default(),
         0x02_00_00_00_00_0b,
@@ -287,13 +311,13 @@ fn a_legacy_header_is_widened_inside_a_buffer_across_regions() {
 fn a_ring_across_two_regions_quarantines() {
     let (_, a, u) = ring(1);
     let straddling = (BOUNDARY - 8 * 16, a, u);
-    let mut g = Guest::with_rings(F_VERSION_1, [ring(0), straddling]);
+    let mut g = Guest::with_rings(F_VERSION_1, &[ring(0), straddling]);
     g.publish(1, 0);
     let mut b = Batch::new();
     assert_eq!(g.recv(&mut b), 0);
     let c = g.shared.counters.snapshot();
     assert_eq!((c.bad_ring_address, c.quarantines), (1, 1));
-    assert!(g.health.quarantined);
+    assert!(g.health.is_quarantined());
 }
 
 #[test]

@@ -76,6 +76,7 @@ impl Api {
                             socket: sp.socket,
                             frame_len: sp.frame_len,
                             mode: sp.mode,
+                            queues: sp.queues,
                             macs: sp.macs,
                             port_security: sp.port_security,
                             ips: sp.ips,

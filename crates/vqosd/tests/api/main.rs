@@ -347,11 +347,45 @@ fn null_ports_take_a_frame_length_and_nothing_of_other_kinds() {
         ),
         (
             json!({"name": "n3", "kind": "null", "socket": "/tmp/x"}),
-            "Port 'n3': a null port has no socket, mode nor TAP to attach",
+            "Port 'n3': a null port has no socket, mode, queues nor TAP to attach",
         ),
         (
             json!({"name": "n3", "frame_len": 64}),
             "Port 'n3': frame_len is for kind = \"null\"",
+        ),
+    ];
+    for (req, want) in cases {
+        let (status, body) = d.send("POST", "/v1/ports", Some(req.clone()));
+        assert_eq!((status, body["error"].as_str()), (422, Some(want)), "{req}");
+    }
+    assert_eq!(d.mock.calls().len(), calls);
+}
+
+#[test]
+fn vhost_user_ports_take_1_to_16_queue_pairs_and_other_kinds_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let sock = dir.path().join("mq.sock");
+    let sock = sock.to_str().unwrap();
+    let body = json!({"name": "mq", "kind": "vhost-user", "socket": sock, "queues": 4});
+    let (status, body) = d.send("POST", "/v1/ports", Some(body));
+    assert_eq!((status, body["queues"].as_u64()), (201, Some(4)), "{body}");
+    let (_, list) = d.send("GET", "/v1/ports", None);
+    let listed = list.as_array().unwrap().iter().find(|p| p["name"] == "mq");
+    assert_eq!(listed.and_then(|p| p["queues"].as_u64()), Some(4), "{list}");
+    let calls = d.mock.calls().len();
+    let cases = [
+        (
+            json!({"name": "q0", "kind": "vhost-user", "socket": sock, "queues": 0}),
+            "Port 'q0': queues = 0 is outside 1..=16 (queue pairs offered to the guest)",
+        ),
+        (
+            json!({"name": "q17", "kind": "vhost-user", "socket": sock, "queues": 17}),
+            "Port 'q17': queues = 17 is outside 1..=16 (queue pairs offered to the guest)",
+        ),
+        (
+            json!({"name": "tq", "queues": 2}),
+            "Port 'tq': socket, mode and queues are for kind = \"vhost-user\"",
         ),
     ];
     for (req, want) in cases {

@@ -1,0 +1,139 @@
+//! The frame-moving side of a vhost-user port, per queue pair: [`QueueIo`] (one per port
+//! object, the port's own on pair 0) and [`VhostUserTxQueue`], the transmit queue a shard
+//! other than the port's own gets ([`crate::Port::tx_queue`]), so that shards writing to one
+//! guest do not wait for each other.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vm_memory::GuestAddressSpace;
+
+use super::backend::{read, Shared};
+use super::counters::bump;
+use super::datapath::{Ctx, DataPath};
+use crate::port::{Batch, Port, PortError, PortIoCounters};
+
+/// Moves frames for one port object: its data path's scratch space, its pair and counters.
+#[derive(Debug)]
+pub(crate) struct QueueIo {
+    /// State shared with the port.
+    pub(crate) shared: Arc<Shared>,
+    /// The queue pair whose RX queue `send` writes to.
+    pub(crate) pair: usize,
+    /// Scratch space of the data path.
+    pub(crate) datapath: DataPath,
+    /// I/O counters of this port object.
+    pub(crate) io: PortIoCounters,
+}
+
+impl QueueIo {
+    /// Moves frames for pair `pair`.
+    pub(crate) fn new(shared: Arc<Shared>, pair: usize) -> QueueIo {
+        QueueIo {
+            shared,
+            pair,
+            datapath: DataPath::default(),
+            io: PortIoCounters::default(),
+        }
+    }
+
+    /// Reads what the guest sent on every TX queue (see `DataPath::recv`).
+    pub(crate) fn recv(&mut self, batch: &mut Batch, max_frames: usize) -> usize {
+        let shared = &*self.shared;
+        let features = shared.features.load(Ordering::Acquire);
+        let guard = read(&shared.session);
+        let Some(s) = guard.as_ref() else {
+            return 0;
+        };
+        let mem = s.mem.memory();
+        let cx = Ctx {
+            shared,
+            vrings: Some(&s.vrings),
+            mem: &mem,
+            health: &s.health,
+            features,
+        };
+        let pairs = s.vrings.len() / 2;
+        self.datapath
+            .recv(&cx, pairs, batch, max_frames, &mut self.io)
+    }
+
+    /// Writes frames to the guest on this object's pair (see `DataPath::send`).
+    pub(crate) fn send(&mut self, batch: &Batch, indices: &[u8]) -> usize {
+        let shared = &*self.shared;
+        let features = shared.features.load(Ordering::Acquire);
+        let guard = read(&shared.session);
+        let Some(s) = guard.as_ref() else {
+            let n = indices.len() as u64;
+            bump(&shared.counters.disconnected_frames, n);
+            self.io.tx_errors += n;
+            return 0;
+        };
+        let mem = s.mem.memory();
+        let cx = Ctx {
+            shared,
+            vrings: Some(&s.vrings),
+            mem: &mem,
+            health: &s.health,
+            features,
+        };
+        self.datapath
+            .send(&cx, self.pair, batch, indices, &mut self.io)
+    }
+}
+
+/// A transmit queue of a [`super::VhostUserPort`] for a shard that does not read the port:
+/// it writes to the guest's RX queue of a pair of its own (pair 1 and up; pair 0 when the
+/// guest enabled only one). It reads nothing and has no readiness.
+#[derive(Debug)]
+pub struct VhostUserTxQueue {
+    /// The port's name.
+    name: String,
+    /// The queue.
+    queue: QueueIo,
+}
+
+impl VhostUserTxQueue {
+    /// The next transmit queue of the port behind `shared`, or `None` when it has one queue
+    /// pair (the shards then share the port under its lock). Pairs 1.. are handed out in
+    /// turn: with more shards than pairs, shards share a pair (and take turns on its vring).
+    pub(crate) fn next(shared: &Arc<Shared>) -> Option<VhostUserTxQueue> {
+        let others = usize::from(shared.config.queues).checked_sub(1)?;
+        if others == 0 {
+            return None;
+        }
+        let k = shared.handed_out.fetch_add(1, Ordering::Relaxed);
+        Some(VhostUserTxQueue {
+            name: shared.name.clone(),
+            queue: QueueIo::new(shared.clone(), 1 + k % others),
+        })
+    }
+
+    /// The queue pair this queue writes to.
+    pub fn pair(&self) -> usize {
+        self.queue.pair
+    }
+}
+
+impl Port for VhostUserTxQueue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(&mut self, _batch: &mut Batch, _max_frames: usize) -> Result<usize, PortError> {
+        Ok(0)
+    }
+
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        Ok(self.queue.send(batch, indices))
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn counters(&self) -> PortIoCounters {
+        self.queue.io
+    }
+}
