@@ -414,6 +414,8 @@ fn vhost_status(connected: bool, quarantined: bool, counters: serde_json::Value)
             "feature_names": [],
             "rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
             "last_error": null,
+            "queues": 2,
+            "pair_frames": [[2_001, 2_002], [2_003, 2_004]],
             "counters": counters,
         })),
         ..Default::default()
@@ -468,6 +470,19 @@ fn a_vhost_user_port_says_whether_its_guest_is_connected_and_how_it_misbehaves()
     let e = scrape(&client);
     assert_eq!(sample(&e, "vqos_vhost_user_connected", &vm1), Some(0.0));
     assert_eq!(sample(&e, "vqos_vhost_user_quarantined", &vm1), Some(1.0));
+    let pair = |pair: &'static str, direction: &'static str| {
+        let labels = [("port", "vm1"), ("pair", pair), ("direction", direction)];
+        sample(&e, "vqos_vhost_user_queue_frames_total", &labels)
+    };
+    assert_eq!(
+        [
+            pair("0", "from_guest"),
+            pair("0", "to_guest"),
+            pair("1", "from_guest"),
+            pair("1", "to_guest")
+        ],
+        [Some(2_001.0), Some(2_002.0), Some(2_003.0), Some(2_004.0)]
+    );
     // The AF_PACKET uplink's status lands in the same field: it is no vhost-user port.
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
@@ -507,6 +522,8 @@ fn every_vhost_user_counter_of_the_data_plane_is_exported() {
         tx_frames: 0,
         tx_bytes: 0,
         last_error: Some("bad ring".into()),
+        queues: 2,
+        pair_frames: vec![[2_001, 2_002], [2_003, 2_004]],
         counters: VhostUserCounters::default(),
     };
     let mut value = serde_json::to_value(status).unwrap();

@@ -160,6 +160,12 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Frames for the guest dropped because it could not take them, by reason.",
     ),
     (
+        "vqos_vhost_user_queue_frames_total",
+        "counter",
+        "Frames per queue pair: read from the guest's transmit queue (from_guest), written \
+         to its receive queue (to_guest).",
+    ),
+    (
         "vqos_controller_limit_bps",
         "gauge",
         "The fairness adjuster's limit on the vif, bit/s (absent when it sets none).",

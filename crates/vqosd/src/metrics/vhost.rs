@@ -26,6 +26,10 @@ struct Status {
     quarantined: bool,
     #[serde(default)]
     counters: BTreeMap<String, u64>,
+    /// Per queue pair: `[read from its TX queue, written to its RX queue]` (absent from an
+    /// older data plane).
+    #[serde(default)]
+    pair_frames: Vec<[u64; 2]>,
 }
 
 /// The counters: field of `VhostUserCounters`, family, the label that tells the field apart
@@ -100,6 +104,19 @@ pub fn port_samples(name: &str, p: &PortStats) -> Vec<(String, String)> {
         "vqos_vhost_user_quarantined" => {
             vec![(String::new(), u8::from(s.quarantined).to_string())]
         }
+        "vqos_vhost_user_queue_frames_total" => s
+            .pair_frames
+            .iter()
+            .enumerate()
+            .flat_map(|(pair, [from, to])| {
+                [("from_guest", from), ("to_guest", to)].map(|(dir, n)| {
+                    (
+                        format!(",pair=\"{pair}\",direction=\"{dir}\""),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
         _ => COUNTERS
             .iter()
             .filter(|(_, family, _)| *family == name)
