@@ -58,7 +58,14 @@ struct Guest {
 }
 
 impl Guest {
-    fn start(image: &Path, name: &str, socket: &Path, role: Role, mac: &str, ip: &str) -> Guest {
+    /// A guest on `socket` with `queues` queue pairs (virtio-net `mq=on` when more than one).
+    fn start(
+        image: &Path,
+        name: &str,
+        (socket, role, queues): (&Path, Role, u16),
+        mac: &str,
+        ip: &str,
+    ) -> Guest {
         let chardev = match role {
             Role::Server => format!("socket,id=c,path={},reconnect=1", socket.display()),
             Role::Client => format!("socket,id=c,path={},server=on,wait=off", socket.display()),
@@ -76,11 +83,17 @@ impl Guest {
         ])
         .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
         .args(["-numa", "node,memdev=mem", "-chardev", &chardev])
-        .args(["-netdev", "vhost-user,id=n,chardev=c"])
+        .args([
+            "-netdev",
+            &format!("vhost-user,id=n,chardev=c,queues={queues}"),
+        ])
         // vectors=0: MSI-X under TCG crashes QEMU 7.2 when vhost starts (docs/vhost-user.md).
         .args([
             "-device",
-            &format!("virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0"),
+            &format!(
+                "virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0{}",
+                if queues > 1 { ",mq=on" } else { "" }
+            ),
         ])
         .arg("-kernel")
         .arg(image.join("vmlinuz"))
@@ -332,7 +345,8 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
             "capacity = \"{}Mbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\n\
              state_file = \"{}\"\n[api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n\
              [[port]]\nname = \"vm1\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"server\"\n\
-             [[port]]\nname = \"vm2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n",
+             [[port]]\nname = \"vm2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n\
+             queues = 2\n",
             CAPACITY_BPS / 1_000_000,
             dir.path().join("state.json").display(),
             socket.display(),
@@ -347,16 +361,14 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
     let mut vm1 = Guest::start(
         &image,
         "vm1",
-        &s1,
-        Role::Server,
+        (&s1, Role::Server, 1),
         "52:54:00:77:00:01",
         &format!("{net}.1/24"),
     );
     let mut vm2 = Guest::start(
         &image,
         "vm2",
-        &s2,
-        Role::Client,
+        (&s2, Role::Client, 2),
         "52:54:00:77:00:02",
         &format!("{net}.2/24"),
     );
@@ -379,10 +391,21 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
         "not connected: {}",
         d.get("/v1/stats")
     );
+    let stats = d.get("/v1/stats");
     println!(
-        "both guests up and attached {:.1} s into the test; vm1 features {}",
+        "both guests up and attached {:.1} s into the test; vm1 features {}; vm2 features {}",
         t0.elapsed().as_secs_f64(),
-        port(&d.get("/v1/stats"), "vm1")["vhost_user"]["feature_names"]
+        port(&stats, "vm1")["vhost_user"]["feature_names"],
+        port(&stats, "vm2")["vhost_user"]["feature_names"]
+    );
+    // vm2's QEMU asked for two queue pairs: the port offered MQ and QEMU's guest took it.
+    let vm2_status = &port(&stats, "vm2")["vhost_user"];
+    assert_eq!(vm2_status["queues"], 2, "{vm2_status}");
+    let mq = vm2_status["feature_names"].as_array().unwrap();
+    assert!(mq.iter().any(|f| f == "MQ"), "{vm2_status}");
+    println!(
+        "vm2: {} queue pairs offered, frames per pair [from guest, to guest] {}",
+        vm2_status["queues"], vm2_status["pair_frames"]
     );
 
     // Ping: each guest the sink and the other guest (both guests at once).

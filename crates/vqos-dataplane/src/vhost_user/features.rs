@@ -87,7 +87,7 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
 
 /// Names of the known feature bits set in `features` (for status output).
 pub fn names(features: u64) -> Vec<&'static str> {
-    const NAMES: [(u64, &str); 12] = [
+    const NAMES: [(u64, &str); 13] = [
         (F_VERSION_1, "VERSION_1"),
         (F_MRG_RXBUF, "MRG_RXBUF"),
         (F_CSUM, "CSUM"),
@@ -99,6 +99,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (F_GUEST_TSO6, "GUEST_TSO6"),
         (F_GUEST_ECN, "GUEST_ECN"),
         (F_EVENT_IDX, "EVENT_IDX"),
+        (F_MQ, "MQ"),
         (F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),
     ];
     NAMES
