@@ -49,7 +49,16 @@
 //!   `bad_vnet_hdr`: turn LRO off on the NIC (`ethtool -K DEV lro off`; GRO is fine).
 //! - The host's own stack on the interface is not reachable from the vifs (their frames go to
 //!   the wire), as with any NIC given to a switch.
-//! - One queue: no `PACKET_FANOUT` across several sockets. No AF_XDP (see docs/dataplane.md).
+//! - Read by one shard: no `PACKET_FANOUT` across several sockets. No AF_XDP (see
+//!   docs/dataplane.md).
+//!
+//! ## Shards
+//! Each shard that does not read the uplink gets a transmit-only socket of its own
+//! ([`Port::tx_queue`]): bound to the same interface with protocol 0, so the kernel queues no
+//! frame on it (it is no reader, and needs no receive buffer nor promiscuous membership), with
+//! the port's header size and options. The shards' frames then leave without waiting for the
+//! reading shard's lock; the driver's own transmit lock orders them, as for any two sockets.
+//! The socket is made in the namespace the port was opened in, whichever thread asks.
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -61,6 +70,7 @@ use serde::Serialize;
 
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
+use crate::sys::NetNs;
 use crate::tap::set_link_up;
 
 /// An `int` option's "on".
@@ -118,6 +128,12 @@ pub struct AfPacketPort {
     name: String,
     /// The packet socket (non-blocking).
     fd: OwnedFd,
+    /// A transmit queue of another shard: bound with protocol 0, it reads nothing.
+    tx_only: bool,
+    /// How it was set up (for its transmit queues).
+    opts: AfPacketOptions,
+    /// The network namespace it was opened in (its transmit queues are made there).
+    netns: Option<std::sync::Arc<NetNs>>,
     /// I/O counters.
     counters: PortIoCounters,
     /// Status; `kernel_drops` is summed when the status is read (the kernel's count resets
@@ -175,86 +191,13 @@ impl AfPacketPort {
         if ifindex == 0 {
             return Err(PortError::Missing(name.to_string()));
         }
-        // Protocol 0: nothing is queued until the socket is bound below.
-        // SAFETY: socket() has no memory arguments; checked below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if fd < 0 {
-            return Err(io_err(name, "socket(AF_PACKET)"));
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let raw = fd.as_raw_fd();
-        let sol = libc::SOL_PACKET;
-        let hdr12 = VNET_HDR_LEN as libc::c_int;
-        let vnet_hdr_bytes = if !opts.legacy_vnet_hdr
-            && setsockopt(raw, sol, libc::PACKET_VNET_HDR_SZ, &hdr12).is_ok()
-        {
-            VNET_HDR_LEN
-        } else {
-            setsockopt(raw, sol, libc::PACKET_VNET_HDR, &ONE)
-                .map_err(|source| op_err(name, "PACKET_VNET_HDR", source))?;
-            LEGACY_VNET_HDR_LEN
-        };
-        // Before Linux 4.20 this option does not exist; the packet type check in
-        // `recv_batch` skips those frames then.
-        let _ = setsockopt(raw, sol, libc::PACKET_IGNORE_OUTGOING, &ONE);
-        if opts.qdisc_bypass {
-            setsockopt(raw, sol, libc::PACKET_QDISC_BYPASS, &ONE)
-                .map_err(|source| op_err(name, "PACKET_QDISC_BYPASS", source))?;
-        }
-        for (force, plain, bytes, op) in [
-            (
-                libc::SO_RCVBUFFORCE,
-                libc::SO_RCVBUF,
-                opts.rcvbuf_bytes,
-                "SO_RCVBUF",
-            ),
-            (
-                libc::SO_SNDBUFFORCE,
-                libc::SO_SNDBUF,
-                opts.sndbuf_bytes,
-                "SO_SNDBUF",
-            ),
-        ] {
-            let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-            if setsockopt(raw, libc::SOL_SOCKET, force, &v).is_err() {
-                setsockopt(raw, libc::SOL_SOCKET, plain, &v)
-                    .map_err(|source| op_err(name, op, source))?;
-            }
-        }
-        // Up before the bind: a socket bound to a link that is down starts with a pending
-        // ENETDOWN, which its first send or receive would report.
-        set_link_up(name)?;
-        let mut addr = sockaddr_ll_zeroed();
-        addr.sll_family = libc::AF_PACKET as libc::c_ushort;
-        addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        addr.sll_ifindex = ifindex as libc::c_int;
-        // SAFETY: addr is a live sockaddr_ll of the size passed.
-        let r = unsafe {
-            libc::bind(
-                raw,
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(io_err(name, "bind"));
-        }
-        // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
-        let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
-        mreq.mr_ifindex = ifindex as libc::c_int;
-        mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
-        setsockopt(raw, sol, libc::PACKET_ADD_MEMBERSHIP, &mreq)
-            .map_err(|source| op_err(name, "PACKET_ADD_MEMBERSHIP", source))?;
+        let (fd, vnet_hdr_bytes) = socket(name, ifindex, opts, true)?;
         Ok(AfPacketPort {
             name: name.to_string(),
             fd,
+            tx_only: false,
+            opts,
+            netns: NetNs::current().ok().map(std::sync::Arc::new),
             counters: PortIoCounters::default(),
             status: Cell::new(AfPacketStatus {
                 ifindex,
@@ -296,6 +239,111 @@ impl AfPacketPort {
     }
 }
 
+/// A packet socket on interface `ifindex` set up per `opts`, and the header size the kernel
+/// uses: a reader (`receive`: every frame of the interface, promiscuous) or a transmit queue
+/// (no frame is queued on it).
+fn socket(
+    name: &str,
+    ifindex: u32,
+    opts: AfPacketOptions,
+    receive: bool,
+) -> Result<(OwnedFd, usize), PortError> {
+    // Protocol 0: nothing is queued until the socket is bound below.
+    // SAFETY: socket() has no memory arguments; checked below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io_err(name, "socket(AF_PACKET)"));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = fd.as_raw_fd();
+    let sol = libc::SOL_PACKET;
+    let hdr12 = VNET_HDR_LEN as libc::c_int;
+    let vnet_hdr_bytes = if !opts.legacy_vnet_hdr
+        && setsockopt(raw, sol, libc::PACKET_VNET_HDR_SZ, &hdr12).is_ok()
+    {
+        VNET_HDR_LEN
+    } else {
+        setsockopt(raw, sol, libc::PACKET_VNET_HDR, &ONE)
+            .map_err(|source| op_err(name, "PACKET_VNET_HDR", source))?;
+        LEGACY_VNET_HDR_LEN
+    };
+    // Before Linux 4.20 this option does not exist; the packet type check in
+    // `recv_batch` skips those frames then.
+    if receive {
+        let _ = setsockopt(raw, sol, libc::PACKET_IGNORE_OUTGOING, &ONE);
+    }
+    if opts.qdisc_bypass {
+        setsockopt(raw, sol, libc::PACKET_QDISC_BYPASS, &ONE)
+            .map_err(|source| op_err(name, "PACKET_QDISC_BYPASS", source))?;
+    }
+    for (force, plain, bytes, op) in [
+        (
+            libc::SO_RCVBUFFORCE,
+            libc::SO_RCVBUF,
+            opts.rcvbuf_bytes,
+            "SO_RCVBUF",
+        ),
+        (
+            libc::SO_SNDBUFFORCE,
+            libc::SO_SNDBUF,
+            opts.sndbuf_bytes,
+            "SO_SNDBUF",
+        ),
+    ] {
+        if !receive && force == libc::SO_RCVBUFFORCE {
+            continue;
+        }
+        let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+        if setsockopt(raw, libc::SOL_SOCKET, force, &v).is_err() {
+            setsockopt(raw, libc::SOL_SOCKET, plain, &v)
+                .map_err(|source| op_err(name, op, source))?;
+        }
+    }
+    // Up before the bind: a socket bound to a link that is down starts with a pending
+    // ENETDOWN, which its first send or receive would report. (A transmit queue's link is
+    // up: its reader brought it up.)
+    if receive {
+        set_link_up(name)?;
+    }
+    let mut addr = sockaddr_ll_zeroed();
+    addr.sll_family = libc::AF_PACKET as libc::c_ushort;
+    // Protocol 0 for a transmit queue: bound to the interface, it is handed no frame.
+    addr.sll_protocol = if receive {
+        (libc::ETH_P_ALL as u16).to_be()
+    } else {
+        0
+    };
+    addr.sll_ifindex = ifindex as libc::c_int;
+    // SAFETY: addr is a live sockaddr_ll of the size passed.
+    let r = unsafe {
+        libc::bind(
+            raw,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io_err(name, "bind"));
+    }
+    if !receive {
+        return Ok((fd, vnet_hdr_bytes));
+    }
+    // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
+    let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    mreq.mr_ifindex = ifindex as libc::c_int;
+    mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
+    setsockopt(raw, sol, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+        .map_err(|source| op_err(name, "PACKET_ADD_MEMBERSHIP", source))?;
+    Ok((fd, vnet_hdr_bytes))
+}
+
 fn op_err(port: &str, op: &'static str, source: io::Error) -> PortError {
     PortError::Io {
         port: port.to_string(),
@@ -322,6 +370,9 @@ impl Port for AfPacketPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        if self.tx_only {
+            return Ok(0);
+        }
         let legacy = self.legacy();
         let raw = self.fd.as_raw_fd();
         let mut got = 0;
@@ -500,7 +551,7 @@ impl Port for AfPacketPort {
     }
 
     fn readiness_fd(&self) -> Option<RawFd> {
-        Some(self.fd.as_raw_fd())
+        (!self.tx_only).then(|| self.fd.as_raw_fd())
     }
 
     fn counters(&self) -> PortIoCounters {
@@ -509,5 +560,35 @@ impl Port for AfPacketPort {
 
     fn status(&self) -> Option<serde_json::Value> {
         serde_json::to_value(self.af_status()).ok()
+    }
+
+    /// A transmit-only socket of its own for another shard (see the module doc), made in the
+    /// namespace the port was opened in.
+    fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        let st = self.status.get();
+        let mut opts = self.opts;
+        opts.legacy_vnet_hdr = self.legacy();
+        let name = self.name.as_str();
+        let open = || socket(name, st.ifindex, opts, false);
+        let (fd, vnet_hdr_bytes) = match &self.netns {
+            Some(ns) => ns
+                .run(open)
+                .map_err(|source| op_err(&self.name, "setns", source))??,
+            None => open()?,
+        };
+        Ok(Some(Box::new(AfPacketPort {
+            name: self.name.clone(),
+            fd,
+            tx_only: true,
+            opts,
+            netns: self.netns.clone(),
+            counters: PortIoCounters::default(),
+            status: Cell::new(AfPacketStatus {
+                ifindex: st.ifindex,
+                vnet_hdr_bytes,
+                qdisc_bypass: opts.qdisc_bypass,
+                ..Default::default()
+            }),
+        })))
     }
 }

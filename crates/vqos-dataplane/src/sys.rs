@@ -306,3 +306,54 @@ mod tests {
         assert_eq!(ep.errors(), 2);
     }
 }
+
+/// The network namespace a thread is in: its `/proc/thread-self/ns/net`, held open, and
+/// that file's identity (device, inode), which two threads share exactly when they are in
+/// the same namespace.
+#[derive(Debug)]
+pub struct NetNs {
+    /// The namespace file.
+    file: std::fs::File,
+    /// `(st_dev, st_ino)` of the file.
+    id: (u64, u64),
+}
+
+impl NetNs {
+    /// The calling thread's namespace.
+    pub fn current() -> io::Result<NetNs> {
+        Self::open(std::path::Path::new("/proc/thread-self/ns/net"))
+    }
+
+    /// The namespace of the file at `path` (`/run/netns/NAME`, `/proc/PID/ns/net`).
+    pub fn open(path: &std::path::Path) -> io::Result<NetNs> {
+        use std::os::unix::fs::MetadataExt;
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        Ok(NetNs {
+            id: (meta.dev(), meta.ino()),
+            file,
+        })
+    }
+
+    /// Runs `f` in this namespace: on the calling thread when it is already there (no
+    /// capability needed), else on a thread that enters it (`setns`, CAP_SYS_ADMIN) and ends
+    /// with `f`. An error when it cannot be entered.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        if Self::current().is_ok_and(|here| here.id == self.id) {
+            return Ok(f());
+        }
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: setns on a namespace file we hold open; it affects this thread
+                    // only, which ends with `f`.
+                    if unsafe { libc::setns(self.file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(f())
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the thread that entered it panicked")))
+        })
+    }
+}

@@ -139,22 +139,10 @@ fn exists_here(name: &str) -> Result<bool, PortError> {
     Ok(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFINDEX, &mut req) } == 0)
 }
 
-/// Runs `f` on a thread that entered the network namespace at `path`; an error if it cannot
-/// be entered (the file cannot be opened, `setns` is refused).
+/// Runs `f` in the network namespace at `path`; an error if it cannot be entered (the file
+/// cannot be opened, `setns` is refused).
 fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> io::Result<T> {
-    let ns = std::fs::File::open(path)?;
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                // SAFETY: setns on a namespace file we hold open; it affects this thread only.
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(f())
-            })
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the thread that entered it panicked")))
-    })
+    crate::sys::NetNs::open(path)?.run(f)
 }
 
 impl TapPort {

@@ -88,7 +88,7 @@ fn read_n(port: &mut AfPacketPort, n: usize) -> Vec<Vec<u8>> {
     got
 }
 
-fn send(port: &mut AfPacketPort, frames: &[Vec<u8>]) -> usize {
+fn send(port: &mut dyn Port, frames: &[Vec<u8>]) -> usize {
     let mut batch = Batch::new();
     for f in frames {
         assert!(batch.push(f));
@@ -100,7 +100,7 @@ fn send(port: &mut AfPacketPort, frames: &[Vec<u8>]) -> usize {
 /// `rounds` batches of 32 from `from` to `to`: every frame arrives once, in order, byte for
 /// byte (header: the kernel reports no offload for these frames, all zero), the counters
 /// match, and the sender never reads its own frames back.
-fn one_way(from: &mut AfPacketPort, to: &mut AfPacketPort, rounds: u32) {
+fn one_way(from: &mut dyn Port, to: &mut AfPacketPort, rounds: u32) {
     let mut want = Vec::new();
     for r in 0..rounds {
         let frames: Vec<Vec<u8>> = (0..BATCH_FRAMES as u32)
@@ -173,6 +173,36 @@ fn the_legacy_10_byte_header_gives_the_same_frames() {
     );
 }
 
+/// A shard's transmit queue ([`Port::tx_queue`]), made from a thread outside the port's
+/// namespace: it sends there (frames and super-frames, both header sizes), has no readiness,
+/// reads nothing, and its reader reads none of what it sent.
+#[test]
+fn a_transmit_queue_made_outside_the_namespace_sends_there_and_reads_nothing() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let legacy = AfPacketOptions {
+        legacy_vnet_hdr: true,
+        ..Default::default()
+    };
+    for (opts, tag, hdr_bytes) in [(AfPacketOptions::default(), "q", 12), (legacy, "r", 10)] {
+        let Pair {
+            mut a,
+            mut b,
+            ns: _ns,
+        } = pair(tag, opts);
+        let mut q = a.tx_queue().unwrap().expect("a transmit queue");
+        assert_eq!(q.readiness_fd(), None);
+        let status: serde_json::Value = q.status().unwrap();
+        assert_eq!(status["vnet_hdr_bytes"], hdr_bytes);
+        one_way(&mut *q, &mut b, 4);
+        super_frame(&mut *q, &mut b);
+        let mut batch = Batch::new();
+        assert_eq!(a.recv_batch(&mut batch, BATCH_FRAMES).unwrap(), 0);
+    }
+}
+
 /// A TCP/IPv4 super-frame to MAC_VM: 20-byte IPv4 and TCP headers, `data` payload bytes, cut
 /// into segments of `gso_size` (partial checksum: the pseudo-header sum in the TCP header).
 fn tso_frame(gso_size: u16, data: usize) -> Vec<u8> {
@@ -238,7 +268,7 @@ fn tcp_super_frames_cross_whole_with_their_header() {
 }
 
 /// One TCP super-frame from `from` arrives whole at `to`.
-fn super_frame(from: &mut AfPacketPort, to: &mut AfPacketPort) {
+fn super_frame(from: &mut dyn Port, to: &mut AfPacketPort) {
     let f = tso_frame(1448, 20_000);
     let sent = VnetHdr::parse(&f);
     assert_eq!(send(from, std::slice::from_ref(&f)), 1);
