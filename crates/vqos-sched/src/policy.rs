@@ -215,6 +215,13 @@ pub struct PolicySet {
     /// as their share of the capacity.
     #[serde(default)]
     pub pricing: Pricing,
+    /// Under the bytes cost model, the `vqos` engine's shares (weights) also count the core's
+    /// time: a vif's virtual tag advances by its batch's dominant resource, the link's bytes
+    /// or the cycles it took (priced at the capacity per `cycles_per_sec`), so sending small
+    /// frames does not buy more of the core than a weight's share (DRFQ). Caps and floors stay
+    /// in bytes. `false` here (the library's default); vqosd turns it on by default.
+    #[serde(default)]
+    pub cpu_fair: bool,
     /// The vifs; a vif's [`VifId`] is its index here.
     pub vifs: Vec<VifSpec>,
 }
@@ -227,6 +234,7 @@ impl PolicySet {
             cost: CostModel::Bytes,
             cycles_per_sec: 2_000_000_000,
             pricing: Pricing::default(),
+            cpu_fair: false,
             vifs: Vec::new(),
         }
     }

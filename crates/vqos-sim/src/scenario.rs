@@ -165,6 +165,9 @@ pub struct Scenario {
     pub cost: CostModel,
     /// Cycles per second of the forwarding core.
     pub cpu_hz: u64,
+    /// Engine `vqos`, cost bytes: shares count the core's time too (`cpu_fair`, vqosd's
+    /// default: true).
+    pub cpu_fair: bool,
     /// vqosd's forwarding threads in the lab (`threads`, default 1). The simulator models the
     /// allocation one switch gives, which the shards reproduce (docs/dataplane.md, "Shards"),
     /// so it does not change a prediction.
@@ -384,6 +387,7 @@ impl Scenario {
             settle_ns,
             cost,
             cpu_hz: raw.cpu_hz.unwrap_or(2_000_000_000),
+            cpu_fair: raw.cpu_fair.unwrap_or(true),
             threads: raw.threads.unwrap_or(1),
             cost_model: raw.cost_model.unwrap_or_default(),
             direction,
@@ -460,6 +464,7 @@ impl Scenario {
         let mut set = PolicySet::new(Some(self.capacity_bps));
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
+        set.cpu_fair = self.cpu_fair;
         if let Ok(Some(pricing)) = self.cost_model.pricing() {
             set.pricing = pricing;
         }

@@ -102,6 +102,26 @@ fn c2qos_protects_vm1_where_tcm_does_not() {
     assert!(kept <= 0.85, "tcm kept {kept}");
 }
 
+/// Issue 27's CPU isolation: a third tenant's 64-byte flood leaves each TCP tenant its third
+/// of the core under `cpu_fair` (vqosd's default), where bytes alone give the flood the core.
+#[test]
+fn a_small_frame_flood_takes_its_share_of_the_core_only_with_cpu_fair() {
+    let text = std::fs::read_to_string(scenarios_dir().join("isolation-flood.toml")).unwrap();
+    let kept = |text: &str| {
+        let r = run_text(text, 1).unwrap().0;
+        ["vm1", "vm2"].map(|vm| rate(&r, 1, vm) / rate(&r, 0, vm))
+    };
+    for k in kept(&text) {
+        // 2/3: three equal tenants on the core instead of two.
+        assert!((k - 2.0 / 3.0).abs() < 0.02, "cpu_fair kept {k}");
+    }
+    let bytes_only = text.replace("engine = \"vqos\"", "engine = \"vqos\"\ncpu_fair = false");
+    assert_ne!(bytes_only, text);
+    for k in kept(&bytes_only) {
+        assert!(k < 0.3, "bytes alone kept {k}");
+    }
+}
+
 #[test]
 fn pid_ecn_narrows_the_senders_ratio() {
     let ratio = |r: &Report| {

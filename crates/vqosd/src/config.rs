@@ -4,7 +4,9 @@
 //! capacity = "940Mbit"        # uplink capacity; default "unlimited"
 //! engine = "vqos"             # rr, ancs, policer, tcm, c2qos, vqos; default "vqos"
 //! cost = "bytes"              # what vifs are charged: "bytes" (default) or "cycles"
-//! cycles_per_sec = 2000000000 # the core's cycle budget for cost = "cycles"
+//! cycles_per_sec = 2000000000 # the core's cycles per second (cost = "cycles", cpu_fair)
+//! cpu_fair = true             # engine vqos, cost bytes: shares count the core's time too,
+//!                             # so small frames cannot buy the core (default true)
 //! busy_poll = false           # poll without sleeping (default false: epoll readiness)
 //! threads = 1                 # forwarding threads (shards); each reads its own ports
 //! # cpus = [2, 3]             # pin them, one CPU per thread (default: not pinned)
@@ -187,6 +189,7 @@ struct RawConfig {
     engine: Option<String>,
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
+    cpu_fair: Option<bool>,
     busy_poll: Option<bool>,
     threads: Option<usize>,
     cpus: Option<Vec<usize>>,
@@ -411,10 +414,12 @@ pub struct Config {
     pub engine: EngineKind,
     /// What vifs are charged in.
     pub cost: CostModel,
-    /// The core's cycle budget per second (cost model `cycles`).
+    /// The core's cycle budget per second (cost model `cycles`, `cpu_fair`).
     pub cycles_per_sec: u64,
     /// How purchases are priced in cycles (`[cost_model]`).
     pub pricing: Pricing,
+    /// Shares count the core's time too ([`PolicySet::cpu_fair`]); default true.
+    pub cpu_fair: bool,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
     /// Forwarding threads (shards).
@@ -604,6 +609,7 @@ impl Config {
             cost: set.cost,
             cycles_per_sec: set.cycles_per_sec,
             pricing: set.pricing,
+            cpu_fair: raw.cpu_fair.unwrap_or(true),
             busy_poll: raw.busy_poll.unwrap_or(false),
             tap_io: raw.tap_io.unwrap_or_default(),
             storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
@@ -633,6 +639,7 @@ impl Config {
         set.cost = self.cost;
         set.cycles_per_sec = self.cycles_per_sec;
         set.pricing = self.pricing;
+        set.cpu_fair = self.cpu_fair;
         for (p, policy) in &self.ports {
             set = set.with_vif(&p.name, policy.clone());
         }
@@ -641,7 +648,7 @@ impl Config {
 
     /// For a reload (SIGHUP, `POST /v1/reload`): the keys of `next` that differ from this
     /// config and cannot change without a restart, empty when `next` may be applied live.
-    /// Live: the `[[port]]` list and policies, `capacity` and `max_ports`. Every other key
+    /// Live: the `[[port]]` list and policies, `capacity`, `cpu_fair` and `max_ports`. Every other key
     /// needs a restart; a new key must be listed here (the destructuring makes the compiler
     /// ask).
     pub fn restart_needed(&self, next: &Config) -> Vec<&'static str> {
@@ -651,6 +658,7 @@ impl Config {
             cost,
             cycles_per_sec,
             pricing,
+            cpu_fair: _,
             busy_poll,
             threads,
             cpus,

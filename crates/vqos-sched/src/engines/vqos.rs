@@ -13,6 +13,16 @@
 //!   and a vif that wants less simply is not ready, so its share goes to the others
 //!   (work-conserving). A vif that becomes ready after being idle starts at the system's
 //!   virtual time: idleness earns no credit.
+//! - **Every frame pays in what it uses up** ([`PolicySet::cpu_fair`], bytes cost model). A
+//!   tag advances by the batch's *dominant* resource (Ghodsi et al., "Multi-resource fair
+//!   queueing for packet processing", SIGCOMM 2012, DRFQ): its bytes, or the cycles it took
+//!   priced in link bytes (`cycles × capacity / cycles_per_sec`: the link time the core's
+//!   time is worth), whichever is more. With no finite capacity the core is the only scarce
+//!   resource and the cycles alone count. So a tenant flooding 64-byte frames, whose batches
+//!   cost the core far more than their bytes, gets a weight's share of the core and not the
+//!   core; a TCP tenant's super-frames are charged their bytes as before. One batch's cycles
+//!   count at most 1 ms of the core (a batch the kernel preempted is not the tenant's doing).
+//!   Caps and floors are sold in bytes and stay so.
 //! - **Caps.** A token bucket at the vif's maximum; a vif with no tokens is not eligible (it is
 //!   not read, its frames wait in its own queue: back-pressure). The bucket holds the policy's
 //!   `burst_bytes` (priced in the cost unit), or by default 5 ms of its rate (at least two
@@ -170,6 +180,9 @@ struct Core {
     max_batch_cost: u64,
     /// Resource units per second (link bytes/s or core cycles/s).
     resource_per_sec: u64,
+    /// Shares charge the dominant resource ([`PolicySet::cpu_fair`]): whether there is a
+    /// finite link to weigh the core's time against, and the core's cycles per second.
+    core_price: Option<(bool, u64)>,
 }
 
 /// The `vqos` engine. See the module docs.
@@ -216,6 +229,25 @@ impl Core {
             slack: 0,
             max_batch_cost: 64 * 1024,
             resource_per_sec: DEFAULT_RESOURCE_PER_SEC,
+            core_price: None,
+        }
+    }
+
+    /// What a batch advances its vif's tag by: its cost, or under [`PolicySet::cpu_fair`] its
+    /// dominant resource (see the module doc).
+    fn share_cost(&self, usage: &Usage, cost: u64) -> u64 {
+        let Some((link, cycles_per_sec)) = self.core_price else {
+            return cost;
+        };
+        // The core's time in link bytes, one batch counting at most 1 ms of it.
+        let core = (u128::from(usage.cycles) * u128::from(self.resource_per_sec)
+            / u128::from(cycles_per_sec.max(1)))
+        .min(u128::from(burst(self.resource_per_sec, SLACK_NS))) as u64;
+        match link {
+            true => cost.max(core),
+            // No link to share: the core alone (a batch that measured no cycles still moves
+            // its tag, so no vif is served forever for free).
+            false => core.max(1),
         }
     }
 
@@ -237,6 +269,8 @@ impl Core {
         policies.validate()?;
         policies.check_sold(EngineKind::Vqos)?;
         self.cost = policies.cost;
+        self.core_price = (policies.cpu_fair && policies.cost == CostModel::Bytes)
+            .then_some((policies.capacity_bps.is_some(), policies.cycles_per_sec));
         self.resource_per_sec = policies
             .capacity_cost_per_sec()
             .unwrap_or(DEFAULT_RESOURCE_PER_SEC)
@@ -327,6 +361,7 @@ impl Core {
     /// Charges a served batch: advances the vif's tag, takes from its buckets.
     fn charge(&mut self, vif: VifId, usage: Usage, now_ns: u64) {
         let cost = usage.cost(self.cost);
+        let share = self.share_cost(&usage, cost);
         self.max_batch_cost = self.max_batch_cost.max(cost);
         let lead = self.lead_limit(self.vifs.get(vif).map_or(1, |v| v.weight));
         // Buckets configured before the biggest batches were seen (a max from the config file,
@@ -337,7 +372,7 @@ impl Core {
         };
         v.served_cost = v.served_cost.saturating_add(cost);
         // cost < 2^64, TAG_SCALE = 2^20: the product fits in u128 with room for 2^44 batches.
-        v.tag += u128::from(cost) * TAG_SCALE / u128::from(v.weight);
+        v.tag += u128::from(share) * TAG_SCALE / u128::from(v.weight);
         v.tag = v.tag.min(self.vtime + lead);
         if let Some(cap) = v.cap.as_mut() {
             cap.refill(now_ns);

@@ -23,6 +23,8 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub(super) cpu_hz: Option<u64>,
     #[serde(default)]
+    pub(super) cpu_fair: Option<bool>,
+    #[serde(default)]
     pub(super) threads: Option<usize>,
     #[serde(default)]
     pub(super) cost_model: Option<CycleCostModel>,

@@ -400,3 +400,97 @@ fn cycles_cost_model_shares_the_core_not_the_link() {
     let ratio = served[0] as f64 / served[1] as f64;
     assert!((ratio - 10.0).abs() < 0.3, "ratio {ratio}");
 }
+
+/// Serves two always-ready vifs 10,000 times under `set`: vif 0 sends 32 × 64-byte frames
+/// that cost the core 1,500 cycles each, vif 1 32 × 1,514-byte frames at 2,000 cycles each
+/// (a flood and a bulk sender). Returns (bytes, cycles) served to each, and the last vif 1
+/// cap credit.
+fn flood_beside_bulk(set: &PolicySet) -> [(u64, u64); 2] {
+    let mut e = Vqos::new();
+    e.configure(set, 0).unwrap();
+    let mut ready = ReadySet::new(2);
+    ready.set(0, true);
+    ready.set(1, true);
+    let mut served = [(0u64, 0u64); 2];
+    for t in 0..10_000u64 {
+        let now = t * 1_000;
+        let Some(g) = e.select(&ready, now) else {
+            continue;
+        };
+        let (bytes, cycles) = if g.vif == 0 {
+            (32 * 64, 32 * 1_500)
+        } else {
+            (32 * 1_514, 32 * 2_000)
+        };
+        served[g.vif].0 += bytes;
+        served[g.vif].1 += cycles;
+        e.charge(
+            g.vif,
+            Usage {
+                packets: 32,
+                bytes,
+                cycles,
+            },
+            now,
+        );
+    }
+    served
+}
+
+#[test]
+fn with_cpu_fair_a_small_frame_flood_gets_a_share_of_the_core_not_the_core() {
+    // No finite link: the core is what is shared. Bytes alone give the flood 24x the bulk
+    // sender's batches (its bytes are 1/24th), so 18x its cycles; with cpu_fair both get
+    // the same cycles.
+    let mut set = PolicySet::new(None)
+        .with_vif("flood", VifPolicy::default())
+        .with_vif("bulk", VifPolicy::default());
+    let bytes_only = flood_beside_bulk(&set);
+    let by_bytes = bytes_only[0].1 as f64 / bytes_only[1].1 as f64;
+    assert!(by_bytes > 15.0, "bytes alone: flood/bulk cycles {by_bytes}");
+    set.cpu_fair = true;
+    let fair = flood_beside_bulk(&set);
+    let by_core = fair[0].1 as f64 / fair[1].1 as f64;
+    assert!(
+        (by_core - 1.0).abs() < 0.05,
+        "cpu_fair: flood/bulk cycles {by_core}"
+    );
+    // Weights hold in the core's currency too: 1:3.
+    set.vifs[1].policy.weight = 3;
+    let weighted = flood_beside_bulk(&set);
+    let by_core = weighted[1].1 as f64 / weighted[0].1 as f64;
+    assert!(
+        (by_core - 3.0).abs() < 0.1,
+        "cpu_fair 1:3: bulk/flood cycles {by_core}"
+    );
+}
+
+#[test]
+fn with_cpu_fair_on_a_finite_link_the_dominant_resource_is_charged_and_caps_stay_bytes() {
+    // A 1 Gbit/s link (125 MB/s) and a 2 GHz core: a core second is worth 62.5 link bytes per
+    // 1,000 cycles. The flood's batch: 2,048 bytes or 48,000 cycles = 3,000 link bytes (the
+    // core dominates); the bulk batch: 48,448 bytes or 64,000 cycles = 4,000 (the link does).
+    let mut set = PolicySet::new(Some(1_000_000_000))
+        .with_vif("flood", VifPolicy::default())
+        .with_vif("bulk", VifPolicy::default());
+    set.cpu_fair = true;
+    let served = flood_beside_bulk(&set);
+    // Equal dominant shares: the flood's 3,000 per batch against the bulk's 48,448.
+    let batches = [served[0].0 / 2_048, served[1].0 / 48_448];
+    let want = 48_448.0 / 3_000.0;
+    let got = batches[0] as f64 / batches[1] as f64;
+    assert!(
+        (got / want - 1.0).abs() < 0.05,
+        "flood/bulk batches {got}, want {want}"
+    );
+    // A cap is bytes on the wire whatever the core's time: 8 Mbit/s = 1 MB/s over 10 ms of
+    // virtual time is 10 kB, plus its 5 ms burst and one batch of overdraft; charged the
+    // core's time instead it would be a third less.
+    set.vifs[0].policy.max_bps = Some(8_000_000);
+    let capped = flood_beside_bulk(&set);
+    assert!(
+        (12_000..=20_000).contains(&capped[0].0),
+        "capped flood sent {} bytes",
+        capped[0].0
+    );
+}
