@@ -127,8 +127,8 @@ pub struct SwitchHandle {
     control: Mutex<Control>,
     /// The uplink's name.
     uplink: String,
-    /// Shard 0's per-batch cost samples (written by the loop, read here).
-    cost_samples: Arc<CostSamples>,
+    /// Each shard's per-batch cost samples (written by its loop, read here).
+    cost_samples: Vec<Arc<CostSamples>>,
     /// The loops' clock origin (their `time_ns` counts from here).
     origin: Instant,
     /// Forwarding threads.
@@ -272,7 +272,10 @@ impl SwitchHandle {
         }
         let uplink = sw.uplink_name().to_string();
         let policies = sw.policies().clone();
-        let cost_samples = sw.cost_samples().clone();
+        let cost_samples: Vec<Arc<CostSamples>> = std::iter::once(&sw)
+            .chain(&siblings)
+            .map(|s| s.cost_samples().clone())
+            .collect();
         let mut shards = Vec::new();
         for (sw, cpu) in std::iter::once(sw).chain(siblings).zip(cpus) {
             match spawn(sw, readiness, origin, cpu) {
@@ -400,10 +403,10 @@ impl SwitchHandle {
         Ok(())
     }
 
-    /// Shard 0's last vif batches' frames, bytes and cycles ([`CostSamples`]), read without
-    /// waiting for the loop.
-    pub fn cost_samples(&self) -> &CostSamples {
-        &self.cost_samples
+    /// Every shard's last vif batches' frames, bytes and cycles ([`CostSamples`]), read
+    /// without waiting for the loops.
+    pub fn cost_samples(&self) -> ShardSamples<'_> {
+        ShardSamples(&self.cost_samples)
     }
 
     /// The latest stats: every shard's last snapshot (each publishes every
@@ -493,5 +496,28 @@ fn stop_all(shards: &mut [Shard], release: bool) -> bool {
 impl Drop for SwitchHandle {
     fn drop(&mut self) {
         let _ = self.stop();
+    }
+}
+
+/// The cost samples of every shard of a switch ([`SwitchHandle::cost_samples`]): each shard
+/// records into a ring of its own (one writer, no shared cache line on the hot path), read
+/// together here.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardSamples<'a>(&'a [Arc<CostSamples>]);
+
+impl ShardSamples<'_> {
+    /// Every shard's samples ([`CostSamples::snapshot`]), shard 0's first.
+    pub fn snapshot(&self) -> Vec<vqos_sched::calibrate::Sample> {
+        self.0.iter().flat_map(|s| s.snapshot()).collect()
+    }
+
+    /// Batches recorded since the switch started, all shards.
+    pub fn recorded(&self) -> u64 {
+        self.0.iter().map(|s| s.recorded()).sum()
+    }
+
+    /// Batches not recorded because they did not fit the packing, all shards.
+    pub fn skipped(&self) -> u64 {
+        self.0.iter().map(|s| s.skipped()).sum()
     }
 }

@@ -99,7 +99,7 @@ pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};
 pub use guard::Services;
-pub use handle::{start, LoopHealth, SwitchHandle};
+pub use handle::{start, LoopHealth, ShardSamples, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use null::NullPort;
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};

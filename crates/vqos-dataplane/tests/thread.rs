@@ -374,6 +374,16 @@ fn two_loop_threads_forward_across_each_other_and_show_in_the_stats() {
     });
     assert_eq!(b.port("b").unwrap().counters.rx_frames, 201);
     assert_eq!(s.port("a").unwrap().counters.rx_frames, 1);
+    // Calibration sees every shard's batches: a's 1 frame (loop 0) and b's 201 (loop 1).
+    eventually("every vif batch sampled", || {
+        let frames: u32 =
+            r.sw.cost_samples()
+                .snapshot()
+                .iter()
+                .map(|s| s.frames)
+                .sum();
+        frames == 202
+    });
     // A port added and removed while both loops run.
     let (pc, c) = MemPort::pair("c", 1000);
     r.sw.add_port(PortSpec::custom(Box::new(pc)), VifPolicy::default())
