@@ -345,8 +345,12 @@ pub struct SwitchConfig {
     pub capacity_bps: Option<u64>,
     /// What vifs are charged in (bytes or measured cycles).
     pub cost: CostModel,
-    /// Cycles per second of the forwarding core, for the cycles cost model (rdtsc units).
+    /// Cycles per second of the forwarding core, for the cycles cost model and `cpu_fair`
+    /// (rdtsc units).
     pub cycles_per_sec: u64,
+    /// Engine `vqos`, cost bytes: shares count the core's time too
+    /// ([`vqos_sched::PolicySet::cpu_fair`]); default false here, vqosd's default is true.
+    pub cpu_fair: bool,
     /// Epoll (default) or busy polling.
     pub readiness: Readiness,
     /// MAC table entries age out after this, ns (default 300 s).
@@ -448,6 +452,7 @@ impl SwitchConfig {
             capacity_bps: None,
             cost: CostModel::Bytes,
             cycles_per_sec: 2_000_000_000,
+            cpu_fair: false,
             readiness: Readiness::Epoll,
             mac_age_ns: 300_000_000_000,
             mac_capacity: 4096,

@@ -117,6 +117,7 @@ impl Switch {
         let mut policies = PolicySet::new(config.capacity_bps);
         policies.cost = config.cost;
         policies.cycles_per_sec = config.cycles_per_sec;
+        policies.cpu_fair = config.cpu_fair;
         policies.validate()?;
         let engine: Box<dyn Engine> = match config.custom_engine {
             Some(mut e) => {

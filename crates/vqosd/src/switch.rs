@@ -161,6 +161,7 @@ impl SwitchBackend {
         sc.capacity_bps = config.capacity_bps;
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
+        sc.cpu_fair = config.cpu_fair;
         sc.emulated_work = config.emulated_work.map(|e| EmulatedWork {
             per_frame_cycles: e.per_frame_cycles,
             per_byte_cycles: e.per_byte_cycles,
