@@ -39,8 +39,10 @@ pub struct PortStats {
     pub rate_bps: u64,
     /// Recent rate written to the port (what the VM receives), bit/s.
     pub tx_rate_bps: u64,
-    /// Credit or tokens left in the engine's cost unit (negative: debt).
-    pub credit: i64,
+    /// Credit or tokens left in the engine's cost unit (negative: debt); `null` for a vif the
+    /// engine keeps no bucket for (a `vqos` vif without a max).
+    #[serde(default)]
+    pub credit: Option<i64>,
     /// True while the engine refuses to serve the port.
     pub throttled: bool,
     /// vhost-user ports: connected, socket role and path, negotiated features, the guest's

@@ -279,7 +279,8 @@ impl Backend for SwitchBackend {
                     mac_learn_refused: p.counters.mac_learn_refused,
                     rate_bps: p.rx_rate_bps,
                     tx_rate_bps: p.tx_rate_bps,
-                    credit: engine.credit,
+                    // The engines report i64::MAX for a vif they keep no bucket for.
+                    credit: (engine.credit != i64::MAX).then_some(engine.credit),
                     throttled: engine.throttled,
                     vhost_user: p.status.clone(),
                     locked: LockedAddrs {

@@ -125,6 +125,7 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
         ecn_not_ect: 1,
         rx_errors: 2,
         mac_learn_refused: 5,
+        credit: Some(0),
         vhost_user: vhost_status(true, false, serde_json::json!({})).vhost_user,
         ..Default::default()
     });
@@ -332,24 +333,34 @@ fn small_daemon(dir: &Path) -> (Server, Arc<MockBackend>, Client) {
 }
 
 #[test]
-fn a_vif_without_a_bucket_has_no_credit_sample_rather_than_a_sentinel() {
+fn a_vif_without_a_bucket_has_no_credit_rather_than_a_sentinel() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, mock, client) = small_daemon(dir.path());
-    // The vqos engine reports i64::MAX for a vif without a cap (no bucket).
+    // A vqos vif without a cap: no bucket, no credit.
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
-        credit: i64::MAX,
+        credit: None,
         ..Default::default()
     });
     let e = scrape(&client);
     assert_eq!(sample(&e, "vqos_port_credit", &[("port", "vm1")]), None);
+    // Nor in /v1/stats: `credit` is null there, not 9223372036854775807.
+    let r = client.request("GET", "/v1/stats", None).unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let vm1 = stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vm1")
+        .unwrap();
+    assert!(vm1["credit"].is_null(), "{vm1}");
     assert_eq!(
         sample(&e, "vqos_port_throttled", &[("port", "vm1")]),
         Some(0.0)
     );
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
-        credit: -1_500,
+        credit: Some(-1_500),
         ..Default::default()
     });
     let e = scrape(&client);

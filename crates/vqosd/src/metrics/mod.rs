@@ -59,11 +59,6 @@ const LOOP_COUNTERS: &[(&str, Counter<LoopStats>)] = &[
     ("vqos_loop_epoll_errors_total", |l| l.epoll_errors),
 ];
 
-/// The credit an engine reports for a vif it keeps no bucket for (the vqos engine's vifs
-/// without a max: `VifEngineState::credit` is `i64::MAX`). Not a level anyone can graph or
-/// alert on, so `vqos_port_credit` has no sample for such a vif rather than a sentinel.
-const NO_BUCKET: i64 = i64::MAX;
-
 /// Escapes a label value (backslash, double quote, newline).
 fn esc(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
@@ -96,9 +91,8 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
             .iter()
             .map(|(reason, n)| (format!(",reason=\"{}\"", esc(reason)), n.to_string()))
             .collect(),
-        "vqos_port_credit" => (s.credit != NO_BUCKET)
-            .then(|| s.credit.to_string())
-            .map_or_else(Vec::new, one),
+        // No bucket, no level to graph or alert on: no sample rather than a sentinel.
+        "vqos_port_credit" => s.credit.map(|c| c.to_string()).map_or_else(Vec::new, one),
         "vqos_port_throttled" => one(u8::from(s.throttled).to_string()),
         "vqos_controller_limit_bps" => p
             .controller_limit_bps

@@ -605,7 +605,7 @@ fn stats_and_metrics() {
         ecn_marked: 2,
         rate_bps: 480_000_000,
         tx_rate_bps: 1_000,
-        credit: -1200,
+        credit: Some(-1200),
         throttled: true,
         ..Default::default()
     });
