@@ -265,7 +265,7 @@ mod tests {
                         name: "vm\"1".into(),
                         rx_frames: 10,
                         drops,
-                        credit: -5,
+                        credit: Some(-5),
                         throttled: true,
                         vhost_user: Some(serde_json::json!({
                             "mode": "server", "socket": "/run/vqos/vm1.sock",
