@@ -271,6 +271,7 @@ mod tests {
                             "mode": "server", "socket": "/run/vqos/vm1.sock",
                             "connected": true, "quarantined": false,
                             "counters": {"chain_loop": 2},
+                            "pair_frames": [[5, 6]],
                         })),
                         ..Default::default()
                     },
