@@ -372,6 +372,40 @@ pub struct PolicyView {
     /// Burst above `max` in bytes; absent: the engine's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_bytes: Option<u64>,
+    /// What the switch enforces instead of `min` and `max`, when a cluster share or a
+    /// controller's limit changes them; absent when it enforces the policy as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforced: Option<EnforcedView>,
+}
+
+/// The minimum and maximum the switch enforces for a vif, and what set them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnforcedView {
+    /// Guaranteed minimum in force, e.g. `"150Mbit"`.
+    pub min: String,
+    /// Maximum in force, e.g. `"300Mbit"` or `"unlimited"`.
+    pub max: String,
+    /// Guaranteed minimum in force, bit/s.
+    pub min_bps: u64,
+    /// Maximum in force, bit/s; `null` = unlimited.
+    pub max_bps: Option<u64>,
+    /// What changed them: `"cluster"` (the tenant's share from etcd), `"controller"` (the
+    /// fairness adjuster's limit).
+    pub by: Vec<String>,
+}
+
+impl EnforcedView {
+    /// The view of `enforced` (the policy the switch is given) for a vif whose own policy is
+    /// `own`, changed by `by`; `None` when its min and max are the vif's own.
+    pub fn of(own: &VifPolicy, enforced: &VifPolicy, by: Vec<String>) -> Option<EnforcedView> {
+        (own.min_bps != enforced.min_bps || own.max_bps != enforced.max_bps).then(|| EnforcedView {
+            min: format_rate(Some(enforced.min_bps)),
+            max: format_rate(enforced.max_bps),
+            min_bps: enforced.min_bps,
+            max_bps: enforced.max_bps,
+            by,
+        })
+    }
 }
 
 impl From<&VifPolicy> for PolicyView {
@@ -388,6 +422,7 @@ impl From<&VifPolicy> for PolicyView {
             max_in_bps,
             burst: p.burst_bytes.map(format_bytes),
             burst_bytes: p.burst_bytes,
+            enforced: None,
         }
     }
 }

@@ -120,6 +120,24 @@ pub fn effective_policy(policy: &VifPolicy, limit: Option<u64>) -> VifPolicy {
 }
 
 impl View {
+    /// Vif `id`'s policy as the API shows it: its own, and what the switch enforces when a
+    /// cluster share or a controller's limit changes it (`eff`: [`View::effective`]).
+    fn policy_view(&self, eff: &PolicySet, id: usize) -> PolicyView {
+        let own = &self.set.vifs[id];
+        let mut view = PolicyView::from(&own.policy);
+        let by: Vec<String> = [
+            (self.shares.contains_key(&own.name), "cluster"),
+            (self.limits.contains_key(&own.name), "controller"),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then(|| what.to_string()))
+        .collect();
+        if let Some(e) = eff.vifs.get(id) {
+            view.enforced = vqos_api::wire::EnforcedView::of(&own.policy, &e.policy, by);
+        }
+        view
+    }
+
     /// The set the switch enforces: the user's policies under the controllers' limits.
     fn effective(&self) -> PolicySet {
         let mut set = self.set.clone();
@@ -321,11 +339,9 @@ impl Api {
 
     fn list_policies(&self) -> Response {
         let v = self.snapshot();
-        let map: std::collections::BTreeMap<&str, PolicyView> = v
-            .set
-            .vifs
-            .iter()
-            .map(|s| (s.name.as_str(), PolicyView::from(&s.policy)))
+        let eff = v.effective();
+        let map: std::collections::BTreeMap<&str, PolicyView> = (0..v.set.len())
+            .map(|id| (v.set.vifs[id].name.as_str(), v.policy_view(&eff, id)))
             .collect();
         Response::json(200, &map)
     }
@@ -333,7 +349,7 @@ impl Api {
     fn get_policy(&self, name: &str) -> Result<Response, Fail> {
         let v = self.snapshot();
         let id = v.set.id(name).map_err(|e| (404, e.to_string()))?;
-        Ok(Response::json(200, &PolicyView::from(v.set.policy(id))))
+        Ok(Response::json(200, &v.policy_view(&v.effective(), id)))
     }
 
     fn add_port(&self, body: &[u8]) -> Result<Response, Fail> {
@@ -435,7 +451,7 @@ impl Api {
             .apply(v.set.policy(id), name)
             .map_err(|e| (422, e.to_string()))?;
         self.put_policy(&mut v, name, &policy)?;
-        Ok(Response::json(200, &PolicyView::from(&policy)))
+        Ok(Response::json(200, &v.policy_view(&v.effective(), id)))
     }
 
     /// Makes `policy` the policy of vif `name` (which exists; `v` is the changers' lock, held):

@@ -8,7 +8,8 @@ use vqos_api::wire::{PolicyView, PortKind, PortView, Service, StatsView, VhostUs
 use vqos_sched::units::format_rate;
 
 /// `weight 3, min 200Mbit, max 500Mbit, priority 1`, then `, max_in 100Mbit, burst 64KiB`
-/// when they are set.
+/// when they are set, then `; enforced: min 150Mbit, max 300Mbit (cluster)` when a cluster
+/// share or a controller changes what the switch enforces.
 pub(super) fn describe(p: &PolicyView) -> String {
     let mut s = format!(
         "weight {}, min {}, max {}, priority {}",
@@ -19,6 +20,14 @@ pub(super) fn describe(p: &PolicyView) -> String {
     }
     if let Some(b) = &p.burst {
         s.push_str(&format!(", burst {b}"));
+    }
+    if let Some(e) = &p.enforced {
+        s.push_str(&format!(
+            "; enforced: min {}, max {} ({})",
+            e.min,
+            e.max,
+            e.by.join(", ")
+        ));
     }
     s
 }

@@ -21,6 +21,8 @@ const TOKEN: &str = "test-token-0123456789";
 
 /// A daemon on the mock switch, in its own temp dir.
 struct Daemon {
+    /// The API behind the server (for what the etcd agent and the controllers call).
+    api: Arc<Api>,
     server: Server,
     mock: Arc<MockBackend>,
     client: Client,
@@ -61,8 +63,9 @@ fn start_with(text: &str) -> Daemon {
     .expect("config");
     let mock = Arc::new(MockBackend::new());
     let api = Arc::new(Api::start(&config, mock.clone()).expect("api"));
-    let server = Server::start(&ServerConfig::from_config(&config), api).expect("server");
+    let server = Server::start(&ServerConfig::from_config(&config), api.clone()).expect("server");
     Daemon {
+        api,
         client: Client::new(Endpoint::Unix(config.socket_path.clone())),
         socket: config.socket_path.clone(),
         state_file: config.state_file.clone(),
@@ -359,6 +362,40 @@ fn null_ports_take_a_frame_length_and_nothing_of_other_kinds() {
         assert_eq!((status, body["error"].as_str()), (422, Some(want)), "{req}");
     }
     assert_eq!(d.mock.calls().len(), calls);
+}
+
+#[test]
+fn a_policy_shows_what_a_cluster_share_and_a_controller_make_the_switch_enforce() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let policy = |d: &Daemon| d.get("/v1/policies/vm1");
+    assert!(policy(&d).get("enforced").is_none(), "{}", policy(&d));
+    let share = vqos_cluster::Share {
+        min_bps: 150_000_000,
+        max_bps: Some(300_000_000),
+    };
+    d.api
+        .set_cluster_shares(&BTreeMap::from([("vm1".to_string(), share)]))
+        .unwrap();
+    let p = policy(&d);
+    assert_eq!(p["max"], "unlimited", "its own policy is unchanged: {p}");
+    assert_eq!(
+        p["enforced"],
+        json!({"min": "150Mbit", "max": "300Mbit", "min_bps": 150_000_000,
+               "max_bps": 300_000_000, "by": ["cluster"]})
+    );
+    d.api
+        .set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
+        .unwrap();
+    let p = policy(&d);
+    assert_eq!(
+        (&p["enforced"]["max"], &p["enforced"]["by"]),
+        (&json!("200Mbit"), &json!(["cluster", "controller"]))
+    );
+    // The list says the same, and a vif nothing changes has no `enforced`.
+    let all = d.get("/v1/policies");
+    assert_eq!(all["vm1"]["enforced"], p["enforced"]);
+    assert!(all["vm2"].get("enforced").is_none(), "{all}");
 }
 
 #[test]
