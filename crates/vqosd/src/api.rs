@@ -130,7 +130,8 @@ impl View {
             (self.limits.contains_key(&own.name), "controller"),
         ]
         .into_iter()
-        .filter_map(|(on, what)| on.then(|| what.to_string()))
+        .filter(|&(on, _)| on)
+        .map(|(_, what)| what.to_string())
         .collect();
         if let Some(e) = eff.vifs.get(id) {
             view.enforced = vqos_api::wire::EnforcedView::of(&own.policy, &e.policy, by);
