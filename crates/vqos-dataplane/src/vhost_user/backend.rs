@@ -18,12 +18,13 @@
 
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::counters::{bump, AtomicCounters};
+use super::dirty::DirtyLog;
 use super::{VhostUserConfig, VhostUserMode};
 use crate::sys::EventFd;
 
@@ -102,6 +103,9 @@ pub(crate) struct Shared {
     pub(crate) pair_frames: Vec<[AtomicU64; 2]>,
     /// Transmit queues handed out so far ([`super::VhostUserPort`]'s `tx_queue`).
     pub(crate) handed_out: AtomicUsize,
+    /// The session's dirty-page log (`SET_LOG_BASE`), written while the frontend has
+    /// `LOG_ALL` acknowledged (a live migration); dropped with the session.
+    pub(crate) log: Mutex<Option<Arc<DirtyLog>>>,
     /// The port's readiness eventfd: signalled on every guest TX kick and when the loop
     /// re-enables notifications with frames already waiting.
     pub(crate) ready: EventFd,
@@ -148,6 +152,7 @@ impl Shared {
             name: name.to_string(),
             pair_frames: (0..config.queues).map(|_| Default::default()).collect(),
             handed_out: AtomicUsize::new(0),
+            log: Mutex::new(None),
             config,
             session: RwLock::new(None),
             connected: AtomicBool::new(false),

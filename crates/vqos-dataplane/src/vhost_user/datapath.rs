@@ -42,6 +42,7 @@ use vm_memory::GuestMemoryMmap;
 use super::backend::{rx_queue, tx_queue, Health, Shared, RX_QUEUE};
 use super::chain::{walk, Segment};
 use super::counters::{bump, AtomicCounters};
+use super::dirty::DirtyLog;
 use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
 use super::guest::{GuestView, RingError, RingView, Slice};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
@@ -101,6 +102,18 @@ pub(crate) struct Ctx<'a> {
     pub(crate) health: &'a Health,
     /// The virtio features the frontend acknowledged.
     pub(crate) features: u64,
+    /// The dirty log, while the frontend has `LOG_ALL` acknowledged (a live migration):
+    /// every write into guest memory is marked in it.
+    pub(crate) log: Option<&'a DirtyLog>,
+}
+
+/// Marks the used ring of `q` dirty (its index, entries and `avail_event`: 6 + 8 × size
+/// bytes), after a batch that may have written it. The whole ring rather than each entry: a
+/// page or two per batch, and marking too much only makes QEMU copy a page again.
+fn log_used_ring(log: Option<&DirtyLog>, q: &Queue) {
+    if let Some(log) = log {
+        log.mark(q.used_ring(), 6 + 8 * u64::from(q.size()));
+    }
 }
 
 /// Readiness bookkeeping over one `recv` call.
@@ -363,6 +376,8 @@ impl DataPath {
         if taken < pending {
             wake.again = true;
         }
+        // Marked after the writes below too (notifications change `avail_event`): see the
+        // end of this function.
         if health.is_quarantined() {
             // Nothing more is written to a quarantined session's rings.
         } else if taken == pending && !self.busy_poll {
@@ -381,6 +396,7 @@ impl DataPath {
             // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
             let _ = q.disable_notification(mem);
         }
+        log_used_ring(cx.log, st.get_queue());
         if published {
             interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
@@ -536,6 +552,9 @@ impl DataPath {
                     let written = view
                         .slice(seg.addr, n)
                         .is_some_and(|d| write_stream(&d, hdr, payload, off));
+                    if let Some(log) = cx.log.filter(|_| written) {
+                        log.mark(seg.addr, n as u64);
+                    }
                     if !written {
                         bump(&c.bad_desc_address, 1);
                         shortage = Some(RxShortage::Ring);
@@ -576,6 +595,7 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
+        log_used_ring(cx.log, q);
         if published {
             interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }

@@ -43,14 +43,18 @@ pub const F_GUEST_ECN: u64 = bit(VIRTIO_NET_F_GUEST_ECN);
 pub const F_EVENT_IDX: u64 = bit(VIRTIO_RING_F_EVENT_IDX);
 /// `VIRTIO_NET_F_MQ`: several queue pairs (offered when the port has more than one).
 pub const F_MQ: u64 = bit(VIRTIO_NET_F_MQ);
+/// `VHOST_F_LOG_ALL`: the frontend may ask for every write into guest memory to be logged
+/// (a live migration; the log comes with `SET_LOG_BASE`).
+pub const F_LOG_ALL: u64 = VhostUserVirtioFeatures::LOG_ALL.bits();
 /// `VHOST_USER_F_PROTOCOL_FEATURES`.
 pub const F_PROTOCOL_FEATURES: u64 = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
 
 /// Every virtio feature the port offers. The offloads are exactly those of the TAP ports
 /// (partial checksum, TCP segmentation with ECN), so frames cross the switch unchanged.
-/// Not offered: `INDIRECT_DESC`, `CTRL_VQ` (QEMU answers the guest's control queue itself,
-/// and enables the pairs the guest asks for with `SET_VRING_ENABLE`), `MAC`, `STATUS`, UFO,
-/// `LOG_ALL` (no live migration). `MQ` is added by [`offered_features`] for a port with
+/// `LOG_ALL` is offered for live migration (QEMU blocks migrating a guest whose backend lacks
+/// it). Not offered: `INDIRECT_DESC`, `CTRL_VQ` (QEMU answers the guest's control queue
+/// itself, and enables the pairs the guest asks for with `SET_VRING_ENABLE`), `MAC`,
+/// `STATUS`, UFO. `MQ` is added by [`offered_features`] for a port with
 /// several queue pairs. `VHOST_USER_F_PROTOCOL_FEATURES` is offered: QEMU 7.2 fails
 /// to start a vhost-user net device without it (`vhost_set_vring_enable` returns EINVAL).
 pub const OFFERED_FEATURES: u64 = F_VERSION_1
@@ -64,6 +68,7 @@ pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_GUEST_TSO6
     | F_GUEST_ECN
     | F_EVENT_IDX
+    | F_LOG_ALL
     | F_PROTOCOL_FEATURES;
 
 /// The virtio features a port with `queues` queue pairs offers: [`OFFERED_FEATURES`], and
@@ -77,17 +82,19 @@ pub fn offered_features(queues: u16) -> u64 {
 }
 
 /// vhost-user protocol features offered: `REPLY_ACK` (the frontend may ask for an
-/// acknowledgement of every message) and `MQ` (`GET_QUEUE_NUM` says how many queue pairs the
-/// port has, so QEMU refuses `queues=N` above it at start instead of failing later). Guest
-/// memory comes whole with `SET_MEM_TABLE` (no `CONFIGURE_MEM_SLOTS`), no dirty log, no
-/// config space.
+/// acknowledgement of every message), `MQ` (`GET_QUEUE_NUM` says how many queue pairs the
+/// port has, so QEMU refuses `queues=N` above it at start instead of failing later) and
+/// `LOG_SHMFD` (the dirty log is a shared memory file, `SET_LOG_BASE`). Guest memory comes
+/// whole with `SET_MEM_TABLE` (no `CONFIGURE_MEM_SLOTS`), no config space.
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
-    VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ
+    VhostUserProtocolFeatures::REPLY_ACK
+        | VhostUserProtocolFeatures::MQ
+        | VhostUserProtocolFeatures::LOG_SHMFD
 }
 
 /// Names of the known feature bits set in `features` (for status output).
 pub fn names(features: u64) -> Vec<&'static str> {
-    const NAMES: [(u64, &str); 13] = [
+    const NAMES: [(u64, &str); 14] = [
         (F_VERSION_1, "VERSION_1"),
         (F_MRG_RXBUF, "MRG_RXBUF"),
         (F_CSUM, "CSUM"),
@@ -100,6 +107,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (F_GUEST_ECN, "GUEST_ECN"),
         (F_EVENT_IDX, "EVENT_IDX"),
         (F_MQ, "MQ"),
+        (F_LOG_ALL, "LOG_ALL"),
         (F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),
     ];
     NAMES

@@ -33,6 +33,7 @@ mod backend;
 mod chain;
 mod counters;
 mod datapath;
+mod dirty;
 pub mod features;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -50,6 +51,8 @@ mod tests;
 mod tests_fuzz;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_log;
 #[cfg(test)]
 mod tests_mq;
 #[cfg(test)]

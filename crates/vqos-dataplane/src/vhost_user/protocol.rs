@@ -25,7 +25,8 @@ use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
 
-use super::backend::{is_guest_tx, Shared};
+use super::backend::{is_guest_tx, lock, Shared};
+use super::dirty::DirtyLog;
 use super::features::{
     offered_features, offered_protocol_features, F_EVENT_IDX, F_PROTOCOL_FEATURES,
 };
@@ -348,7 +349,12 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         Err(refused("shared memory"))
     }
 
-    fn set_log_base(&mut self, _: &VhostUserLog, _: File) -> Result<()> {
-        Err(refused("dirty log"))
+    /// The dirty log of a live migration: mapped now, written while `LOG_ALL` is
+    /// acknowledged ([`super::dirty`]); a new one replaces the old.
+    fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
+        let map =
+            DirtyLog::map(&file, log.mmap_size, log.mmap_offset).map_err(Error::ReqHandlerError)?;
+        *lock(&self.shared.log) = Some(Arc::new(map));
+        Ok(())
     }
 }

@@ -9,10 +9,21 @@ use std::sync::Arc;
 
 use vm_memory::GuestAddressSpace;
 
-use super::backend::{read, Shared};
+use super::backend::{lock, read, Shared};
 use super::counters::bump;
 use super::datapath::{Ctx, DataPath};
+use super::dirty::DirtyLog;
+use super::features::F_LOG_ALL;
 use crate::port::{Batch, Port, PortError, PortIoCounters};
+
+/// The session's dirty log while the frontend has `LOG_ALL` acknowledged (a live
+/// migration): one lock per batch then, none otherwise.
+pub(crate) fn dirty_log(shared: &Shared, features: u64) -> Option<Arc<DirtyLog>> {
+    if features & F_LOG_ALL == 0 {
+        return None;
+    }
+    lock(&shared.log).clone()
+}
 
 /// Moves frames for one port object: its data path's scratch space, its pair and counters.
 #[derive(Debug)]
@@ -47,12 +58,14 @@ impl QueueIo {
             return 0;
         };
         let mem = s.mem.memory();
+        let log = dirty_log(shared, features);
         let cx = Ctx {
             shared,
             vrings: Some(&s.vrings),
             mem: &mem,
             health: &s.health,
             features,
+            log: log.as_deref(),
         };
         let pairs = s.vrings.len() / 2;
         self.datapath
@@ -71,12 +84,14 @@ impl QueueIo {
             return 0;
         };
         let mem = s.mem.memory();
+        let log = dirty_log(shared, features);
         let cx = Ctx {
             shared,
             vrings: Some(&s.vrings),
             mem: &mem,
             health: &s.health,
             features,
+            log: log.as_deref(),
         };
         self.datapath
             .send(&cx, self.pair, batch, indices, &mut self.io)

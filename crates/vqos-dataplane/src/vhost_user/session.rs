@@ -176,6 +176,7 @@ pub(crate) fn shutdown(shared: &Shared) {
 fn end_session(shared: &Shared, worker: Option<KickWorker>) {
     drop(worker);
     let session = write(&shared.session).take();
+    lock(&shared.log).take();
     shared.connected.store(false, Ordering::Release);
     shared.features.store(0, Ordering::Release);
     shared.quarantined.store(false, Ordering::Relaxed);

@@ -8,6 +8,7 @@ use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, Guest
 
 use super::backend::{Health, Shared};
 use super::datapath::{Ctx, DataPath};
+use super::dirty::DirtyLog;
 use super::features::{F_EVENT_IDX, F_MRG_RXBUF, F_VERSION_1};
 use super::VhostUserConfig;
 use crate::frame::{build_frame, VnetHdr};
@@ -36,6 +37,8 @@ pub(super) struct Guest {
     pub(super) vrings: Vec<VringRwLock>,
     pub(super) shared: Shared,
     pub(super) dp: DataPath,
+    /// The dirty log the data path marks (a live migration), if any.
+    pub(super) log: Option<DirtyLog>,
     health: Health,
     io: PortIoCounters,
     features: u64,
@@ -81,6 +84,7 @@ impl Guest {
             )
             .unwrap(),
             dp: DataPath::default(),
+            log: None,
             health: Health::default(),
             io: PortIoCounters::default(),
             features,
@@ -161,6 +165,7 @@ impl Guest {
                 mem: &mem,
                 health: &self.health,
                 features: self.features,
+                log: self.log.as_ref(),
             },
             self.vrings.len() / 2,
             batch,
@@ -183,6 +188,7 @@ impl Guest {
                 mem: &mem,
                 health: &self.health,
                 features: self.features,
+                log: self.log.as_ref(),
             },
             pair,
             batch,

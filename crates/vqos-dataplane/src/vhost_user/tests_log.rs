@@ -1,0 +1,102 @@
+//! The dirty log of a live migration: while it is on, every page the port writes into guest
+//! memory is marked (received frames' buffers, in any region; the used rings), and no page it
+//! only reads (transmitted frames, descriptors); the frontend hands the log over with
+//! `SET_LOG_BASE` once `LOG_SHMFD` is negotiated, and `LOG_ALL` turns the marking on.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
+
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserDirtyLogRegion};
+
+use super::dirty::{DirtyLog, LOG_PAGE};
+use super::features::{F_LOG_ALL, F_VERSION_1, OFFERED_FEATURES};
+use super::test_frontend::{socket_path, wait_until};
+use super::tests_regions::{frame, ring, Guest, WRITE};
+use super::VhostUserPort;
+use crate::port::Batch;
+
+/// Bytes of log for the test guest's 256 KiB (64 pages): 8.
+const LOG_BYTES: u64 = 8;
+
+fn memfd(bytes: u64) -> File {
+    let name = std::ffi::CString::new("vqos-dirty-log").unwrap();
+    // SAFETY: name is NUL-terminated; the result is checked.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor we own.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(bytes).unwrap();
+    f
+}
+
+/// The pages marked in the log file.
+fn marked(f: &File) -> Vec<u64> {
+    let mut bits = [0u8; LOG_BYTES as usize];
+    f.read_exact_at(&mut bits, 0).unwrap();
+    (0..LOG_BYTES * 8)
+        .filter(|p| bits[(p / 8) as usize] & (1 << (p % 8)) != 0)
+        .collect()
+}
+
+#[test]
+fn every_page_the_port_writes_is_marked_and_no_page_it_only_reads() {
+    let f = memfd(LOG_PAGE);
+    let mut g = Guest::with_rings(F_VERSION_1, &[ring(0), ring(1)]);
+    g.log = Some(DirtyLog::map(&f, LOG_BYTES, 0).unwrap());
+    // Receive buffers in page 12 and, after the hole, page 48 (the third region).
+    g.set_desc(0, 0, 0xC000, 0x400, WRITE, 0);
+    g.publish(0, 0);
+    g.set_desc(0, 1, 0x3_0000, 0x400, WRITE, 0);
+    g.publish(0, 1);
+    let mut out = Batch::new();
+    out.push(&frame(5, 100));
+    out.push(&frame(6, 100));
+    assert_eq!(g.send(&out, &[0, 1]), 2);
+    // The buffers and the RX used ring (queue 0's rings are all in page 1).
+    assert_eq!(marked(&f), [1, 12, 48]);
+    // A transmitted frame in page 9 is only read: its page is not marked, its ring's used
+    // ring (page 2) is.
+    let tx = frame(7, 60);
+    g.write(0x9000, &tx);
+    g.set_desc(1, 0, 0x9000, tx.len() as u32, 0, 0);
+    g.publish(1, 0);
+    let mut b = Batch::new();
+    assert_eq!(g.recv(&mut b), 1);
+    assert_eq!(marked(&f), [1, 2, 12, 48]);
+}
+
+#[test]
+fn the_frontend_hands_over_the_log_and_log_all_turns_marking_on() {
+    let (_dir, path) = socket_path();
+    let port = VhostUserPort::server("mig", &path).unwrap();
+    let mut fe = Frontend::connect(&path, 2).unwrap();
+    fe.set_owner().unwrap();
+    assert_ne!(fe.get_features().unwrap() & F_LOG_ALL, 0, "LOG_ALL offered");
+    fe.set_features(OFFERED_FEATURES).unwrap();
+    let p = fe.get_protocol_features().unwrap();
+    assert!(p.contains(VhostUserProtocolFeatures::LOG_SHMFD));
+    fe.set_protocol_features(p).unwrap();
+    let log = memfd(LOG_PAGE);
+    let region = VhostUserDirtyLogRegion {
+        mmap_size: LOG_BYTES,
+        mmap_offset: 0,
+        mmap_handle: log.as_raw_fd(),
+    };
+    // SET_LOG_BASE is answered once the log is mapped.
+    fe.set_log_base(0, Some(region)).unwrap();
+    let shared = &port.shared;
+    wait_until("the log mapped", || {
+        super::backend::lock(&shared.log).is_some()
+    });
+    // The data path takes it only while LOG_ALL is acknowledged.
+    assert!(super::queue::dirty_log(shared, F_VERSION_1).is_none());
+    assert!(super::queue::dirty_log(shared, F_VERSION_1 | F_LOG_ALL).is_some());
+    // The session ends: its log goes with it.
+    drop(fe);
+    wait_until("the session ended", || {
+        super::backend::lock(&shared.log).is_none()
+    });
+}
