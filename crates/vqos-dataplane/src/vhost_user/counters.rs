@@ -30,6 +30,9 @@ pub struct VhostUserCounters {
     /// vhost-user messages refused and skipped because a feature they need was not yet
     /// negotiated (QEMU's `SET_VRING_ENABLE` before `SET_FEATURES`).
     pub refused_messages: u64,
+    /// Dirty logs the frontend handed over (`SET_LOG_BASE`): live migrations of the guest
+    /// started from this port.
+    pub dirty_logs: u64,
     /// The avail index ran more than a ring size ahead of us (ring corrupt: quarantine).
     pub bad_avail_index: u64,
     /// A ring (descriptor table, avail or used ring) lies outside guest memory, across two
@@ -114,6 +117,7 @@ atomic_counters!(
     kicks,
     interrupts,
     refused_messages,
+    dirty_logs,
     bad_avail_index,
     bad_ring_address,
     head_out_of_range,

@@ -355,6 +355,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         let map =
             DirtyLog::map(&file, log.mmap_size, log.mmap_offset).map_err(Error::ReqHandlerError)?;
         *lock(&self.shared.log) = Some(Arc::new(map));
+        super::counters::bump(&self.shared.counters.dirty_logs, 1);
         Ok(())
     }
 }

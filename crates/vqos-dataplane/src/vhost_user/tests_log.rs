@@ -91,6 +91,7 @@ fn the_frontend_hands_over_the_log_and_log_all_turns_marking_on() {
     wait_until("the log mapped", || {
         super::backend::lock(&shared.log).is_some()
     });
+    assert_eq!(port.vhost_counters().dirty_logs, 1);
     // The data path takes it only while LOG_ALL is acknowledged.
     assert!(super::queue::dirty_log(shared, F_VERSION_1).is_none());
     assert!(super::queue::dirty_log(shared, F_VERSION_1 | F_LOG_ALL).is_some());

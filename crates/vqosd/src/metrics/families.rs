@@ -150,6 +150,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vhost-user messages refused because a feature they need was not negotiated.",
     ),
     (
+        "vqos_vhost_user_dirty_logs_total",
+        "counter",
+        "Dirty-page logs the frontend handed over: live migrations started from the port.",
+    ),
+    (
         "vqos_vhost_user_guest_errors_total",
         "counter",
         "Malformed rings and descriptors the guest posted, by error.",

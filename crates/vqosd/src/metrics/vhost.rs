@@ -50,6 +50,7 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "vqos_vhost_user_refused_messages_total",
         "",
     ),
+    ("dirty_logs", "vqos_vhost_user_dirty_logs_total", ""),
     ("bad_avail_index", ERRORS, "error=\"bad_avail_index\""),
     ("bad_ring_address", ERRORS, "error=\"bad_ring_address\""),
     ("head_out_of_range", ERRORS, "error=\"head_out_of_range\""),

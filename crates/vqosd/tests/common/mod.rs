@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod qemu;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
