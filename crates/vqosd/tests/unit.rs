@@ -335,3 +335,42 @@ fn a_tap_moved_into_a_namespace_is_reattached_after_a_restart_under_the_units_re
     assert!(!host_has(&vm), "a second TAP {vm} was made on the host");
     assert!(ns.has_link(&vm));
 }
+
+#[test]
+fn a_vhost_user_server_socket_is_given_to_its_owner_under_the_units_restrictions() {
+    let Some(_serial) = ready("a_vhost_user_server_socket_is_given_to_its_owner") else {
+        return;
+    };
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let unit = Unit::read();
+    let tag = std::process::id() % 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let vm = dir.path().join("vm1.sock");
+    // nobody (65534) stands for libvirt-qemu: by name, its group by number.
+    let (cfg, socket) = config(
+        dir.path(),
+        &format!(
+            "[uplink]\nname = \"vqc{tag}n\"\nkind = \"null\"\n[[port]]\nname = \"vm1\"\n\
+             kind = \"vhost-user\"\nsocket = \"{}\"\nsocket_owner = \"nobody\"\n\
+             socket_group = 65534\nsocket_mode = \"0660\"\n",
+            vm.display()
+        ),
+    );
+    let daemon = Daemon::start_command(unit.vqosd(&cfg), &socket);
+    let m = std::fs::metadata(&vm).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o660));
+    drop(daemon);
+
+    // Without CAP_CHOWN it cannot: it refuses to start, says why, and leaves no socket.
+    let (code, err) = unit.without_cap("chown").run(&cfg);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "Port 'vm1': cannot give socket {} to 65534:65534",
+            vm.display()
+        )) && err.contains("Operation not permitted"),
+        "{err}"
+    );
+    assert!(!vm.exists(), "the socket was left behind");
+}
