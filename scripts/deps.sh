@@ -38,6 +38,11 @@ TEST=(ping:iputils-ping
     etcd:etcd-server etcdctl:etcd-client
     # The CA and server certificate of the TLS etcd test.
     openssl:openssl
+    # Real libvirt for crates/vqosd/tests/libvirt (a libvirtd of the test's own, private
+    # directories) and virsh. libvirt-daemon-system, not just libvirt-daemon: Debian's libvirtd
+    # runs QEMU as libvirt-qemu and refuses to start without that user, which it creates (its
+    # services are not started: policy-rc.d, apt_install).
+    /etc/libvirt/qemu.conf:libvirt-daemon-system virsh:libvirt-clients
     # promtool, which lints a real /metrics scrape (crates/vqosd/tests/metrics_doc.rs); the
     # package's prometheus service is not started (policy-rc.d, apt_install).
     promtool:prometheus)

@@ -15,11 +15,13 @@
 //!   `check_port_name`.
 //! - [`cost`]: `CostModelView`, `CalibrateRequest`, `CalibrationView` (the cost model and
 //!   `POST /v1/calibrate`).
+//! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
 //! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod client;
 pub mod cost;
 pub mod http;

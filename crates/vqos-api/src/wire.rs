@@ -14,6 +14,7 @@ use vqos_sched::policy::{PRIORITY_LEVELS, UNLIMITED_IN_BPS};
 use vqos_sched::units::{format_bytes, format_rate, parse_bytes, parse_rate};
 use vqos_sched::VifPolicy;
 
+pub use crate::access::{Account, FileMode};
 use crate::stats::{LoopStats, PortStats};
 
 /// Why a request body or a config entry could not be turned into a policy or a port.
@@ -322,6 +323,18 @@ pub struct PortRequest {
     /// `-netdev vhost-user,queues=N` may ask for at most this many).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// vhost-user, server role: the socket's owner (a user name or uid), e.g. `libvirt-qemu`;
+    /// default the daemon's user. (In the client role the frontend creates the socket.)
+    #[serde(default)]
+    pub socket_owner: Option<Account>,
+    /// vhost-user, server role: the socket's group (a group name or gid); default the
+    /// daemon's group.
+    #[serde(default)]
+    pub socket_group: Option<Account>,
+    /// vhost-user, server role: the socket's permission bits, e.g. `"0660"`; default what the
+    /// daemon's umask leaves (`0700` under the shipped unit).
+    #[serde(default)]
+    pub socket_mode: Option<FileMode>,
     /// The vif's policy; fields left out take the defaults (weight 1, no min, no max,
     /// priority 7).
     #[serde(default)]
@@ -464,6 +477,15 @@ pub struct PortView {
     /// vhost-user: queue pairs offered to the guest (1 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// vhost-user, server role: the socket's owner as configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_owner: Option<Account>,
+    /// vhost-user, server role: the socket's group as configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<Account>,
+    /// vhost-user, server role: the socket's permission bits as configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<FileMode>,
     /// The MAC allow-list (empty: see `port_security`).
     pub macs: Vec<MacAddr>,
     /// Without `macs`: locked to its first source addresses (`true`) or any it may use.

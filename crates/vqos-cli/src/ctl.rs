@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
-use vqos_api::wire::{MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY};
+use vqos_api::wire::{
+    Account, FileMode, MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY,
+};
 use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::policy::MAX_BURST_BYTES;
 use vqos_sched::units::{format_bytes, parse_bytes, parse_rate};
@@ -234,6 +236,32 @@ enum PortCommand {
         #[arg(long, requires = "vhost_user", value_name = "N",
               value_parser = clap::value_parser!(u16).range(1..=16))]
         queues: Option<u16>,
+        /// With --vhost-user, server role: give the socket to this user (a name or a uid, e.g.
+        /// libvirt-qemu) so that a QEMU running as that user can connect.
+        #[arg(
+            long,
+            value_name = "USER",
+            requires = "vhost_user",
+            conflicts_with = "client"
+        )]
+        socket_owner: Option<Account>,
+        /// With --vhost-user, server role: the socket's group (a name or a gid, e.g. kvm).
+        #[arg(
+            long,
+            value_name = "GROUP",
+            requires = "vhost_user",
+            conflicts_with = "client"
+        )]
+        socket_group: Option<Account>,
+        /// With --vhost-user, server role: the socket's permission bits in octal, e.g. 0660
+        /// (default: what vqosd's umask leaves, 0700 under the shipped unit).
+        #[arg(
+            long,
+            value_name = "MODE",
+            requires = "vhost_user",
+            conflicts_with = "client"
+        )]
+        socket_mode: Option<FileMode>,
         /// Source MAC the vif may send from, its own from now on (repeat). Without --mac the
         /// vif locks to the first 4 MACs it sends from.
         #[arg(long = "mac", value_name = "MAC")]
@@ -344,6 +372,9 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             vhost_user,
             client,
             queues,
+            socket_owner,
+            socket_group,
+            socket_mode,
             macs,
             no_port_security,
             ips,
@@ -371,6 +402,15 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 body["mode"] = json!(if client { "client" } else { "server" });
                 if let Some(q) = queues {
                     body["queues"] = json!(q);
+                }
+                for (key, value) in [
+                    ("socket_owner", socket_owner.map(|a| json!(a))),
+                    ("socket_group", socket_group.map(|a| json!(a))),
+                    ("socket_mode", socket_mode.map(|m| json!(m))),
+                ] {
+                    if let Some(v) = value {
+                        body[key] = v;
+                    }
                 }
             }
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;

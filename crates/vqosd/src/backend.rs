@@ -16,6 +16,8 @@ use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
 use vqos_api::wire::{LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole};
 
+use crate::socket_access::SocketAccess;
+
 /// Why the switch refused or failed a change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum BackendError {
@@ -63,6 +65,9 @@ pub struct PortConfig {
     /// vhost-user: queue pairs (1 when `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// vhost-user, server role: the socket's owner, group and mode.
+    #[serde(default, skip_serializing_if = "SocketAccess::is_empty")]
+    pub access: SocketAccess,
     /// Source MACs the port may send from; empty: see `port_security`.
     pub macs: Vec<MacAddr>,
     /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
@@ -83,6 +88,12 @@ impl PortConfig {
     /// no socket nor socket role.
     pub fn from_request(req: &PortRequest) -> Result<PortConfig, String> {
         let frame_len = check_frame_len(&req.name, req.kind, req.frame_len)?;
+        let access = SocketAccess {
+            owner: req.socket_owner.clone(),
+            group: req.socket_group.clone(),
+            mode: req.socket_mode,
+        };
+        access.check(&req.name, req.kind, req.mode)?;
         match req.kind {
             PortKind::Null => {
                 if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() || !req.create
@@ -149,6 +160,7 @@ impl PortConfig {
             frame_len,
             mode: req.mode,
             queues: req.queues,
+            access,
             macs: req.macs.clone(),
             port_security: req.port_security,
             ips: req.ips.clone(),
@@ -605,6 +617,7 @@ mod tests {
             frame_len: None,
             mode: None,
             queues: None,
+            access: SocketAccess::default(),
             macs: vec![],
             port_security: true,
             ips: vec![],

@@ -541,6 +541,7 @@ impl Config {
                     frame_len: None,
                     mode: None,
                     queues: None,
+                    access: Default::default(),
                     macs: Vec::new(),
                     port_security: false,
                     ips: Vec::new(),

@@ -58,6 +58,7 @@ pub mod metrics;
 pub mod notify;
 pub mod server;
 pub mod signals;
+pub mod socket_access;
 pub mod state;
 #[cfg(feature = "switch")]
 pub mod switch;

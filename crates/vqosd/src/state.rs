@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use vqos_sched::VifPolicy;
 
-use crate::wire::{check_port_name, MacAddr, PortKind, VhostUserRole};
+use crate::wire::{check_port_name, Account, FileMode, MacAddr, PortKind, VhostUserRole};
 
 /// Version of the state file format written by this build.
 pub const STATE_VERSION: u32 = 1;
@@ -121,6 +121,15 @@ pub struct SavedPort {
     /// vhost-user: queue pairs (absent in older state files: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// vhost-user, server role: the socket's owner (absent: the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_owner: Option<Account>,
+    /// vhost-user, server role: the socket's group (absent: the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<Account>,
+    /// vhost-user, server role: the socket's permission bits (absent: the umask's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<FileMode>,
     /// MAC allow-list.
     #[serde(default)]
     pub macs: Vec<MacAddr>,
@@ -495,6 +504,9 @@ mod tests {
                 frame_len: None,
                 mode: None,
                 queues: None,
+                socket_owner: None,
+                socket_group: None,
+                socket_mode: None,
                 macs: vec!["02:00:00:00:00:01".parse().unwrap()],
                 port_security: true,
                 ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],

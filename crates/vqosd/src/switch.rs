@@ -65,15 +65,26 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
             let config = VhostUserConfig {
                 queues: port.queues.unwrap_or(1),
                 ..match port.mode.unwrap_or_default() {
-                    VhostUserRole::Server => VhostUserConfig::server(socket),
+                    VhostUserRole::Server => VhostUserConfig {
+                        socket_mode: port.access.mode.map(|m| m.0),
+                        ..VhostUserConfig::server(socket)
+                    },
                     VhostUserRole::Client => VhostUserConfig::client(socket),
                 }
             };
+            let fail = |message| BackendError::Port {
+                name: port.name.clone(),
+                message,
+            };
             let vhu =
-                VhostUserPort::with_config(&port.name, config).map_err(|e| BackendError::Port {
-                    name: port.name.clone(),
-                    message: chain(&e),
-                })?;
+                VhostUserPort::with_config(&port.name, config).map_err(|e| fail(chain(&e)))?;
+            // The socket is bound (and its mode set): now its owner and group. On failure the
+            // port is dropped, which removes the socket.
+            if port.mode.unwrap_or_default() == VhostUserRole::Server {
+                port.access
+                    .apply(std::path::Path::new(socket))
+                    .map_err(fail)?;
+            }
             PortSpec::custom(Box::new(vhu))
         }
     };

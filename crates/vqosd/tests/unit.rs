@@ -10,7 +10,9 @@
 //! `scripts/verify-unit.sh` checks the unit with `systemd-analyze verify`.
 //!
 //! Each test also runs the daemon with the one permission its feature needs taken away and
-//! checks that it then fails, and says why: the harness enforces what it claims to.
+//! checks that it then fails, and says why: the harness enforces what it claims to. A
+//! drop-in's `SupplementaryGroups=` (the one docs/vhost-user.md gives for libvirt's
+//! client-role sockets) is re-created with `setpriv --groups`.
 
 mod common;
 
@@ -31,6 +33,8 @@ struct Unit {
     families: Vec<i32>,
     /// `RestrictNamespaces=`: the `CLONE_NEW*` flags allowed.
     namespaces: u64,
+    /// `SupplementaryGroups=` (none in the shipped unit; a drop-in may add one).
+    groups: Vec<String>,
 }
 
 /// Every namespace kind's `CLONE_NEW*` flag (`CLONE_NEWTIME` is 0x80).
@@ -93,6 +97,7 @@ impl Unit {
             caps,
             families,
             namespaces,
+            groups: Vec::new(),
         }
     }
 
@@ -101,6 +106,13 @@ impl Unit {
         let mut u = self.clone();
         assert!(u.caps.iter().any(|c| c == cap), "the unit lacks {cap}");
         u.caps.retain(|c| c != cap);
+        u
+    }
+
+    /// The unit with a drop-in's `SupplementaryGroups=group`.
+    fn with_group(&self, group: &str) -> Unit {
+        let mut u = self.clone();
+        u.groups.push(group.to_string());
         u
     }
 
@@ -118,6 +130,9 @@ impl Unit {
             .collect::<Vec<_>>()
             .join(",");
         let mut cmd = Command::new("setpriv");
+        if !self.groups.is_empty() {
+            cmd.arg(format!("--groups={}", self.groups.join(",")));
+        }
         cmd.arg(format!("--bounding-set={bounding}"))
             .arg("--no-new-privs")
             .arg("--")
@@ -334,4 +349,91 @@ fn a_tap_moved_into_a_namespace_is_reattached_after_a_restart_under_the_units_re
     );
     assert!(!host_has(&vm), "a second TAP {vm} was made on the host");
     assert!(ns.has_link(&vm));
+}
+
+#[test]
+fn a_vhost_user_server_socket_is_given_to_its_owner_under_the_units_restrictions() {
+    let Some(_serial) = ready("a_vhost_user_server_socket_is_given_to_its_owner") else {
+        return;
+    };
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let unit = Unit::read();
+    let tag = std::process::id() % 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let vm = dir.path().join("vm1.sock");
+    // nobody (65534) stands for libvirt-qemu: by name, its group by number.
+    let (cfg, socket) = config(
+        dir.path(),
+        &format!(
+            "[uplink]\nname = \"vqc{tag}n\"\nkind = \"null\"\n[[port]]\nname = \"vm1\"\n\
+             kind = \"vhost-user\"\nsocket = \"{}\"\nsocket_owner = \"nobody\"\n\
+             socket_group = 65534\nsocket_mode = \"0660\"\n",
+            vm.display()
+        ),
+    );
+    let daemon = Daemon::start_command(unit.vqosd(&cfg), &socket);
+    let m = std::fs::metadata(&vm).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o660));
+    drop(daemon);
+
+    // Without CAP_CHOWN it cannot: it refuses to start, says why, and leaves no socket.
+    let (code, err) = unit.without_cap("chown").run(&cfg);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "Port 'vm1': cannot give socket {} to 65534:65534",
+            vm.display()
+        )) && err.contains("Operation not permitted"),
+        "{err}"
+    );
+    assert!(!vm.exists(), "the socket was left behind");
+}
+
+#[test]
+fn a_client_role_port_reaches_a_socket_of_libvirt_qemu_with_the_drop_ins_group() {
+    let Some(_serial) = ready("a_client_role_port_reaches_a_socket_of_libvirt_qemu") else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let unit = Unit::read();
+    let tag = std::process::id() % 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // As libvirt's QEMU (user and group libvirt-qemu, umask 002) leaves a <source
+    // mode='server'> socket in a directory of its own; nobody (65534) stands for it.
+    let qemu_dir = dir.path().join("qemu");
+    std::fs::create_dir(&qemu_dir).unwrap();
+    std::fs::set_permissions(&qemu_dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+    std::os::unix::fs::chown(&qemu_dir, Some(65534), Some(65534)).unwrap();
+    let vm = qemu_dir.join("vm1.sock");
+    let _frontend = std::os::unix::net::UnixListener::bind(&vm).unwrap();
+    std::fs::set_permissions(&vm, std::fs::Permissions::from_mode(0o775)).unwrap();
+    std::os::unix::fs::chown(&vm, Some(65534), Some(65534)).unwrap();
+    let (cfg, socket) = config(
+        dir.path(),
+        &format!(
+            "[uplink]\nname = \"vqg{tag}n\"\nkind = \"null\"\n[[port]]\nname = \"vm1\"\n\
+             kind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n",
+            vm.display()
+        ),
+    );
+    let vhost_user = |d: &Daemon| port(&d.get("/v1/stats"), "vm1")["vhost_user"].clone();
+
+    // The unit alone: root without CAP_DAC_OVERRIDE is "other" to that socket and directory.
+    let daemon = Daemon::start_command(unit.vqosd(&cfg), &socket);
+    let failing = poll(Duration::from_secs(10), || {
+        let v = vhost_user(&daemon);
+        (v["counters"]["connect_failures"].as_u64() >= Some(2)).then_some(v)
+    });
+    let v = failing.unwrap_or_else(|| panic!("no failed attempts: {}", vhost_user(&daemon)));
+    assert_eq!(v["connected"], false, "{v}");
+    drop(daemon);
+
+    // With the drop-in's SupplementaryGroups= (the socket's group), it connects.
+    let daemon = Daemon::start_command(unit.with_group("65534").vqosd(&cfg), &socket);
+    let connected = poll(Duration::from_secs(10), || {
+        (vhost_user(&daemon)["connected"] == true).then_some(())
+    });
+    assert!(connected.is_some(), "{}", vhost_user(&daemon));
 }

@@ -122,7 +122,20 @@ pub(crate) fn write_ports(
                 Some(q) if q > 1 => format!(", {q} queue pairs"),
                 _ => String::new(),
             };
-            writeln!(out, "{:<16} {mode} {socket}{queues}: {state}", "")?;
+            // The server socket's owner, group and mode, where configured.
+            let access: Vec<String> = [
+                p.socket_owner.as_ref().map(|o| format!("owner {o}")),
+                p.socket_group.as_ref().map(|g| format!("group {g}")),
+                p.socket_mode.map(|m| format!("mode {m}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let access = match access.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", access.join(", ")),
+            };
+            writeln!(out, "{:<16} {mode} {socket}{access}{queues}: {state}", "")?;
         }
     }
     Ok(())

@@ -65,6 +65,12 @@ fn port_change(old: &PortConfig, new: &PortConfig) -> Option<&'static str> {
         Some("socket")
     } else if old.mode != new.mode {
         Some("mode")
+    } else if old.access.owner != new.access.owner {
+        Some("socket_owner")
+    } else if old.access.group != new.access.group {
+        Some("socket_group")
+    } else if old.access.mode != new.access.mode {
+        Some("socket_mode")
     } else if old.macs != new.macs {
         Some("macs")
     } else if old.port_security != new.port_security {

@@ -11,6 +11,7 @@ use vqos_sched::PolicySet;
 use super::{Api, ApiError, View};
 use crate::backend::{Backend, PortConfig};
 use crate::config::Config;
+use crate::socket_access::SocketAccess;
 use crate::state;
 
 /// The ports and policies the daemon starts with, checked ([`Api::plan`]).
@@ -77,6 +78,11 @@ impl Api {
                             frame_len: sp.frame_len,
                             mode: sp.mode,
                             queues: sp.queues,
+                            access: SocketAccess {
+                                owner: sp.socket_owner,
+                                group: sp.socket_group,
+                                mode: sp.socket_mode,
+                            },
                             macs: sp.macs,
                             port_security: sp.port_security,
                             ips: sp.ips,

@@ -1,6 +1,7 @@
 //! The config parser's unit tests.
 
 use super::*;
+use crate::wire::{Account, FileMode};
 
 const FULL: &str = r#"
 capacity = "940Mbit"
@@ -67,6 +68,45 @@ fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
     assert!(err("[[port]]\nname = \"vm1\"\nkind = \"af-packet\"")
         .contains("Port 'vm1': kind = \"af-packet\" is for the uplink only"));
     assert!(err("[uplink]\nname = \"eth1\"\nkind = \"nic\"").contains("unknown variant `nic`"));
+}
+
+#[test]
+fn a_server_role_vhost_user_port_takes_its_sockets_owner_group_and_mode() {
+    let port = "[[port]]\nname = \"vm1\"\nkind = \"vhost-user\"\nsocket = \"/run/vqos/vm1.sock\"\n";
+    let c = Config::parse(
+        &format!("{port}socket_owner = 0\nsocket_group = \"root\"\nsocket_mode = \"0o600\""),
+        env,
+    )
+    .unwrap();
+    let access = &c.ports[0].0.access;
+    assert_eq!(
+        (&access.owner, &access.group, access.mode),
+        (
+            &Some(Account::Id(0)),
+            &Some(Account::Name("root".into())),
+            Some(FileMode(0o600))
+        )
+    );
+    for (extra, want) in [
+        (
+            "mode = \"client\"\nsocket_mode = \"0660\"",
+            "Port 'vm1': socket_owner, socket_group and socket_mode are for the server role",
+        ),
+        (
+            "socket_group = \"no-such-group-vq\"",
+            "Port 'vm1': socket_group: no group 'no-such-group-vq' on this host",
+        ),
+        (
+            "socket_mode = 0o660",
+            "write the permission bits as an octal string",
+        ),
+        ("socket_mode = \"0999\"", "Invalid mode '0999'"),
+    ] {
+        let e = err(&format!("{port}{extra}"));
+        assert!(e.contains(want), "{extra}: {e}");
+    }
+    assert!(err("[[port]]\nname = \"tap1\"\nsocket_owner = \"root\"")
+        .contains("Port 'tap1': socket_owner, socket_group and socket_mode are for kind"));
 }
 
 #[test]

@@ -179,3 +179,74 @@ fn restored_state_that_breaks_the_config_is_a_clear_error() {
     );
     assert!(mock.ports().is_empty());
 }
+
+/// A server-role vhost-user socket's owner, group and mode, given through the API, are in the
+/// listing and the state file, and a restart gives them back to the switch (which re-creates
+/// the socket with them). Refused: in the client role, on a TAP, an unknown user, a mode in
+/// decimal.
+#[test]
+fn a_vhost_user_sockets_owner_group_and_mode_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = json!({"name": "vm3", "kind": "vhost-user", "socket": "/run/vqos/vm3.sock",
+        "socket_owner": "root", "socket_group": 0, "socket_mode": "660"});
+    let listed = {
+        let d = start(dir.path());
+        let (status, answer) = d.send("POST", "/v1/ports", Some(port));
+        assert_eq!(status, 201, "{answer}");
+        assert_eq!(
+            (
+                &answer["socket_owner"],
+                &answer["socket_group"],
+                &answer["socket_mode"]
+            ),
+            (&json!("root"), &json!(0), &json!("0660"))
+        );
+        let saved: Value =
+            serde_json::from_str(&fs::read_to_string(&d.state_file).unwrap()).unwrap();
+        let vm3 = &saved["ports"][2];
+        assert_eq!(
+            (
+                &vm3["socket_owner"],
+                &vm3["socket_group"],
+                &vm3["socket_mode"]
+            ),
+            (&json!("root"), &json!(0), &json!("0660")),
+            "{saved}"
+        );
+        for (body, error) in [
+            (
+                json!({"name": "vm4", "kind": "vhost-user", "socket": "/s.sock", "mode": "client",
+                    "socket_owner": "root"}),
+                "Port 'vm4': socket_owner, socket_group and socket_mode are for the server role",
+            ),
+            (
+                json!({"name": "vm4", "socket_mode": "0600"}),
+                "are for kind = \"vhost-user\"",
+            ),
+            (
+                json!({"name": "vm4", "kind": "vhost-user", "socket": "/s.sock",
+                    "socket_owner": "no-such-user-vq"}),
+                "Port 'vm4': socket_owner: no user 'no-such-user-vq' on this host",
+            ),
+            (
+                json!({"name": "vm4", "kind": "vhost-user", "socket": "/s.sock",
+                    "socket_mode": 660}),
+                "write the permission bits as an octal string",
+            ),
+        ] {
+            let (status, answer) = d.send("POST", "/v1/ports", Some(body.clone()));
+            assert!(
+                (400..500).contains(&status) && answer["error"].as_str().unwrap().contains(error),
+                "{body}: {status} {answer}"
+            );
+        }
+        d.get("/v1/ports")
+    };
+    let d = start(dir.path());
+    assert_eq!(d.get("/v1/ports"), listed);
+    let (p, _) = d.mock.ports().pop().unwrap();
+    assert_eq!(
+        serde_json::to_value(&p.access).unwrap(),
+        json!({"owner": "root", "group": 0, "mode": "0660"})
+    );
+}
