@@ -49,14 +49,16 @@ impl QueueIo {
         }
     }
 
-    /// Reads what the guest sent on every TX queue (see `DataPath::recv`).
-    pub(crate) fn recv(&mut self, batch: &mut Batch, max_frames: usize) -> usize {
+    /// Runs `f` on the current session's batch context (read once: features, guest memory,
+    /// the dirty log while one is on), or returns `None` without a session.
+    fn with_session<R>(
+        &mut self,
+        f: impl FnOnce(&mut DataPath, &Ctx<'_>, usize, &mut PortIoCounters) -> R,
+    ) -> Option<R> {
         let shared = &*self.shared;
         let features = shared.features.load(Ordering::Acquire);
         let guard = read(&shared.session);
-        let Some(s) = guard.as_ref() else {
-            return 0;
-        };
+        let s = guard.as_ref()?;
         let mem = s.mem.memory();
         let log = dirty_log(shared, features);
         let cx = Ctx {
@@ -67,34 +69,25 @@ impl QueueIo {
             features,
             log: log.as_deref(),
         };
-        let pairs = s.vrings.len() / 2;
-        self.datapath
-            .recv(&cx, pairs, batch, max_frames, &mut self.io)
+        Some(f(&mut self.datapath, &cx, s.vrings.len() / 2, &mut self.io))
+    }
+
+    /// Reads what the guest sent on every TX queue (see `DataPath::recv`).
+    pub(crate) fn recv(&mut self, batch: &mut Batch, max_frames: usize) -> usize {
+        self.with_session(|dp, cx, pairs, io| dp.recv(cx, pairs, batch, max_frames, io))
+            .unwrap_or(0)
     }
 
     /// Writes frames to the guest on this object's pair (see `DataPath::send`).
     pub(crate) fn send(&mut self, batch: &Batch, indices: &[u8]) -> usize {
-        let shared = &*self.shared;
-        let features = shared.features.load(Ordering::Acquire);
-        let guard = read(&shared.session);
-        let Some(s) = guard.as_ref() else {
+        let pair = self.pair;
+        let sent = self.with_session(|dp, cx, _, io| dp.send(cx, pair, batch, indices, io));
+        sent.unwrap_or_else(|| {
             let n = indices.len() as u64;
-            bump(&shared.counters.disconnected_frames, n);
+            bump(&self.shared.counters.disconnected_frames, n);
             self.io.tx_errors += n;
-            return 0;
-        };
-        let mem = s.mem.memory();
-        let log = dirty_log(shared, features);
-        let cx = Ctx {
-            shared,
-            vrings: Some(&s.vrings),
-            mem: &mem,
-            health: &s.health,
-            features,
-            log: log.as_deref(),
-        };
-        self.datapath
-            .send(&cx, self.pair, batch, indices, &mut self.io)
+            0
+        })
     }
 }
 

@@ -147,35 +147,17 @@ impl Guest {
     /// Types `cmd` on the console; returns the marker its end prints. The marker is computed
     /// by the guest's shell (`$((...))`), so the echo of the typed line never matches it.
     pub fn send(&mut self, cmd: &str) -> String {
-        self.sent += 1;
-        let n = 1000 + self.sent;
-        let line = format!("{cmd}; rc=$?; echo \"VQOS-END-$(({n}+0)) rc=$rc\"\n");
+        let (line, marker) = shell_line(&mut self.sent, cmd);
         if let Err(e) = self.stdin.write_all(line.as_bytes()) {
             panic!("{}: console: {e}; it said:\n{}", self.name, self.console());
         }
-        format!("VQOS-END-{n} rc=")
+        marker
     }
 
     /// The console output between the command's line and its end marker, and its exit status;
     /// panics past `limit`.
     pub fn finish(&self, marker: &str, limit: Duration) -> (String, i32) {
-        let found = poll_gently(limit, || {
-            let out = self.console();
-            let end = out.find(marker)?;
-            let rest = &out[end + marker.len()..];
-            let rc: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            (!rc.is_empty() && rest.len() > rc.len()).then(|| {
-                let start = out[..end].rfind("VQOS-END-$((").map_or(0, |s| s);
-                (out[start..end].to_string(), rc.parse().unwrap())
-            })
-        });
-        found.unwrap_or_else(|| {
-            panic!(
-                "{}: no {marker} within {limit:?}; console:\n{}",
-                self.name,
-                self.console()
-            )
-        })
+        finish_on(&self.name, || self.console(), marker, limit)
     }
 }
 
@@ -246,4 +228,37 @@ pub fn poll_gently<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Opti
         }
         v
     })
+}
+
+/// The line to type on a guest's shell for `cmd` (the `sent`-th command) and the marker its
+/// end prints. The marker is computed by the guest's shell (`$((...))`), so the echo of the
+/// typed line never matches it.
+pub fn shell_line(sent: &mut u32, cmd: &str) -> (String, String) {
+    *sent += 1;
+    let n = 1000 + *sent;
+    (
+        format!("{cmd}; rc=$?; echo \"VQOS-END-$(({n}+0)) rc=$rc\"\n"),
+        format!("VQOS-END-{n} rc="),
+    )
+}
+
+/// The output of `name`'s console (`text`) between a command's line and its end `marker`,
+/// and the command's exit status; panics past `limit`.
+pub fn finish_on(
+    name: &str,
+    text: impl Fn() -> String,
+    marker: &str,
+    limit: Duration,
+) -> (String, i32) {
+    let found = poll_gently(limit, || {
+        let out = text();
+        let end = out.find(marker)?;
+        let rest = &out[end + marker.len()..];
+        let rc: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!rc.is_empty() && rest.len() > rc.len()).then(|| {
+            let start = out[..end].rfind("VQOS-END-$((").unwrap_or(0);
+            (out[start..end].to_string(), rc.parse().unwrap())
+        })
+    });
+    found.unwrap_or_else(|| panic!("{name}: no {marker} within {limit:?}; console:\n{}", text()))
 }

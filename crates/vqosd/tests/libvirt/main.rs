@@ -28,10 +28,11 @@ mod virt;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::qemu::guest_image;
 use common::{connected, port, rx_rates, Daemon};
 use serde_json::json;
 use virt::{poll_gently, secs, Console, Libvirtd};
@@ -45,24 +46,9 @@ const VM1_MAX_BPS: u64 = 12_000_000;
 /// Measured shares must be within this of the reference allocation.
 const TOL: f64 = 0.05;
 
-/// Why the test cannot run here, if it cannot.
+/// Why the test cannot run here, if it cannot: what the QEMU tests need, and libvirt.
 fn missing() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root".into());
-    }
-    for tool in ["qemu-system-x86_64", "iperf3"] {
-        let ok = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return Some(format!("{tool} not installed"));
-        }
-    }
-    virt::missing()
+    common::qemu::missing().or_else(virt::missing)
 }
 
 /// Skips with `why`, or fails under CI, where scripts/deps.sh installed everything.
@@ -73,28 +59,6 @@ fn skip(why: &str) {
         "{test} cannot run under CI: {why}"
     );
     println!("SKIP {test}: {why}");
-}
-
-/// `target/guest-image`, built or found cached by `scripts/guest-image.sh`; `Err` with the
-/// script's words when a tool it needs is missing (its exit status 2).
-fn guest_image() -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let dir = target.join("guest-image");
-    let out = Command::new("bash")
-        .arg(root.join("scripts/guest-image.sh"))
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Ok(dir),
-        Some(2) => Err(text.trim().to_string()),
-        _ => panic!("scripts/guest-image.sh failed ({}): {text}", out.status),
-    }
 }
 
 /// A guest's domain: TCG, its memory shared with vqosd (memfd), direct kernel boot, one

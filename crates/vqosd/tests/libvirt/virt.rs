@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use crate::common::qemu::poll_gently;
+use crate::common::qemu::{finish_on, shell_line};
 use vqos_testkit::poll;
 
 /// The five directories a privileged libvirtd uses, and the test's stand-ins (under its dir).
@@ -307,9 +309,7 @@ impl Console {
     /// Types `cmd`; returns the marker its end prints. The marker is computed by the guest's
     /// shell (`$((...))`), so the echo of the typed line never matches it.
     pub fn send(&mut self, cmd: &str) -> String {
-        self.sent += 1;
-        let n = 1000 + self.sent;
-        let line = format!("{cmd}; rc=$?; echo \"VQOS-END-$(({n}+0)) rc=$rc\"\n");
+        let (line, marker) = shell_line(&mut self.sent, cmd);
         if self.input.is_none() {
             let s = UnixStream::connect(&self.socket);
             let s = s.unwrap_or_else(|e| panic!("{}: console socket: {e}", self.name));
@@ -322,41 +322,14 @@ impl Console {
         if let Err(e) = self.input.as_mut().unwrap().write_all(line.as_bytes()) {
             panic!("{}: console: {e}; it said:\n{}", self.name, self.text());
         }
-        format!("VQOS-END-{n} rc=")
+        marker
     }
 
     /// The output between the command's line and its end marker, and its exit status; panics
     /// past `limit`.
     pub fn finish(&self, marker: &str, limit: Duration) -> (String, i32) {
-        let found = poll_gently(limit, || {
-            let out = self.text();
-            let end = out.find(marker)?;
-            let rest = &out[end + marker.len()..];
-            let rc: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            (!rc.is_empty() && rest.len() > rc.len()).then(|| {
-                let start = out[..end].rfind("VQOS-END-$((").unwrap_or(0);
-                (out[start..end].to_string(), rc.parse().unwrap())
-            })
-        });
-        found.unwrap_or_else(|| {
-            panic!(
-                "{}: no {marker} within {limit:?}; console:\n{}",
-                self.name,
-                self.text()
-            )
-        })
+        finish_on(&self.name, || self.text(), marker, limit)
     }
-}
-
-/// [`poll`] at a pace that leaves the CPU to the guests: `f` every 20 ms.
-pub fn poll_gently<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    poll(limit, || {
-        let v = f();
-        if v.is_none() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        v
-    })
 }
 
 /// Seconds since `t0`, for the progress lines.
