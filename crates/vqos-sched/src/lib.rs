@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod aqm;
 pub mod bucket;
 pub mod calibrate;
 pub mod controllers;
@@ -32,6 +33,7 @@ pub mod testing;
 pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};
+pub use aqm::{AqmParams, Codel};
 pub use bucket::TokenBucket;
 pub use cost::{CostError, CycleCostModel, FrameCost, Pricing};
 pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};

@@ -39,14 +39,15 @@ pub const UNLIMITED_IN_BPS: u64 = u64::MAX;
 /// One vif's policy. Rates are bits per second.
 ///
 /// The directions are the vif's: *outbound* is what the vif sends (vif→uplink and vif→vif,
-/// what the engines schedule), *inbound* is what it receives from the uplink (the data plane's
-/// per-vif downlink bucket). `min_bps`, `weight`, `priority`, `max_bps` and `burst_bytes` are
-/// outbound; `max_in_bps` is inbound.
+/// what the engines schedule), *inbound* is what it receives (from the uplink and from other
+/// vifs: the data plane's downlink engine, [`PolicySet::downlink`]). `weight`, `min_bps`, `priority` and
+/// `burst_bytes` act on both directions; `max_bps` is outbound, `max_in_bps` inbound.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VifPolicy {
     /// Proportional share; must be > 0.
     pub weight: u32,
-    /// Guaranteed minimum (reservation) of what the vif sends, bits/s; 0 = none.
+    /// Guaranteed minimum (reservation) of what the vif sends, and of what it receives
+    /// (capped there by the inbound max), bits/s; 0 = none.
     pub min_bps: u64,
     /// Hard maximum (limit) of what the vif sends (`max_out`), bits/s; `None` = unlimited.
     pub max_bps: Option<u64>,
@@ -85,6 +86,24 @@ impl VifPolicy {
             Some(UNLIMITED_IN_BPS) => None,
             Some(m) => Some(m),
             None => self.max_bps.filter(|_| follow_max),
+        }
+    }
+
+    /// The guaranteed minimum of what the vif receives: `min_bps`, capped by the inbound max
+    /// (a floor above what the vif may receive cannot be given).
+    pub fn inbound_min_bps(&self, follow_max: bool) -> u64 {
+        self.inbound_max_bps(follow_max)
+            .map_or(self.min_bps, |m| m.min(self.min_bps))
+    }
+
+    /// The policy of the inbound direction: the same weight, priority and burst, the max
+    /// [`VifPolicy::inbound_max_bps`], the min [`VifPolicy::inbound_min_bps`].
+    pub fn inbound(&self, follow_max: bool) -> VifPolicy {
+        VifPolicy {
+            min_bps: self.inbound_min_bps(follow_max),
+            max_bps: self.inbound_max_bps(follow_max),
+            max_in_bps: None,
+            ..self.clone()
         }
     }
 
@@ -156,6 +175,14 @@ pub enum PolicyError {
         /// The link's capacity.
         capacity: String,
     },
+    /// The reservations cannot all be honoured on the downlink (what the vifs receive).
+    #[error("Sum of minimums {sum} exceeds the downlink capacity (capacity_in) {capacity}")]
+    MinsOverDownlink {
+        /// Σ min in the inbound direction.
+        sum: String,
+        /// The downlink's capacity.
+        capacity: String,
+    },
     /// Priority out of 0..=7.
     #[error("Vif '{vif}': priority {priority} is out of range 0..=7")]
     BadPriority {
@@ -222,6 +249,11 @@ pub struct PolicySet {
     /// in bytes. `false` here (the library's default); vqosd turns it on by default.
     #[serde(default)]
     pub cpu_fair: bool,
+    /// Capacity of the downlink (what the vifs receive, scheduled by the data plane's
+    /// downlink engine), bits/s: `None` = the same as `capacity_bps`; [`UNLIMITED_IN_BPS`] =
+    /// unlimited whatever `capacity_bps` is. See [`PolicySet::downlink`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_in_bps: Option<u64>,
     /// The vifs; a vif's [`VifId`] is its index here.
     pub vifs: Vec<VifSpec>,
 }
@@ -235,6 +267,7 @@ impl PolicySet {
             cycles_per_sec: 2_000_000_000,
             pricing: Pricing::default(),
             cpu_fair: false,
+            capacity_in_bps: None,
             vifs: Vec::new(),
         }
     }
@@ -288,16 +321,66 @@ impl PolicySet {
                 return Err(PolicyError::DuplicateVif(v.name.clone()));
             }
         }
-        if let Some(cap) = self.capacity_bps {
-            let sum: u128 = self.vifs.iter().map(|v| u128::from(v.policy.min_bps)).sum();
-            if sum > u128::from(cap) {
-                return Err(PolicyError::MinsOverCapacity {
-                    sum: format_rate(Some(u64::try_from(sum).unwrap_or(u64::MAX))),
-                    capacity: format_rate(Some(cap)),
-                });
-            }
+        if self.capacity_in_bps == Some(0) {
+            return Err(PolicyError::ZeroCapacity);
+        }
+        let over = |cap: Option<u64>, mins: &mut dyn Iterator<Item = u64>| {
+            let cap = cap?;
+            let sum: u128 = mins.map(u128::from).sum();
+            (sum > u128::from(cap)).then(|| {
+                (
+                    format_rate(Some(u64::try_from(sum).unwrap_or(u64::MAX))),
+                    format_rate(Some(cap)),
+                )
+            })
+        };
+        if let Some((sum, capacity)) = over(
+            self.capacity_bps,
+            &mut self.vifs.iter().map(|v| v.policy.min_bps),
+        ) {
+            return Err(PolicyError::MinsOverCapacity { sum, capacity });
+        }
+        // The downlink's floors (capped by each vif's inbound max) on its capacity; the
+        // inbound max is taken as stated (`downlink_max` may make it lower, never higher).
+        if let Some((sum, capacity)) = over(
+            self.downlink_capacity_bps(),
+            &mut self.vifs.iter().map(|v| v.policy.inbound_min_bps(false)),
+        ) {
+            return Err(PolicyError::MinsOverDownlink { sum, capacity });
         }
         Ok(())
+    }
+
+    /// The downlink's capacity, bits/s (`None`: unlimited): `capacity_in_bps` when stated,
+    /// else `capacity_bps`.
+    pub fn downlink_capacity_bps(&self) -> Option<u64> {
+        match self.capacity_in_bps {
+            Some(UNLIMITED_IN_BPS) => None,
+            Some(c) => Some(c),
+            None => self.capacity_bps,
+        }
+    }
+
+    /// The set the data plane's downlink engine runs (what the vifs receive): the same vifs,
+    /// cost model and pricing on [`PolicySet::downlink_capacity_bps`], each vif's policy
+    /// turned inbound: the same weight, priority and burst, its max the inbound one
+    /// ([`VifPolicy::inbound_max_bps`] with `follow_max`, the switch's `downlink_max`), its
+    /// min capped by that max ([`VifPolicy::inbound_min_bps`]). One policy for both
+    /// directions, `max_in` the one override (docs/design.md, "The scheduled downlink").
+    pub fn downlink(&self, follow_max: bool) -> PolicySet {
+        PolicySet {
+            capacity_bps: self.downlink_capacity_bps(),
+            capacity_in_bps: None,
+            vifs: self
+                .vifs
+                .iter()
+                .map(|v| VifSpec {
+                    name: v.name.clone(),
+                    policy: v.policy.inbound(follow_max),
+                })
+                .collect(),
+            ..self.clone()
+        }
     }
 
     /// A copy with vif `name`'s policy replaced, validated as a whole; `self` is untouched on error.
@@ -438,6 +521,56 @@ mod tests {
         assert_eq!(p.inbound_max_bps(false), Some(7));
         p.max_in_bps = Some(UNLIMITED_IN_BPS);
         assert_eq!(p.inbound_max_bps(true), None);
+    }
+
+    #[test]
+    fn the_downlink_set_is_the_inbound_policy_on_the_downlink_capacity() {
+        let mut s = PolicySet::new(Some(1_000_000_000))
+            .with_vif(
+                "a",
+                VifPolicy {
+                    weight: 3,
+                    min_bps: 200,
+                    max_bps: Some(500),
+                    priority: 2,
+                    ..Default::default()
+                },
+            )
+            .with_vif(
+                "b",
+                VifPolicy {
+                    min_bps: 300,
+                    max_in_bps: Some(100),
+                    ..Default::default()
+                },
+            );
+        assert_eq!(s.validate(), Ok(()));
+        let d = s.downlink(true);
+        assert_eq!(d.capacity_bps, Some(1_000_000_000));
+        let a = d.policy(0);
+        assert_eq!(
+            (a.weight, a.min_bps, a.max_bps, a.priority),
+            (3, 200, Some(500), 2)
+        );
+        // b's floor is capped by what it may receive; max_in becomes the max.
+        let b = d.policy(1);
+        assert_eq!((b.min_bps, b.max_bps, b.max_in_bps), (100, Some(100), None));
+        assert_eq!(d.validate(), Ok(()));
+        // Without downlink_max, a's max does not act inbound.
+        assert_eq!(s.downlink(false).policy(0).max_bps, None);
+        // The downlink's own capacity; unlimited; too small for the inbound floors (300).
+        s.capacity_in_bps = Some(400);
+        assert_eq!(s.downlink(true).capacity_bps, Some(400));
+        assert_eq!(s.validate(), Ok(()));
+        s.capacity_in_bps = Some(UNLIMITED_IN_BPS);
+        assert_eq!(s.downlink(true).capacity_bps, None);
+        s.capacity_in_bps = Some(299);
+        assert!(matches!(
+            s.validate(),
+            Err(PolicyError::MinsOverDownlink { .. })
+        ));
+        s.capacity_in_bps = Some(0);
+        assert_eq!(s.validate(), Err(PolicyError::ZeroCapacity));
     }
 
     #[test]
