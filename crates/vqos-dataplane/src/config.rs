@@ -5,6 +5,7 @@ use serde::Serialize;
 use vqos_sched::{CostModel, Engine, EngineKind};
 
 use crate::afpacket::AfPacketPort;
+use crate::downlink::DownlinkConfig;
 use crate::error::SwitchError;
 use crate::frame::MacKey;
 use crate::guard::{IpKey, Services};
@@ -343,6 +344,14 @@ pub struct SwitchConfig {
     pub engine: EngineKind,
     /// Uplink capacity, bits per second; `None` = unlimited.
     pub capacity_bps: Option<u64>,
+    /// Downlink capacity (what the vifs receive, under the scheduled downlink), bits per
+    /// second: `None` = `capacity_bps`; [`vqos_sched::policy::UNLIMITED_IN_BPS`] = unlimited.
+    pub capacity_in_bps: Option<u64>,
+    /// Schedule what the vifs receive ([`crate::downlink`]): per-vif queues with an AQM,
+    /// served by an engine of `engine`'s kind under each vif's inbound policy. `None` (the
+    /// library's default; vqosd's default is on): frames to a vif go straight out, through
+    /// its inbound maximum's bucket (drops) only.
+    pub downlink: Option<DownlinkConfig>,
     /// What vifs are charged in (bytes or measured cycles).
     pub cost: CostModel,
     /// Cycles per second of the forwarding core, for the cycles cost model and `cpu_fair`
@@ -430,6 +439,8 @@ impl std::fmt::Debug for SwitchConfig {
             .field("uplink", &self.uplink)
             .field("engine", &self.engine)
             .field("capacity_bps", &self.capacity_bps)
+            .field("capacity_in_bps", &self.capacity_in_bps)
+            .field("downlink", &self.downlink)
             .field("cost", &self.cost)
             .field("readiness", &self.readiness)
             .field("emulated_work", &self.emulated_work)
@@ -450,6 +461,8 @@ impl SwitchConfig {
             uplink,
             engine: EngineKind::Rr,
             capacity_bps: None,
+            capacity_in_bps: None,
+            downlink: None,
             cost: CostModel::Bytes,
             cycles_per_sec: 2_000_000_000,
             cpu_fair: false,

@@ -13,6 +13,7 @@ use vqos_sched::{PolicySet, Scheduler, TokenBucket, VifPolicy, VifSpec};
 
 use crate::addrs::AddrView;
 use crate::config::{PortSecurity, PortSpec};
+use crate::downlink::Downlink;
 use crate::error::SwitchError;
 use crate::l2::AddrKey;
 use crate::pipeline::Pipeline;
@@ -391,8 +392,18 @@ impl Switch {
             self.share_bps = policies.capacity_bps.map(|c| c / shards as u64);
         }
         let (local, local_slots) = self.local_set(&policies, &vif_slots, None);
+        if let Some(d) = &mut self.downlink {
+            if let Err(e) = d.configure(&policies, &vif_slots, now_ns) {
+                self.share_bps = old_share;
+                return Err(e);
+            }
+        }
         if let Err(e) = self.sched.configure(&local, now_ns) {
             self.share_bps = old_share;
+            if let Some(d) = &mut self.downlink {
+                // The set in force was accepted before: taking it back cannot fail.
+                let _ = d.configure(&self.policies, &self.vif_slots, now_ns);
+            }
             return Err(e.into());
         }
         self.ports.assign(&vif_slots, local_slots, &policies);
@@ -442,6 +453,17 @@ impl Switch {
         let engine = vqos_sched::build(self.engine_kind, &none, now_ns).map_err(|e| {
             SwitchError::Threads(format!("engine {} on shard {index}: {e}", self.engine_kind))
         })?;
+        let downlink = match &self.downlink {
+            Some(d) => Some(Downlink::new(
+                self.engine_kind,
+                &self.policies,
+                &self.vif_slots,
+                self.downlink_max,
+                d.config(),
+                now_ns,
+            )?),
+            None => None,
+        };
         let mut ports = PortTable::for_shard(index);
         for (slot, s) in self.ports.iter() {
             let security = PortSecurity::open();
@@ -454,6 +476,7 @@ impl Switch {
             sched: Scheduler::new(engine, 0),
             shaper: UplinkShaper::default(),
             pipeline: Pipeline::default(),
+            downlink,
             engine_kind: self.engine_kind,
             policies: self.policies.clone(),
             vif_slots: Vec::new(),

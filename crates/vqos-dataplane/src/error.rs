@@ -61,6 +61,9 @@ pub enum SwitchError {
     /// exist, an engine that cannot be sharded); the text says which.
     #[error("Bad threads/cpus: {0}")]
     Threads(String),
+    /// A setting of the switch is out of range (the text says which).
+    #[error("Bad switch setting: {0}")]
+    Setting(String),
     /// The loop is not running (stopped or crashed).
     #[error("The switch is stopped")]
     Stopped,

@@ -68,6 +68,7 @@ pub mod balance;
 pub mod calib;
 pub mod config;
 mod control;
+pub mod downlink;
 pub mod error;
 pub mod fault;
 pub mod frame;
@@ -95,6 +96,7 @@ pub use config::{
     EmulatedWork, IpAddrs, IpPolicy, Locks, MacPolicy, PortBackend, PortSecurity, PortSpec,
     Readiness, SwitchConfig, DEFAULT_LEARN_IPV4, DEFAULT_LEARN_IPV6, DEFAULT_LEARN_MACS,
 };
+pub use downlink::{DownlinkConfig, QueueDepth};
 pub use error::SwitchError;
 pub use fault::{FaultPlan, FaultPort};
 pub use frame::{FrameError, MacKey, VnetHdr, VNET_HDR_LEN};

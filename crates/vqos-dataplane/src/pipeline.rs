@@ -22,6 +22,7 @@
 use vqos_sched::{Granted, Scheduler, Verdict};
 
 use crate::addrs::AddrView;
+use crate::downlink::Downlink;
 use crate::frame::{self, is_group, mac_key, FrameError, MacKey, VNET_HDR_LEN};
 use crate::guard;
 use crate::l2::Learnt;
@@ -59,6 +60,8 @@ pub(crate) struct Parts<'a> {
     pub addrs: &'a mut AddrView,
     /// The uplink capacity.
     pub shaper: &'a mut UplinkShaper,
+    /// The scheduled downlink, when on: frames to vifs are queued there.
+    pub downlink: Option<&'a mut Downlink>,
     /// Unknown unicast from a vif is flooded to the other vifs too (not only the uplink).
     pub flood_unknown_to_vifs: bool,
 }
@@ -124,6 +127,7 @@ impl Pipeline {
             ports,
             addrs,
             shaper,
+            mut downlink,
             flood_unknown_to_vifs,
         } = parts;
         if self.out.len() < ports.slot_count() {
@@ -175,7 +179,7 @@ impl Pipeline {
                     continue;
                 }
                 Some(d) => {
-                    if !self.unicast(ports, i, d, src, wire, now) {
+                    if !self.unicast(ports, downlink.as_deref_mut(), i, d, src, wire, now) {
                         continue;
                     }
                 }
@@ -184,7 +188,7 @@ impl Pipeline {
                         continue;
                     }
                     let to_vifs = src == 0 || is_group(dst_mac) || flood_unknown_to_vifs;
-                    self.flood(ports, src, i, wire, to_vifs, now);
+                    self.flood(ports, downlink.as_deref_mut(), src, i, wire, to_vifs, now);
                 }
             }
             packets += 1;
@@ -423,11 +427,14 @@ impl Pipeline {
         self.out[d].push(i as u8);
     }
 
-    /// Queues frame `i` for every port but its source (only the uplink unless `to_vifs`);
-    /// copies from the uplink pass each receiving vif's downlink maximum.
+    /// Queues frame `i` for every port but its source (only the uplink unless `to_vifs`).
+    /// Under the scheduled downlink each vif's copy joins its queue; otherwise copies from
+    /// the uplink pass each receiving vif's downlink maximum.
+    #[allow(clippy::too_many_arguments)]
     fn flood(
         &mut self,
         ports: &mut PortTable,
+        mut downlink: Option<&mut Downlink>,
         src: usize,
         i: usize,
         wire: u64,
@@ -441,6 +448,14 @@ impl Pipeline {
             let Some(slot) = ports.get_mut(d) else {
                 continue;
             };
+            if d != 0 {
+                if let (Some(dl), Some(v)) = (downlink.as_deref_mut(), slot.global_vif) {
+                    if let Err(reason) = dl.enqueue(v, &mut self.batch, i, wire, false, now) {
+                        slot.c.drops[reason] += 1;
+                    }
+                    continue;
+                }
+            }
             if src == 0 && !Self::downlink_allows(slot, wire, now) {
                 continue;
             }
@@ -463,11 +478,14 @@ impl Pipeline {
         true
     }
 
-    /// Queues frame `i` for slot `d`, applying the downlink maximum and ECN marking on
-    /// uplink→vif frames; false if it was dropped.
+    /// Queues frame `i` for slot `d`, ECN-marking uplink→vif frames with the vif's
+    /// probability: a vif's frames join its downlink queue when the downlink is scheduled,
+    /// else uplink→vif frames pass the vif's downlink maximum first. False if it was dropped.
+    #[allow(clippy::too_many_arguments)]
     fn unicast(
         &mut self,
         ports: &mut PortTable,
+        downlink: Option<&mut Downlink>,
         i: usize,
         d: usize,
         src: usize,
@@ -477,11 +495,22 @@ impl Pipeline {
         let Some(slot) = ports.get_mut(d) else {
             return false;
         };
+        let queue = downlink.zip(slot.global_vif).filter(|_| d != 0);
         if src == 0 {
-            if !Self::downlink_allows(slot, wire, now) {
+            if queue.is_none() && !Self::downlink_allows(slot, wire, now) {
                 return false;
             }
             self.mark_with(slot, i);
+        }
+        if let Some((dl, v)) = queue {
+            // The frame goes nowhere else: a large one's buffer is taken, not copied.
+            return match dl.enqueue(v, &mut self.batch, i, wire, true, now) {
+                Ok(()) => true,
+                Err(reason) => {
+                    slot.c.drops[reason] += 1;
+                    false
+                }
+            };
         }
         self.push_out(d, i);
         true

@@ -219,6 +219,24 @@ impl Batch {
         self.commit(len)
     }
 
+    /// Swaps frame `i`'s buffer with `buf` (of [`FRAME_BUF_BYTES`]): the caller takes the
+    /// frame without a copy and the batch keeps a buffer to read into. Frame `i` is then
+    /// garbage until the batch is cleared.
+    pub(crate) fn swap_buf(&mut self, i: usize, buf: &mut Box<[u8]>) {
+        debug_assert_eq!(buf.len(), FRAME_BUF_BYTES);
+        std::mem::swap(&mut self.bufs[i], buf);
+    }
+
+    /// Appends the first `len` bytes of `buf` (of [`FRAME_BUF_BYTES`]) as a new frame by
+    /// swapping it with the free slot's buffer, which `buf` then holds; false when full.
+    pub(crate) fn push_buf(&mut self, buf: &mut Box<[u8]>, len: usize) -> bool {
+        if self.count == BATCH_FRAMES || buf.len() != FRAME_BUF_BYTES {
+            return false;
+        }
+        std::mem::swap(&mut self.bufs[self.count], buf);
+        self.commit(len)
+    }
+
     /// Shortens frame `i` to at most `len` bytes.
     pub fn truncate_frame(&mut self, i: usize, len: usize) {
         self.lens[i] = self.lens[i].min(len);

@@ -49,11 +49,15 @@ pub enum DropReason {
     Reserved,
     /// An 802.1Q or 802.1ad tagged frame from a vif (an access port).
     Tagged,
+    /// The destination vif's downlink queue (or the shard's queue memory) was full.
+    QueueFull,
+    /// The downlink's AQM (CoDel) signalled a frame that is not ECN-capable.
+    Aqm,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Truncated,
         DropReason::Oversized,
         DropReason::BadVnetHdr,
@@ -70,6 +74,8 @@ impl DropReason {
         DropReason::RogueDhcp,
         DropReason::Reserved,
         DropReason::Tagged,
+        DropReason::QueueFull,
+        DropReason::Aqm,
     ];
 
     /// The name used in the API, the metrics' `reason` label and the CLI.
@@ -91,6 +97,8 @@ impl DropReason {
             DropReason::RogueDhcp => "rogue_dhcp",
             DropReason::Reserved => "reserved",
             DropReason::Tagged => "tagged",
+            DropReason::QueueFull => "queue_full",
+            DropReason::Aqm => "aqm",
         }
     }
 }
@@ -174,6 +182,11 @@ pub struct PortCounters {
     /// Source MAC addresses from this port not learnt because the port's share of the MAC
     /// table (or the table) was full; frames to them are flooded. Not a drop.
     pub mac_learn_refused: u64,
+    /// Frames waiting in the vif's downlink queue now (a gauge; every shard's queue added
+    /// up; 0 without the scheduled downlink).
+    pub queued_frames: u64,
+    /// Their bytes on the wire (a gauge).
+    pub queued_bytes: u64,
 }
 
 /// One port's counters and state.
@@ -279,6 +292,8 @@ impl PortCounters {
         self.ecn_not_ect += o.ecn_not_ect;
         self.rx_errors += o.rx_errors;
         self.mac_learn_refused += o.mac_learn_refused;
+        self.queued_frames += o.queued_frames;
+        self.queued_bytes += o.queued_bytes;
     }
 }
 

@@ -26,6 +26,7 @@ use crate::addrs::{AddrView, SharedAddrs};
 use crate::balance::Balance;
 use crate::calib::CostSamples;
 use crate::config::{EmulatedWork, PortSecurity, SwitchConfig};
+use crate::downlink::{Downlink, Served};
 use crate::error::SwitchError;
 use crate::l2::{Addresses, IpTable, MacTable};
 use crate::pipeline::{Admission, Parts, Pipeline};
@@ -64,6 +65,8 @@ pub struct Switch {
     pub(crate) shaper: UplinkShaper,
     /// The batch in flight and its output queues.
     pub(crate) pipeline: Pipeline,
+    /// The scheduled downlink (queues, AQM, engine), when on.
+    pub(crate) downlink: Option<Downlink>,
     /// Which engine.
     pub(crate) engine_kind: EngineKind,
     /// The snapshot in force (every vif, on every shard).
@@ -118,6 +121,7 @@ impl Switch {
         policies.cost = config.cost;
         policies.cycles_per_sec = config.cycles_per_sec;
         policies.cpu_fair = config.cpu_fair;
+        policies.capacity_in_bps = config.capacity_in_bps;
         policies.validate()?;
         let engine: Box<dyn Engine> = match config.custom_engine {
             Some(mut e) => {
@@ -140,6 +144,17 @@ impl Switch {
             config.mac_age_ns,
         );
         ips.set_port_capacity(0, config.mac_capacity / 2);
+        let downlink = match config.downlink {
+            Some(d) => Some(Downlink::new(
+                engine.kind(),
+                &policies,
+                &[],
+                config.downlink_max,
+                d,
+                now_ns,
+            )?),
+            None => None,
+        };
         let (uplink, uplink_security, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
@@ -148,6 +163,7 @@ impl Switch {
             sched: Scheduler::new(engine, 0),
             shaper: UplinkShaper::default(),
             pipeline: Pipeline::default(),
+            downlink,
             policies: Arc::new(policies.clone()),
             vif_slots: Vec::new(),
             policy_epoch: 0,
@@ -310,6 +326,14 @@ impl Switch {
                 }
             }
         }
+        if let Some(d) = &mut self.downlink {
+            match d.serve(&mut self.ports, now_ns) {
+                Served::Batch(_) => did_work = true,
+                Served::CapacityWait => self.counters.capacity_waits += 1,
+                Served::Refused => self.counters.engine_refusals += 1,
+                Served::Idle => {}
+            }
+        }
         if now_ns >= self.next_age_ns {
             if self.shard == 0 {
                 self.addrs.lock().expire(now_ns);
@@ -338,6 +362,9 @@ impl Switch {
                 at = at.min(t);
             }
         }
+        if let Some(d) = &self.downlink {
+            at = at.min(d.wake_at(now_ns));
+        }
         at
     }
 
@@ -353,6 +380,7 @@ impl Switch {
             ports: &mut self.ports,
             addrs: &mut self.addrs,
             shaper: &mut self.shaper,
+            downlink: self.downlink.as_mut(),
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
         self.pipeline.forward(parts, 0, None, now_ns);
@@ -386,6 +414,7 @@ impl Switch {
             ports: &mut self.ports,
             addrs: &mut self.addrs,
             shaper: &mut self.shaper,
+            downlink: self.downlink.as_mut(),
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
         };
         let admission = Admission {
@@ -441,6 +470,11 @@ impl Switch {
             let rate = |b: u64| (u128::from(b) * 8_000_000_000 / u128::from(dt)) as u64;
             // The port's own counters and status from the shard that reads it, and the
             // counters of a transmit queue of this shard's own.
+            let mut counters = s.c;
+            if let (Some(d), Some(v)) = (&self.downlink, s.global_vif) {
+                let depth = d.depth(v);
+                (counters.queued_frames, counters.queued_bytes) = (depth.frames, depth.bytes);
+            }
             let (io, status) = if s.local || s.own_queue {
                 let p = s.port.lock();
                 (p.counters(), p.status())
@@ -452,7 +486,7 @@ impl Switch {
                 role: s.role,
                 vif: s.global_vif,
                 policy: s.policy.clone(),
-                counters: s.c,
+                counters,
                 ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
                 engine: s.vif.map(|v| self.sched.vif_state(v)),
                 rx_rate_bps: rate(s.c.rx_bytes - oldest.1),

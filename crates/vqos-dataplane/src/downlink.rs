@@ -1,0 +1,461 @@
+//! The scheduled downlink: what the vifs receive (from the uplink and from each other) waits
+//! in a queue per destination vif and leaves it through an engine of the switch's kind, at the
+//! downlink capacity, under each vif's inbound policy ([`vqos_sched::PolicySet::downlink`]):
+//! its weight, min, priority and inbound max act on what it receives as on what it sends.
+//!
+//! ## Behavior
+//! - **Enqueue** ([`Downlink::enqueue`]): a unicast frame's buffer is taken from the receive
+//!   batch without a copy when it is large (a fresh buffer from the pool takes its place), and
+//!   copied into a small buffer otherwise; a flooded copy is always copied. A queue past its
+//!   bound in frames or in buffer memory, or a shard past its memory bound, drops the arrival
+//!   (`queue_full`, on the destination).
+//! - **Dequeue** ([`Downlink::serve`], one batch per poll): the engine picks a ready vif and a
+//!   batch size; each frame leaving passes CoDel on its sojourn time ([`vqos_sched::aqm`]):
+//!   signalled, an ECN-capable frame is marked CE (`ecn_marked`), any other is dropped
+//!   (`aqm`); then the engine's `admit` (a policer's drop counts `rate_limited`). The batch is
+//!   sent with one `send_batch`; frames the port cannot take are lost (`tx_error`), as on every
+//!   path: a guest that reads slowly loses its own frames and holds back no other vif's queue.
+//!   The batch is charged to the engine (frames, wire bytes, cycles) and to the downlink
+//!   shaper, which gates the next batch while in debt.
+//!
+//! ## Memory, known in advance
+//! Each queue holds at most `frames` frames and `bytes` of buffers (a large frame's buffer is
+//! [`FRAME_BUF_BYTES`], a small one's [`SMALL_BUF_BYTES`]); a shard holds at most `memory` in
+//! all its queues. Worst case per shard: `min(vifs × bytes, memory)`, 256 MiB by default
+//! whatever the number of vifs (1,024 vifs at 4 MiB each would be 4 GiB: the shard's bound
+//! decides). Pools keep at most [`POOL_BIG`] large and [`POOL_SMALL`] small free buffers.
+//!
+//! ## Shards
+//! Each shard has its own downlink over every vif (the frames it switches: shard 0 reads the
+//! uplink), each at the whole downlink capacity: vif-to-vif frames switched on the other
+//! shards are not counted against shard 0's part (docs/dataplane.md, "Shards").
+
+use std::collections::VecDeque;
+
+use vqos_sched::{AqmParams, Codel, EngineKind, PolicySet, Scheduler, Step, Usage, Verdict};
+
+use crate::error::SwitchError;
+use crate::frame::{self, FRAME_BUF_BYTES, VNET_HDR_LEN};
+use crate::port::{Batch, BATCH_FRAMES};
+use crate::ports::PortTable;
+use crate::shaper::UplinkShaper;
+use crate::stats::DropReason;
+use crate::sys::cycles;
+
+/// Buffer of a frame that fits in it (most frames at the MTU): copied rather than taken.
+pub const SMALL_BUF_BYTES: usize = 2048;
+
+/// Free large buffers a shard keeps for reuse.
+pub const POOL_BIG: usize = 64;
+
+/// Free small buffers a shard keeps for reuse.
+pub const POOL_SMALL: usize = 1024;
+
+/// Indices `0..BATCH_FRAMES` for `send_batch`.
+const ALL: [u8; BATCH_FRAMES] = {
+    let mut a = [0u8; BATCH_FRAMES];
+    let mut i = 0;
+    while i < BATCH_FRAMES {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// How the downlink is run ([`crate::SwitchConfig::downlink`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownlinkConfig {
+    /// Most frames one vif's queue holds.
+    pub queue_frames: usize,
+    /// Most buffer bytes one vif's queue holds.
+    pub queue_bytes: u64,
+    /// Most buffer bytes all of a shard's queues hold.
+    pub memory_bytes: u64,
+    /// The AQM's target and interval.
+    pub aqm: AqmParams,
+}
+
+impl Default for DownlinkConfig {
+    fn default() -> Self {
+        DownlinkConfig {
+            queue_frames: 1024,
+            queue_bytes: 4 << 20,
+            memory_bytes: 256 << 20,
+            aqm: AqmParams::default(),
+        }
+    }
+}
+
+impl DownlinkConfig {
+    /// Checks the bounds (each must hold at least one largest frame) and the AQM.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.queue_frames == 0 {
+            return Err("downlink queue_frames must be at least 1".into());
+        }
+        let least = FRAME_BUF_BYTES as u64;
+        if self.queue_bytes < least || self.memory_bytes < self.queue_bytes {
+            return Err(format!(
+                "downlink queue_bytes must be at least {least} (one largest frame) and \
+                 memory at least queue_bytes"
+            ));
+        }
+        self.aqm.validate()
+    }
+}
+
+/// A frame waiting for its vif.
+struct Queued {
+    /// Its buffer (virtio-net header + Ethernet frame in the first `len` bytes).
+    buf: Box<[u8]>,
+    /// Frame length.
+    len: usize,
+    /// Bytes on the wire.
+    wire: u64,
+    /// When it was queued, ns.
+    at_ns: u64,
+}
+
+/// One vif's queue.
+#[derive(Default)]
+struct VifQueue {
+    /// The frames, oldest first.
+    frames: VecDeque<Queued>,
+    /// Buffer bytes held.
+    held: u64,
+    /// Wire bytes queued.
+    wire: u64,
+    /// Its AQM.
+    codel: Codel,
+    /// The vif's port slot.
+    slot: usize,
+}
+
+/// What a queue holds, for stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueDepth {
+    /// Frames waiting.
+    pub frames: u64,
+    /// Their bytes on the wire.
+    pub bytes: u64,
+}
+
+/// What one [`Downlink::serve`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// A batch was sent (frames).
+    Batch(usize),
+    /// The shaper is in debt.
+    CapacityWait,
+    /// Ready vifs, none may go now.
+    Refused,
+    /// Nothing queued.
+    Idle,
+}
+
+/// The downlink of one shard; see the module docs.
+pub(crate) struct Downlink {
+    /// The engine over every vif's inbound policy.
+    sched: Scheduler,
+    /// The downlink capacity.
+    shaper: UplinkShaper,
+    /// Per vif (the policy set's ids).
+    queues: Vec<VifQueue>,
+    /// The vifs' names, by id (to carry queues over a new snapshot).
+    names: Vec<String>,
+    /// Bounds and AQM.
+    config: DownlinkConfig,
+    /// Buffer bytes held in all queues.
+    held: u64,
+    /// Free small buffers.
+    small: Vec<Box<[u8]>>,
+    /// Free large buffers.
+    big: Vec<Box<[u8]>>,
+    /// The batch being sent.
+    out: Batch,
+    /// Wire bytes of each frame of `out`.
+    out_wire: [u64; BATCH_FRAMES],
+    /// `downlink_max`: a vif's max acts inbound when it states no `max_in`.
+    follow_max: bool,
+}
+
+impl Downlink {
+    /// A downlink with an engine of `kind` over `policies` turned inbound.
+    pub fn new(
+        kind: EngineKind,
+        policies: &PolicySet,
+        slots: &[usize],
+        follow_max: bool,
+        config: DownlinkConfig,
+        now_ns: u64,
+    ) -> Result<Downlink, SwitchError> {
+        config.validate().map_err(SwitchError::Setting)?;
+        let set = policies.downlink(follow_max);
+        let engine = vqos_sched::build(kind, &set, now_ns)?;
+        let mut d = Downlink {
+            sched: Scheduler::new(engine, set.len()),
+            shaper: UplinkShaper::default(),
+            queues: Vec::new(),
+            names: Vec::new(),
+            config,
+            held: 0,
+            small: Vec::new(),
+            big: Vec::new(),
+            out: Batch::new(),
+            out_wire: [0; BATCH_FRAMES],
+            follow_max,
+        };
+        d.shaper.configure(set.capacity_bps, now_ns);
+        d.remap(&set, slots);
+        Ok(d)
+    }
+
+    /// Installs a new snapshot (vif `i` in slot `slots[i]`); refused before anything changes
+    /// when the engine refuses it. Queues follow their vif by name; a removed vif's are freed.
+    pub fn configure(
+        &mut self,
+        policies: &PolicySet,
+        slots: &[usize],
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        let set = policies.downlink(self.follow_max);
+        self.sched.configure(&set, now_ns)?;
+        self.shaper.configure(set.capacity_bps, now_ns);
+        self.remap(&set, slots);
+        Ok(())
+    }
+
+    /// Moves the queues to the ids of `set`, sets each vif's slot and readiness.
+    fn remap(&mut self, set: &PolicySet, slots: &[usize]) {
+        let mut old: std::collections::HashMap<String, VifQueue> =
+            self.names.drain(..).zip(self.queues.drain(..)).collect();
+        for (id, spec) in set.vifs.iter().enumerate() {
+            let mut q = old.remove(&spec.name).unwrap_or_default();
+            q.slot = slots.get(id).copied().unwrap_or(usize::MAX);
+            self.sched.set_ready(id, !q.frames.is_empty());
+            self.queues.push(q);
+            self.names.push(spec.name.clone());
+        }
+        for (_, q) in old {
+            self.held -= q.held;
+        }
+    }
+
+    /// Its bounds and AQM.
+    pub fn config(&self) -> DownlinkConfig {
+        self.config
+    }
+
+    /// True when some queue holds frames.
+    pub fn has_work(&self) -> bool {
+        !self.sched.ready().none()
+    }
+
+    /// When the downlink next has something to do without new frames (a tick, a refill).
+    pub fn wake_at(&self, now_ns: u64) -> u64 {
+        let mut at = self.sched.wake_at(now_ns);
+        if self.has_work() {
+            if let Some(t) = self.shaper.blocked_until() {
+                at = at.min(t);
+            }
+        }
+        at
+    }
+
+    /// What vif `vif`'s queue holds.
+    pub fn depth(&self, vif: usize) -> QueueDepth {
+        self.queues
+            .get(vif)
+            .map_or_else(QueueDepth::default, |q| QueueDepth {
+                frames: q.frames.len() as u64,
+                bytes: q.wire,
+            })
+    }
+
+    /// Queues frame `i` of `batch` (`wire` bytes on the wire) for vif `vif` at `now_ns`;
+    /// `take`: the frame goes nowhere else, so a large one's buffer may be taken (the batch
+    /// gets a fresh one). Err: the bound that refused it (`queue_full`).
+    pub fn enqueue(
+        &mut self,
+        vif: usize,
+        batch: &mut Batch,
+        i: usize,
+        wire: u64,
+        take: bool,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let Some(q) = self.queues.get_mut(vif) else {
+            return Err(DropReason::QueueFull);
+        };
+        let len = batch.frame(i).len();
+        let small = len <= SMALL_BUF_BYTES;
+        let cost = if small {
+            SMALL_BUF_BYTES
+        } else {
+            FRAME_BUF_BYTES
+        } as u64;
+        if q.frames.len() >= self.config.queue_frames
+            || q.held + cost > self.config.queue_bytes
+            || self.held + cost > self.config.memory_bytes
+        {
+            return Err(DropReason::QueueFull);
+        }
+        let buf = if small {
+            let mut b = self
+                .small
+                .pop()
+                .unwrap_or_else(|| vec![0u8; SMALL_BUF_BYTES].into_boxed_slice());
+            b[..len].copy_from_slice(batch.frame(i));
+            b
+        } else {
+            let mut b = self
+                .big
+                .pop()
+                .unwrap_or_else(|| vec![0u8; FRAME_BUF_BYTES].into_boxed_slice());
+            if take {
+                batch.swap_buf(i, &mut b);
+            } else {
+                b[..len].copy_from_slice(batch.frame(i));
+            }
+            b
+        };
+        if q.frames.is_empty() {
+            self.sched.set_ready(vif, true);
+        }
+        q.frames.push_back(Queued {
+            buf,
+            len,
+            wire,
+            at_ns: now_ns,
+        });
+        q.held += cost;
+        q.wire += wire;
+        self.held += cost;
+        Ok(())
+    }
+
+    /// Serves one batch if the capacity and the engine allow; see the module docs.
+    pub fn serve(&mut self, ports: &mut PortTable, now_ns: u64) -> Served {
+        if !self.has_work() {
+            return Served::Idle;
+        }
+        if !self.shaper.allows(now_ns) {
+            return Served::CapacityWait;
+        }
+        let granted = match self.sched.step(now_ns) {
+            Step::Serve(g) => g,
+            Step::Refused { .. } => return Served::Refused,
+            Step::Idle { .. } => return Served::Idle,
+        };
+        let t0 = cycles();
+        let vif = granted.vif();
+        let Downlink {
+            sched,
+            shaper,
+            queues,
+            config,
+            held,
+            small,
+            big,
+            out,
+            out_wire,
+            ..
+        } = self;
+        let q = &mut queues[vif];
+        let Some(entry) = ports.get_mut(q.slot) else {
+            // The port went away before the snapshot that removes its vif: drop its frames.
+            while let Some(f) = q.frames.pop_front() {
+                recycle(f.buf, small, big);
+            }
+            *held -= q.held;
+            (q.held, q.wire) = (0, 0);
+            sched.set_ready(vif, false);
+            sched.charge(granted, Usage::default(), now_ns);
+            return Served::Batch(0);
+        };
+        let avg = q.wire / (q.frames.len() as u64).max(1);
+        let want = granted
+            .max_packets()
+            .min(BATCH_FRAMES)
+            .min(shaper.frames_within(avg));
+        out.clear();
+        let mut usage = Usage::default();
+        while out.len() < want {
+            let Some(mut f) = q.frames.pop_front() else {
+                break;
+            };
+            let cost = f.buf.len() as u64;
+            q.held -= cost;
+            *held -= cost;
+            q.wire -= f.wire;
+            let sojourn = now_ns.saturating_sub(f.at_ns);
+            let eth = &mut f.buf[VNET_HDR_LEN..f.len];
+            if q.codel
+                .on_dequeue(&config.aqm, sojourn, f.wire, q.wire, now_ns)
+            {
+                if frame::mark_ce(eth) {
+                    entry.c.ecn_marked += 1;
+                } else {
+                    entry.c.drops[DropReason::Aqm] += 1;
+                    recycle(f.buf, small, big);
+                    continue;
+                }
+            }
+            // wire < 2^26 (frame::wire_bytes): fits u32.
+            match sched.admit(&granted, f.wire as u32, now_ns) {
+                Verdict::Forward => {}
+                Verdict::MarkCe => {
+                    if frame::mark_ce(eth) {
+                        entry.c.ecn_marked += 1;
+                    } else {
+                        entry.c.ecn_not_ect += 1;
+                    }
+                }
+                Verdict::Drop => {
+                    entry.c.drops[DropReason::RateLimited] += 1;
+                    recycle(f.buf, small, big);
+                    continue;
+                }
+            }
+            out_wire[out.len()] = f.wire;
+            if f.buf.len() == FRAME_BUF_BYTES {
+                // The batch takes the buffer and gives back one of the same size.
+                out.push_buf(&mut f.buf, f.len);
+            } else {
+                out.push(&f.buf[..f.len]);
+            }
+            recycle(f.buf, small, big);
+        }
+        if q.frames.is_empty() {
+            sched.set_ready(vif, false);
+        }
+        let n = out.len();
+        let sent = if n == 0 {
+            0
+        } else {
+            entry.port.lock().send_batch(out, &ALL[..n]).unwrap_or(0)
+        };
+        // The vif is charged what its guest took: frames its port refused cost it nothing
+        // more than their cycles, so a guest that stops reading does not hold the capacity.
+        usage.packets = sent as u32;
+        usage.bytes = out_wire[..sent].iter().sum::<u64>();
+        entry.c.tx_frames += sent as u64;
+        entry.c.tx_bytes += usage.bytes;
+        entry.c.drops[DropReason::TxError] += (n - sent) as u64;
+        usage.cycles = cycles().wrapping_sub(t0);
+        shaper.charge(usage.bytes, now_ns);
+        sched.charge(granted, usage, now_ns);
+        Served::Batch(sent)
+    }
+}
+
+/// Gives a buffer back to its pool (or frees it when the pool is full).
+fn recycle(buf: Box<[u8]>, small: &mut Vec<Box<[u8]>>, big: &mut Vec<Box<[u8]>>) {
+    let (pool, keep) = if buf.len() == FRAME_BUF_BYTES {
+        (big, POOL_BIG)
+    } else {
+        (small, POOL_SMALL)
+    };
+    if pool.len() < keep {
+        pool.push(buf);
+    }
+}

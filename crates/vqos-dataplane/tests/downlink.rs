@@ -1,0 +1,212 @@
+//! The scheduled downlink in virtual time ([`common::VRig`]): what the vifs receive from the
+//! uplink follows their weights, mins and maxes under the downlink capacity; the AQM marks
+//! ECN-capable frames and drops the others; a vif whose guest stops reading does not slow
+//! another; queues never pass their bounds and every frame is accounted for.
+
+mod common;
+
+use common::*;
+use vqos_dataplane::frame::{build_frame, VnetHdr};
+use vqos_dataplane::{DownlinkConfig, DropReason, MacPolicy, SwitchError};
+use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
+
+const MS: u64 = 1_000_000;
+const MBIT: u64 = 1_000_000;
+
+/// A 1500-byte (on the wire) frame that is not IP: the AQM can only drop it.
+fn big(dst: u64) -> Vec<u8> {
+    build_frame(VnetHdr::default(), dst, MAC_U, 0x88b5, &[7; 1486])
+}
+
+/// A 1500-byte ECT(0) IPv4 frame.
+fn big_ect(dst: u64) -> Vec<u8> {
+    let mut p = station_ipv4(MAC_U, 0x02, 1486);
+    p.extend_from_slice(&[0; 1466]);
+    build_frame(VnetHdr::default(), dst, MAC_U, 0x0800, &p)
+}
+
+/// A rig with the scheduled downlink, engine `vqos`, downlink capacity `cap_mbit`, and the
+/// vifs' MACs learnt (each sent one frame to the uplink).
+fn rig(cap_mbit: u64, dl: DownlinkConfig) -> VRig {
+    let mut r = VRig::with(
+        |c| {
+            c.engine = EngineKind::Vqos;
+            c.capacity_in_bps = Some(cap_mbit * MBIT);
+            c.downlink = Some(dl);
+        },
+        MacPolicy::default(),
+    );
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    r.b.inject(frame(MAC_U, MAC_B, 1));
+    r.run();
+    r.u.take_sent();
+    r
+}
+
+fn set(r: &mut VRig, a: VifPolicy, b: VifPolicy) {
+    let mut s = (**r.sw.policies()).clone();
+    s.vifs[0].policy = a;
+    s.vifs[1].policy = b;
+    r.sw.set_policies(s, r.now).unwrap();
+}
+
+fn weight(w: u32) -> VifPolicy {
+    VifPolicy {
+        weight: w,
+        ..Default::default()
+    }
+}
+
+/// What each of a and b received, Mbit/s, over the last half of `ms` milliseconds during
+/// which the uplink offers each `per_ms` frames (made by `make`) every millisecond. Checks
+/// after every step that no queue holds more than its bound.
+fn offer(r: &mut VRig, ms: u64, per_ms: [usize; 2], make: fn(u64) -> Vec<u8>) -> [f64; 2] {
+    let mut got = [0u64; 2];
+    for step in 0..ms {
+        for _ in 0..per_ms[0] {
+            r.u.inject(make(MAC_A));
+        }
+        for _ in 0..per_ms[1] {
+            r.u.inject(make(MAC_B));
+        }
+        r.advance(MS);
+        let s = r.stats();
+        for p in ["a", "b"] {
+            let c = s.port(p).unwrap().counters;
+            assert!(c.queued_frames <= 1024, "{p}: {} queued", c.queued_frames);
+        }
+        let sent = [r.a.take_sent(), r.b.take_sent()];
+        if step >= ms / 2 {
+            for (g, f) in got.iter_mut().zip(&sent) {
+                *g += f.iter().map(|f| f.len() as u64 - 12).sum::<u64>();
+            }
+        }
+    }
+    got.map(|b| (b * 8) as f64 / ((ms / 2) as f64 / 1000.0) / MBIT as f64)
+}
+
+fn within(got: f64, want: f64, pct: f64) -> bool {
+    (got - want).abs() <= want * pct / 100.0
+}
+
+#[test]
+fn weights_share_the_downlink_capacity() {
+    let mut r = rig(400, DownlinkConfig::default());
+    set(&mut r, weight(1), weight(3));
+    // 40 frames/ms each is 480 Mbit/s: both over their share.
+    let [a, b] = offer(&mut r, 400, [40, 40], big);
+    assert!(within(a, 100.0, 5.0) && within(b, 300.0, 5.0), "{a} {b}");
+}
+
+#[test]
+fn a_min_and_a_max_hold_on_the_downlink() {
+    let mut r = rig(400, DownlinkConfig::default());
+    let a = VifPolicy {
+        min_bps: 250 * MBIT,
+        ..weight(1)
+    };
+    set(&mut r, a, weight(3));
+    let [a, b] = offer(&mut r, 400, [40, 40], big);
+    assert!(within(a, 250.0, 5.0) && within(b, 150.0, 5.0), "{a} {b}");
+    // An inbound max on b: a takes the rest (work-conserving).
+    let b = VifPolicy {
+        max_in_bps: Some(50 * MBIT),
+        ..weight(3)
+    };
+    set(&mut r, weight(1), b);
+    let [a, b] = offer(&mut r, 400, [40, 40], big);
+    assert!(within(a, 350.0, 5.0) && within(b, 50.0, 5.0), "{a} {b}");
+}
+
+#[test]
+fn a_vif_whose_guest_stops_reading_does_not_slow_another() {
+    let mut r = rig(400, DownlinkConfig::default());
+    set(&mut r, weight(1), weight(1));
+    // a's guest takes nothing: its frames are lost at its port, b gets the capacity.
+    r.sw.remove_port("a", r.now).unwrap();
+    let (pa, a) = vqos_dataplane::MemPort::pair("a", 0);
+    r.sw.add_port(
+        vqos_dataplane::PortSpec::custom(Box::new(pa)),
+        VifPolicy::default(),
+        r.now,
+    )
+    .unwrap();
+    r.a = a;
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    r.run();
+    let [_, b] = offer(&mut r, 200, [40, 40], big);
+    assert!(within(b, 400.0, 5.0), "{b}");
+    let s = r.stats();
+    assert!(s.port("a").unwrap().counters.drops[DropReason::TxError] > 0);
+}
+
+#[test]
+fn the_aqm_marks_ecn_capable_frames_and_drops_the_others() {
+    for (make, ect) in [(big_ect as fn(u64) -> Vec<u8>, true), (big, false)] {
+        let mut r = rig(100, DownlinkConfig::default());
+        // 12 frames/ms is 144 Mbit/s into 100: a standing queue.
+        offer(&mut r, 200, [12, 0], make);
+        let c = r.stats().port("a").unwrap().counters;
+        if ect {
+            assert!(c.ecn_marked > 0, "{c:?}");
+            assert_eq!(c.drops[DropReason::Aqm], 0);
+        } else {
+            assert!(c.drops[DropReason::Aqm] > 0, "{c:?}");
+            assert_eq!(c.ecn_marked, 0);
+        }
+    }
+}
+
+#[test]
+fn queues_keep_their_bounds_and_every_frame_is_accounted_for() {
+    let dl = DownlinkConfig {
+        queue_frames: 16,
+        ..Default::default()
+    };
+    let mut r = rig(100, dl);
+    let offered = 300 * 40;
+    let mut delivered = 0;
+    for _ in 0..300 {
+        for _ in 0..40 {
+            r.u.inject(big(MAC_A));
+        }
+        r.advance(MS);
+        delivered += r.a.take_sent().len() as u64;
+        let c = r.stats().port("a").unwrap().counters;
+        assert!(c.queued_frames <= 16, "{}", c.queued_frames);
+    }
+    let c = r.stats().port("a").unwrap().counters;
+    assert!(c.drops[DropReason::QueueFull] > 0);
+    let lost = c.drops[DropReason::QueueFull]
+        + c.drops[DropReason::Aqm]
+        + c.drops[DropReason::RateLimited]
+        + c.drops[DropReason::TxError];
+    assert_eq!(delivered, c.tx_frames);
+    assert_eq!(offered, delivered + lost + c.queued_frames, "{c:?}");
+}
+
+#[test]
+fn bad_downlink_settings_are_refused_and_change_nothing() {
+    let mut r = rig(400, DownlinkConfig::default());
+    let before = r.sw.policies().clone();
+    let mut s: PolicySet = (*before).clone();
+    s.vifs[0].policy.min_bps = 300 * MBIT;
+    s.vifs[1].policy.min_bps = 200 * MBIT;
+    s.capacity_in_bps = Some(400 * MBIT);
+    assert!(matches!(
+        r.sw.set_policies(s, r.now),
+        Err(SwitchError::Policy(PolicyError::MinsOverDownlink { .. }))
+    ));
+    assert_eq!(r.sw.policies(), &before);
+    let small = DownlinkConfig {
+        queue_bytes: 1000,
+        ..Default::default()
+    };
+    let (up, _u) = vqos_dataplane::MemPort::pair("up", 1);
+    let mut cfg = vqos_dataplane::SwitchConfig::new(vqos_dataplane::PortSpec::custom(Box::new(up)));
+    cfg.downlink = Some(small);
+    assert!(matches!(
+        vqos_dataplane::Switch::new(cfg, 0),
+        Err(SwitchError::Setting(_))
+    ));
+}
