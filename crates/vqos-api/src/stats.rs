@@ -55,6 +55,12 @@ pub struct PortStats {
     /// The forwarding loop (`loops[]`, shard) that reads the port.
     #[serde(default)]
     pub shard: usize,
+    /// Frames waiting in the vif's downlink queue now (scheduled downlink; 0 otherwise).
+    #[serde(default)]
+    pub queued_frames: u64,
+    /// Their bytes on the wire.
+    #[serde(default)]
+    pub queued_bytes: u64,
 }
 
 /// Counters of one poll loop.
@@ -119,7 +125,7 @@ pub struct SwitchStats {
 /// `drops{reason}` series exists from the start. The data plane's `DropReason::ALL` is the
 /// source; vqosd's tests check that this list names exactly those (this crate does not link
 /// the data plane).
-pub const DROP_REASONS: [&str; 16] = [
+pub const DROP_REASONS: [&str; 18] = [
     "truncated",
     "oversized",
     "bad_vnet_hdr",
@@ -136,4 +142,6 @@ pub const DROP_REASONS: [&str; 16] = [
     "rogue_dhcp",
     "reserved",
     "tagged",
+    "queue_full",
+    "aqm",
 ];

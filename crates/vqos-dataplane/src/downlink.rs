@@ -32,7 +32,8 @@
 
 use std::collections::VecDeque;
 
-use vqos_sched::{AqmParams, Codel, EngineKind, PolicySet, Scheduler, Step, Usage, Verdict};
+pub use vqos_sched::aqm::DownlinkConfig;
+use vqos_sched::{Codel, EngineKind, PolicySet, Scheduler, Step, Usage, Verdict};
 
 use crate::error::SwitchError;
 use crate::frame::{self, FRAME_BUF_BYTES, VNET_HDR_LEN};
@@ -62,46 +63,8 @@ const ALL: [u8; BATCH_FRAMES] = {
     a
 };
 
-/// How the downlink is run ([`crate::SwitchConfig::downlink`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DownlinkConfig {
-    /// Most frames one vif's queue holds.
-    pub queue_frames: usize,
-    /// Most buffer bytes one vif's queue holds.
-    pub queue_bytes: u64,
-    /// Most buffer bytes all of a shard's queues hold.
-    pub memory_bytes: u64,
-    /// The AQM's target and interval.
-    pub aqm: AqmParams,
-}
-
-impl Default for DownlinkConfig {
-    fn default() -> Self {
-        DownlinkConfig {
-            queue_frames: 1024,
-            queue_bytes: 4 << 20,
-            memory_bytes: 256 << 20,
-            aqm: AqmParams::default(),
-        }
-    }
-}
-
-impl DownlinkConfig {
-    /// Checks the bounds (each must hold at least one largest frame) and the AQM.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.queue_frames == 0 {
-            return Err("downlink queue_frames must be at least 1".into());
-        }
-        let least = FRAME_BUF_BYTES as u64;
-        if self.queue_bytes < least || self.memory_bytes < self.queue_bytes {
-            return Err(format!(
-                "downlink queue_bytes must be at least {least} (one largest frame) and \
-                 memory at least queue_bytes"
-            ));
-        }
-        self.aqm.validate()
-    }
-}
+// A queue's least bound holds one largest frame's buffer.
+const _: () = assert!(FRAME_BUF_BYTES as u64 <= vqos_sched::aqm::MIN_QUEUE_BYTES);
 
 /// A frame waiting for its vif.
 struct Queued {

@@ -60,6 +60,54 @@ impl AqmParams {
     }
 }
 
+/// Least `queue_bytes` of a [`DownlinkConfig`]: one largest frame (64 KiB and headers) and
+/// more.
+pub const MIN_QUEUE_BYTES: u64 = 128 << 10;
+
+/// The downlink's queues: their bounds and AQM (one definition for the data plane, the
+/// simulator and vqosd's `[downlink]` table; docs/design.md, "The scheduled downlink").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownlinkConfig {
+    /// Most frames one vif's queue holds.
+    pub queue_frames: usize,
+    /// Most buffer bytes one vif's queue holds.
+    pub queue_bytes: u64,
+    /// Most buffer bytes all of one forwarding thread's queues hold.
+    pub memory_bytes: u64,
+    /// The AQM's target and interval.
+    pub aqm: AqmParams,
+}
+
+impl Default for DownlinkConfig {
+    fn default() -> Self {
+        DownlinkConfig {
+            queue_frames: 1024,
+            queue_bytes: 4 << 20,
+            memory_bytes: 256 << 20,
+            aqm: AqmParams::default(),
+        }
+    }
+}
+
+impl DownlinkConfig {
+    /// Checks the bounds (a queue holds at least [`MIN_QUEUE_BYTES`], the memory at least
+    /// one queue) and the AQM.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.queue_frames == 0 {
+            return Err("downlink queue_frames must be at least 1".into());
+        }
+        if self.queue_bytes < MIN_QUEUE_BYTES {
+            return Err(format!(
+                "downlink queue_bytes must be at least {MIN_QUEUE_BYTES} (one largest frame and more)"
+            ));
+        }
+        if self.memory_bytes < self.queue_bytes {
+            return Err("downlink memory must be at least queue_bytes".into());
+        }
+        self.aqm.validate()
+    }
+}
+
 /// One queue's CoDel state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Codel {

@@ -33,7 +33,7 @@ pub mod testing;
 pub mod units;
 
 pub use alloc::{allocate, allocate_set, Claim};
-pub use aqm::{AqmParams, Codel};
+pub use aqm::{AqmParams, Codel, DownlinkConfig};
 pub use bucket::TokenBucket;
 pub use cost::{CostError, CycleCostModel, FrameCost, Pricing};
 pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};

@@ -95,6 +95,7 @@ use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, VifPoli
 use crate::backend::PortConfig;
 
 mod cost_model;
+mod downlink;
 mod threads;
 use crate::wire::{check_port_name, PortKind, PortRequest, Rate, WireError};
 
@@ -168,6 +169,9 @@ pub enum ConfigError {
     /// `threads` or `cpus` that this host cannot give.
     #[error("Invalid config: {0}")]
     Threads(String),
+    /// `capacity_in` or a `[downlink]` value out of range.
+    #[error("Invalid config: {0}")]
+    Downlink(String),
     /// A `[cost_model]` value out of range or out of place.
     #[error("Invalid config: {0}")]
     CostModel(String),
@@ -186,6 +190,8 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     capacity: Option<Rate>,
+    capacity_in: Option<Rate>,
+    downlink: Option<downlink::RawDownlink>,
     engine: Option<String>,
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
@@ -410,6 +416,10 @@ pub struct TcpConfig {
 pub struct Config {
     /// Uplink capacity in bit/s; `None` = unlimited.
     pub capacity_bps: Option<u64>,
+    /// Downlink capacity ([`PolicySet::capacity_in_bps`]): `None` = `capacity_bps`.
+    pub capacity_in_bps: Option<u64>,
+    /// The scheduled downlink's queues and AQM (`[downlink]`); `None`: `schedule = false`.
+    pub downlink: Option<vqos_sched::DownlinkConfig>,
     /// The scheduling engine.
     pub engine: EngineKind,
     /// What vifs are charged in.
@@ -486,6 +496,8 @@ impl Config {
             set.cycles_per_sec = c;
         }
         set.pricing = cost_model::pricing(raw.cost_model, set.cost)?;
+        set.capacity_in_bps = downlink::capacity_in(raw.capacity_in)?;
+        let downlink = downlink::downlink(raw.downlink)?;
         let mut ports = Vec::with_capacity(raw.port.len());
         for p in raw.port {
             check_port_name(&p.name)?;
@@ -606,6 +618,8 @@ impl Config {
             threads,
             cpus,
             capacity_bps: set.capacity_bps,
+            capacity_in_bps: set.capacity_in_bps,
+            downlink,
             engine,
             cost: set.cost,
             cycles_per_sec: set.cycles_per_sec,
@@ -637,6 +651,7 @@ impl Config {
     /// The policy set of the configured ports.
     pub fn policy_set(&self) -> PolicySet {
         let mut set = PolicySet::new(self.capacity_bps);
+        set.capacity_in_bps = self.capacity_in_bps;
         set.cost = self.cost;
         set.cycles_per_sec = self.cycles_per_sec;
         set.pricing = self.pricing;
@@ -649,12 +664,14 @@ impl Config {
 
     /// For a reload (SIGHUP, `POST /v1/reload`): the keys of `next` that differ from this
     /// config and cannot change without a restart, empty when `next` may be applied live.
-    /// Live: the `[[port]]` list and policies, `capacity`, `cpu_fair` and `max_ports`. Every other key
+    /// Live: the `[[port]]` list and policies, `capacity`, `capacity_in`, `cpu_fair` and `max_ports`. Every other key
     /// needs a restart; a new key must be listed here (the destructuring makes the compiler
     /// ask).
     pub fn restart_needed(&self, next: &Config) -> Vec<&'static str> {
         let Config {
             capacity_bps: _,
+            capacity_in_bps: _,
+            downlink,
             engine,
             cost,
             cycles_per_sec,
@@ -686,6 +703,7 @@ impl Config {
             }
         };
         differ(*engine == next.engine, "engine");
+        differ(*downlink == next.downlink, "downlink");
         differ(*cost == next.cost, "cost");
         differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
         differ(*pricing == next.pricing, "cost_model");

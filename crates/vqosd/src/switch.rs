@@ -170,6 +170,8 @@ impl SwitchBackend {
         let mut sc = SwitchConfig::new(uplink_spec);
         sc.engine = config.engine;
         sc.capacity_bps = config.capacity_bps;
+        sc.capacity_in_bps = config.capacity_in_bps;
+        sc.downlink = config.downlink;
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
         sc.cpu_fair = config.cpu_fair;
@@ -299,6 +301,8 @@ impl Backend for SwitchBackend {
                         ips: p.locked.ips.iter().map(|&k| key_ip(k)).collect(),
                     },
                     shard: p.shard,
+                    queued_frames: p.counters.queued_frames,
+                    queued_bytes: p.counters.queued_bytes,
                 }
             })
             .collect();

@@ -123,6 +123,7 @@ impl Api {
         let mut nv = v.clone();
         nv.file = Arc::new(next.clone());
         nv.set.capacity_bps = next.capacity_bps;
+        nv.set.capacity_in_bps = next.capacity_in_bps;
         // Entries gone from the file.
         for (p, _) in &old.ports {
             if next.ports.iter().any(|(q, _)| q.name == p.name) {
@@ -202,7 +203,7 @@ impl Api {
                 return Err(refused(409, e));
             }
         }
-        if old.capacity_bps != next.capacity_bps {
+        if old.capacity_bps != next.capacity_bps || old.capacity_in_bps != next.capacity_in_bps {
             report.capacity = Some(format_rate(next.capacity_bps));
         }
         if old.max_ports != next.max_ports {
@@ -238,6 +239,7 @@ impl Api {
         // the new capacity, as the new set's does).
         let mut first = before.clone();
         first.capacity_bps = nv.set.capacity_bps;
+        first.capacity_in_bps = nv.set.capacity_in_bps;
         for spec in &mut first.vifs {
             if leaving.contains(spec.name.as_str()) {
                 spec.policy.min_bps = 0;

@@ -94,6 +94,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Source MACs of the port not learnt because its share of the MAC table was full.",
     ),
     (
+        "vqos_port_queued_frames",
+        "gauge",
+        "Frames waiting in the vif's downlink queue (the scheduled downlink).",
+    ),
+    (
+        "vqos_port_queued_bytes",
+        "gauge",
+        "On-wire bytes of the frames waiting in the vif's downlink queue.",
+    ),
+    (
         "vqos_port_credit",
         "gauge",
         "Credit or tokens left in the engine's cost unit (absent for a vif without a bucket).",

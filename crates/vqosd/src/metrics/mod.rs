@@ -43,6 +43,8 @@ const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
     ("vqos_port_ecn_not_ect_total", |s| s.ecn_not_ect),
     ("vqos_port_rx_errors_total", |s| s.rx_errors),
     ("vqos_port_mac_learn_refused_total", |s| s.mac_learn_refused),
+    ("vqos_port_queued_frames", |s| s.queued_frames),
+    ("vqos_port_queued_bytes", |s| s.queued_bytes),
 ];
 
 /// The per-loop counters (the cycle counters also carry their unit).
