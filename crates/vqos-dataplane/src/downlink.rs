@@ -43,8 +43,7 @@ use crate::shaper::UplinkShaper;
 use crate::stats::DropReason;
 use crate::sys::cycles;
 
-/// Buffer of a frame that fits in it (most frames at the MTU): copied rather than taken.
-pub const SMALL_BUF_BYTES: usize = 2048;
+pub use vqos_sched::aqm::SMALL_BUF_BYTES;
 
 /// Free large buffers a shard keeps for reuse.
 pub const POOL_BIG: usize = 64;

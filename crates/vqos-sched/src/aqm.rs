@@ -60,6 +60,11 @@ impl AqmParams {
     }
 }
 
+/// Buffer of a queued frame that fits in it (most frames at the MTU): a frame up to this
+/// (virtio-net header included) is copied into one and holds this much of its queue's
+/// `queue_bytes`; a larger one holds a whole 64 KiB frame buffer.
+pub const SMALL_BUF_BYTES: usize = 2048;
+
 /// Least `queue_bytes` of a [`DownlinkConfig`]: one largest frame (64 KiB and headers) and
 /// more.
 pub const MIN_QUEUE_BYTES: u64 = 128 << 10;

@@ -199,13 +199,19 @@ fn reference(sc: &Scenario, start: u64, claims: &[(usize, VifPolicy, Option<u64>
             .collect()
     };
     let mut out = vec![0; claims.len()];
-    for g in groups.iter().filter(|g| !g.is_empty()) {
+    let one = groups.len() == 1;
+    for (down, g) in groups.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
         let c: Vec<Claim> = g
             .iter()
             .map(|&k| Claim::new(&claims[k].1, claims[k].2))
             .collect();
         // Validated at parse time.
-        let a = allocate(sc.tightest_at(start), &c).unwrap_or_default();
+        let capacity = if one || down == 0 {
+            sc.tightest_at(start)
+        } else {
+            sc.tightest_in_at(start)
+        };
+        let a = allocate(capacity, &c).unwrap_or_default();
         for (&k, r) in g.iter().zip(a) {
             out[k] = r;
         }

@@ -172,6 +172,12 @@ pub struct Scenario {
     /// allocation one switch gives, which the shards reproduce (docs/dataplane.md, "Shards"),
     /// so it does not change a prediction.
     pub threads: usize,
+    /// The downlink's capacity ([`PolicySet::capacity_in_bps`]: `None` = `capacity`).
+    pub capacity_in_bps: Option<u64>,
+    /// What VMs receive is scheduled (`downlink = "scheduled"`, the default, as vqosd's):
+    /// queues with CoDel and the engine under each VM's inbound policy; `"bucket"`: only its
+    /// inbound maximum acts (a bucket that drops), as before the scheduled downlink.
+    pub downlink_scheduled: bool,
     /// Per-packet CPU cost.
     pub cost_model: CycleCostModel,
     /// `[topology].direction`: the default of every VM's [`Vm::direction`].
@@ -226,6 +232,23 @@ impl Scenario {
             return Err(invalid("capacity: must be greater than 0"));
         }
         let engine: EngineKind = raw.engine.parse().map_err(invalid)?;
+        let capacity_in_bps = match &raw.capacity_in {
+            None => None,
+            Some(t) => match rate("capacity_in", t)? {
+                None => Some(vqos_sched::policy::UNLIMITED_IN_BPS),
+                Some(0) => return Err(invalid("capacity_in: must be greater than 0")),
+                Some(r) => Some(r),
+            },
+        };
+        let downlink_scheduled = match raw.downlink.as_deref() {
+            None | Some("scheduled") => true,
+            Some("bucket") => false,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "downlink: '{other}' (expected \"scheduled\" or \"bucket\")"
+                )))
+            }
+        };
         let settle_ns = match &raw.settle {
             Some(s) => time("settle", s)?,
             None => 2_000_000_000,
@@ -300,7 +323,7 @@ impl Scenario {
             let vm_direction =
                 parse_direction(&format!("{what}.direction"), v.direction.as_deref())?
                     .unwrap_or(direction);
-            if vm_direction == Direction::Download {
+            if vm_direction == Direction::Download && !downlink_scheduled {
                 warnings.extend(download_policy_warning(&what, &initial.policy));
             }
             vms.push(Vm {
@@ -365,7 +388,7 @@ impl Scenario {
             };
             let what = format!("event at {} for '{}'", e.at, vms[vm].name);
             let (settings, start_ns, stop_ns) = apply_keys(&what, &current[vm], &e.keys)?;
-            if vms[vm].direction == Direction::Download {
+            if vms[vm].direction == Direction::Download && !downlink_scheduled {
                 warnings.extend(download_policy_warning(&what, &settings.policy));
             }
             current[vm] = settings.clone();
@@ -389,6 +412,8 @@ impl Scenario {
             cpu_hz: raw.cpu_hz.unwrap_or(2_000_000_000),
             cpu_fair: raw.cpu_fair.unwrap_or(true),
             threads: raw.threads.unwrap_or(1),
+            capacity_in_bps,
+            downlink_scheduled,
             cost_model: raw.cost_model.unwrap_or_default(),
             direction,
             bottleneck_bps,
@@ -465,6 +490,7 @@ impl Scenario {
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
         set.cpu_fair = self.cpu_fair;
+        set.capacity_in_bps = self.capacity_in_bps;
         if let Ok(Some(pricing)) = self.cost_model.pricing() {
             set.pricing = pricing;
         }
@@ -486,12 +512,13 @@ impl Scenario {
     }
 
     /// The policy a VM's data meets, for the reference allocation: upload as written (the
-    /// engine's); download only its inbound maximum (`max_in`, else `max`, as the data
-    /// plane's downlink bucket) — weight 1, no minimum, no burst: the switch does not
-    /// schedule what a VM receives.
+    /// engine's); download its inbound policy ([`VifPolicy::inbound`], the downlink engine's)
+    /// when the downlink is scheduled, else only its inbound maximum (`max_in`, else `max`,
+    /// as the data plane's downlink bucket) — weight 1, no minimum, no burst.
     pub fn reference_policy(&self, i: usize, p: &VifPolicy) -> VifPolicy {
         match self.vms[i].direction {
             Direction::Upload => p.clone(),
+            Direction::Download if self.downlink_scheduled => p.inbound(true),
             Direction::Download => VifPolicy {
                 max_bps: p.inbound_max_bps(true),
                 max_in_bps: None,
@@ -549,6 +576,16 @@ impl Scenario {
     pub fn tightest_at(&self, t_ns: u64) -> u64 {
         self.bottleneck_at(t_ns)
             .map_or(self.capacity_bps, |b| b.min(self.capacity_bps))
+    }
+
+    /// The capacity of the tightest link what VMs receive crosses at `t_ns`: the bottleneck,
+    /// the downlink capacity (`capacity_in`, else `capacity`).
+    pub fn tightest_in_at(&self, t_ns: u64) -> u64 {
+        let cap = self
+            .policies_at(t_ns)
+            .downlink_capacity_bps()
+            .unwrap_or(u64::MAX);
+        self.bottleneck_at(t_ns).map_or(cap, |b| b.min(cap))
     }
 
     /// The capacity of the tightest shared link at the start.

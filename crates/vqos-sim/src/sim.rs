@@ -50,10 +50,11 @@ use std::collections::{BinaryHeap, VecDeque};
 use vqos_sched::bucket::{bytes_per_sec, link_bucket};
 use vqos_sched::controllers::fairness::{FairnessAdjuster, FairnessParams};
 use vqos_sched::controllers::pid_ecn::{PidEcn, PidParams};
-use vqos_sched::{Granted, PolicySet, Scheduler, Step, TokenBucket, Usage, Verdict};
+use vqos_sched::{Granted, PolicyError, PolicySet, Scheduler, Step, TokenBucket, Usage, Verdict};
 
 use crate::scenario::{CycleCostModel, Scenario, Traffic, VmSettings};
 
+mod downlink;
 mod path;
 mod sources;
 
@@ -145,8 +146,12 @@ pub struct VmCounters {
     /// Packets dropped at the external bottleneck.
     pub bottleneck_drops: u64,
     /// Packets to a download VM dropped by its inbound maximum (the data plane's
-    /// `rate_limited`).
+    /// `rate_limited`: the bucket, or the downlink engine's policer).
     pub rate_limited: u64,
+    /// Packets to a download VM that found its downlink queue full (`queue_full`).
+    pub queue_full: u64,
+    /// Datagrams to a download VM the downlink's AQM dropped (`aqm`).
+    pub aqm_drops: u64,
     /// Packets marked CE.
     pub ce_marks: u64,
     /// Cycles the core spent on the vif's packets.
@@ -189,8 +194,11 @@ pub struct Sim<'a> {
     link_free_ns: u64,
     /// When the host link's inbound direction finishes what it was given.
     link_in_free_ns: u64,
-    /// Each VM's inbound maximum (download VMs), as the data plane's downlink bucket.
+    /// Each VM's inbound maximum (download VMs), as the data plane's downlink bucket, when
+    /// the downlink is not scheduled.
     down_buckets: Vec<Option<TokenBucket>>,
+    /// The scheduled downlink.
+    down: Option<downlink::DownSim>,
     /// Departure times of packets in the bottleneck queue.
     bottleneck: VecDeque<u64>,
     bottleneck_free_ns: u64,
@@ -220,9 +228,15 @@ fn splitmix(state: &mut u64) -> u64 {
 
 impl<'a> Sim<'a> {
     /// Prepares a run of `sc` with `seed`.
-    pub fn new(sc: &'a Scenario, seed: u64) -> Result<Self, vqos_sched::PolicyError> {
+    pub fn new(sc: &'a Scenario, seed: u64) -> Result<Self, PolicyError> {
         let policies = sc.policies_at(0);
         let sched = Scheduler::build(sc.engine, &policies, 0)?;
+        // Only download VMs' data is modelled on the downlink (ACKs are not packets here).
+        let receives = (0..sc.vms.len()).any(|i| sc.is_download(i));
+        let down = match sc.downlink_scheduled && receives {
+            true => Some(downlink::DownSim::new(sc, &policies)?),
+            false => None,
+        };
         let n = sc.vms.len();
         let nbins = sc.duration_ns.div_ceil(BIN_NS) as usize;
         let fairness = sc.fairness.then(|| {
@@ -275,6 +289,7 @@ impl<'a> Sim<'a> {
             link_free_ns: 0,
             link_in_free_ns: 0,
             down_buckets: vec![None; n],
+            down,
             bottleneck: VecDeque::new(),
             bottleneck_free_ns: 0,
             bottleneck_bps: sc.bottleneck_bps,
@@ -357,6 +372,9 @@ impl<'a> Sim<'a> {
             if !active {
                 // An application that stops takes its unsent data with it.
                 self.vms[i].queue.clear();
+                if let Some(d) = self.down.as_mut() {
+                    d.clear(i);
+                }
             }
             self.fill_tcp(i, t);
         }
@@ -373,10 +391,13 @@ impl<'a> Sim<'a> {
         if let Err(e) = self.sched.configure(&policies, t) {
             panic!("policy set at {t} ns refused: {e}");
         }
+        if let Some(d) = self.down.as_mut() {
+            if let Err(e) = d.configure(&policies, t) {
+                panic!("downlink policy set at {t} ns refused: {e}");
+            }
+        }
         for (i, v) in policies.vifs.iter().enumerate() {
-            let rate = self
-                .sc
-                .is_download(i)
+            let rate = (self.sc.is_download(i) && self.down.is_none())
                 .then(|| v.policy.inbound_max_bps(true))
                 .flatten();
             let b = &mut self.down_buckets[i];
@@ -427,10 +448,15 @@ impl<'a> Sim<'a> {
                 }
                 self.sched.set_ready(i, !self.vms[i].queue.is_empty());
             }
+            if self.serve_down(t) {
+                continue;
+            }
             match self.sched.step(t) {
                 Step::Serve(g) => self.serve(g, t),
                 Step::Refused { until_ns } | Step::Idle { until_ns } => {
+                    let down = self.down.as_ref().map_or(u64::MAX, |d| d.wake_at(t));
                     let mut wake = until_ns
+                        .min(down)
                         .min(self.next_udp_ns(t))
                         .min(self.controller_wake())
                         .min(end);
@@ -495,6 +521,6 @@ impl<'a> Sim<'a> {
 }
 
 /// Runs `sc` with `seed`.
-pub fn simulate(sc: &Scenario, seed: u64) -> Result<SimOutput, vqos_sched::PolicyError> {
+pub fn simulate(sc: &Scenario, seed: u64) -> Result<SimOutput, PolicyError> {
     Ok(Sim::new(sc, seed)?.run())
 }

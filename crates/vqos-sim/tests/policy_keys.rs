@@ -1,6 +1,7 @@
 //! The policy keys `burst`, `max_in` and `max_out` in scenario files: parsed, refused with the
 //! key named, and in force (upload: `max_out` and the burst; download: `max_in`); the keys that
-//! cannot act on a download VM accepted with a warning; per-VM directions.
+//! act on a download VM only under the scheduled downlink (with `downlink = "bucket"` they are
+//! accepted with a warning); per-VM directions.
 
 use vqos_sched::policy::UNLIMITED_IN_BPS;
 use vqos_sim::{run_text, Scenario};
@@ -44,7 +45,7 @@ fn keys_parse_into_the_policy() {
         Some(UNLIMITED_IN_BPS)
     );
     // Download: the engine gets the policy as written (as vqosd does); the reference takes
-    // the inbound max, which the inbound path enforces.
+    // the inbound policy, which the downlink engine enforces: max_in as its max.
     let s = Scenario::parse(&scenario(
         "download",
         "max = \"200Mbit\"\nmax_in = \"100Mbit\"\nburst = \"64KiB\"",
@@ -58,7 +59,7 @@ fn keys_parse_into_the_policy() {
     let r = s.reference_policy(0, p);
     assert_eq!(
         (r.max_bps, r.max_in_bps, r.burst_bytes),
-        (Some(100_000_000), None, None)
+        (Some(100_000_000), None, Some(65_536))
     );
     // Without max_in, download follows max, as the data plane does.
     let s = Scenario::parse(&scenario("download", "max = \"200Mbit\"")).unwrap();
@@ -122,7 +123,23 @@ fn full_error(text: &str) -> String {
 }
 
 #[test]
-fn scheduling_keys_on_a_download_vm_are_accepted_with_a_warning() {
+fn scheduling_keys_act_on_a_download_vm_under_the_scheduled_downlink() {
+    // vm1 and vm2 receive 1 Gbit/s each of UDP on a 1 Gbit/s downlink: weight 3 gives vm1
+    // three quarters, with no warning.
+    let text = scenario("download", "weight = 3");
+    assert!(Scenario::parse(&text).unwrap().warnings.is_empty());
+    let (report, out) = run_text(&text, 1).unwrap();
+    let p = &report.phases[0];
+    assert_eq!(p.vifs["vm1"].expected_bps, 750e6);
+    let (vm1, vm2) = (p.vifs["vm1"].mean_bps, p.vifs["vm2"].mean_bps);
+    assert!((vm1 - 750e6).abs() <= 0.02 * 750e6, "vm1 {vm1}");
+    assert!((vm2 - 250e6).abs() <= 0.02 * 250e6, "vm2 {vm2}");
+    // The excess waited in the queues and was dropped there (UDP is not ECN-capable).
+    assert!(out.counters[1].queue_full + out.counters[1].aqm_drops > 0);
+}
+
+#[test]
+fn scheduling_keys_on_a_download_vm_are_accepted_with_a_warning_without_the_scheduled_downlink() {
     for (keys, needle) in [
         (
             "weight = 3",
@@ -145,7 +162,11 @@ fn scheduling_keys_on_a_download_vm_are_accepted_with_a_warning() {
             format!("{}{keys}\n", scenario("download", ""))
         } else {
             scenario("download", keys)
-        };
+        }
+        .replace(
+            "engine = \"vqos\"",
+            "engine = \"vqos\"\ndownlink = \"bucket\"",
+        );
         let s = Scenario::parse(&text).unwrap();
         assert_eq!(s.warnings.len(), 1, "{keys}: {:?}", s.warnings);
         assert!(s.warnings[0].contains(needle), "{keys}: {}", s.warnings[0]);
@@ -195,14 +216,26 @@ fn a_download_vm_gets_its_inbound_max_an_upload_vm_its_share_in_one_scenario() {
         "[[vm]]\nname = \"vm2\"\ntraffic = \"udp\"",
         "[[vm]]\nname = \"vm2\"\ntraffic = \"udp\"\nmax_in = \"100Mbit\"\nrate = \"300Mbit\"",
     );
-    let (report, out) = run_text(&text, 1).unwrap();
-    let p = &report.phases[0];
-    let (vm1, vm2) = (p.vifs["vm1"].mean_bps, p.vifs["vm2"].mean_bps);
-    assert!((vm1 - 600e6).abs() <= 0.02 * 600e6, "vm1 {vm1}");
-    assert!((vm2 - 100e6).abs() <= 0.02 * 100e6, "vm2 {vm2}");
-    assert_eq!(p.vifs["vm2"].expected_bps, 100e6);
-    assert_eq!(p.vifs["vm1"].expected_bps, 600e6);
-    // The inbound bucket dropped what the source sent above it; the engine never saw vm2.
-    assert!(out.counters[1].rate_limited > 0);
-    assert_eq!(out.counters[1].policed, 0);
+    for (downlink, dropped_by) in [("scheduled", "the downlink's queue"), ("bucket", "bucket")] {
+        let text = text.replace(
+            "engine = \"vqos\"",
+            &format!("engine = \"vqos\"\ndownlink = \"{downlink}\""),
+        );
+        let (report, out) = run_text(&text, 1).unwrap();
+        let p = &report.phases[0];
+        let (vm1, vm2) = (p.vifs["vm1"].mean_bps, p.vifs["vm2"].mean_bps);
+        assert!((vm1 - 600e6).abs() <= 0.02 * 600e6, "{downlink}: vm1 {vm1}");
+        assert!((vm2 - 100e6).abs() <= 0.02 * 100e6, "{downlink}: vm2 {vm2}");
+        assert_eq!(p.vifs["vm2"].expected_bps, 100e6);
+        assert_eq!(p.vifs["vm1"].expected_bps, 600e6);
+        // What the source sent above the max was dropped (queue or bucket); the upload engine
+        // never saw vm2.
+        let c = &out.counters[1];
+        let dropped = match downlink {
+            "bucket" => c.rate_limited,
+            _ => c.queue_full + c.aqm_drops,
+        };
+        assert!(dropped > 0, "{downlink}: nothing dropped by {dropped_by}");
+        assert_eq!(c.policed, 0);
+    }
 }

@@ -27,6 +27,10 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub(super) threads: Option<usize>,
     #[serde(default)]
+    pub(super) capacity_in: Option<String>,
+    #[serde(default)]
+    pub(super) downlink: Option<String>,
+    #[serde(default)]
     pub(super) cost_model: Option<CycleCostModel>,
     #[serde(default)]
     pub(super) topology: Option<RawTopology>,

@@ -100,9 +100,10 @@ impl Sim<'_> {
         Some(self.bottleneck_free_ns)
     }
 
-    /// A packet sent to download VM `vm` at `t`: the bottleneck, the host link inbound, the
-    /// VM's inbound maximum (drop), PID-ECN's mark, delivery, and the ACK (or loss) one base
-    /// RTT later.
+    /// A packet sent to download VM `vm` at `t`: the bottleneck, then the scheduled downlink's
+    /// queue ([`Sim::serve_down`] delivers it), or without one the host link inbound, the VM's
+    /// inbound maximum (drop), PID-ECN's mark, delivery, and the ACK (or loss) one base RTT
+    /// later.
     pub(super) fn inbound(&mut self, vm: usize, pkt: Pkt, t: u64) {
         let tcp = pkt.flow != UDP;
         let rtt = if tcp {
@@ -116,6 +117,15 @@ impl Sim<'_> {
             }
             return;
         };
+        if let Some(d) = self.down.as_mut() {
+            if !d.enqueue(vm, pkt, at) {
+                self.counters[vm].queue_full += 1;
+                if tcp {
+                    self.push_event(at + rtt, pkt.flow as usize, EvKind::Loss);
+                }
+            }
+            return;
+        }
         let ser = (u64::from(pkt.bytes) * 8 * NS).div_ceil(self.sc.capacity_bps);
         self.link_in_free_ns = self.link_in_free_ns.max(at) + ser;
         let at = self.link_in_free_ns;
@@ -130,20 +140,6 @@ impl Sim<'_> {
             }
             b.consume(u64::from(pkt.bytes));
         }
-        let ce = tcp && self.pid.as_mut().is_some_and(|p| p.should_mark(vm));
-        if ce {
-            self.counters[vm].ce_marks += 1;
-        }
-        self.counters[vm].switched_bytes += u64::from(pkt.bytes);
-        if let Some(b) = self.bins[vm].get_mut((at / BIN_NS) as usize) {
-            *b += u64::from(pkt.bytes);
-            self.counters[vm].delivered_bytes += u64::from(pkt.bytes);
-        }
-        if tcp {
-            let f = pkt.flow as usize;
-            let flow = &mut self.flows[f];
-            flow.srtt_ns = (flow.srtt_ns * 7 + (at + rtt - pkt.sent_ns)) / 8;
-            self.push_event(at + rtt, f, EvKind::Ack { ce });
-        }
+        self.deliver_in(vm, pkt, false, at);
     }
 }
