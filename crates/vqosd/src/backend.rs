@@ -14,7 +14,9 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::{LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole};
+use vqos_api::wire::{
+    HandoverView, LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole,
+};
 
 use crate::socket_access::SocketAccess;
 
@@ -33,6 +35,9 @@ pub enum BackendError {
     /// A configured MAC address belongs to another port.
     #[error("{0}")]
     MacInUse(String),
+    /// A migration (`vqos port migrate`) the switch refused.
+    #[error("{0}")]
+    Migrate(String),
     /// The switch failed as a whole (stopped, unresponsive loop).
     #[error("Switch: {0}")]
     Switch(String),
@@ -80,6 +85,9 @@ pub struct PortConfig {
     /// Addresses port security locked to it first come, as last seen (persisted; given back
     /// to it when it is added again after a restart).
     pub locked: LockedAddrs,
+    /// Its identity handed over to another port (`vqos port migrate`; persisted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverView>,
 }
 
 impl PortConfig {
@@ -166,6 +174,7 @@ impl PortConfig {
             ips: req.ips.clone(),
             serves,
             locked: LockedAddrs::default(),
+            handover: None,
         })
     }
 }
@@ -370,6 +379,9 @@ pub trait Backend: Send + Sync {
     fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError>;
     /// Removes a vif port.
     fn remove_port(&self, name: &str) -> Result<(), BackendError>;
+    /// Hands vif `src`'s identity (policy, port security, addresses, counters at its
+    /// removal) over to vif `dst` (`vqos port migrate`); on refusal nothing changed.
+    fn migrate_port(&self, src: &str, dst: &str) -> Result<(), BackendError>;
     /// Installs a new policy snapshot (all vifs).
     fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError>;
     /// Sets the probability of marking CE on frames from the uplink to each named vif (the
@@ -395,6 +407,8 @@ pub enum MockCall {
     AddPort(String),
     /// `remove_port(name)`.
     RemovePort(String),
+    /// `migrate_port(src, dst)`.
+    MigratePort(String, String),
     /// `set_policies` with that many vifs.
     SetPolicies(usize),
     /// `set_ecn_probabilities` with that many vifs.
@@ -521,6 +535,27 @@ impl Backend for MockBackend {
         Ok(())
     }
 
+    /// Copies `src`'s policy to `dst`, as the switch does (the addresses are the switch's).
+    fn migrate_port(&self, src: &str, dst: &str) -> Result<(), BackendError> {
+        let mut s = self.lock();
+        s.calls
+            .push(MockCall::MigratePort(src.to_string(), dst.to_string()));
+        let find = |s: &MockState, n: &str| {
+            s.ports
+                .iter()
+                .position(|(p, _)| p.name == n)
+                .ok_or_else(|| BackendError::UnknownPort(n.to_string()))
+        };
+        let (i, j) = (find(&s, src)?, find(&s, dst)?);
+        if i == j {
+            return Err(BackendError::Migrate(format!(
+                "Cannot migrate '{src}' to '{dst}': a port cannot be migrated to itself"
+            )));
+        }
+        s.ports[j].1 = s.ports[i].1.clone();
+        Ok(())
+    }
+
     fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError> {
         let mut s = self.lock();
         s.calls.push(MockCall::SetPolicies(policies.len()));
@@ -623,6 +658,7 @@ mod tests {
             ips: vec![],
             serves: vec![],
             locked: LockedAddrs::default(),
+            handover: None,
         }
     }
 

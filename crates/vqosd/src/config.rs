@@ -547,6 +547,7 @@ impl Config {
                     ips: Vec::new(),
                     serves: Vec::new(),
                     locked: Default::default(),
+                    handover: None,
                 })
             }
             None => None,
