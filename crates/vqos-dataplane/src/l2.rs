@@ -112,7 +112,7 @@ pub enum Learnt {
     /// first-come lock of the port in this slot (which must forget it).
     Taken(u16),
     /// Not recorded yet: the address is being handed over to this port, which co-owns it; the
-    /// caller completes the hand-over ([`Addresses::complete_handover`]).
+    /// caller completes the hand-over (`Addresses::complete_handover`).
     Inherited,
 }
 

@@ -85,7 +85,7 @@ pub fn offered_features(queues: u16) -> u64 {
 /// acknowledgement of every message), `MQ` (`GET_QUEUE_NUM` says how many queue pairs the
 /// port has, so QEMU refuses `queues=N` above it at start instead of failing later),
 /// `LOG_SHMFD` (the dirty log is a shared memory file, `SET_LOG_BASE`) and `RARP` (after a
-/// live migration `SEND_RARP` announces the guest, [`super::rarp`]). Guest memory comes
+/// live migration `SEND_RARP` announces the guest, `vhost_user/rarp.rs`). Guest memory comes
 /// whole with `SET_MEM_TABLE` (no `CONFIGURE_MEM_SLOTS`), no config space.
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::REPLY_ACK
