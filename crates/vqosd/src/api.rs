@@ -417,15 +417,7 @@ impl Api {
         let mut next = v.clone();
         next.ports.remove(id);
         next.set.vifs.remove(id);
-        // A migration to it that had not completed is cancelled: the source keeps its identity.
-        for p in &mut next.ports {
-            if p.handover
-                .as_ref()
-                .is_some_and(|h| h.to == name && !h.complete)
-            {
-                p.handover = None;
-            }
-        }
+        migrate::cancel_to(&mut next.ports, name);
         if v.file.ports.iter().any(|(p, _)| p.name == name) {
             next.removed.push(name.to_string());
         }

@@ -1,5 +1,6 @@
 //! The boundary between the daemon and the switch: the [`Backend`] trait, the statistics it
-//! reports, and [`MockBackend`] (`backend/mock.rs`), an in-memory switch for tests and API demos.
+//! reports, and [`MockBackend`] (`backend/mock.rs`), an in-memory switch for tests and API
+//! demos.
 //!
 //! The daemon validates every change as a whole policy set before it calls the backend, so a
 //! backend sees only changes that already passed [`PolicySet::validate`]; it may still refuse

@@ -154,6 +154,19 @@ impl Api {
     }
 }
 
+/// Cancels a migration to `name` (being deleted) that had not completed: its source keeps
+/// its identity.
+pub(super) fn cancel_to(ports: &mut [PortConfig], name: &str) {
+    for p in ports {
+        if p.handover
+            .as_ref()
+            .is_some_and(|h| h.to == name && !h.complete)
+        {
+            p.handover = None;
+        }
+    }
+}
+
 /// `v` with vif `i`'s identity handed over to vif `j`.
 fn handed_over(v: &View, i: usize, j: usize) -> View {
     let mut next = v.clone();
