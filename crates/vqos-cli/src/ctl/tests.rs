@@ -395,6 +395,12 @@ fn port_migrate_hands_the_identity_over_and_refuses_clearly() {
             "vma".into(),
             "vmb".into()
         )));
+    let list = run(&c, "port list").unwrap();
+    let vma = list.lines().find(|l| l.starts_with("vma ")).unwrap();
+    assert!(
+        vma.ends_with("02:00:00:00:00:0a; migrating to vmb"),
+        "{list}"
+    );
     let json = run(&c, "port list --json").unwrap();
     let ports: Vec<PortView> = serde_json::from_str(&json).unwrap();
     let (a, b) = (&ports[2], &ports[3]);
