@@ -16,6 +16,7 @@
 //! - [`cost`]: `CostModelView`, `CalibrateRequest`, `CalibrationView` (the cost model and
 //!   `POST /v1/calibrate`).
 //! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
+//! - [`migrate`]: `MigrateRequest`, `MigratedView`, `HandoverView` (`vqos port migrate`).
 //! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
@@ -25,6 +26,7 @@ pub mod access;
 pub mod client;
 pub mod cost;
 pub mod http;
+pub mod migrate;
 pub mod peer;
 pub mod stats;
 pub mod wire;

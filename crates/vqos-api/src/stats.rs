@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::LockedAddrs;
+use crate::wire::{HandoverView, LockedAddrs};
 
 /// Counters and gauges of one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +61,9 @@ pub struct PortStats {
     /// Their bytes on the wire.
     #[serde(default)]
     pub queued_bytes: u64,
+    /// Its identity handed over to another port (`vqos port migrate`), while it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverView>,
 }
 
 /// Counters of one poll loop.

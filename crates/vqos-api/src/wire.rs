@@ -15,6 +15,7 @@ use vqos_sched::units::{format_bytes, format_rate, parse_bytes, parse_rate};
 use vqos_sched::VifPolicy;
 
 pub use crate::access::{Account, FileMode};
+pub use crate::migrate::HandoverView;
 use crate::stats::{LoopStats, PortStats};
 
 /// Why a request body or a config entry could not be turned into a policy or a port.
@@ -500,6 +501,9 @@ pub struct PortView {
     /// Addresses port security locked to it first come.
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
     pub locked: LockedAddrs,
+    /// Its identity handed over to another port (`vqos port migrate`), until it is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverView>,
     /// The vif's policy.
     pub policy: PolicyView,
 }

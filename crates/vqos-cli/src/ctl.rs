@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use vqos_api::client::Client;
+use vqos_api::migrate::MigratedView;
 use vqos_api::wire::{
     Account, FileMode, MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY,
 };
@@ -294,6 +295,23 @@ enum PortCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Hand a live-migrating guest's identity from its port to the destination's port.
+    ///
+    /// DST (added beforehand, without --mac/--ip, owning no address) takes SRC's policy and
+    /// port security with its locks, and co-owns SRC's MAC and IP addresses until its first
+    /// frame from one of them (QEMU's announce when the migration completes): from the call
+    /// on no other port can claim them. SRC keeps forwarding the guest until then; delete it
+    /// (vqos port del SRC) when QEMU says the migration completed: its counters continue on
+    /// DST. If the migration fails, delete DST: SRC keeps everything.
+    Migrate {
+        /// The port the guest runs on now.
+        src: String,
+        /// The port of the destination QEMU (`-incoming`).
+        dst: String,
+        /// Print the daemon's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Arguments of `vqos policy`.
@@ -437,6 +455,24 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
                 writeln!(out, "Removed port {}", r.removed)?;
+            }
+        }
+        PortCommand::Migrate { src, dst, json } => {
+            let body = json!({ "to": dst });
+            let path = format!("/v1/ports/{}/migrate", segment(&src)?);
+            let r: MigratedView = c.call("POST", &path, Some(&body))?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "Migrating {} to {}: {} (it takes the addresses at its first frame; \
+                     delete {} once the migration completed)",
+                    r.from,
+                    r.port.name,
+                    describe(&r.port.policy),
+                    r.from
+                )?;
             }
         }
     }

@@ -48,7 +48,7 @@ enum Command {
     Alloc(alloc::AllocArgs),
     /// Run a scenario file in the simulator and print the per-phase table.
     Sim(sim::SimArgs),
-    /// Vif ports of the running switch: list, add, del.
+    /// Vif ports of the running switch: list, add, del, migrate.
     Port(ctl::PortArgs),
     /// Get or set a vif's policy live.
     Policy(ctl::PolicyArgs),

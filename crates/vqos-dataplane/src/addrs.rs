@@ -19,6 +19,10 @@
 //! is emptied before its next batch; a new entry makes cached "unknown" answers stale the same
 //! way. So the cache changes when the table is consulted, never what it answers.
 //!
+//! An address being handed over to another port (`vqos port migrate`, [`crate::l2`]'s
+//! `handover`) is never cached: while two ports own it every frame from or to it asks the
+//! tables, so the hand-over's completion is seen at the next frame.
+//!
 //! The IP guard's table is consulted under the mutex only where it decides something new (a
 //! vif claiming an address it has not locked, the network announcing one): a guarded vif's
 //! locked and configured addresses are checked on the port's own lists.
@@ -56,6 +60,8 @@ pub(crate) struct SharedAddrs {
     changes: AtomicU64,
     /// The MAC table's insert version, published after every locked operation.
     inserts: AtomicU64,
+    /// Hand-overs finished ([`Addresses::finished`]), published after every locked operation.
+    finished: AtomicU64,
 }
 
 /// The tables, locked; publishes the MAC table's versions when dropped.
@@ -82,6 +88,9 @@ impl Drop for Locked<'_> {
         let (changes, inserts) = self.guard.macs.versions();
         self.shared.changes.store(changes, Ordering::Release);
         self.shared.inserts.store(inserts, Ordering::Release);
+        self.shared
+            .finished
+            .store(self.guard.finished, Ordering::Release);
     }
 }
 
@@ -90,6 +99,7 @@ impl SharedAddrs {
     pub fn new(tables: Addresses) -> Arc<SharedAddrs> {
         let (changes, inserts) = tables.macs.versions();
         Arc::new(SharedAddrs {
+            finished: AtomicU64::new(tables.finished),
             tables: Mutex::new(tables),
             changes: AtomicU64::new(changes),
             inserts: AtomicU64::new(inserts),
@@ -151,6 +161,12 @@ impl AddrView {
     /// Locks the shared tables.
     pub fn lock(&self) -> Locked<'_> {
         self.shared.lock()
+    }
+
+    /// Hand-overs finished so far ([`Addresses::finished`]; one relaxed-cost atomic load).
+    #[inline]
+    pub fn finished(&self) -> u64 {
+        self.shared.finished.load(Ordering::Acquire)
     }
 
     /// Before a batch: forgets what the tables changed since.
@@ -226,10 +242,10 @@ mod tests {
     const M: MacKey = 0x02_00_00_00_00_07;
 
     fn shared(age: u64) -> Arc<SharedAddrs> {
-        SharedAddrs::new(Addresses {
-            macs: MacTable::new(16, 8, age),
-            ips: IpTable::new(16, 8, age),
-        })
+        SharedAddrs::new(Addresses::new(
+            MacTable::new(16, 8, age),
+            IpTable::new(16, 8, age),
+        ))
     }
 
     #[test]

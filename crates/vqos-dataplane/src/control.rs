@@ -16,6 +16,7 @@ use crate::config::{PortSecurity, PortSpec};
 use crate::downlink::Downlink;
 use crate::error::SwitchError;
 use crate::l2::AddrKey;
+use crate::migrate::Identity;
 use crate::pipeline::Pipeline;
 use crate::port::Port;
 use crate::ports::{PortIo, PortTable};
@@ -62,6 +63,13 @@ pub(crate) enum Op {
     SetPolicy { name: String, policy: VifPolicy },
     /// New CE marking probabilities.
     SetEcn { probabilities: Vec<f64> },
+    /// Hand vif `src`'s identity over to vif `dst` ([`crate::migrate`]): without `identity`
+    /// on the shard that reads `src` (which answers with it), then with it on the others.
+    Handover {
+        src: String,
+        dst: String,
+        identity: Option<Identity>,
+    },
 }
 
 /// A shard's answer to an [`Op`]: the result, what an added port became, its hold on a port
@@ -77,6 +85,8 @@ pub(crate) struct Answer {
     pub released: Option<Arc<PortIo>>,
     /// The policy set now in force.
     pub policies: Arc<PolicySet>,
+    /// The identity a hand-over's source gave ([`Op::Handover`]).
+    pub identity: Option<Identity>,
 }
 
 /// What adding a port did.
@@ -93,6 +103,7 @@ impl Switch {
     pub(crate) fn apply(&mut self, op: Op, now_ns: u64) -> Answer {
         let mut added = None;
         let mut released = None;
+        let mut identity = None;
         let result = match op {
             Op::AddPort {
                 port,
@@ -119,12 +130,20 @@ impl Switch {
             Op::SetPolicies { policies } => self.set_policies(policies, now_ns),
             Op::SetPolicy { name, policy } => self.set_policy(&name, policy, now_ns),
             Op::SetEcn { probabilities } => self.set_ecn_probabilities(&probabilities, now_ns),
+            Op::Handover {
+                src,
+                dst,
+                identity: given,
+            } => self
+                .handover(&src, &dst, given, now_ns)
+                .map(|id| identity = id),
         };
         Answer {
             result,
             added,
             released,
             policies: self.policies.clone(),
+            identity,
         }
     }
 
@@ -277,6 +296,7 @@ impl Switch {
         let vif_slots = self.ports.resolve(&next, Some(idx))?;
         let (local, _) = self.local_set(&next, &vif_slots, Some(idx));
         self.sched.configure(&local, now_ns)?;
+        self.handover_removal(idx);
         let port = self.release(idx);
         self.apply_policies(Arc::new(next), now_ns)?;
         Ok(port)
@@ -498,6 +518,7 @@ impl Switch {
             next_stats_ns: now_ns,
             next_age_ns: now_ns,
             balanced_at_ns: now_ns,
+            handovers_seen: 0,
         };
         sw.apply_policies(self.policies.clone(), now_ns)?;
         Ok(sw)

@@ -37,6 +37,17 @@ pub enum SwitchError {
     /// No port of that name.
     #[error("Unknown port '{0}'")]
     UnknownPort(String),
+    /// A migration of one vif's identity to another (`vqos port migrate`) was refused;
+    /// nothing changed.
+    #[error("Cannot migrate '{src}' to '{dst}': {reason}")]
+    Migrate {
+        /// The source port.
+        src: String,
+        /// The destination port.
+        dst: String,
+        /// Why.
+        reason: String,
+    },
     /// A policy set must name every vif port.
     #[error("Vif '{0}' has no policy in the new set")]
     MissingVif(String),

@@ -78,6 +78,7 @@ impl Caller for Channels<'_> {
             added: None,
             released: None,
             policies: policies.clone(),
+            identity: None,
         };
         if self.stopped {
             return stopped(&self.policies);
@@ -355,6 +356,15 @@ impl SwitchHandle {
             port.release();
         }
         Ok(())
+    }
+
+    /// Hands vif `src`'s identity (policy, port security with its locks, addresses, and at
+    /// `src`'s removal its counters) over to vif `dst`, for a guest live-migrating between
+    /// them: `dst` co-owns `src`'s addresses until its first frame from one of them, so no
+    /// other port can claim them at any moment. See `crate::migrate` (docs/vhost-user.md,
+    /// "Live migration"). On refusal nothing changed.
+    pub fn migrate_port(&self, src: &str, dst: &str) -> Result<(), SwitchError> {
+        lock(&self.control).with(|p, c| p.migrate(c, (src, dst), &self.uplink))
     }
 
     /// Replaces the whole policy set (capacity, cost model, every vif's policy). It must name

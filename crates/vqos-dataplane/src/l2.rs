@@ -27,6 +27,10 @@ use crate::config::{IpAddrs, IpPolicy, MacPolicy, PortSecurity};
 use crate::frame::{format_mac, is_group, MacKey};
 use crate::guard::{is_group_ip, key_ip, IpKey};
 
+pub(crate) mod handover;
+
+pub(crate) use handover::Handover;
+
 /// A source address a table can hold.
 pub trait Addr: Copy + Ord + Hash {
     /// True for a group (multicast or broadcast) address: never learnt, never owned.
@@ -88,6 +92,9 @@ struct Entry {
     /// Pinned by an operator's assignment (configured, or a lock a previous run persisted):
     /// outranks a first-come lock taken in this run.
     assigned: bool,
+    /// The port slot the address is being handed over to (`vqos port migrate`): it co-owns
+    /// the address until its first frame from it, or until the owner goes ([`handover`]).
+    heir: Option<u16>,
 }
 
 /// What [`MacTable::learn`] did with a source address.
@@ -104,6 +111,9 @@ pub enum Learnt {
     /// Recorded on the port by an assignment ([`AddrTable::pin`] with `force`), taken from the
     /// first-come lock of the port in this slot (which must forget it).
     Taken(u16),
+    /// Not recorded yet: the address is being handed over to this port, which co-owns it; the
+    /// caller completes the hand-over (`Addresses::complete_handover`).
+    Inherited,
 }
 
 /// Address → port slot.
@@ -159,7 +169,12 @@ impl<K: Addr> AddrTable<K> {
         if !self.live(e, now_ns) {
             return None;
         }
-        let until = (!e.pinned).then(|| e.seen_ns.saturating_add(self.age_ns));
+        let until = match e.heir {
+            // Co-owned: an answer that holds only now (a shard caches nothing that the
+            // hand-over's completion could change under it).
+            Some(_) => Some(now_ns),
+            None => (!e.pinned).then(|| e.seen_ns.saturating_add(self.age_ns)),
+        };
         Some((e.slot, until))
     }
 
@@ -245,6 +260,7 @@ impl<K: Addr> AddrTable<K> {
                 }
                 Learnt::Yes
             }
+            Some(e) if self.live(&e, now_ns) && e.heir == Some(slot) => Learnt::Inherited,
             Some(e) if self.live(&e, now_ns) => Learnt::Owned(e.slot),
             Some(e) => {
                 // Aged out: the station moved.
@@ -281,9 +297,10 @@ impl<K: Addr> AddrTable<K> {
                 );
                 Learnt::Yes
             }
-            Some(e) if e.assigned || (!force && (e.pinned || self.live(&e, now_ns))) => {
-                Learnt::Owned(e.slot)
-            }
+            Some(e) if e.heir == Some(slot) && self.live(&e, now_ns) => Learnt::Inherited,
+            // An address in a hand-over is not taken, not even by an assignment.
+            Some(e) if e.assigned || e.heir.is_some() => Learnt::Owned(e.slot),
+            Some(e) if !force && (e.pinned || self.live(&e, now_ns)) => Learnt::Owned(e.slot),
             Some(e) => {
                 Self::release(&mut self.per_slot, e.slot);
                 self.map.remove(&mac);
@@ -322,6 +339,7 @@ impl<K: Addr> AddrTable<K> {
                 seen_ns: now_ns,
                 pinned,
                 assigned,
+                heir: None,
             },
         );
         Learnt::Yes
@@ -334,8 +352,10 @@ impl<K: Addr> AddrTable<K> {
         self.live(e, now_ns).then_some(e.slot)
     }
 
-    /// Forgets every address on `slot` (the port is gone).
+    /// Forgets every address on `slot` (the port is gone); an address it was handing over
+    /// goes to its heir, and one handed over to it stays with its owner.
     pub fn purge_slot(&mut self, slot: u16) {
+        self.pass_on(slot);
         self.map.retain(|_, e| e.slot != slot);
         self.changes += 1;
         if let Some(n) = self.per_slot.get_mut(usize::from(slot)) {
@@ -369,13 +389,37 @@ pub(crate) struct Addresses {
     pub macs: MacTable,
     /// IP address claimed by a guarded vif, or announced from the network on the uplink → slot.
     pub ips: IpTable,
+    /// Hand-overs under way ([`handover`]).
+    pub handovers: Vec<Handover>,
+    /// Hand-overs the heir completed, until the shard that reads the source took its
+    /// addresses off the source's own lists ([`crate::migrate`]).
+    pub done: Vec<Handover>,
+    /// Hand-overs finished so far (completed, or ended by a port's removal): a shard that
+    /// reads a source port looks at the list again when this grows.
+    pub finished: u64,
 }
 
 impl Addresses {
-    /// Forgets every address on `slot` (the port is gone).
+    /// Empty tables.
+    pub fn new(macs: MacTable, ips: IpTable) -> Self {
+        Addresses {
+            macs,
+            ips,
+            handovers: Vec::new(),
+            done: Vec::new(),
+            finished: 0,
+        }
+    }
+
+    /// Forgets every address on `slot` (the port is gone): what it was handing over goes to
+    /// the heir, what was handed over to it stays with its owner.
     pub fn purge_slot(&mut self, slot: u16) {
         self.macs.purge_slot(slot);
         self.ips.purge_slot(slot);
+        let before = self.handovers.len();
+        self.handovers.retain(|h| h.src != slot && h.dst != slot);
+        self.done.retain(|h| h.src != slot && h.dst != slot);
+        self.finished += (before - self.handovers.len()) as u64;
     }
 
     /// Drops aged entries of both tables.

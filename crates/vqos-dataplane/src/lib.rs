@@ -76,6 +76,7 @@ pub mod guard;
 pub mod handle;
 pub mod l2;
 pub mod mem;
+mod migrate;
 pub mod null;
 mod pipeline;
 pub mod port;
@@ -107,7 +108,8 @@ pub use null::NullPort;
 pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
 pub use shards::Shards;
 pub use stats::{
-    DropCounters, DropReason, LoopStats, PortCounters, PortRole, PortStats, SwitchStats,
+    DropCounters, DropReason, HandoverStats, LoopStats, PortCounters, PortRole, PortStats,
+    SwitchStats,
 };
 pub use switch::{Poll, Switch};
 pub use tap::{TapMode, TapOrigin, TapPort};

@@ -257,11 +257,15 @@ impl Pipeline {
                         t.macs.pin(src_mac, slot, false, now)
                     });
                     let learnt = claimed.then(|| t.macs.learn(src_mac, slot, now));
+                    if learnt == Some(Learnt::Inherited) {
+                        // The port's first frame from an address handed over to it.
+                        t.complete_handover(slot);
+                    }
                     let found = t.macs.lookup_until(src_mac, now);
                     drop(t);
                     match learnt {
                         // Learning never takes (only an assignment does).
-                        Some(Learnt::Yes | Learnt::Taken(_)) => {
+                        Some(Learnt::Yes | Learnt::Taken(_) | Learnt::Inherited) => {
                             addrs.remember(src_mac, found, now);
                             return true;
                         }
@@ -294,10 +298,12 @@ impl Pipeline {
             Security::Fixed(list) => list.binary_search(&addr).is_ok(),
             Security::Learn { max, locked } => {
                 locked.contains(&addr)
-                    || (locked.len() < *max && pin() == Learnt::Yes && {
-                        locked.push(addr);
-                        true
-                    })
+                    || (locked.len() < *max
+                        && matches!(pin(), Learnt::Yes | Learnt::Inherited)
+                        && {
+                            locked.push(addr);
+                            true
+                        })
             }
         }
     }

@@ -23,7 +23,7 @@ pub(crate) const RATE_SAMPLES: usize = 5;
 
 /// A port's source-address rule as the loop applies it ([`MacPolicy`], or one family of an
 /// [`IpPolicy`], with its state).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Security<K = MacKey> {
     /// Any address not owned by another port.
     Any,
@@ -48,7 +48,7 @@ impl<K> Security<K> {
 }
 
 /// A guarded vif's rules above layer 2 ([`IpPolicy`], with its state).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct AddrGuard {
     /// IPv4 addresses it may claim.
     pub v4: Security<IpKey>,
@@ -262,6 +262,9 @@ pub(crate) struct PortEntry {
     pub rate_hist: [(u64, u64, u64); RATE_SAMPLES],
     /// Next sample to overwrite.
     pub rate_pos: usize,
+    /// The slot of the port its identity is handed over to (`vqos port migrate`,
+    /// [`crate::migrate`]), and whether the hand-over completed.
+    pub heir: Option<(usize, bool)>,
 }
 
 impl PortEntry {
@@ -310,6 +313,7 @@ impl PortEntry {
             avg_frame_bytes: 65_536,
             rate_hist: [(0, 0, 0); RATE_SAMPLES],
             rate_pos: 0,
+            heir: None,
         }
     }
 }

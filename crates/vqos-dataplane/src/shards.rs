@@ -285,6 +285,59 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Hands vif `src`'s identity over to vif `dst` on every shard ([`crate::migrate`]):
+    /// `dst` gets `src`'s policy on every shard, then `src`'s shard starts the hand-over in
+    /// the shared tables and gives `src`'s port security, which every other shard then
+    /// applies (`dst`'s shard installs it). On refusal every shard is as before.
+    pub fn migrate(
+        &mut self,
+        c: &mut dyn Caller,
+        (src, dst): (&str, &str),
+        uplink: &str,
+    ) -> Result<(), SwitchError> {
+        // Names the shards would refuse are refused before any change.
+        let home = |n: &str| match self.homes.get(n) {
+            _ if n == uplink => Err(SwitchError::Uplink(n.to_string())),
+            Some(&(h, _)) => Ok(h),
+            None => Err(SwitchError::UnknownPort(n.to_string())),
+        };
+        let src_home = home(src)?;
+        home(dst)?;
+        if src == dst {
+            return Err(crate::migrate::refused(
+                src,
+                dst,
+                "a port cannot be migrated to itself",
+            ));
+        }
+        let before = (*self.policies).clone();
+        let policy = before.policy(before.id(src)?).clone();
+        if before.policy(before.id(dst)?) != &policy {
+            self.set_policy(c, dst, policy)?;
+        }
+        let undo = |p: &mut Placement, c: &mut dyn Caller| {
+            if *p.policies != before {
+                let _ = p.set_policies(c, before.clone());
+            }
+        };
+        let a = self.call(c, src_home, crate::migrate::op(src, dst, None));
+        let identity = match a.result {
+            Ok(()) => a.identity,
+            Err(e) => {
+                undo(self, c);
+                return Err(e);
+            }
+        };
+        for i in (0..self.shards).filter(|&i| i != src_home) {
+            // Validated the same way on every shard: a refusal here is a bug; say so.
+            self.call(c, i, crate::migrate::op(src, dst, identity.clone()))
+                .result?;
+        }
+        Ok(())
+    }
+}
+
 /// Applies ops on shards in this thread at one virtual time.
 struct Direct<'a> {
     switches: &'a mut [Switch],
@@ -387,6 +440,16 @@ impl Shards {
         let last = self.placement.remove(&mut c, name)?;
         drop(last.and_then(PortIo::into_port));
         Ok(())
+    }
+
+    /// Hands vif `src`'s identity over to vif `dst` ([`crate::SwitchHandle::migrate_port`]).
+    pub fn migrate_port(&mut self, src: &str, dst: &str, now_ns: u64) -> Result<(), SwitchError> {
+        let mut c = Direct {
+            switches: &mut self.switches,
+            now: now_ns,
+        };
+        let uplink = c.switches[0].uplink_name().to_string();
+        self.placement.migrate(&mut c, (src, dst), &uplink)
     }
 
     /// Replaces the policy set on every shard.

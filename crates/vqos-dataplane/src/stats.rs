@@ -224,6 +224,20 @@ pub struct PortStats {
     pub locked: Locks,
     /// The shard (forwarding thread) that reads the port.
     pub shard: usize,
+    /// The hand-over of its identity to another port (`vqos port migrate`), if one was made
+    /// and the port is still there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverStats>,
+}
+
+/// A source port's hand-over ([`PortStats::handover`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HandoverStats {
+    /// The port its identity goes to.
+    pub to: String,
+    /// The destination carried its first frame: the addresses are its own, this port may
+    /// claim none.
+    pub complete: bool,
 }
 
 /// The poll loop's counters.
@@ -359,6 +373,7 @@ impl SwitchStats {
                     o.engine = p.engine;
                     o.status = p.status.clone();
                     o.locked = p.locked.clone();
+                    o.handover = p.handover.clone();
                 }
             }
         }

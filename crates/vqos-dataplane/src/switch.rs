@@ -33,7 +33,7 @@ use crate::pipeline::{Admission, Parts, Pipeline};
 use crate::port::BATCH_FRAMES;
 use crate::ports::{PortIo, PortTable, RATE_SAMPLES};
 use crate::shaper::UplinkShaper;
-use crate::stats::{LoopStats, PortRole, PortStats, SwitchStats};
+use crate::stats::{HandoverStats, LoopStats, PortRole, PortStats, SwitchStats};
 use crate::sys::{cycles, CYCLES_UNIT};
 
 /// What one [`Switch::poll`] did.
@@ -103,6 +103,9 @@ pub struct Switch {
     pub(crate) next_age_ns: u64,
     /// When this shard last published its demands, ns.
     pub(crate) balanced_at_ns: u64,
+    /// The address tables' finished hand-overs this shard has applied to its ports
+    /// ([`crate::migrate`]).
+    pub(crate) handovers_seen: u64,
 }
 
 impl std::fmt::Debug for Switch {
@@ -158,7 +161,7 @@ impl Switch {
         let (uplink, uplink_security, _) = config.uplink.open()?;
         let mut sw = Switch {
             ports: PortTable::default(),
-            addrs: AddrView::new(SharedAddrs::new(Addresses { macs, ips })),
+            addrs: AddrView::new(SharedAddrs::new(Addresses::new(macs, ips))),
             engine_kind: engine.kind(),
             sched: Scheduler::new(engine, 0),
             shaper: UplinkShaper::default(),
@@ -184,6 +187,7 @@ impl Switch {
             next_stats_ns: now_ns,
             next_age_ns: now_ns.saturating_add(1_000_000_000),
             balanced_at_ns: now_ns,
+            handovers_seen: 0,
         };
         if config.threads > 1 {
             // Until shard 0 first divides it: an even part each.
@@ -303,6 +307,7 @@ impl Switch {
     /// Does the work due at `now_ns`; see the module docs.
     pub fn poll(&mut self, now_ns: u64) -> Poll {
         self.counters.iterations += 1;
+        self.apply_handovers();
         if self.sched.tick_if_due(now_ns) {
             self.counters.engine_ticks += 1;
         }
@@ -454,6 +459,9 @@ impl Switch {
     pub fn stats(&mut self, now_ns: u64) -> SwitchStats {
         self.next_stats_ns = now_ns + self.stats_interval_ns;
         let mut ports = Vec::new();
+        let heirs: Vec<(usize, String)> = (self.ports.iter())
+            .filter_map(|(_, s)| s.heir.map(|(h, _)| (h, self.port_name(h))))
+            .collect();
         for s in self.ports.iter_mut() {
             if s.local && s.rx_failed {
                 s.rx_failed = false;
@@ -499,6 +507,16 @@ impl Switch {
                     Default::default()
                 },
                 shard: s.home,
+                handover: s
+                    .heir
+                    .filter(|_| s.local)
+                    .map(|(h, complete)| HandoverStats {
+                        to: heirs
+                            .iter()
+                            .find(|(slot, _)| *slot == h)
+                            .map_or_else(String::new, |(_, n)| n.clone()),
+                        complete,
+                    }),
             });
         }
         SwitchStats {

@@ -10,6 +10,7 @@
 //! | `/v1/health` | GET |
 //! | `/v1/ports` | GET, POST |
 //! | `/v1/ports/NAME` | GET, DELETE |
+//! | `/v1/ports/NAME/migrate` | POST |
 //! | `/v1/policies` | GET |
 //! | `/v1/policies/NAME` | GET, PUT |
 //! | `/v1/stats` | GET |
@@ -44,6 +45,7 @@ mod cluster;
 mod cost;
 mod health;
 mod locks;
+mod migrate;
 mod reload;
 mod start;
 
@@ -174,6 +176,7 @@ impl View {
                     ips: p.ips.clone(),
                     serves: p.serves.clone(),
                     locked: p.locked.clone(),
+                    handover: p.handover.clone(),
                     policy: v.policy.clone(),
                 })
                 .collect(),
@@ -198,6 +201,7 @@ impl View {
             ips: self.ports[i].ips.clone(),
             serves: self.ports[i].serves.clone(),
             locked: self.ports[i].locked.clone(),
+            handover: self.ports[i].handover.clone(),
             policy: PolicyView::from(&self.set.vifs[i].policy),
         }
     }
@@ -244,7 +248,7 @@ pub(crate) fn backend_fail(e: BackendError) -> Fail {
     let status = match &e {
         BackendError::Policy(p) => policy_status(p),
         BackendError::UnknownPort(_) => 404,
-        BackendError::PortExists(_) | BackendError::MacInUse(_) => 409,
+        BackendError::PortExists(_) | BackendError::MacInUse(_) | BackendError::Migrate(_) => 409,
         BackendError::Port { .. } | BackendError::Switch(_) => 500,
     };
     (status, e.to_string())
@@ -310,6 +314,7 @@ impl Api {
             (["v1", "ports"], "POST") => self.add_port(&req.body),
             (["v1", "ports", name], "GET") => self.get_port(name),
             (["v1", "ports", name], "DELETE") => self.remove_port(name),
+            (["v1", "ports", name, "migrate"], "POST") => self.migrate_port(name, &req.body),
             (["v1", "policies"], "GET") => Ok(self.list_policies()),
             (["v1", "policies", name], "GET") => self.get_policy(name),
             (["v1", "policies", name], "PUT") => self.set_policy(name, &req.body),
@@ -412,6 +417,7 @@ impl Api {
         let mut next = v.clone();
         next.ports.remove(id);
         next.set.vifs.remove(id);
+        migrate::cancel_to(&mut next.ports, name);
         if v.file.ports.iter().any(|(p, _)| p.name == name) {
             next.removed.push(name.to_string());
         }
@@ -598,6 +604,7 @@ fn allowed(segs: &[&str]) -> Option<&'static str> {
         ["v1", "health"] | ["v1", "stats"] | ["v1", "policies"] | ["metrics"] => Some("GET"),
         ["v1", "ports"] => Some("GET, POST"),
         ["v1", "ports", _] => Some("GET, DELETE"),
+        ["v1", "ports", _, "migrate"] => Some("POST"),
         ["v1", "policies", _] => Some("GET, PUT"),
         ["v1", "reload"] | ["v1", "calibrate"] => Some("POST"),
         ["v1", "cost-model"] => Some("GET"),

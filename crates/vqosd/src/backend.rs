@@ -1,12 +1,10 @@
 //! The boundary between the daemon and the switch: the [`Backend`] trait, the statistics it
-//! reports, and [`MockBackend`], an in-memory switch for tests and API demos.
+//! reports, and [`MockBackend`] (`backend/mock.rs`), an in-memory switch for tests and API
+//! demos.
 //!
 //! The daemon validates every change as a whole policy set before it calls the backend, so a
 //! backend sees only changes that already passed [`PolicySet::validate`]; it may still refuse
 //! (a TAP that cannot be opened, its own policy check) and must then leave itself unchanged.
-
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -14,7 +12,9 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::{LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole};
+use vqos_api::wire::{
+    HandoverView, LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole,
+};
 
 use crate::socket_access::SocketAccess;
 
@@ -33,6 +33,9 @@ pub enum BackendError {
     /// A configured MAC address belongs to another port.
     #[error("{0}")]
     MacInUse(String),
+    /// A migration (`vqos port migrate`) the switch refused.
+    #[error("{0}")]
+    Migrate(String),
     /// The switch failed as a whole (stopped, unresponsive loop).
     #[error("Switch: {0}")]
     Switch(String),
@@ -80,6 +83,9 @@ pub struct PortConfig {
     /// Addresses port security locked to it first come, as last seen (persisted; given back
     /// to it when it is added again after a restart).
     pub locked: LockedAddrs,
+    /// Its identity handed over to another port (`vqos port migrate`; persisted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverView>,
 }
 
 impl PortConfig {
@@ -166,6 +172,7 @@ impl PortConfig {
             ips: req.ips.clone(),
             serves,
             locked: LockedAddrs::default(),
+            handover: None,
         })
     }
 }
@@ -370,6 +377,9 @@ pub trait Backend: Send + Sync {
     fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError>;
     /// Removes a vif port.
     fn remove_port(&self, name: &str) -> Result<(), BackendError>;
+    /// Hands vif `src`'s identity (policy, port security, addresses, counters at its
+    /// removal) over to vif `dst` (`vqos port migrate`); on refusal nothing changed.
+    fn migrate_port(&self, src: &str, dst: &str) -> Result<(), BackendError>;
     /// Installs a new policy snapshot (all vifs).
     fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError>;
     /// Sets the probability of marking CE on frames from the uplink to each named vif (the
@@ -388,221 +398,9 @@ pub trait Backend: Send + Sync {
     fn stop(&self);
 }
 
-/// A call the mock received, for tests that check what reached the switch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MockCall {
-    /// `add_port(name)`.
-    AddPort(String),
-    /// `remove_port(name)`.
-    RemovePort(String),
-    /// `set_policies` with that many vifs.
-    SetPolicies(usize),
-    /// `set_ecn_probabilities` with that many vifs.
-    SetEcn(usize),
-    /// `stop()`.
-    Stop,
-}
+mod mock;
 
-#[derive(Debug, Default)]
-struct MockState {
-    /// Ports in the order they were added, with their policies.
-    ports: Vec<(PortConfig, VifPolicy)>,
-    /// Counters returned by `stats`, by port name (missing ports report zeros).
-    counters: BTreeMap<String, PortStats>,
-    /// Every call received.
-    calls: Vec<MockCall>,
-    /// The last ECN probabilities received, by vif name.
-    ecn: BTreeMap<String, f64>,
-    /// When set, the next `add_port` fails with this message.
-    fail_next_add: Option<String>,
-    /// True once `stop` was called.
-    stopped: bool,
-    /// What `loop_health` reports; `None`: a live loop (dead once stopped).
-    health: Option<LoopHealth>,
-    /// What `cost_samples` reports.
-    samples: Vec<Sample>,
-    /// The last set `set_policies` installed.
-    last_set: Option<PolicySet>,
-}
-
-/// The stats interval the mock pretends its loop has, ns (the data plane's default).
-pub const MOCK_STATS_INTERVAL_NS: u64 = 25_000_000;
-
-/// An in-memory switch: remembers ports and policies, reports counters that tests set.
-#[derive(Debug, Default)]
-pub struct MockBackend {
-    state: Mutex<MockState>,
-}
-
-impl MockBackend {
-    /// An empty mock switch.
-    pub fn new() -> Self {
-        MockBackend::default()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
-        // A panicking test thread must not hide the state from the others.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The ports and their policies as the switch has them.
-    pub fn ports(&self) -> Vec<(PortConfig, VifPolicy)> {
-        self.lock().ports.clone()
-    }
-
-    /// Every call received so far.
-    pub fn calls(&self) -> Vec<MockCall> {
-        self.lock().calls.clone()
-    }
-
-    /// Sets the counters `stats` reports for a port (`stats.name` selects it).
-    pub fn set_port_stats(&self, stats: PortStats) {
-        self.lock().counters.insert(stats.name.clone(), stats);
-    }
-
-    /// The ECN probabilities last set, by vif name (a vif not named in the last call is absent).
-    pub fn ecn_probabilities(&self) -> BTreeMap<String, f64> {
-        self.lock().ecn.clone()
-    }
-
-    /// Makes the next `add_port` fail as a TAP that cannot be opened would.
-    pub fn fail_next_add(&self, message: &str) {
-        self.lock().fail_next_add = Some(message.to_string());
-    }
-
-    /// True once `stop` was called.
-    pub fn stopped(&self) -> bool {
-        self.lock().stopped
-    }
-
-    /// Makes `cost_samples` report `samples` from now on (batches a loop would have measured).
-    pub fn set_cost_samples(&self, samples: Vec<Sample>) {
-        self.lock().samples = samples;
-    }
-
-    /// The policy set last installed by `set_policies` with its pricing, if any.
-    pub fn last_policies(&self) -> Option<PolicySet> {
-        self.lock().last_set.clone()
-    }
-
-    /// Makes `loop_health` report `health` from now on (simulates a dead or hung loop).
-    pub fn set_loop_health(&self, health: LoopHealth) {
-        self.lock().health = Some(health);
-    }
-}
-
-impl Backend for MockBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
-        let mut s = self.lock();
-        s.calls.push(MockCall::AddPort(port.name.clone()));
-        if let Some(message) = s.fail_next_add.take() {
-            return Err(BackendError::Port {
-                name: port.name.clone(),
-                message,
-            });
-        }
-        if s.ports.iter().any(|(p, _)| p.name == port.name) {
-            return Err(BackendError::PortExists(port.name.clone()));
-        }
-        policy.validate(&port.name)?;
-        s.ports.push((port.clone(), policy.clone()));
-        Ok(PortOpened::fresh(port))
-    }
-
-    fn remove_port(&self, name: &str) -> Result<(), BackendError> {
-        let mut s = self.lock();
-        s.calls.push(MockCall::RemovePort(name.to_string()));
-        let i = s
-            .ports
-            .iter()
-            .position(|(p, _)| p.name == name)
-            .ok_or_else(|| BackendError::UnknownPort(name.to_string()))?;
-        s.ports.remove(i);
-        Ok(())
-    }
-
-    fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError> {
-        let mut s = self.lock();
-        s.calls.push(MockCall::SetPolicies(policies.len()));
-        policies.validate()?;
-        for v in &policies.vifs {
-            if !s.ports.iter().any(|(p, _)| p.name == v.name) {
-                return Err(BackendError::UnknownPort(v.name.clone()));
-            }
-        }
-        for v in &policies.vifs {
-            if let Some(slot) = s.ports.iter_mut().find(|(p, _)| p.name == v.name) {
-                slot.1 = v.policy.clone();
-            }
-        }
-        s.last_set = Some(policies.clone());
-        Ok(())
-    }
-
-    fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
-        let mut s = self.lock();
-        s.calls.push(MockCall::SetEcn(probabilities.len()));
-        if s.stopped {
-            return Err(BackendError::Switch("stopped".into()));
-        }
-        for (name, p) in probabilities {
-            if !s.ports.iter().any(|(q, _)| &q.name == name) {
-                return Err(BackendError::UnknownPort(name.clone()));
-            }
-            if !(0.0..=1.0).contains(p) {
-                return Err(BackendError::Switch(format!(
-                    "ECN probability {p} of '{name}' is outside [0, 1]"
-                )));
-            }
-        }
-        s.ecn = probabilities.iter().cloned().collect();
-        Ok(())
-    }
-
-    fn stats(&self) -> SwitchStats {
-        let s = self.lock();
-        let ports = s
-            .ports
-            .iter()
-            .map(|(p, _)| {
-                let mut st = s.counters.get(&p.name).cloned().unwrap_or_default();
-                st.name = p.name.clone();
-                for r in DROP_REASONS {
-                    st.drops.entry(r.to_string()).or_insert(0);
-                }
-                st
-            })
-            .collect();
-        SwitchStats {
-            time_ns: None,
-            ports,
-            loops: vec![LoopStats {
-                name: "mock0".to_string(),
-                cycles_unit: "ns".to_string(),
-                ..Default::default()
-            }],
-            mac_entries: 0,
-        }
-    }
-
-    fn loop_health(&self) -> LoopHealth {
-        let s = self.lock();
-        s.health.unwrap_or(LoopHealth {
-            running: !s.stopped,
-            ..LoopHealth::alive(MOCK_STATS_INTERVAL_NS)
-        })
-    }
-
-    fn cost_samples(&self) -> Vec<Sample> {
-        self.lock().samples.clone()
-    }
-
-    fn stop(&self) {
-        let mut s = self.lock();
-        s.calls.push(MockCall::Stop);
-        s.stopped = true;
-    }
-}
+pub use mock::{MockBackend, MockCall, MOCK_STATS_INTERVAL_NS};
 
 #[cfg(test)]
 mod tests {
@@ -623,6 +421,7 @@ mod tests {
             ips: vec![],
             serves: vec![],
             locked: LockedAddrs::default(),
+            handover: None,
         }
     }
 

@@ -559,6 +559,7 @@ impl Config {
                     ips: Vec::new(),
                     serves: Vec::new(),
                     locked: Default::default(),
+                    handover: None,
                 })
             }
             None => None,

@@ -145,6 +145,9 @@ pub struct SavedPort {
     /// Addresses locked to it first come (absent: none).
     #[serde(default, skip_serializing_if = "vqos_api::wire::LockedAddrs::is_empty")]
     pub locked: vqos_api::wire::LockedAddrs,
+    /// Its identity handed over to another port (`vqos port migrate`; absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<vqos_api::wire::HandoverView>,
     /// The vif's policy.
     pub policy: VifPolicy,
 }
@@ -515,6 +518,7 @@ mod tests {
                     macs: vec![],
                     ips: vec!["fe80::5".parse().unwrap()],
                 },
+                handover: None,
                 policy: VifPolicy {
                     weight: 3,
                     min_bps: 200_000_000,

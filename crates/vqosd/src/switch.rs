@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use vqos_api::wire::{LockedAddrs, MacAddr, Service};
+use vqos_api::wire::{HandoverView, LockedAddrs, MacAddr, Service};
 use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::{mac_key, MacKey};
 use vqos_dataplane::guard::{ip_key, key_ip};
@@ -93,7 +93,18 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
 
 /// A port's security as the data plane applies it: its configured MACs, else a first-come
 /// lock; with `port_security` the guards above layer 2 too ([`IpPolicy`]), without it none.
+/// A port whose identity a completed migration handed over may claim no address at all.
 fn security(port: &PortConfig) -> PortSecurity {
+    if port.handover.as_ref().is_some_and(|h| h.complete) {
+        return PortSecurity {
+            macs: MacPolicy::Fixed(Vec::new()),
+            ips: port.port_security.then(|| IpPolicy {
+                addrs: IpAddrs::Fixed(Vec::new()),
+                services: Services::default(),
+            }),
+            restored: Locks::default(),
+        };
+    }
     let macs = if !port.macs.is_empty() {
         MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
     } else if port.port_security {
@@ -136,6 +147,7 @@ fn convert(e: SwitchError) -> BackendError {
         SwitchError::DuplicatePort(name) => BackendError::PortExists(name),
         SwitchError::UnknownPort(name) => BackendError::UnknownPort(name),
         e @ SwitchError::MacInUse { .. } => BackendError::MacInUse(e.to_string()),
+        e @ SwitchError::Migrate { .. } => BackendError::Migrate(e.to_string()),
         SwitchError::Port { name, source } => {
             // The data plane's message names the port too: say it once.
             let message = chain(&source);
@@ -242,6 +254,10 @@ impl Backend for SwitchBackend {
         self.handle.remove_port(name).map_err(convert)
     }
 
+    fn migrate_port(&self, src: &str, dst: &str) -> Result<(), BackendError> {
+        self.handle.migrate_port(src, dst).map_err(convert)
+    }
+
     fn set_policies(&self, policies: &PolicySet) -> Result<(), BackendError> {
         self.handle.set_policies(policies.clone()).map_err(convert)
     }
@@ -303,6 +319,10 @@ impl Backend for SwitchBackend {
                     shard: p.shard,
                     queued_frames: p.counters.queued_frames,
                     queued_bytes: p.counters.queued_bytes,
+                    handover: p.handover.as_ref().map(|h| HandoverView {
+                        to: h.to.clone(),
+                        complete: h.complete,
+                    }),
                 }
             })
             .collect();

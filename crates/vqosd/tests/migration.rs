@@ -1,7 +1,8 @@
 //! A live migration of a real guest between two vqosd vhost-user ports (issue 26): a TCG QEMU
 //! guest on port `vma` sends an iperf3 stream to a sink under a 8 Mbit/s max; a second QEMU
-//! started with `-incoming` on port `vmb` (same policy, created by the "orchestrator", this
-//! test, as it starts the destination) receives it through QMP `migrate`. During the
+//! started with `-incoming` on port `vmb` (created bare by the "orchestrator", this test, as it
+//! starts the destination, then given the guest's identity by `port migrate vma vmb`)
+//! receives it through QMP `migrate`. During the
 //! migration QEMU asks vqosd to log every write into guest memory (`LOG_ALL`, `SET_LOG_BASE`),
 //! and copies the pages vqosd marked again. Checked: the migration completes and the guest
 //! runs on the destination; its memory is what it was (a 16 MiB file in its RAM has the same
@@ -9,9 +10,12 @@
 //! from `vmb`; the max holds on `vmb` (its rate on the switch's counters); and no vhost-user
 //! misbehaviour or quarantine was counted; the source port was handed the dirty log.
 //!
-//! The guest's identity moves by the recipe docs/vhost-user.md gives: when QEMU reports the
-//! migration completed, the orchestrator removes the source port, and the destination port
-//! locks the guest's MAC and IP first come as the guest speaks from it.
+//! The guest's identity moves by the recipe docs/vhost-user.md gives: `POST
+//! /v1/ports/vma/migrate {"to": "vmb"}` before the migration (vmb takes the max and co-owns
+//! the guest's locked MAC and IP); at the end the destination QEMU's `SEND_RARP` announces the
+//! guest from vmb, which completes the hand-over, so none of the guest's frames on vmb is
+//! ever refused (no `spoofed`, no `ip_spoofed`); when QEMU reports the migration completed,
+//! the orchestrator removes the source port and its counters continue on vmb.
 //!
 //! Needs root, `qemu-system-x86_64` and iperf3 (SKIP otherwise); takes the real-traffic lock.
 
@@ -147,14 +151,17 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     let stream = src.send(&format!("iperf3 -c {sink_ip} -p 5301 -t 20 -i 0 -f m"));
     std::thread::sleep(Duration::from_secs(4));
 
-    // The orchestrator: the destination port, with the source's policy, and the destination
-    // QEMU waiting for the migration.
+    // The orchestrator: the destination port, bare, given the guest's identity, and the
+    // destination QEMU waiting for the migration.
     d.call(
         "POST",
         "/v1/ports",
-        json!({"name": "vmb", "kind": "vhost-user", "socket": p("b.sock"),
-               "policy": {"max": "8Mbit"}}),
+        json!({"name": "vmb", "kind": "vhost-user", "socket": p("b.sock")}),
     );
+    let moved = d.call("POST", "/v1/ports/vma/migrate", json!({"to": "vmb"}));
+    assert_eq!(moved["port"]["policy"]["max_bps"], 8_000_000, "{moved}");
+    let vmb = d.get("/v1/ports/vmb");
+    assert!(vmb["locked"]["macs"].to_string().contains(mac), "{vmb}");
     let mut extra = qmp_arg("qmp-b");
     let incoming = format!("tcp:127.0.0.1:{}", 42_000 + pid % 1_000);
     extra.extend(["-incoming".to_string(), incoming.clone()]);
@@ -193,8 +200,23 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     let s = d.get("/v1/stats");
     let logs = &port(&s, "vma")["vhost_user"]["counters"]["dirty_logs"];
     assert_eq!(logs, 1, "no dirty log reached the source port: {s}");
-    // The switchover: the source port goes, the destination's guest takes its addresses.
+    // The destination QEMU announces the guest (SEND_RARP): vmb's first frame, which hands
+    // the addresses over for good.
+    let complete = poll_gently(Duration::from_secs(30), || {
+        let s = d.get("/v1/stats");
+        (port(&s, "vma")["handover"]["complete"] == true).then_some(s)
+    });
+    let s = complete.unwrap_or_else(|| panic!("no hand-over: {}", d.get("/v1/stats")));
+    let announces = &port(&s, "vmb")["vhost_user"]["counters"]["rarp_announces"];
+    assert!(announces.as_u64() >= Some(1), "no SEND_RARP: {s}");
+    // The switchover: the source port goes; its counters continue on the destination.
+    let rx = |s: &Value, n: &str| counter(s, n, "rx_frames");
+    let before = rx(&s, "vma") + rx(&s, "vmb");
     d.call("DELETE", "/v1/ports/vma", json!(null));
+    let summed = poll_gently(Duration::from_secs(10), || {
+        (rx(&d.get("/v1/stats"), "vmb") >= before).then_some(())
+    });
+    assert!(summed.is_some(), "{before} frames: {}", d.get("/v1/stats"));
     println!(
         "migrated in {} ms (downtime {} ms, {} dirty syncs) {:.1} s into the test",
         st["total-time"],
@@ -235,6 +257,10 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     assert!((MAX_BPS * 0.8..=MAX_BPS * 1.05).contains(&rate), "{rate}");
     assert_eq!(dst.finish(&again, Duration::from_secs(60)).1, 0);
     let s = d.get("/v1/stats");
+    // The guest's frames on vmb were never refused: no window.
+    for reason in ["spoofed", "ip_spoofed", "arp_spoofed", "nd_spoofed"] {
+        assert_eq!(port(&s, "vmb")["drops"][reason], 0, "{reason}: {s}");
+    }
     let vmb = &port(&s, "vmb")["vhost_user"]["counters"];
     for c in [
         "quarantines",

@@ -74,6 +74,14 @@ pub(crate) fn write_ports(
             let serves: Vec<&str> = p.serves.iter().map(|s| service_name(*s)).collect();
             extra.push(format!("serves {}", serves.join(",")));
         }
+        if let Some(h) = &p.handover {
+            let state = if h.complete {
+                "handed over"
+            } else {
+                "migrating"
+            };
+            extra.push(format!("{state} to {}", h.to));
+        }
         let macs = if extra.is_empty() {
             macs
         } else {

@@ -372,3 +372,62 @@ fn status_shows_health_ports_with_their_guests_and_rates_and_fails_when_unhealth
     );
     assert!(err.to_string().starts_with("vqosd is unhealthy: "), "{err}");
 }
+
+#[test]
+fn port_migrate_hands_the_identity_over_and_refuses_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mock, c) = daemon(dir.path());
+    run(
+        &c,
+        "port add vma --attach --max 8Mbit --mac 02:00:00:00:00:0a",
+    )
+    .unwrap();
+    run(&c, "port add vmb --attach").unwrap();
+    let out = run(&c, "port migrate vma vmb").unwrap();
+    assert_eq!(
+        out,
+        "Migrating vma to vmb: weight 1, min 0bit, max 8Mbit, priority 7 (it takes the \
+         addresses at its first frame; delete vma once the migration completed)\n"
+    );
+    assert!(mock
+        .calls()
+        .contains(&vqosd::backend::MockCall::MigratePort(
+            "vma".into(),
+            "vmb".into()
+        )));
+    let list = run(&c, "port list").unwrap();
+    let vma = list.lines().find(|l| l.starts_with("vma ")).unwrap();
+    assert!(
+        vma.ends_with("02:00:00:00:00:0a; migrating to vmb"),
+        "{list}"
+    );
+    let json = run(&c, "port list --json").unwrap();
+    let ports: Vec<PortView> = serde_json::from_str(&json).unwrap();
+    let (a, b) = (&ports[2], &ports[3]);
+    assert_eq!(b.macs, a.macs, "the destination has the guest's MAC");
+    assert_eq!(
+        a.handover.as_ref().map(|h| (h.to.as_str(), h.complete)),
+        Some(("vmb", false))
+    );
+    run(&c, "port add vmc --attach --mac 02:00:00:00:00:0c").unwrap();
+    for (line, want) in [
+        (
+            "port migrate vma vma",
+            "a port cannot be migrated to itself",
+        ),
+        ("port migrate zz vmb", "Unknown"),
+        ("port migrate vma up0", "Port 'up0' is the uplink"),
+        ("port migrate vm2 vmc", "'vmc' has configured addresses"),
+        ("port migrate vmb vm1", "'vmb' is already migrating"),
+    ] {
+        let e = format!("{:#}", run(&c, line).unwrap_err());
+        assert!(e.contains(want), "{line}: {e}");
+    }
+    // Refused before the switch was asked: one migration reached it.
+    let migrations = mock
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, vqosd::backend::MockCall::MigratePort(..)))
+        .count();
+    assert_eq!(migrations, 1);
+}

@@ -106,6 +106,9 @@ pub(crate) struct Shared {
     /// The session's dirty-page log (`SET_LOG_BASE`), written while the frontend has
     /// `LOG_ALL` acknowledged (a live migration); dropped with the session.
     pub(crate) log: Mutex<Option<Arc<DirtyLog>>>,
+    /// A guest announce asked for by `SEND_RARP` ([`super::rarp`]), not yet read by the
+    /// loop: the MAC with bit 63 set, or 0.
+    pub(crate) rarp: AtomicU64,
     /// The port's readiness eventfd: signalled on every guest TX kick and when the loop
     /// re-enables notifications with frames already waiting.
     pub(crate) ready: EventFd,
@@ -153,6 +156,7 @@ impl Shared {
             pair_frames: (0..config.queues).map(|_| Default::default()).collect(),
             handed_out: AtomicUsize::new(0),
             log: Mutex::new(None),
+            rarp: AtomicU64::new(0),
             config,
             session: RwLock::new(None),
             connected: AtomicBool::new(false),

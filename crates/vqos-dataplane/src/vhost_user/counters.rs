@@ -33,6 +33,13 @@ pub struct VhostUserCounters {
     /// Dirty logs the frontend handed over (`SET_LOG_BASE`): live migrations of the guest
     /// started from this port.
     pub dirty_logs: u64,
+    /// `SEND_RARP` requests accepted (after a live migration, the destination's frontend asks
+    /// for the guest to be announced): a RARP frame from the guest's MAC was put in the
+    /// port's next batch, where port security decides on it like on any frame (another
+    /// guest's MAC is dropped as `spoofed`).
+    pub rarp_announces: u64,
+    /// `SEND_RARP` requests refused: a group or zero MAC.
+    pub rarp_refused: u64,
     /// The avail index ran more than a ring size ahead of us (ring corrupt: quarantine).
     pub bad_avail_index: u64,
     /// A ring (descriptor table, avail or used ring) lies outside guest memory, across two
@@ -118,6 +125,8 @@ atomic_counters!(
     interrupts,
     refused_messages,
     dirty_logs,
+    rarp_announces,
+    rarp_refused,
     bad_avail_index,
     bad_ring_address,
     head_out_of_range,

@@ -83,13 +83,15 @@ pub fn offered_features(queues: u16) -> u64 {
 
 /// vhost-user protocol features offered: `REPLY_ACK` (the frontend may ask for an
 /// acknowledgement of every message), `MQ` (`GET_QUEUE_NUM` says how many queue pairs the
-/// port has, so QEMU refuses `queues=N` above it at start instead of failing later) and
-/// `LOG_SHMFD` (the dirty log is a shared memory file, `SET_LOG_BASE`). Guest memory comes
+/// port has, so QEMU refuses `queues=N` above it at start instead of failing later),
+/// `LOG_SHMFD` (the dirty log is a shared memory file, `SET_LOG_BASE`) and `RARP` (after a
+/// live migration `SEND_RARP` announces the guest, `vhost_user/rarp.rs`). Guest memory comes
 /// whole with `SET_MEM_TABLE` (no `CONFIGURE_MEM_SLOTS`), no config space.
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::LOG_SHMFD
+        | VhostUserProtocolFeatures::RARP
 }
 
 /// Names of the known feature bits set in `features` (for status output).

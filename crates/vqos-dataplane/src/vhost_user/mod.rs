@@ -25,9 +25,8 @@
 //!
 //! ## Limitations
 //! A port's TX queues are all read by one shard (a vif is not spread over shards), no
-//! indirect descriptors, no packed rings, no live migration
-//! (no dirty log), no software segmentation or checksum for guests without the offloads
-//! (such frames are dropped, counted).
+//! indirect descriptors, no packed rings, no postcopy migration, no software segmentation or
+//! checksum for guests without the offloads (such frames are dropped, counted).
 
 mod backend;
 mod chain;
@@ -41,6 +40,7 @@ mod guest;
 mod kick;
 mod protocol;
 mod queue;
+mod rarp;
 mod session;
 
 #[cfg(test)]
@@ -55,6 +55,8 @@ mod tests_hostile;
 mod tests_log;
 #[cfg(test)]
 mod tests_mq;
+#[cfg(test)]
+mod tests_rarp;
 #[cfg(test)]
 mod tests_regions;
 #[cfg(test)]
@@ -426,7 +428,15 @@ impl Port for VhostUserPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        Ok(self.queue.recv(batch, max_frames))
+        // A pending `SEND_RARP` announce first, as if the guest had sent it.
+        let announced = rarp::take(&self.shared, batch);
+        let max = max_frames.saturating_sub(announced);
+        Ok(announced
+            + if max > 0 {
+                self.queue.recv(batch, max)
+            } else {
+                0
+            })
     }
 
     fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {

@@ -35,6 +35,7 @@ use super::backend::{lock, write, Session, Shared};
 use super::counters::bump;
 use super::kick::KickWorker;
 use super::protocol::NetHandler;
+use super::rarp;
 use super::VhostUserMode;
 
 /// The `vhost` crate's request parser over our handler.
@@ -118,20 +119,24 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
         shutdown(shared);
     }
     let error = loop {
-        // Before SET_FEATURES, look at the next message: QEMU's early SET_VRING_ENABLE is
-        // refused by the `vhost` crate but must still take effect.
-        let early_enable = if shared.features.load(Ordering::Acquire) == 0 {
-            peek_vring_enable(conn_fd)
-        } else {
-            None
-        };
+        // Look at the next message: QEMU's early SET_VRING_ENABLE (before SET_FEATURES) and
+        // SEND_RARP are refused by the `vhost` crate but must still take effect.
+        let peeked = peek(conn_fd);
         match requests.handle_request() {
             Ok(()) => {}
             // Refused before any state changed (the message was read whole): skip it.
             Err(Error::InactiveFeature(_)) | Err(Error::InactiveOperation(_)) => {
                 bump(&shared.counters.refused_messages, 1);
-                if let Some((index, enable)) = early_enable {
-                    let _ = lock(handler).set_vring_enable(index, enable);
+                if let Some(Peeked::VringEnable(index, enable)) = peeked {
+                    if shared.features.load(Ordering::Acquire) == 0 {
+                        let _ = lock(handler).set_vring_enable(index, enable);
+                    }
+                }
+            }
+            // An unknown request to the crate, read whole: ours if it is a SEND_RARP.
+            Err(Error::InvalidMessage) if matches!(peeked, Some(Peeked::Rarp(_))) => {
+                if let Some(Peeked::Rarp(msg)) = peeked {
+                    rarp::apply(shared, conn_fd, msg);
                 }
             }
             Err(Error::Disconnected) | Err(Error::PartialMessage) => break None,
@@ -151,18 +156,36 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
 /// `VHOST_USER_SET_VRING_ENABLE` (request 18).
 const SET_VRING_ENABLE: u32 = 18;
 
-/// The `(index, enable)` of a `SET_VRING_ENABLE` message waiting whole at the head of the
-/// connection `fd`, without consuming it (`MSG_PEEK`; blocks until a message arrives, as the
-/// request loop would).
-fn peek_vring_enable(fd: RawFd) -> Option<(u32, bool)> {
+/// A message the request loop applies itself when the `vhost` crate refuses it.
+#[derive(Debug, Clone, Copy)]
+enum Peeked {
+    /// `SET_VRING_ENABLE (index, enable)`.
+    VringEnable(u32, bool),
+    /// `SEND_RARP`.
+    Rarp(rarp::SendRarp),
+}
+
+/// The `SET_VRING_ENABLE` or `SEND_RARP` message at the head of the connection `fd`, without
+/// consuming it (`MSG_PEEK`; blocks until a message arrives, as the request loop would). Both
+/// are 20 bytes: a header of 12 and a payload of 8, waited for whole once the header says so.
+fn peek(fd: RawFd) -> Option<Peeked> {
     let mut buf = [0u8; 20];
-    // SAFETY: peeks at most 20 bytes into a live buffer.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK) };
+    // SAFETY: peeks at most 12 bytes into a live buffer.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), 12, libc::MSG_PEEK) };
+    let word = |b: &[u8; 20], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    if n != 12 || word(&buf, 8) != 8 {
+        return None;
+    }
+    let flags = libc::MSG_PEEK | libc::MSG_WAITALL;
+    // SAFETY: peeks at most 20 bytes into a live buffer; the payload follows its header.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
     if n != 20 {
         return None;
     }
-    let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-    (word(0) == SET_VRING_ENABLE && word(8) == 8).then(|| (word(12), word(16) != 0))
+    if word(&buf, 0) == SET_VRING_ENABLE {
+        return Some(Peeked::VringEnable(word(&buf, 12), word(&buf, 16) != 0));
+    }
+    rarp::parse(&buf).map(Peeked::Rarp)
 }
 
 /// Closes the current connection (the request loop then ends).

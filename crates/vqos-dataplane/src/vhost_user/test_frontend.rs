@@ -275,6 +275,19 @@ impl TestFrontend {
         Self::setup(fe, features, [Ring::new(0), Ring::new(1)], false)
     }
 
+    /// As [`TestFrontend::connect`], keeping a second handle on the connection for messages
+    /// the `vhost` crate's frontend does not send (`SEND_RARP`: [`send_rarp`]).
+    pub(crate) fn connect_raw(
+        path: &Path,
+        features: u64,
+    ) -> (TestFrontend, std::os::unix::net::UnixStream) {
+        let stream = std::os::unix::net::UnixStream::connect(path).expect("connect");
+        let raw = stream.try_clone().unwrap();
+        let fe = Frontend::from_stream(stream, 2);
+        let fe = Self::setup(fe, features, [Ring::new(0), Ring::new(1)], true);
+        (fe, raw)
+    }
+
     /// Accepts one client-role port on `listener`.
     pub(crate) fn accept(listener: &UnixListener, features: u64) -> TestFrontend {
         let (stream, _) = listener.accept().expect("accept");
@@ -295,9 +308,10 @@ impl TestFrontend {
         fe.set_features(features).unwrap();
         if features & F_PROTOCOL_FEATURES != 0 {
             let p = fe.get_protocol_features().unwrap();
-            // REPLY_ACK: every message below is acknowledged before the call returns.
-            fe.set_protocol_features(p & VhostUserProtocolFeatures::REPLY_ACK)
-                .unwrap();
+            // REPLY_ACK: every message below is acknowledged before the call returns. RARP:
+            // the tests may send SEND_RARP (raw, [`TestFrontend::connect_raw`]).
+            let wanted = VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::RARP;
+            fe.set_protocol_features(p & wanted).unwrap();
             fe.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
         }
         let region = VhostUserMemoryRegionInfo {
@@ -390,6 +404,27 @@ impl TestFrontend {
     pub(crate) fn calls(&self, q: usize) -> u64 {
         self.call[q].read().unwrap_or(0)
     }
+}
+
+/// Sends `SEND_RARP` for `mac` on `raw` with `NEED_REPLY` and returns the backend's answer
+/// (0: accepted).
+pub(crate) fn send_rarp(raw: &mut std::os::unix::net::UnixStream, mac: [u8; 6]) -> u64 {
+    use std::io::{Read, Write};
+    let mut msg = Vec::new();
+    for w in [19u32, 0x1 | 0x8, 8] {
+        msg.extend_from_slice(&w.to_le_bytes());
+    }
+    msg.extend_from_slice(&mac);
+    msg.extend_from_slice(&[0, 0]);
+    raw.write_all(&msg).unwrap();
+    let mut reply = [0u8; 20];
+    raw.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        &reply[..12],
+        &[19, 0, 0, 0, 5, 0, 0, 0, 8, 0, 0, 0],
+        "the reply header"
+    );
+    u64::from_le_bytes(reply[12..].try_into().unwrap())
 }
 
 /// Waits until the port's session has both vrings started and enabled (needed only when the

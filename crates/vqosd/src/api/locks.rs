@@ -2,7 +2,8 @@
 //! uses (MACs and, with the address guards, IPs). Those locks live in the switch; the daemon
 //! copies them into its ports and the state file as they appear, so that after a restart each
 //! port gets its own back when it is added, before it forwards, and a lock another port took
-//! while it was away never outranks it (the data plane's `PortSecurity::restored`).
+//! while it was away never outranks it (the data plane's `PortSecurity::restored`). The
+//! completion of a migration's hand-over (`vqos port migrate`) is copied the same way.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,14 @@ impl Api {
             .iter()
             .map(|p| (p.name.as_str(), &p.locked))
             .collect();
+        // A migration the switch completed (the destination's first frame): the source owns
+        // nothing from then on, after a restart too.
+        let completed: Vec<&str> = stats
+            .ports
+            .iter()
+            .filter(|p| p.handover.as_ref().is_some_and(|h| h.complete))
+            .map(|p| p.name.as_str())
+            .collect();
         let mut v = self.lock();
         let mut next = v.clone();
         let mut changed = 0;
@@ -31,6 +40,12 @@ impl Api {
             if let Some(&locked) = seen.get(p.name.as_str()) {
                 if *locked != p.locked {
                     p.locked = locked.clone();
+                    changed += 1;
+                }
+            }
+            if let Some(h) = p.handover.as_mut().filter(|h| !h.complete) {
+                if completed.contains(&p.name.as_str()) {
+                    h.complete = true;
                     changed += 1;
                 }
             }

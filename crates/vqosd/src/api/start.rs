@@ -61,12 +61,22 @@ impl Api {
                     removed.push(name);
                 }
             }
+            let heirs: Vec<String> = (saved.ports.iter())
+                .filter_map(|p| p.handover.as_ref().map(|h| h.to.clone()))
+                .collect();
             for sp in saved.ports {
                 match set.id(&sp.name) {
                     Ok(id) => {
                         // `ports` and `set.vifs` are in the same order.
                         set.vifs[id].policy = sp.policy;
-                        ports[id].locked = sp.locked;
+                        let p = &mut ports[id];
+                        p.locked = sp.locked;
+                        p.handover = sp.handover;
+                        if heirs.contains(&sp.name) {
+                            // A config port that took a migrated identity keeps it.
+                            (p.macs, p.ips, p.serves) = (sp.macs, sp.ips, sp.serves);
+                            p.port_security = sp.port_security;
+                        }
                     }
                     Err(_) => {
                         set = set.with_vif(&sp.name, sp.policy);
@@ -88,6 +98,7 @@ impl Api {
                             ips: sp.ips,
                             serves: sp.serves,
                             locked: sp.locked,
+                            handover: sp.handover,
                         });
                     }
                 }
@@ -130,12 +141,15 @@ impl Api {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        for (p, v) in ports.iter().zip(&set.vifs) {
+        // The destination of a migration under way comes up without the identity it took:
+        // its source has it, and migrates again once both are up.
+        let adds = Api::restart_configs(&ports);
+        for (p, v) in adds.iter().zip(&set.vifs) {
             match backend.add_port(p, &v.policy) {
                 Ok(opened) => tracing::info!("Port {} up ({opened})", p.name),
                 Err(source) => {
                     // Leave the switch as we found it.
-                    for q in ports.iter().take_while(|q| q.name != p.name) {
+                    for q in adds.iter().take_while(|q| q.name != p.name) {
                         let _ = backend.remove_port(&q.name);
                     }
                     return Err(ApiError::Backend {
@@ -143,6 +157,15 @@ impl Api {
                         source,
                     });
                 }
+            }
+        }
+        for (src, dst) in Api::remigrations(&ports) {
+            match backend.migrate_port(&src, &dst) {
+                Ok(()) => tracing::info!("Port {src}: migration to {dst} under way again"),
+                Err(e) => tracing::warn!(
+                    "Port {src}: its migration to {dst} could not be made again: {}",
+                    vqos_api::chain(&e)
+                ),
             }
         }
         let view = View {

@@ -165,6 +165,12 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Dirty-page logs the frontend handed over: live migrations started from the port.",
     ),
     (
+        "vqos_vhost_user_rarp_requests_total",
+        "counter",
+        "SEND_RARP requests after a live migration, by result: announced (a RARP from the \
+         guest's MAC went through port security) or refused (a group or zero MAC).",
+    ),
+    (
         "vqos_vhost_user_guest_errors_total",
         "counter",
         "Malformed rings and descriptors the guest posted, by error.",

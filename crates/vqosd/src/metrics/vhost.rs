@@ -51,6 +51,8 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "",
     ),
     ("dirty_logs", "vqos_vhost_user_dirty_logs_total", ""),
+    ("rarp_announces", RARP, "result=\"announced\""),
+    ("rarp_refused", RARP, "result=\"refused\""),
     ("bad_avail_index", ERRORS, "error=\"bad_avail_index\""),
     ("bad_ring_address", ERRORS, "error=\"bad_ring_address\""),
     ("head_out_of_range", ERRORS, "error=\"head_out_of_range\""),
@@ -84,6 +86,8 @@ const COUNTERS: &[(&str, &str, &str)] = &[
     ("disconnected_frames", RX_DROPS, "reason=\"disconnected\""),
 ];
 
+/// The family of the frontend's `SEND_RARP` requests.
+const RARP: &str = "vqos_vhost_user_rarp_requests_total";
 /// The family of the guest's ring and descriptor errors.
 const ERRORS: &str = "vqos_vhost_user_guest_errors_total";
 /// The family of the frames for the guest it could not take.

@@ -745,5 +745,6 @@ fn stats_and_metrics() {
     );
 }
 
+mod migrate;
 mod persistence;
 mod server;

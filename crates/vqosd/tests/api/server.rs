@@ -146,6 +146,9 @@ impl vqosd::backend::Backend for GatedSwitch {
     fn remove_port(&self, name: &str) -> Result<(), vqosd::backend::BackendError> {
         self.mock.remove_port(name)
     }
+    fn migrate_port(&self, src: &str, dst: &str) -> Result<(), vqosd::backend::BackendError> {
+        self.mock.migrate_port(src, dst)
+    }
     fn set_policies(
         &self,
         policies: &vqos_sched::PolicySet,
