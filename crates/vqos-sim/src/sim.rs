@@ -3,10 +3,11 @@
 //!
 //! - **upload** (a VM sends): sources → vif queue → the engine's poll loop on one core → the
 //!   host link → an optional external bottleneck → receivers;
-//! - **download** (a VM receives): sources outside → the external bottleneck → the host link's
-//!   inbound direction → the switch's inbound path (the VM's inbound maximum, a token bucket
-//!   that drops, then PID-ECN marking) → the VM. No engine: the data plane schedules only what
-//!   VMs send (docs/design.md, "One model of the download direction").
+//! - **download** (a VM receives): sources outside → the external bottleneck → the scheduled
+//!   downlink (a queue per VM, CoDel, a second engine over the inbound policies at
+//!   `capacity_in`, then PID-ECN marking: [`downlink`]) → the VM; with `downlink = "bucket"`,
+//!   the host link's inbound direction and the VM's inbound maximum (a token bucket that
+//!   drops) instead (docs/design.md, "The scheduled downlink").
 //!
 //! ## Behavior
 //! - **Sources.** Greedy TCP-like flows (slow start, then AIMD: +1 segment per RTT, halve once
@@ -21,7 +22,8 @@
 //!   [`TX_RING_NS`] decouples the core from the link; when it is full the core waits.
 //! - **The link** serialises at `capacity`; the optional **bottleneck** is a drop-tail FIFO of
 //!   `bottleneck_queue` packets at its own rate, shared by whoever sends (so by connection count).
-//! - **The inbound path** of a download VM is the data plane's: its inbound maximum (`max_in`,
+//! - **The inbound path without the scheduled downlink** (`downlink = "bucket"`) is the data
+//!   plane's then: its inbound maximum (`max_in`,
 //!   else `max`) is [`vqos_sched::bucket::link_bucket`], the very bucket the data plane's
 //!   downlink uses (4 ms deep, at least two 64 KiB frames); a packet that finds it empty is
 //!   dropped (`rate_limited`), the TCP sender sees a loss. The host link's inbound direction

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! capacity = "940Mbit"        # uplink capacity; default "unlimited"
+//! capacity_in = "940Mbit"     # downlink capacity (what the vifs receive); default: capacity
 //! engine = "vqos"             # rr, ancs, policer, tcm, c2qos, vqos; default "vqos"
 //! cost = "bytes"              # what vifs are charged: "bytes" (default) or "cycles"
 //! cycles_per_sec = 2000000000 # the core's cycles per second (cost = "cycles", cpu_fair)
@@ -24,6 +25,9 @@
 //! socket = "/run/vqos/vqosd.sock"
 //! tcp = "127.0.0.1:7451"      # optional, loopback only, needs a token
 //! token_file = "/etc/vqos/token"   # or token_env = "VQOS_TOKEN"
+//!
+//! [downlink]                 # optional; see config/downlink.rs
+//! schedule = true             # default: what the vifs receive is scheduled (queues, CoDel)
 //!
 //! [metrics]                  # optional: GET /metrics only, no token, on its own address
 //! listen = "127.0.0.1:9469"

@@ -95,6 +95,18 @@ pub fn vqosd_config(
             ));
         }
     }
+    // The downlink as the simulator models it: its capacity (a top-level key: first, before
+    // any table), scheduled or only bucketed.
+    match sc.capacity_in_bps {
+        Some(vqos_sched::policy::UNLIMITED_IN_BPS) => {
+            s.insert_str(0, "capacity_in = \"unlimited\"\n")
+        }
+        Some(c) => s.insert_str(0, &format!("capacity_in = {c}\n")),
+        None => {}
+    }
+    if !sc.downlink_scheduled {
+        s.push_str("\n[downlink]\nschedule = false\n");
+    }
     let c = &sc.controller;
     if sc.fairness {
         s.push_str("\n[fairness]\n");
@@ -169,6 +181,27 @@ mod tests {
         assert_eq!(parsed.ports[1].1, p[1], "{cfg}");
         assert_eq!(p[0].burst_bytes, Some(65_536));
         assert_eq!(parsed.threads, 1);
+    }
+
+    #[test]
+    fn the_scenarios_downlink_reaches_vqosd() {
+        let parse = |keys: &str| {
+            let sc = Scenario::parse(&format!(
+                "name = \"t\"\nduration = \"2s\"\ncapacity = \"1Gbit\"\n{keys}\n\
+                 [[vm]]\nname = \"vm1\"\ndirection = \"download\"\n"
+            ))
+            .unwrap();
+            let p = vec![sc.vms[0].initial.policy.clone()];
+            let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
+            vqosd::config::Config::parse(&cfg, |_| None)
+                .unwrap_or_else(|e| panic!("{keys}: {e}\n{cfg}"))
+        };
+        let c = parse("");
+        assert_eq!((c.capacity_in_bps, c.downlink.is_some()), (None, true));
+        let c = parse("capacity_in = \"400Mbit\"\ndownlink = \"bucket\"");
+        assert_eq!((c.capacity_in_bps, c.downlink), (Some(400_000_000), None));
+        let c = parse("capacity_in = \"unlimited\"");
+        assert_eq!(c.policy_set().downlink_capacity_bps(), None);
     }
 
     #[test]
