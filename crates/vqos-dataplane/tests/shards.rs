@@ -316,3 +316,56 @@ fn a_new_capacity_is_divided_anew_and_never_run_at_an_old_part() {
         "2 shards after the capacity fell to 20 Mbit/s",
     );
 }
+
+/// The scheduled downlink on two shards: what the uplink sends to a (shard 0) and b (shard
+/// 1), weights 1 and 3, is divided by shard 0's downlink at `capacity_in` (60 Mbit/s: 15 and
+/// 45), and a vif-to-vif frame from b to a crosses to shard 1's downlink and arrives.
+#[test]
+fn the_downlink_on_two_shards_gives_the_weights_shares_and_carries_vif_to_vif() {
+    let w = |weight| VifPolicy {
+        weight,
+        ..VifPolicy::default()
+    };
+    let (mut sh, u, p) = rig(
+        |c| {
+            c.engine = EngineKind::Vqos;
+            c.capacity_in_bps = Some(60_000_000);
+            c.downlink = Some(vqos_dataplane::DownlinkConfig::default());
+        },
+        &[("a", 0, w(1)), ("b", 1, w(3))],
+    );
+    for (peer, mac) in p.iter().zip([MAC_A, MAC_B]) {
+        peer.inject(frame(MAC_U, mac, 0));
+    }
+    run(&mut sh, 0);
+    u.take_sent();
+    // b → a: read on shard 1, queued on its downlink, delivered to a.
+    p[1].inject(frame(MAC_A, MAC_B, 9));
+    run(&mut sh, 1);
+    assert_eq!(tags(&p[0].take_sent()), vec![9]);
+    let step = 100_000u64;
+    let mut got = [0u64; 2];
+    for k in 1..=20_000u64 {
+        let now = k * step;
+        // 1.8 frames per step each (216 Mbit/s): both over their share.
+        for mac in [MAC_A, MAC_B] {
+            if k % 5 != 0 {
+                u.inject(big(mac, MAC_U));
+            }
+            u.inject(big(mac, MAC_U));
+        }
+        run(&mut sh, now);
+        for (g, peer) in got.iter_mut().zip(&p) {
+            let n = peer.take_sent().len() as u64;
+            if now > 1_000_000_000 {
+                *g += n * 1500 * 8;
+            }
+        }
+    }
+    // Over the last second: 15 and 45 Mbit/s within 3 %.
+    for (g, want) in got.iter().zip([15_000_000u64, 45_000_000]) {
+        assert!(g.abs_diff(want) <= want * 3 / 100, "{got:?}");
+    }
+    let s = sh.stats(20_000 * step);
+    assert!(port(&s, "b").counters.drops[DropReason::QueueFull] > 0);
+}
