@@ -14,16 +14,24 @@ use crate::out::outln;
 #[derive(Args, Debug)]
 #[command(
     after_help = "Example:\n  vqos alloc --capacity 940Mbit --vif vm1:weight=1 \
-    --vif vm5:weight=5,max=150Mbit,min=0,demand=unlimited --json"
+    --vif vm5:weight=5,max=150Mbit,min=0,demand=unlimited --json\n  \
+    vqos alloc --direction in --capacity 400Mbit --vif vm1:min=250Mbit --vif vm2:weight=3,max_in=100Mbit"
 )]
 pub struct AllocArgs {
-    /// Link capacity, e.g. 940Mbit or 10Gbit.
+    /// Link capacity, e.g. 940Mbit or 10Gbit (with --direction in: the downlink's,
+    /// vqosd's capacity_in).
     #[arg(long)]
     capacity: String,
     /// A vif: NAME[:key=value,...] with keys weight (default 1), min (default 0),
-    /// max (default unlimited), demand (default unlimited). Repeat for each vif.
+    /// max (default unlimited), max_in (default: as max), demand (default unlimited).
+    /// Repeat for each vif.
     #[arg(long = "vif", required = true)]
     vifs: Vec<String>,
+    /// Which direction to allocate: out (what the vifs send, default) or in (what they
+    /// receive: the same weight and min, max_in else max as the max, the min capped by it,
+    /// as the scheduled downlink does).
+    #[arg(long, value_parser = ["out", "in"], default_value = "out")]
+    direction: String,
     /// Print JSON: {"capacity_bps": N, "vifs": [{"name": .., "rate_bps": N}, ...]}.
     #[arg(long)]
     json: bool,
@@ -41,8 +49,9 @@ struct OutVif {
     rate_bps: u64,
 }
 
-/// Parses `vm5:weight=5,max=150Mbit` into a name and a claim.
-fn parse_vif(spec: &str) -> Result<(String, Claim)> {
+/// Parses `vm5:weight=5,max=150Mbit` into a name and a claim (`inbound`: of the policy's
+/// inbound direction, `VifPolicy::inbound`).
+fn parse_vif(spec: &str, inbound: bool) -> Result<(String, Claim)> {
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     if name.is_empty() {
         bail!("Vif '{spec}': missing name (expected NAME:key=value,...)");
@@ -65,13 +74,22 @@ fn parse_vif(spec: &str) -> Result<(String, Claim)> {
                     rate()?.with_context(|| format!("Vif '{name}': min cannot be unlimited"))?
             }
             "max" => policy.max_bps = rate()?,
+            "max_in" => {
+                policy.max_in_bps = Some(rate()?.unwrap_or(vqos_sched::policy::UNLIMITED_IN_BPS))
+            }
             "demand" => demand = rate()?,
             other => {
-                bail!("Vif '{name}': unknown key '{other}' (expected weight, min, max or demand)")
+                bail!(
+                    "Vif '{name}': unknown key '{other}' (expected weight, min, max, max_in or \
+                     demand)"
+                )
             }
         }
     }
     policy.validate(name)?;
+    if inbound {
+        policy = policy.inbound(true);
+    }
     Ok((name.to_string(), Claim::new(&policy, demand)))
 }
 
@@ -83,7 +101,7 @@ fn parse(args: &AllocArgs) -> Result<(u64, Vec<String>, Vec<Claim>)> {
     let mut names = Vec::new();
     let mut claims = Vec::new();
     for spec in &args.vifs {
-        let (name, claim) = parse_vif(spec)?;
+        let (name, claim) = parse_vif(spec, args.direction == "in")?;
         if names.contains(&name) {
             bail!("Duplicate vif '{name}'");
         }

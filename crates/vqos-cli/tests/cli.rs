@@ -56,6 +56,51 @@ fn alloc_json_is_the_reference_allocation() {
     }
 }
 
+/// `--direction in` allocates what the vifs receive, as the scheduled downlink does: the same
+/// weight and min, `max_in` (else `max`) as the max, the min capped by it.
+#[test]
+fn alloc_direction_in_is_the_downlinks_reference_allocation() {
+    let rates = |direction: &str| -> Vec<u64> {
+        let out = vqos(&[
+            "alloc",
+            "--direction",
+            direction,
+            "--capacity",
+            "400Mbit",
+            "--vif",
+            "vm1:weight=1,min=250Mbit,max_in=100Mbit",
+            "--vif",
+            "vm2:weight=3",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["vifs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["rate_bps"].as_u64().unwrap())
+            .collect()
+    };
+    // Out: vm1's min; in: its max_in caps it (and its min), vm2 takes the rest.
+    assert_eq!(rates("out"), vec![250_000_000, 150_000_000]);
+    assert_eq!(rates("in"), vec![100_000_000, 300_000_000]);
+    let bad = vqos(&[
+        "alloc",
+        "--direction",
+        "up",
+        "--capacity",
+        "1Gbit",
+        "--vif",
+        "a",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
 #[test]
 fn alloc_refuses_impossible_policies_naming_the_problem() {
     for (args, needle) in [
