@@ -36,6 +36,9 @@ use crate::shaper::UplinkShaper;
 use crate::stats::{HandoverStats, LoopStats, PortRole, PortStats, SwitchStats};
 use crate::sys::{cycles, CYCLES_UNIT};
 
+/// Most downlink batches one [`Switch::poll`] serves.
+const DOWNLINK_BATCHES_PER_POLL: usize = 4;
+
 /// What one [`Switch::poll`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Poll {
@@ -332,11 +335,23 @@ impl Switch {
             }
         }
         if let Some(d) = &mut self.downlink {
-            match d.serve(&mut self.ports, now_ns) {
-                Served::Batch(_) => did_work = true,
-                Served::CapacityWait => self.counters.capacity_waits += 1,
-                Served::Refused => self.counters.engine_refusals += 1,
-                Served::Idle => {}
+            // Up to a batch's worth of frames per vif with frames, while they are still in
+            // the cache the uplink's read put them in (measured: one batch per poll cost 15 %
+            // more CPU per received Gbit/s than the unscheduled path, the kernel copying
+            // frames that had gone cold in the queues).
+            for _ in 0..DOWNLINK_BATCHES_PER_POLL {
+                match d.serve(&mut self.ports, now_ns) {
+                    Served::Batch(_) => did_work = true,
+                    Served::CapacityWait => {
+                        self.counters.capacity_waits += 1;
+                        break;
+                    }
+                    Served::Refused => {
+                        self.counters.engine_refusals += 1;
+                        break;
+                    }
+                    Served::Idle => break,
+                }
             }
         }
         if now_ns >= self.next_age_ns {
