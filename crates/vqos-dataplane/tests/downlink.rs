@@ -61,6 +61,18 @@ fn weight(w: u32) -> VifPolicy {
 /// which the uplink offers each `per_ms` frames (made by `make`) every millisecond. Checks
 /// after every step that no queue holds more than its bound.
 fn offer(r: &mut VRig, ms: u64, per_ms: [usize; 2], make: fn(u64) -> Vec<u8>) -> [f64; 2] {
+    offer_every(r, ms, MS, per_ms, make)
+}
+
+/// [`offer`] in steps of `step_ns` (`steps` of them, `per_step` frames each).
+fn offer_every(
+    r: &mut VRig,
+    steps: u64,
+    step_ns: u64,
+    per_step: [usize; 2],
+    make: fn(u64) -> Vec<u8>,
+) -> [f64; 2] {
+    let (ms, per_ms) = (steps, per_step);
     let mut got = [0u64; 2];
     for step in 0..ms {
         for _ in 0..per_ms[0] {
@@ -69,7 +81,7 @@ fn offer(r: &mut VRig, ms: u64, per_ms: [usize; 2], make: fn(u64) -> Vec<u8>) ->
         for _ in 0..per_ms[1] {
             r.u.inject(make(MAC_B));
         }
-        r.advance(MS);
+        r.advance(step_ns);
         let s = r.stats();
         for p in ["a", "b"] {
             let c = s.port(p).unwrap().counters;
@@ -82,7 +94,8 @@ fn offer(r: &mut VRig, ms: u64, per_ms: [usize; 2], make: fn(u64) -> Vec<u8>) ->
             }
         }
     }
-    got.map(|b| (b * 8) as f64 / ((ms / 2) as f64 / 1000.0) / MBIT as f64)
+    let secs = (ms / 2 * step_ns) as f64 / 1e9;
+    got.map(|b| (b * 8) as f64 / secs / MBIT as f64)
 }
 
 fn within(got: f64, want: f64, pct: f64) -> bool {
@@ -209,4 +222,48 @@ fn bad_downlink_settings_are_refused_and_change_nothing() {
         vqos_dataplane::Switch::new(cfg, 0),
         Err(SwitchError::Setting(_))
     ));
+}
+
+/// Every engine schedules the downlink: none lets the vifs receive more than `capacity_in`
+/// together, each gives both greedy vifs some, and each but `rr` (no policy in either
+/// direction) holds b to its inbound max. Steps of 100 µs, as a loop that sleeps until the
+/// capacity's next token would poll: `rr` counts batches, not bytes, so with 1 ms steps the
+/// first vif after a refill took a whole batch and the second the few frames left.
+#[test]
+fn every_engine_holds_the_downlink_capacity_and_all_but_rr_an_inbound_max() {
+    for kind in EngineKind::ALL {
+        let mut r = VRig::with(
+            |c| {
+                c.engine = kind;
+                // ANCS hands out credit per period of a finite capacity (both directions).
+                c.capacity_bps = Some(1000 * MBIT);
+                c.capacity_in_bps = Some(400 * MBIT);
+                c.downlink = Some(DownlinkConfig::default());
+            },
+            MacPolicy::default(),
+        );
+        r.a.inject(frame(MAC_U, MAC_A, 1));
+        r.b.inject(frame(MAC_U, MAC_B, 1));
+        r.run();
+        r.u.take_sent();
+        let b = VifPolicy {
+            max_in_bps: Some(50 * MBIT),
+            ..weight(1)
+        };
+        set(&mut r, weight(1), b);
+        let [a, b] = offer_every(&mut r, 4000, 100_000, [4, 4], big);
+        assert!(a + b <= 400.0 * 1.05, "{kind}: {a} + {b}");
+        assert!(a > 100.0, "{kind}: a {a}");
+        if kind != EngineKind::Rr {
+            assert!(b <= 50.0 * 1.05 && b > 40.0, "{kind}: b {b}");
+        } else {
+            let s = r.stats();
+            assert!(
+                b > 100.0,
+                "rr: a {a} b {b} {:?} {:?}",
+                s.port("a").unwrap().counters,
+                s.port("b").unwrap().counters
+            );
+        }
+    }
 }
