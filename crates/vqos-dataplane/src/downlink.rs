@@ -4,12 +4,12 @@
 //! its weight, min, priority and inbound max act on what it receives as on what it sends.
 //!
 //! ## Behavior
-//! - **Enqueue** ([`Downlink::enqueue`]): a unicast frame's buffer is taken from the receive
+//! - **Enqueue** (`Downlink::enqueue`): a unicast frame's buffer is taken from the receive
 //!   batch without a copy when it is large (a fresh buffer from the pool takes its place), and
 //!   copied into a small buffer otherwise; a flooded copy is always copied. A queue past its
 //!   bound in frames or in buffer memory, or a shard past its memory bound, drops the arrival
 //!   (`queue_full`, on the destination).
-//! - **Dequeue** ([`Downlink::serve`], one batch per poll): the engine picks a ready vif and a
+//! - **Dequeue** (`Downlink::serve`, up to four batches per poll): the engine picks a ready vif and a
 //!   batch size; each frame leaving passes CoDel on its sojourn time ([`vqos_sched::aqm`]):
 //!   signalled, an ECN-capable frame is marked CE (`ecn_marked`), any other is dropped
 //!   (`aqm`); then the engine's `admit` (a policer's drop counts `rate_limited`). The batch is

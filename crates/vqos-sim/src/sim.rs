@@ -5,7 +5,7 @@
 //!   host link → an optional external bottleneck → receivers;
 //! - **download** (a VM receives): sources outside → the external bottleneck → the scheduled
 //!   downlink (a queue per VM, CoDel, a second engine over the inbound policies at
-//!   `capacity_in`, then PID-ECN marking: [`downlink`]) → the VM; with `downlink = "bucket"`,
+//!   `capacity_in`, then PID-ECN marking: `sim/downlink.rs`) → the VM; with `downlink = "bucket"`,
 //!   the host link's inbound direction and the VM's inbound maximum (a token bucket that
 //!   drops) instead (docs/design.md, "The scheduled downlink").
 //!
