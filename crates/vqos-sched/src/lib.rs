@@ -31,6 +31,7 @@ mod proptest_config;
 pub mod sold;
 pub mod testing;
 pub mod units;
+pub mod variant;
 
 pub use alloc::{allocate, allocate_set, Claim};
 pub use aqm::{AqmParams, Codel, DownlinkConfig};
@@ -40,3 +41,4 @@ pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};
 pub use engine::{Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST};
 pub use engines::build;
 pub use policy::{CostModel, PolicyError, PolicySet, VifId, VifPolicy, VifSpec};
+pub use variant::Variant;

@@ -8,6 +8,7 @@ use thiserror::Error;
 
 use crate::cost::{CostError, Pricing};
 use crate::units::{format_bytes, format_rate};
+use crate::variant::Variant;
 
 /// Index of a vif in its [`PolicySet`] (dense, `0..len`).
 pub type VifId = usize;
@@ -254,6 +255,10 @@ pub struct PolicySet {
     /// unlimited whatever `capacity_bps` is. See [`PolicySet::downlink`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_in_bps: Option<u64>,
+    /// Which reading of the papers the engines follow ([`crate::variant`]): vqos's measured
+    /// departures (the default) or the papers as written.
+    #[serde(default)]
+    pub variant: Variant,
     /// The vifs; a vif's [`VifId`] is its index here.
     pub vifs: Vec<VifSpec>,
 }
@@ -268,6 +273,7 @@ impl PolicySet {
             pricing: Pricing::default(),
             cpu_fair: false,
             capacity_in_bps: None,
+            variant: Variant::Vqos,
             vifs: Vec::new(),
         }
     }

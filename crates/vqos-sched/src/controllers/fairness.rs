@@ -71,6 +71,17 @@
 //!   "the weak lost ≈ the step" nor "the vif used the extra" was seen, which threw away every
 //!   gain of the period (the 10:1 scenario went back to 91/9 every other period).
 //!
+//! ## Algorithm 1 as written ([`Variant::Paper`])
+//! `variant = "paper"` turns every departure above off, so that its cost can be measured
+//! (docs/experiments.md, "The departures, measured"): weak or inactive vifs lose their limits
+//! at the period's end (the paper gives them "enough credits"); there are no relax probes;
+//! every strong vif, largest `NBW_i` first, is cut by `ΔBW` (ours: the whole excess, the paper
+//! gives no value) and the cut is kept only if `|ΔBW_weak − ΔBW| < ξ` with the absolute ξ
+//! (`xi_percent` is not used), otherwise given back whole, with no second look and no
+//! back-off; after a kept cut the vif is cut again while `RBW_i > fair_i + ΔBW` (line 13,
+//! whose `NBW_AVE` we scale by the vif's weight: `fair_i`). The period, the probe length and
+//! the sequential probes are the same in both.
+//!
 //! ## Limitations
 //! - Rates are measured, not demanded: a vif whose demand drops below its limit looks exactly
 //!   like one held back elsewhere. Limits are released when a limited vif is weak and not
@@ -86,6 +97,7 @@
 
 use crate::policy::VifId;
 use crate::units::NS_PER_SEC;
+use crate::variant::Variant;
 
 /// Parameters of the fairness adjuster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +124,9 @@ pub struct FairnessParams {
     pub xi_percent: u32,
     /// No limit is ever set below this.
     pub min_limit_bps: u64,
+    /// Algorithm 1 with our departures ([`Variant::Vqos`]) or as written ([`Variant::Paper`]:
+    /// see "Algorithm 1 as written" in the module docs).
+    pub variant: Variant,
 }
 
 impl Default for FairnessParams {
@@ -124,6 +139,7 @@ impl Default for FairnessParams {
             xi_bps: 500_000,
             xi_percent: 25,
             min_limit_bps: 1_000_000,
+            variant: Variant::Vqos,
         }
     }
 }
@@ -235,6 +251,9 @@ pub struct FairnessAdjuster {
     cut_skip_periods: Vec<u32>,
     /// Length of the next skip if a cut of the vif is ineffective again (1, 2, 4, 8).
     cut_backoff_periods: Vec<u32>,
+    /// [`Variant::Paper`]: ΔBW of the current plan vif's last kept cut (`None` before its
+    /// first cut), for line 13's `RBW_i > fair_i + ΔBW`.
+    kept_cut_bps: Option<u64>,
 }
 
 /// Longest back-off after repeated ineffective cuts, in periods.
@@ -271,6 +290,7 @@ impl FairnessAdjuster {
             probes_left: 0,
             cut_skip_periods: vec![0; n],
             cut_backoff_periods: vec![1; n],
+            kept_cut_bps: None,
         }
     }
 
@@ -401,7 +421,8 @@ impl FairnessAdjuster {
             if self.limits[i].is_none() || strong_and_active {
                 continue;
             }
-            if active[i] && self.pressing(i, recent[i]) {
+            // The paper gives the vifs it helps "enough credits": no limit.
+            if !self.params.variant.is_paper() && active[i] && self.pressing(i, recent[i]) {
                 let raised = self.fair_bps[i].saturating_add(self.params.delta_min_bps);
                 if raised > self.limits[i].unwrap_or(u64::MAX) {
                     self.set_limit(i, Some(raised), changes);
@@ -439,7 +460,8 @@ impl FairnessAdjuster {
                 vif_base_bps: rate,
                 second_look: false,
             };
-            if !self.relax_done && self.pressing(vif, rate) {
+            let paper = self.params.variant.is_paper();
+            if !paper && !self.relax_done && self.pressing(vif, rate) {
                 let limit = self.limits[vif].unwrap_or(u64::MAX);
                 let step = self.relax_step_bps.max(1);
                 self.set_limit(vif, Some(limit.saturating_add(step)), changes);
@@ -454,7 +476,14 @@ impl FairnessAdjuster {
             }
             self.relax_done = true;
             let excess = rate.saturating_sub(self.fair_bps[vif]);
-            if self.cut_skip_periods[vif] == 0 && excess > self.params.delta_min_bps {
+            let cut = match (paper, self.kept_cut_bps) {
+                // Algorithm 1: every strong vif is cut (line 7), and cut again while
+                // `RBW_i > NBW_AVE + ΔBW` (line 13, NBW_AVE scaled by the vif's weight).
+                (true, None) => true,
+                (true, Some(d)) => rate > self.fair_bps[vif].saturating_add(d),
+                (false, _) => self.cut_skip_periods[vif] == 0 && excess > self.params.delta_min_bps,
+            };
+            if cut {
                 let pct = u128::from(self.params.delta_percent);
                 // excess < 2^64 and pct < 2^32: the product fits in u128.
                 let delta = u64::try_from(u128::from(excess) * pct / 100)
@@ -481,6 +510,7 @@ impl FairnessAdjuster {
 
     fn next_plan_vif(&mut self) {
         self.plan_pos += 1;
+        self.kept_cut_bps = None;
         self.relax_done = false;
         self.relax_step_bps = self.params.delta_min_bps;
     }
@@ -498,6 +528,19 @@ impl FairnessAdjuster {
         let xi =
             i128::from(self.params.xi_bps).max(amount * i128::from(self.params.xi_percent) / 100);
         match p.kind {
+            ProbeKind::Cut if self.params.variant.is_paper() => {
+                let gain = i128::from(weak_now) - i128::from(p.weak_base_bps);
+                // Line 11, two-sided with the absolute ξ: kept (and perhaps cut again), or
+                // given back whole (line 17) and on to the next strong vif.
+                if (gain - amount).abs() < i128::from(self.params.xi_bps) {
+                    self.kept_cut_bps = Some(p.amount_bps);
+                    self.next_action(now_ns, recent, changes);
+                } else {
+                    self.set_limit(p.vif, p.prev_limit, changes);
+                    self.next_plan_vif();
+                    self.settle(now_ns);
+                }
+            }
             ProbeKind::Cut => {
                 let gain = i128::from(weak_now) - i128::from(p.weak_base_bps);
                 // One-sided: a weak side that gained more than the cut was helped too (it was

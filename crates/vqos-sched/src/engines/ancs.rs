@@ -91,7 +91,9 @@
 //!   155 Mbit/s among 28 vifs), and the arrears handed to the others were credit the busy link
 //!   could not carry, which kept the link over-committed (Σ credit_fair up to 1.13 × capacity)
 //!   and turned the split into round-robin. We bound the carried arrears at CreditPeak and drop
-//!   the rest.
+//!   the rest. [`Variant::Paper`] (`variant = "paper"` in a scenario file or vqosd's config)
+//!   applies the rule as written, so its cost can be measured (docs/experiments.md,
+//!   "The departures, measured").
 //! - *Arrears the link cannot carry are cut* (step 2). The pass hands out exactly a period's
 //!   capacity, so credit that the link did not carry (a pass that raised floors visited after
 //!   the total was spent, before the list order settled; a tick late by a batch) would stay in
@@ -168,6 +170,7 @@
 use crate::engine::{Engine, EngineKind, Grant, ReadySet, Usage, VifEngineState, MAX_BURST};
 use crate::engines::{by_name, rate_bytes, CREDIT_LIMIT};
 use crate::policy::{PolicyError, PolicySet, VifId};
+use crate::variant::Variant;
 
 /// ANCS's accounting period: 30 ms.
 pub const DEFAULT_PERIOD_NS: u64 = 30_000_000;
@@ -311,6 +314,8 @@ pub struct Ancs {
     next_tick_ns: u64,
     /// Scratch space for reordering the list (kept to avoid allocating every pass).
     scratch: Vec<VifId>,
+    /// The paper's CreditLeft rule as written ([`Variant::Paper`]) or ours (module docs).
+    variant: Variant,
 }
 
 impl Default for Ancs {
@@ -341,6 +346,7 @@ impl Ancs {
             probed: false,
             next_tick_ns: u64::MAX,
             scratch: Vec::new(),
+            variant: Variant::Vqos,
         }
     }
 
@@ -500,8 +506,21 @@ impl Ancs {
             weight_left -= w;
             v.credit_fair = credit_fair;
             v.credit_peak = credit_peak;
-            // Arrears up to one period's peak, then this period's grant (module docs).
-            v.remain_credit = v.remain_credit.min(credit_peak).saturating_add(credit_fair);
+            if self.variant.is_paper() {
+                // CreditLeft as written (§3.4): a vif whose credit would exceed its peak hands
+                // `RemainCredit − CreditFair` to the vifs visited after it and restarts from
+                // its fair share.
+                let remain = v.remain_credit.saturating_add(credit_fair);
+                if remain > credit_peak {
+                    credit_total += i128::from(remain - credit_fair);
+                    v.remain_credit = credit_fair;
+                } else {
+                    v.remain_credit = remain;
+                }
+            } else {
+                // Arrears up to one period's peak, then this period's grant (module docs).
+                v.remain_credit = v.remain_credit.min(credit_peak).saturating_add(credit_fair);
+            }
         }
 
         // 5. Order for the next pass.
@@ -593,6 +612,7 @@ impl Engine for Ancs {
             .capacity_bps
             .ok_or(PolicyError::NeedsCapacity("ancs"))?;
         let first = self.next_tick_ns == u64::MAX;
+        self.variant = policies.variant;
 
         let mut new_id_of_old: Vec<Option<VifId>> = vec![None; self.vifs.len()];
         let mut old = by_name(std::mem::take(&mut self.vifs), |v| &v.name);

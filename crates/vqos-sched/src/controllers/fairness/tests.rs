@@ -255,8 +255,20 @@ struct Script {
 
 impl Script {
     fn new(weights: &[u32]) -> Self {
+        Script::with(FairnessParams::default(), weights)
+    }
+
+    fn paper(weights: &[u32]) -> Self {
+        let params = FairnessParams {
+            variant: Variant::Paper,
+            ..FairnessParams::default()
+        };
+        Script::with(params, weights)
+    }
+
+    fn with(params: FairnessParams, weights: &[u32]) -> Self {
         Script {
-            ctl: FairnessAdjuster::new(FairnessParams::default(), weights),
+            ctl: FairnessAdjuster::new(params, weights),
             bytes: vec![0; weights.len()],
             now_ns: 0,
         }
@@ -396,4 +408,68 @@ fn partly_taken_up_cut_keeps_what_the_weak_took() {
     );
     assert_eq!(s.step(&[50_000, 50_000]), (6_500, vec![]));
     assert_eq!(s.ctl.limits(), &[Some(50_000_000), None]);
+}
+
+// Algorithm 1 as written (`Variant::Paper`): the same inputs as the departures' tests above,
+// with the paper's outcome.
+
+#[test]
+fn paper_gives_back_a_cut_the_weak_more_than_took_up() {
+    let mut s = Script::paper(&[1, 1]);
+    s.step(&[90_000, 10_000]);
+    assert_eq!(
+        s.step(&[90_000, 10_000]),
+        (5_000, vec![lim(0, Some(50_000))])
+    );
+    // Gain 55 Mbit/s for a 40 Mbit/s cut: |55 − 40| ≥ ξ, so the cut is returned whole.
+    assert_eq!(s.step(&[50_000, 65_000]), (5_500, vec![lim(0, None)]));
+    assert_eq!(s.ctl.limits(), &[None, None]);
+}
+
+#[test]
+fn paper_gives_back_a_partly_taken_up_cut_whole() {
+    let mut s = Script::paper(&[1, 1]);
+    s.step(&[90_000, 10_000]);
+    s.step(&[90_000, 10_000]);
+    assert_eq!(s.step(&[50_000, 26_000]), (5_500, vec![lim(0, None)]));
+    // No back-off: the next period cuts the same vif again.
+    assert_eq!(s.step(&[90_000, 10_000]), (6_000, vec![]));
+    assert_eq!(s.step(&[90_000, 10_000]), (9_500, vec![]));
+    // The period 5.0–10.0 s averaged 86 / 11.6: fair 48.8, and vm1 (at 90) is cut to it.
+    assert_eq!(
+        s.step(&[90_000, 10_000]),
+        (10_000, vec![lim(0, Some(48_800))])
+    );
+}
+
+#[test]
+fn paper_keeps_a_cut_taken_up_within_xi_and_cuts_again_above_fair_plus_delta() {
+    let mut s = Script::paper(&[1, 1]);
+    s.step(&[90_000, 10_000]);
+    s.step(&[90_000, 10_000]);
+    // Gain 40.3 for a 40 Mbit/s cut: within ξ = 0.5, kept. vm1's rate (50) is not above
+    // fair (50) + ΔBW (40): no second cut, and the period ends.
+    assert_eq!(s.step(&[50_000, 50_300]), (5_500, vec![]));
+    assert_eq!(s.ctl.next_wake() / MS, 9_500);
+    assert_eq!(s.ctl.limits(), &[Some(50_000_000), None]);
+}
+
+#[test]
+fn paper_releases_a_limited_vif_that_became_weak() {
+    // Ours raises a weak vif that presses against its limit to fair + δ_min; the paper gives
+    // the vifs it helps enough credits.
+    for (script, want) in [
+        // Over the period 5.0–10.0 s vm2 averaged 68: NBW_AVE = (50 + 68) / 2 = 59, + δ_min.
+        (Script::new(&[1, 1]), lim(0, Some(60_000))),
+        (Script::paper(&[1, 1]), lim(0, None)),
+    ] {
+        let mut s = script;
+        s.step(&[90_000, 10_000]);
+        s.step(&[90_000, 10_000]);
+        s.step(&[50_000, 50_000]);
+        // Then vm1 is held at 50 while vm2 grew to 70: vm1 is weak and pressing.
+        assert_eq!(s.step(&[50_000, 70_000]), (9_500, vec![]));
+        let (_, changes) = s.step(&[50_000, 70_000]);
+        assert_eq!(changes.first(), Some(&want), "{:?}", s.ctl.params().variant);
+    }
 }

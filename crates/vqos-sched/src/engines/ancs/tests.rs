@@ -419,3 +419,39 @@ proptest! {
         prop_assert!(passes_converge(cap, &claims).is_ok(), "{:?}", passes_converge(cap, &claims));
     }
 }
+
+/// Arrears of a full peak on a capped vif, balanced by a neighbour's debt (so the arrears cut
+/// of step 2 has nothing to cut), then one accounting pass under each variant.
+fn one_pass_with_arrears(variant: Variant) -> (i64, i64) {
+    // 800 Mbit/s × 30 ms = 3,000,000 bytes a period; a 200 Mbit/s cap = 750,000.
+    let (c, m) = (3_000_000_i64, 750_000_i64);
+    let mut set = weighted(800 * MBIT, &[1, 1]);
+    set.vifs[0].policy.max_bps = Some(200 * MBIT);
+    set.variant = variant;
+    let mut e = Ancs::new();
+    e.configure(&set, 0).unwrap();
+    e.vifs[0].remain_credit = m;
+    e.vifs[1].remain_credit = -m;
+    e.account(None);
+    let (a, b) = (e.credits(0).unwrap(), e.credits(1).unwrap());
+    assert_eq!(
+        (a.credit_fair, a.credit_peak),
+        (m, m),
+        "vm1 is clamped at its cap"
+    );
+    assert_eq!(
+        b.credit_fair,
+        c - m + if variant.is_paper() { m } else { 0 }
+    );
+    (a.remain_credit, b.remain_credit)
+}
+
+#[test]
+fn credit_left_is_applied_as_written_only_in_the_paper_variant() {
+    let (c, m) = (3_000_000_i64, 750_000_i64);
+    // Ours: the capped vif keeps its arrears up to its peak and gets its grant on top.
+    assert_eq!(one_pass_with_arrears(Variant::Vqos), (2 * m, -m + (c - m)));
+    // The paper's CreditLeft: RemainCredit 2m > CreditPeak m, so m goes to the vif after it
+    // and the capped vif restarts from its CreditFair.
+    assert_eq!(one_pass_with_arrears(Variant::Paper), (m, -m + c));
+}
