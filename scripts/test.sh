@@ -38,6 +38,7 @@ scripts/verify-unit.sh
 step "benchmark scripts (shell syntax; the aims report's parsing, doctests)"
 for f in scripts/*.sh; do bash -n "$f"; done
 python3 -m doctest scripts/aims_report.py
+python3 -m doctest scripts/departures.py
 echo "ok"
 
 step "benchmark smoke run (each benchmark once, no timing)"

@@ -10,7 +10,8 @@ use crate::out::{out, outln};
 /// Arguments of `vqos sim`.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  vqos sim scenarios/ancs-fig5.toml\n  \
-    vqos sim scenarios/ancs-fig5.toml --engine vqos --json\n\n\
+    vqos sim scenarios/ancs-fig5.toml --engine vqos --json\n  \
+    vqos sim scenarios/fairness-static.toml --variant paper\n\n\
     The scenario format is described in docs/scenarios.md.")]
 pub struct SimArgs {
     /// The scenario file (TOML).
@@ -25,6 +26,11 @@ pub struct SimArgs {
     /// Run with this engine instead of the scenario's (rr, ancs, policer, tcm, c2qos, vqos).
     #[arg(long)]
     engine: Option<String>,
+    /// Run the papers' algorithms as written (`paper`) or with vqos's departures (`vqos`),
+    /// instead of the scenario's `variant`: ANCS's CreditLeft, the fairness paper's
+    /// Algorithm 1, PID-ECN marking only what a VM receives (docs/experiments.md).
+    #[arg(long)]
+    variant: Option<String>,
     /// Exit with status 5 when an expectation of the scenario fails.
     #[arg(long)]
     check: bool,
@@ -46,6 +52,13 @@ pub fn run(args: SimArgs) -> Result<()> {
         ),
         None => None,
     };
+    let variant: Option<vqos_sched::Variant> = match &args.variant {
+        Some(v) => Some(
+            v.parse()
+                .map_err(|m| UsageError(format!("--variant: {m}")))?,
+        ),
+        None => None,
+    };
     let window = vqos_sched::units::parse_duration_ns(&args.csv_window)
         .map_err(|e| UsageError(format!("--csv-window: {e}")))?;
     let text = std::fs::read_to_string(&args.file)
@@ -53,6 +66,9 @@ pub fn run(args: SimArgs) -> Result<()> {
     let mut sc = Scenario::parse(&text).with_context(|| format!("{}", args.file.display()))?;
     if let Some(e) = engine {
         sc.engine = e;
+    }
+    if let Some(v) = variant {
+        sc.variant = v;
     }
     let out = simulate(&sc, args.seed)?;
     let report = build_report(&sc, "sim", &out.bins, BIN_NS, out.cpu_busy);

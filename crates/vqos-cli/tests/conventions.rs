@@ -141,6 +141,7 @@ fn every_local_mistake_is_a_usage_error() {
         vec!["alloc", "--capacity", "1Gbit", "--vif", "a:weight=0"],
         vec!["alloc", "--capacity", "1Gbit", "--vif", "a", "--vif", "a"],
         vec!["sim", &scenario, "--engine", "wfq"],
+        vec!["sim", &scenario, "--variant", "literal"],
         [vec!["sim", &scenario], csv.to_vec()].concat(),
     ] {
         let out = vqos(&args);

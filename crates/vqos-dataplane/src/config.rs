@@ -360,6 +360,9 @@ pub struct SwitchConfig {
     /// Engine `vqos`, cost bytes: shares count the core's time too
     /// ([`vqos_sched::PolicySet::cpu_fair`]); default false here, vqosd's default is true.
     pub cpu_fair: bool,
+    /// The papers as written or with vqos's departures ([`vqos_sched::Variant`]): ANCS's
+    /// CreditLeft, and PID-ECN marking only what a vif receives. Experiments only.
+    pub variant: vqos_sched::Variant,
     /// Epoll (default) or busy polling.
     pub readiness: Readiness,
     /// MAC table entries age out after this, ns (default 300 s).
@@ -466,6 +469,7 @@ impl SwitchConfig {
             cost: CostModel::Bytes,
             cycles_per_sec: 2_000_000_000,
             cpu_fair: false,
+            variant: vqos_sched::Variant::Vqos,
             readiness: Readiness::Epoll,
             mac_age_ns: 300_000_000_000,
             mac_capacity: 4096,

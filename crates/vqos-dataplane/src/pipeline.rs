@@ -12,7 +12,8 @@
 //! downlink maximum; unicast ones may be CE-marked with the vif's ECN probability (a flooded
 //! frame is one buffer shared by all its copies, so its copies are not marked). Frames a vif
 //! sends to the uplink alone may be CE-marked with the same probability after admission, so
-//! the PID-ECN controller marks the data direction of whatever the vif does. Unknown unicast from a vif goes to the
+//! the PID-ECN controller marks the data direction of whatever the vif does (not under
+//! `variant = "paper"`, which marks only what a vif receives, as the PID-ECN paper does). Unknown unicast from a vif goes to the
 //! uplink only unless the switch is configured to flood it to the vifs too.
 //!
 //! The pipeline owns only its buffers; it borrows the port table, the MAC table, the
@@ -64,6 +65,9 @@ pub(crate) struct Parts<'a> {
     pub downlink: Option<&'a mut Downlink>,
     /// Unknown unicast from a vif is flooded to the other vifs too (not only the uplink).
     pub flood_unknown_to_vifs: bool,
+    /// PID-ECN marks what a vif sends too, not only what it receives (false under
+    /// `variant = "paper"`: the paper marks only traffic into the guest).
+    pub mark_sent: bool,
 }
 
 /// Buffers of the batch in flight.
@@ -129,6 +133,7 @@ impl Pipeline {
             shaper,
             mut downlink,
             flood_unknown_to_vifs,
+            mark_sent,
         } = parts;
         if self.out.len() < ports.slot_count() {
             self.out
@@ -169,7 +174,7 @@ impl Pipeline {
                     Some(d) => d == 0,
                     None => !is_group(dst_mac) && !flood_unknown_to_vifs,
                 };
-                if !marked && to_uplink_only {
+                if !marked && to_uplink_only && mark_sent {
                     self.mark_with(s, i);
                 }
             }

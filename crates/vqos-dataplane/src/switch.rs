@@ -128,6 +128,7 @@ impl Switch {
         policies.cycles_per_sec = config.cycles_per_sec;
         policies.cpu_fair = config.cpu_fair;
         policies.capacity_in_bps = config.capacity_in_bps;
+        policies.variant = config.variant;
         policies.validate()?;
         let engine: Box<dyn Engine> = match config.custom_engine {
             Some(mut e) => {
@@ -402,6 +403,7 @@ impl Switch {
             shaper: &mut self.shaper,
             downlink: self.downlink.as_mut(),
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
+            mark_sent: !self.policies.variant.is_paper(),
         };
         self.pipeline.forward(parts, 0, None, now_ns);
         got
@@ -436,6 +438,7 @@ impl Switch {
             shaper: &mut self.shaper,
             downlink: self.downlink.as_mut(),
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
+            mark_sent: !self.policies.variant.is_paper(),
         };
         let admission = Admission {
             sched: &mut self.sched,

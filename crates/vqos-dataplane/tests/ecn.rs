@@ -118,3 +118,29 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
     assert!(r.u.take_sent().iter().all(|f| !ce(f)));
     assert_eq!(r.stats().port("a").unwrap().counters.ecn_marked, 10);
 }
+
+#[test]
+fn the_paper_variant_marks_only_what_a_vif_receives() {
+    let mut r = VRig::with(
+        |c| c.variant = vqos_sched::Variant::Paper,
+        Default::default(),
+    );
+    r.u.inject(frame(BCAST, MAC_U, 1));
+    r.a.inject(frame(MAC_U, MAC_A, 1));
+    r.run();
+    for p in [&r.u, &r.a, &r.b] {
+        p.take_sent();
+    }
+    r.sw.set_ecn_probabilities(&[1.0, 0.0], r.now).unwrap();
+    for _ in 0..10 {
+        r.a.inject(ect_frame(MAC_U, MAC_A));
+        r.u.inject(ect_frame(MAC_A, MAC_U));
+    }
+    r.run();
+    let ce = |f: &Vec<u8>| f[VNET_HDR_LEN + 15] & 3 == 3;
+    let (up, to_a) = (r.u.take_sent(), r.a.take_sent());
+    assert_eq!((up.len(), to_a.len()), (10, 10));
+    assert!(up.iter().all(|f| !ce(f)), "what a sends is not marked");
+    assert!(to_a.iter().all(ce), "what a receives is marked");
+    assert_eq!(r.stats().port("a").unwrap().counters.ecn_marked, 10);
+}

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use thiserror::Error;
-use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, VifPolicy};
+use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Variant, VifPolicy};
 
 /// Why a scenario was refused.
 #[derive(Debug, Error)]
@@ -168,6 +168,9 @@ pub struct Scenario {
     /// Engine `vqos`, cost bytes: shares count the core's time too (`cpu_fair`, vqosd's
     /// default: true).
     pub cpu_fair: bool,
+    /// The papers' algorithms with vqos's measured departures or as written (`variant`,
+    /// default `"vqos"`; [`vqos_sched::variant`]).
+    pub variant: Variant,
     /// vqosd's forwarding threads in the lab (`threads`, default 1). The simulator models the
     /// allocation one switch gives, which the shards reproduce (docs/dataplane.md, "Shards"),
     /// so it does not change a prediction.
@@ -232,6 +235,10 @@ impl Scenario {
             return Err(invalid("capacity: must be greater than 0"));
         }
         let engine: EngineKind = raw.engine.parse().map_err(invalid)?;
+        let variant: Variant = match &raw.variant {
+            Some(v) => v.parse().map_err(invalid)?,
+            None => Variant::Vqos,
+        };
         let capacity_in_bps = match &raw.capacity_in {
             None => None,
             Some(t) => match rate("capacity_in", t)? {
@@ -411,6 +418,7 @@ impl Scenario {
             cost,
             cpu_hz: raw.cpu_hz.unwrap_or(2_000_000_000),
             cpu_fair: raw.cpu_fair.unwrap_or(true),
+            variant,
             threads: raw.threads.unwrap_or(1),
             capacity_in_bps,
             downlink_scheduled,
@@ -490,6 +498,7 @@ impl Scenario {
         set.cost = self.cost;
         set.cycles_per_sec = self.cpu_hz;
         set.cpu_fair = self.cpu_fair;
+        set.variant = self.variant;
         set.capacity_in_bps = self.capacity_in_bps;
         if let Ok(Some(pricing)) = self.cost_model.pricing() {
             set.pricing = pricing;

@@ -242,7 +242,10 @@ impl<'a> Sim<'a> {
         let n = sc.vms.len();
         let nbins = sc.duration_ns.div_ceil(BIN_NS) as usize;
         let fairness = sc.fairness.then(|| {
-            let mut p = FairnessParams::default();
+            let mut p = FairnessParams {
+                variant: sc.variant,
+                ..FairnessParams::default()
+            };
             if let Some(s) = sc.controller.fairness_period_s {
                 p.period_ns = (s * 1e9) as u64;
             }

@@ -8,6 +8,9 @@
 //! cycles_per_sec = 2000000000 # the core's cycles per second (cost = "cycles", cpu_fair)
 //! cpu_fair = true             # engine vqos, cost bytes: shares count the core's time too,
 //!                             # so small frames cannot buy the core (default true)
+//! variant = "vqos"            # experiments: "paper" runs ANCS's CreditLeft, the fairness
+//!                             # paper's Algorithm 1 and PID-ECN marking as the papers wrote
+//!                             # them (docs/experiments.md); default "vqos"
 //! busy_poll = false           # poll without sleeping (default false: epoll readiness)
 //! threads = 1                 # forwarding threads (shards); each reads its own ports
 //! # cpus = [2, 3]             # pin them, one CPU per thread (default: not pinned)
@@ -94,7 +97,7 @@ use vqos_sched::controllers::fairness::FairnessParams;
 use vqos_sched::controllers::pid_ecn::PidParams;
 use vqos_sched::engine::MAX_BURST;
 use vqos_sched::units::parse_duration_ns;
-use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, VifPolicy};
+use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, Variant, VifPolicy};
 
 use crate::backend::PortConfig;
 
@@ -200,6 +203,7 @@ struct RawConfig {
     cost: Option<CostModel>,
     cycles_per_sec: Option<u64>,
     cpu_fair: Option<bool>,
+    variant: Option<Variant>,
     busy_poll: Option<bool>,
     threads: Option<usize>,
     cpus: Option<Vec<usize>>,
@@ -434,6 +438,8 @@ pub struct Config {
     pub pricing: Pricing,
     /// Shares count the core's time too ([`PolicySet::cpu_fair`]); default true.
     pub cpu_fair: bool,
+    /// The papers' algorithms with vqos's departures or as written ([`Variant`]).
+    pub variant: Variant,
     /// Busy polling instead of readiness notification.
     pub busy_poll: bool,
     /// Forwarding threads (shards).
@@ -520,12 +526,16 @@ impl Config {
                 ports.len()
             )));
         }
-        let controllers = controllers(
+        let mut controllers = controllers(
             &raw.controllers,
             raw.fairness,
             raw.pid_ecn,
             set.capacity_bps,
         )?;
+        let variant = raw.variant.unwrap_or_default();
+        if let Some(f) = controllers.fairness.as_mut() {
+            f.variant = variant;
+        }
         let uplink = match raw.uplink {
             Some(u) => {
                 check_port_name(&u.name)?;
@@ -630,6 +640,7 @@ impl Config {
             cycles_per_sec: set.cycles_per_sec,
             pricing: set.pricing,
             cpu_fair: raw.cpu_fair.unwrap_or(true),
+            variant,
             busy_poll: raw.busy_poll.unwrap_or(false),
             tap_io: raw.tap_io.unwrap_or_default(),
             storm_pps: raw.storm_pps.unwrap_or(DEFAULT_STORM_PPS),
@@ -661,6 +672,7 @@ impl Config {
         set.cycles_per_sec = self.cycles_per_sec;
         set.pricing = self.pricing;
         set.cpu_fair = self.cpu_fair;
+        set.variant = self.variant;
         for (p, policy) in &self.ports {
             set = set.with_vif(&p.name, policy.clone());
         }
@@ -682,6 +694,7 @@ impl Config {
             cycles_per_sec,
             pricing,
             cpu_fair: _,
+            variant,
             busy_poll,
             threads,
             cpus,
@@ -712,6 +725,7 @@ impl Config {
         differ(*cost == next.cost, "cost");
         differ(*cycles_per_sec == next.cycles_per_sec, "cycles_per_sec");
         differ(*pricing == next.pricing, "cost_model");
+        differ(*variant == next.variant, "variant");
         differ(*busy_poll == next.busy_poll, "busy_poll");
         differ(*threads == next.threads, "threads");
         differ(*cpus == next.cpus, "cpus");

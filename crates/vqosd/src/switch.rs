@@ -187,6 +187,7 @@ impl SwitchBackend {
         sc.cost = config.cost;
         sc.cycles_per_sec = config.cycles_per_sec;
         sc.cpu_fair = config.cpu_fair;
+        sc.variant = config.variant;
         sc.emulated_work = config.emulated_work.map(|e| EmulatedWork {
             per_frame_cycles: e.per_frame_cycles,
             per_byte_cycles: e.per_byte_cycles,

@@ -62,12 +62,13 @@ pub fn vqosd_config(
         names.push("\"pid-ecn\"");
     }
     let mut s = format!(
-        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\ncpu_fair = {}\nthreads = {}\n\
+        "capacity = {}\nengine = \"{}\"\ncost = \"{cost}\"\ncycles_per_sec = {}\ncpu_fair = {}\nvariant = \"{}\"\nthreads = {}\n\
          state_file = \"{}\"\nremove_taps_on_exit = true\ncontrollers = [{}]\n\n[api]\nsocket = \"{}\"\n\n[uplink]\nname = \"{uplink}\"\ncreate = true\n",
         sc.capacity_bps,
         sc.engine,
         sc.cpu_hz,
         sc.cpu_fair,
+        sc.variant,
         sc.threads,
         work.join("state.json").display(),
         names.join(", "),

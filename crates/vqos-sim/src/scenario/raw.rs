@@ -25,6 +25,8 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub(super) cpu_fair: Option<bool>,
     #[serde(default)]
+    pub(super) variant: Option<String>,
+    #[serde(default)]
     pub(super) threads: Option<usize>,
     #[serde(default)]
     pub(super) capacity_in: Option<String>,

@@ -31,7 +31,8 @@ impl Sim<'_> {
                 continue;
             }
             let mut ce = verdict == Verdict::MarkCe;
-            if let Some(pid) = self.pid.as_mut() {
+            // PID-ECN marks what a VM sends too; the paper marks only what it receives.
+            if let Some(pid) = self.pid.as_mut().filter(|_| !self.sc.variant.is_paper()) {
                 if pkt.flow != UDP && pid.should_mark(vm) {
                     ce = true;
                 }

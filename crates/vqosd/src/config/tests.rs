@@ -398,3 +398,18 @@ fn threads_and_cpus_are_checked_against_the_cpus_vqosd_may_use() {
     let b = Config::parse(&format!("cpus = [{}]", allowed[0]), env).unwrap();
     assert_eq!(a.restart_needed(&b), vec!["cpus"]);
 }
+
+#[test]
+fn variant_paper_reaches_the_policy_set_and_the_fairness_adjuster_and_needs_a_restart() {
+    let a = Config::parse("controllers = [\"fairness\"]", env).unwrap();
+    assert_eq!(a.variant, Variant::Vqos);
+    let b = Config::parse("variant = \"paper\"\ncontrollers = [\"fairness\"]", env).unwrap();
+    assert_eq!(b.policy_set().variant, Variant::Paper);
+    assert_eq!(
+        b.controllers.fairness.as_ref().unwrap().variant,
+        Variant::Paper
+    );
+    assert!(a.restart_needed(&b).contains(&"variant"));
+    let e = err("variant = \"literal\"");
+    assert!(e.contains("literal") && e.contains("paper"), "{e}");
+}
