@@ -30,6 +30,9 @@ pub struct LabOptions {
     /// vqosd's engine instead of the scenario's (`None`: the scenario's); the simulator's
     /// prediction uses the same one. Ignored by the kernel baselines.
     pub engine: Option<EngineKind>,
+    /// The papers' algorithms as written or vqos's departures, instead of the scenario's
+    /// `variant` (`None`: the scenario's); the simulator's prediction follows it too.
+    pub algorithms: Option<vqos_sched::Variant>,
     /// vqosd's forwarding threads instead of the scenario's `threads` (`None`: the
     /// scenario's).
     pub threads: Option<usize>,
@@ -46,6 +49,7 @@ impl LabOptions {
             vqosd_bin: None,
             progress: false,
             engine: None,
+            algorithms: None,
             threads: None,
         }
     }

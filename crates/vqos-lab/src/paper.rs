@@ -247,6 +247,7 @@ fn one_variant(
     let mut lo = LabOptions::new(file);
     lo.baseline = v.baseline;
     lo.engine = v.engine;
+    lo.algorithms = v.algorithms.is_paper().then_some(v.algorithms);
     lo.out_dir = Some(out);
     lo.duration_scale = opts.duration_scale;
     lo.vqosd_bin = opts.vqosd_bin.clone();
@@ -267,6 +268,8 @@ pub struct PaperRun {
     pub baseline: Baseline,
     /// vqosd's engine instead of the scenario's (`None`: the scenario's).
     pub engine: Option<EngineKind>,
+    /// The papers' algorithms as written, or the scenario's own choice.
+    pub algorithms: vqos_sched::Variant,
     /// Its directory.
     pub dir: PathBuf,
     /// Its `results.json`, or why it failed.
@@ -360,6 +363,7 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
                         stem: stem.to_string(),
                         baseline: v.baseline,
                         engine: v.engine,
+                        algorithms: v.algorithms,
                         dir: out.join(&name),
                         result,
                     });

@@ -31,10 +31,8 @@ use crate::paper::{
 use crate::real_load::{PaperSwitch, REAL_LOAD, REAL_LOAD_PAPER};
 use crate::run::scale_scenario;
 use crate::summary::{self, ExperimentRecord, FileRecord, Header, RunRecord};
-use crate::topo::Baseline;
-use crate::variant::{engine_variants, Variant};
+use crate::variant::{vqos_variants, Variant};
 use crate::LabError;
-use vqos_sched::EngineKind;
 
 /// What `vqos lab paper all` runs.
 #[derive(Debug, Clone)]
@@ -154,20 +152,13 @@ fn sim_experiment(
                 continue;
             }
         };
-        // The scenario's engine, then each engine the file also runs under in the lab.
-        let engines = std::iter::once(None).chain(engine_variants(f).iter().copied().map(Some));
-        for engine in engines {
+        // The scenario as written, then each engine and algorithm variant it also runs under.
+        for v in vqos_variants(f) {
             if crate::sys::interrupted() {
                 return Err(LabError::Interrupted);
             }
             let mut sc = sc.clone();
-            let v = Variant {
-                baseline: Baseline::Vqos,
-                engine,
-            };
-            if let Some(e) = engine {
-                sc.engine = e;
-            }
+            v.apply(&mut sc);
             let run_name = format!("{stem}{}", v.suffix());
             let run_dir = opts.out_dir.join(name).join(&run_name);
             let result = simulate_into(&sc, &run_dir, opts.duration_scale);
@@ -177,7 +168,8 @@ fn sim_experiment(
                 .and_then(|_| copy_plot(&run_dir.join("rates.svg"), &opts.out_dir, &run_name));
             rec.files.push(FileRecord {
                 stem: stem.clone(),
-                engine: engine.map(|e| e.to_string()),
+                engine: v.engine.map(|e| e.to_string()),
+                algorithms: v.algorithms,
                 scenario: sc,
                 runs: vec![RunRecord {
                     baseline: "sim".into(),
@@ -252,13 +244,14 @@ fn lab_experiment(
             Ok(sc) => sc,
             Err(_) => continue, // run_paper_runs recorded it as failed
         };
-        for (engine, sc, group) in by_engine(f, &sc, &runs) {
+        for (variant, sc, group) in by_variant(f, &sc, &runs) {
             let file_runs = group
                 .iter()
                 .map(|r| {
                     let v = Variant {
                         baseline: r.baseline,
                         engine: r.engine,
+                        algorithms: r.algorithms,
                     };
                     let img = format!("{stem}{}", v.suffix());
                     let plot = r
@@ -275,7 +268,8 @@ fn lab_experiment(
                 .collect();
             rec.files.push(FileRecord {
                 stem: stem.clone(),
-                engine: engine.map(|e| e.to_string()),
+                engine: variant.engine.map(|e| e.to_string()),
+                algorithms: variant.algorithms,
                 scenario: sc,
                 runs: file_runs,
             });
@@ -284,32 +278,30 @@ fn lab_experiment(
     Ok(())
 }
 
-/// The runs of scenario file `file` grouped into tables: the scenario's engine (with the
-/// kernel baselines beside it), then each engine variant of the file
-/// ([`engine_variants`]), each with the scenario as that group ran it (its engine replaced)
-/// so that the simulator column is that engine's prediction. Groups without runs (e.g. only
-/// `--baseline htb`: no engine variant ran) are left out.
-pub fn by_engine<'a>(
+/// The runs of scenario file `file` grouped into tables: the scenario as written (with the
+/// kernel baselines beside it), then each vqos variant of the file ([`vqos_variants`]: another
+/// engine, the papers' algorithms), each with the scenario as that group ran it so that the
+/// simulator column is that variant's prediction. Groups without runs (e.g. only
+/// `--baseline htb`: no variant ran) are left out.
+pub fn by_variant<'a>(
     file: &str,
     sc: &Scenario,
     runs: &'a [PaperRun],
-) -> Vec<(Option<EngineKind>, Scenario, Vec<&'a PaperRun>)> {
+) -> Vec<(Variant, Scenario, Vec<&'a PaperRun>)> {
     let stem = file.trim_end_matches(".toml");
-    std::iter::once(None)
-        .chain(engine_variants(file).iter().copied().map(Some))
-        .filter_map(|engine| {
+    vqos_variants(file)
+        .into_iter()
+        .filter_map(|v| {
             let group: Vec<&PaperRun> = runs
                 .iter()
-                .filter(|r| r.stem == stem && r.engine == engine)
+                .filter(|r| r.stem == stem && r.engine == v.engine && r.algorithms == v.algorithms)
                 .collect();
             if group.is_empty() {
                 return None;
             }
             let mut sc = sc.clone();
-            if let Some(e) = engine {
-                sc.engine = e;
-            }
-            Some((engine, sc, group))
+            v.apply(&mut sc);
+            Some((v, sc, group))
         })
         .collect()
 }
@@ -404,6 +396,8 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topo::Baseline;
+    use vqos_sched::EngineKind;
 
     #[test]
     fn sim_only_writes_a_section_per_experiment_and_a_plot_per_file() {
@@ -486,34 +480,45 @@ mod tests {
             stem: stem.into(),
             baseline,
             engine,
+            algorithms: vqos_sched::Variant::Vqos,
             dir: PathBuf::from("/nonexistent"),
             result: Err("not run".into()),
         }
     }
 
     #[test]
-    fn runs_are_grouped_into_a_table_per_engine() {
+    fn runs_are_grouped_into_a_table_per_variant() {
         let dir = scenarios_dir();
         let sc = parse_scaled(&dir.join("fairness-static.toml"), 1.0).unwrap();
+        let paper = PaperRun {
+            algorithms: vqos_sched::Variant::Paper,
+            ..run("fairness-static", Baseline::Vqos, None)
+        };
         let runs = vec![
             run("fairness-static-uncontrolled", Baseline::Vqos, None),
             run("fairness-static", Baseline::Vqos, None),
             run("fairness-static", Baseline::Vqos, Some(EngineKind::Policer)),
+            paper,
             run("fairness-static", Baseline::Htb, None),
         ];
-        let g = by_engine("fairness-static.toml", &sc, &runs);
-        assert_eq!(g.len(), 2);
-        assert_eq!(g[0].0, None);
+        let g = by_variant("fairness-static.toml", &sc, &runs);
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[0].0, Variant::plain(Baseline::Vqos));
         assert_eq!(g[0].1.engine, EngineKind::Vqos);
         let b: Vec<Baseline> = g[0].2.iter().map(|r| r.baseline).collect();
         assert_eq!(b, [Baseline::Vqos, Baseline::Htb]);
-        assert_eq!(g[1].0, Some(EngineKind::Policer));
+        assert_eq!(g[1].0.engine, Some(EngineKind::Policer));
         assert_eq!(g[1].1.engine, EngineKind::Policer);
         assert_eq!(g[1].2.len(), 1);
-        // Only a kernel baseline ran: no policer table.
+        // The papers' algorithms: the file's engine, its variant paper, in the simulator too.
+        assert_eq!(g[2].0.suffix(), "-paper");
+        assert_eq!(g[2].1.engine, EngineKind::Vqos);
+        assert_eq!(g[2].1.variant, vqos_sched::Variant::Paper);
+        assert_eq!(g[2].2.len(), 1);
+        // Only a kernel baseline ran: no variant tables.
         let only_htb = vec![run("fairness-static", Baseline::Htb, None)];
-        let g = by_engine("fairness-static.toml", &sc, &only_htb);
+        let g = by_variant("fairness-static.toml", &sc, &only_htb);
         assert_eq!(g.len(), 1);
-        assert_eq!(g[0].0, None);
+        assert_eq!(g[0].0, Variant::plain(Baseline::Vqos));
     }
 }

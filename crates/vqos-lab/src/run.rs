@@ -131,6 +131,9 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     if let Some(e) = opts.engine {
         sc.engine = e;
     }
+    if let Some(v) = opts.algorithms {
+        sc.variant = v;
+    }
     if let Some(n) = opts.threads {
         sc.threads = n;
     }

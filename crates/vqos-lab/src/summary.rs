@@ -58,6 +58,9 @@ pub struct FileRecord {
     /// The engine its runs used instead of the scenario's, a run variant
     /// ([`crate::variant`]; `None`: the scenario's own). Shown in the table's heading.
     pub engine: Option<String>,
+    /// The papers' algorithms as written instead of vqos's departures, a run variant
+    /// ([`crate::variant::PAPER_ALGORITHM_FILES`]). Shown in the table's heading.
+    pub algorithms: vqos_sched::Variant,
     /// The parsed scenario (duration-scaled as run, its engine the one run), for its VMs and
     /// `[[paper]]`.
     pub scenario: Scenario,
@@ -461,11 +464,14 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
             let _ = writeln!(s, "{}", md.trim_end());
         }
         for f in &e.files {
-            match &f.engine {
-                Some(engine) => {
+            match (&f.engine, f.algorithms.is_paper()) {
+                (Some(engine), _) => {
                     let _ = writeln!(s, "### {} under engine `{engine}`\n", f.stem);
                 }
-                None => {
+                (None, true) => {
+                    let _ = writeln!(s, "### {} with the papers' algorithms as written\n", f.stem);
+                }
+                (None, false) => {
                     let _ = writeln!(s, "### {}\n", f.stem);
                 }
             }
@@ -480,10 +486,23 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
                      lab run, in vqosd.\n"
                 );
             }
+            if f.algorithms.is_paper() {
+                let _ = writeln!(
+                    s,
+                    "The same file with `variant = \"paper\"`: the papers' algorithms as written \
+                     where vqos departs from them (ANCS's CreditLeft, Algorithm 1, PID-ECN \
+                     marking only what a VM receives), in the simulator and, in a lab run, in \
+                     vqosd. The difference from the table above is what the departures are \
+                     worth (docs/experiments.md, \"The departures, measured\").\n"
+                );
+            }
             s.push_str(&file_table(f));
             for r in &f.runs {
                 if let Some(p) = &r.plot {
-                    let engine = f.engine.as_ref().map_or(String::new(), |e| format!(" {e}"));
+                    let mut engine = f.engine.as_ref().map_or(String::new(), |e| format!(" {e}"));
+                    if f.algorithms.is_paper() {
+                        engine.push_str(" paper");
+                    }
                     let _ = writeln!(s, "\n![{} {}{engine}]({p})", f.stem, r.baseline);
                 }
             }

@@ -1,23 +1,33 @@
 //! The runs of a paper experiment's scenario file: a switch (baseline) and, under `vqos`, the
-//! engine vqosd runs — the scenario's own, or another one the paper enforced with.
+//! engine vqosd runs — the scenario's own, or another one the paper enforced with — and the
+//! papers' algorithms as written where vqos departs from them.
 //!
 //! ## Behavior
 //! - [`variants`] lists, for a file and the requested baselines, each baseline once in the
-//!   order given and, right after `vqos`, one run per engine of [`ENGINE_VARIANTS`] for that
-//!   file: vqosd *and* the simulator's prediction then use that engine instead of the
-//!   scenario's ([`crate::LabOptions::engine`]), so the summary can set them side by side.
+//!   order given and, right after `vqos`, the file's other runs under vqosd
+//!   ([`vqos_variants`]): one per engine of [`ENGINE_VARIANTS`] for that file (vqosd *and* the
+//!   simulator's prediction then use that engine instead of the scenario's,
+//!   [`crate::LabOptions::engine`]), then, for the files of [`PAPER_ALGORITHM_FILES`], one
+//!   with `variant = "paper"` ([`crate::LabOptions::algorithms`]), so the summary can set them
+//!   side by side.
 //! - The fairness paper enforced its adjuster's limits with Xen's vif credit limiter
 //!   (rate@window), our `policer` engine; its scenarios name `vqos`, so the controlled
 //!   fairness files also run under `policer`. Their uncontrolled twins have no controller and
 //!   no limits, so the engine changes nothing there and they are not repeated.
+//! - The paper-algorithm runs measure vqos's departures from the papers
+//!   ([`vqos_sched::variant`]): the ANCS, controlled fairness and PID-ECN files where a
+//!   departure acts on what the file measures.
 //! - [`Variant::suffix`] names the run's directory and plot: `<file>` for the scenario's
-//!   engine under `vqos`, `<file>-<engine>` for another engine, `<file>-<baseline>` for a
-//!   kernel baseline (engine and baseline names do not collide: checked by a test).
+//!   engine under `vqos`, `<file>-<engine>` for another engine, `<file>-paper` for the papers'
+//!   algorithms, `<file>-<baseline>` for a kernel baseline (engine, `paper` and baseline names
+//!   do not collide: checked by a test).
 //!
 //! ## Limitations
-//! - The kernel baselines have no engine: an engine variant exists only under `vqos`.
+//! - The kernel baselines have no engine: an engine or algorithm variant exists only under
+//!   `vqos`.
 
-use vqos_sched::EngineKind;
+use vqos_sched::{EngineKind, Variant as Algorithms};
+use vqos_sim::Scenario;
 
 use crate::topo::Baseline;
 
@@ -27,13 +37,26 @@ pub const ENGINE_VARIANTS: &[(&str, &[EngineKind])] = &[
     ("fairness-fluctuating.toml", &[EngineKind::Policer]),
 ];
 
-/// One run of a scenario file: the switch and, under `vqos`, an engine override.
+/// Files that also run with the papers' algorithms as written (`variant = "paper"`): those
+/// where a departure of ours acts (ANCS's CreditLeft, Algorithm 1, PID-ECN's marking of what a
+/// VM sends) and that are not already the paper-literal case in the simulator alone.
+pub const PAPER_ALGORITHM_FILES: &[&str] = &[
+    "ancs-fig5.toml",
+    "fairness-static.toml",
+    "fairness-fluctuating.toml",
+    "pid-ecn-mixed.toml",
+];
+
+/// One run of a scenario file: the switch and, under `vqos`, an engine or algorithm change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
     /// The switch.
     pub baseline: Baseline,
     /// vqosd's engine instead of the scenario's (`None`: the scenario's); only under `vqos`.
     pub engine: Option<EngineKind>,
+    /// The papers' algorithms as written ([`Algorithms::Paper`]) or the scenario's own
+    /// choice ([`Algorithms::Vqos`]: the file's `variant`, vqos's departures by default).
+    pub algorithms: Algorithms,
 }
 
 impl Variant {
@@ -42,24 +65,44 @@ impl Variant {
         Variant {
             baseline,
             engine: None,
+            algorithms: Algorithms::Vqos,
         }
     }
 
-    /// What follows the file's stem in the run's directory and plot names: empty, `-<engine>`
-    /// or `-<baseline>`.
+    /// What follows the file's stem in the run's directory and plot names: empty, `-<engine>`,
+    /// `-paper` or `-<baseline>`.
     pub fn suffix(&self) -> String {
         match (self.baseline, self.engine) {
-            (Baseline::Vqos, None) => String::new(),
-            (Baseline::Vqos, Some(e)) => format!("-{e}"),
+            (Baseline::Vqos, e) => {
+                let engine = e.map_or(String::new(), |e| format!("-{e}"));
+                let paper = if self.algorithms.is_paper() {
+                    "-paper"
+                } else {
+                    ""
+                };
+                format!("{engine}{paper}")
+            }
             (b, _) => format!("-{b}"),
         }
     }
 
-    /// How summaries name the run: `vqos`, `vqos, engine policer`, `htb`.
+    /// How summaries name the run: `vqos`, `vqos, engine policer`, `vqos, the papers'
+    /// algorithms`, `htb`.
     pub fn label(&self) -> String {
-        match (self.baseline, self.engine) {
-            (Baseline::Vqos, Some(e)) => format!("vqos, engine {e}"),
-            (b, _) => b.to_string(),
+        match (self.baseline, self.engine, self.algorithms) {
+            (Baseline::Vqos, Some(e), _) => format!("vqos, engine {e}"),
+            (Baseline::Vqos, None, Algorithms::Paper) => "vqos, the papers' algorithms".into(),
+            (b, _, _) => b.to_string(),
+        }
+    }
+
+    /// `sc` as this variant runs it: its engine and algorithms replaced where it changes them.
+    pub fn apply(&self, sc: &mut Scenario) {
+        if let Some(e) = self.engine {
+            sc.engine = e;
+        }
+        if self.algorithms.is_paper() {
+            sc.variant = Algorithms::Paper;
         }
     }
 }
@@ -72,17 +115,31 @@ pub fn engine_variants(file: &str) -> &'static [EngineKind] {
         .map_or(&[], |(_, e)| e)
 }
 
-/// The runs of `file` under `baselines`: each baseline in order, the engine variants right
+/// The runs of `file` under vqosd: the scenario as written, each engine variant, then the
+/// papers' algorithms where [`PAPER_ALGORITHM_FILES`] lists the file.
+pub fn vqos_variants(file: &str) -> Vec<Variant> {
+    let mut out = vec![Variant::plain(Baseline::Vqos)];
+    out.extend(engine_variants(file).iter().map(|&e| Variant {
+        engine: Some(e),
+        ..Variant::plain(Baseline::Vqos)
+    }));
+    if PAPER_ALGORITHM_FILES.contains(&file) {
+        out.push(Variant {
+            algorithms: Algorithms::Paper,
+            ..Variant::plain(Baseline::Vqos)
+        });
+    }
+    out
+}
+
+/// The runs of `file` under `baselines`: each baseline in order, the vqos variants right
 /// after `vqos`.
 pub fn variants(file: &str, baselines: &[Baseline]) -> Vec<Variant> {
     let mut out = Vec::new();
     for &b in baselines {
-        out.push(Variant::plain(b));
-        if b == Baseline::Vqos {
-            out.extend(engine_variants(file).iter().map(|&e| Variant {
-                baseline: b,
-                engine: Some(e),
-            }));
+        match b {
+            Baseline::Vqos => out.extend(vqos_variants(file)),
+            _ => out.push(Variant::plain(b)),
         }
     }
     out
@@ -98,19 +155,19 @@ mod tests {
     fn the_controlled_fairness_files_also_run_under_the_policer() {
         for f in ["fairness-static.toml", "fairness-fluctuating.toml"] {
             let v = variants(f, &[Baseline::Vqos]);
-            assert_eq!(
-                v,
-                [
-                    Variant::plain(Baseline::Vqos),
-                    Variant {
-                        baseline: Baseline::Vqos,
-                        engine: Some(EngineKind::Policer)
-                    }
-                ],
-                "{f}"
-            );
+            let policer = Variant {
+                engine: Some(EngineKind::Policer),
+                ..Variant::plain(Baseline::Vqos)
+            };
+            let paper = Variant {
+                algorithms: Algorithms::Paper,
+                ..Variant::plain(Baseline::Vqos)
+            };
+            assert_eq!(v, [Variant::plain(Baseline::Vqos), policer, paper], "{f}");
             assert_eq!(v[1].suffix(), "-policer");
             assert_eq!(v[1].label(), "vqos, engine policer");
+            assert_eq!(v[2].suffix(), "-paper");
+            assert_eq!(v[2].label(), "vqos, the papers' algorithms");
         }
         // No controller, no limits: the engine would change nothing.
         let v = variants("fairness-static-uncontrolled.toml", &[Baseline::Vqos]);
@@ -121,10 +178,18 @@ mod tests {
     fn engine_variants_follow_vqos_and_never_a_kernel_baseline() {
         let v = variants("fairness-static.toml", &[Baseline::Htb, Baseline::Vqos]);
         let names: Vec<String> = v.iter().map(Variant::label).collect();
-        assert_eq!(names, ["htb", "vqos", "vqos, engine policer"]);
+        assert_eq!(
+            names,
+            [
+                "htb",
+                "vqos",
+                "vqos, engine policer",
+                "vqos, the papers' algorithms"
+            ]
+        );
         assert!(variants("fairness-static.toml", &[Baseline::Bridge])
             .iter()
-            .all(|v| v.engine.is_none()));
+            .all(|v| v.engine.is_none() && !v.algorithms.is_paper()));
         assert_eq!(Variant::plain(Baseline::Htb).suffix(), "-htb");
         assert_eq!(Variant::plain(Baseline::Vqos).suffix(), "");
     }
@@ -141,11 +206,16 @@ mod tests {
         }
         for e in EngineKind::ALL {
             let v = Variant {
-                baseline: Baseline::Vqos,
                 engine: Some(e),
+                ..Variant::plain(Baseline::Vqos)
             };
             assert!(seen.insert(v.suffix()), "{e}");
         }
+        let paper = Variant {
+            algorithms: Algorithms::Paper,
+            ..Variant::plain(Baseline::Vqos)
+        };
+        assert!(seen.insert(paper.suffix()), "paper");
     }
 
     #[test]
@@ -159,6 +229,27 @@ mod tests {
                 "{f} already runs {}",
                 sc.engine
             );
+            assert!(
+                crate::PAPERS.iter().any(|(_, files)| files.contains(f)),
+                "{f} is no experiment's file"
+            );
+        }
+    }
+
+    #[test]
+    fn the_paper_algorithm_files_are_experiment_files_written_for_vqos_departures() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        for f in PAPER_ALGORITHM_FILES {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            let mut sc = Scenario::parse(&text).unwrap();
+            // Not already paper-literal: the variant run would repeat the file's own.
+            assert_eq!(sc.variant, Algorithms::Vqos, "{f}");
+            let v = Variant {
+                algorithms: Algorithms::Paper,
+                ..Variant::plain(Baseline::Vqos)
+            };
+            v.apply(&mut sc);
+            assert_eq!(sc.policies_at(0).variant, Algorithms::Paper, "{f}");
             assert!(
                 crate::PAPERS.iter().any(|(_, files)| files.contains(f)),
                 "{f} is no experiment's file"

@@ -54,6 +54,7 @@ fn one(runs: Vec<RunRecord>) -> String {
         files: vec![FileRecord {
             stem: "t".into(),
             engine: None,
+            algorithms: vqos_sched::Variant::Vqos,
             scenario: sc(),
             runs,
         }],
@@ -201,12 +202,14 @@ fn an_engine_variant_is_a_table_headed_with_its_engine() {
             FileRecord {
                 stem: "t".into(),
                 engine: None,
+                algorithms: vqos_sched::Variant::Vqos,
                 scenario: sc(),
                 runs: vec![lab("vqos")],
             },
             FileRecord {
                 stem: "t".into(),
                 engine: Some("policer".into()),
+                algorithms: vqos_sched::Variant::Vqos,
                 scenario: scen,
                 runs: vec![run],
             },
@@ -265,4 +268,35 @@ fn latency_cells_read_what_the_lab_writes() {
     let l = v.as_array();
     assert_eq!(latency_cell(l, "vm1", "udp", 1), "150 / 820");
     assert_eq!(latency_cell(l, "vm1", "udp", 2), "160 / 9101 (2 lost)");
+}
+
+#[test]
+fn an_algorithm_variant_is_a_table_headed_with_the_papers_algorithms() {
+    let mut scen = sc();
+    scen.variant = vqos_sched::Variant::Paper;
+    let file = |algorithms, scenario| FileRecord {
+        stem: "t".into(),
+        engine: None,
+        algorithms,
+        scenario,
+        runs: vec![lab("vqos")],
+    };
+    let e = ExperimentRecord {
+        name: "exp".into(),
+        secs: 1.0,
+        files: vec![
+            file(vqos_sched::Variant::Vqos, sc()),
+            file(vqos_sched::Variant::Paper, scen),
+        ],
+        paper_text: None,
+        sweep_md: None,
+        after_md: None,
+    };
+    let md = summary_md(&header(), &[e]);
+    assert!(md.contains("### t\n"), "{md}");
+    assert!(
+        md.contains("### t with the papers' algorithms as written\n"),
+        "{md}"
+    );
+    assert!(md.contains("variant = \"paper\""), "{md}");
 }
