@@ -39,6 +39,7 @@ step "benchmark scripts (shell syntax; the aims report's parsing, doctests)"
 for f in scripts/*.sh; do bash -n "$f"; done
 python3 -m doctest scripts/aims_report.py
 python3 -m doctest scripts/departures.py
+python3 -m doctest scripts/cost-sweep.py
 echo "ok"
 
 step "benchmark smoke run (each benchmark once, no timing)"

@@ -153,10 +153,15 @@ fn row<'a>(run: &'a RealRun, kind: &str, switch: &str, phase: u32) -> Option<&'a
 }
 
 /// The paper's claims, held to the rows of the 64-byte phase; a claim whose rows the run did
-/// not produce is left out.
+/// not produce is left out. C2TB keeping VM1 is a claim *against* the policer: it is met only
+/// when a byte policer lost VM1 in the same run (the paper's regime); a run where the policers
+/// kept VM1 too shows no difference and the claim is not met ("not shown").
 pub fn checks(run: &RealRun) -> Vec<CheckResult> {
     let mut out = Vec::new();
     let loss = |sw: &str| row(run, "rate", sw, FLOOD_PHASE).and_then(|r| r.loss_pct);
+    let policer_failed = ["tcm", "ovs-policer"]
+        .iter()
+        .any(|sw| loss(sw).is_some_and(|l| l >= POLICER_LOSS_PCT));
     for (sw, what) in [
         ("tcm", "vqosd `tcm` (the byte policer)"),
         ("ovs-policer", "OVS-DPDK's ingress policer"),
@@ -173,13 +178,21 @@ pub fn checks(run: &RealRun) -> Vec<CheckResult> {
         }
     }
     if let Some(l) = loss("c2qos") {
+        let why = match (l <= C2TB_LOSS_PCT, policer_failed) {
+            (true, false) => {
+                " (not shown: no byte policer lost VM1 in this run, so holding it \
+                              tells C2TB from nothing)"
+            }
+            _ => "",
+        };
         out.push(CheckResult {
             expectation: format!(
                 "VM1 loses at most {C2TB_LOSS_PCT} % under C2TB (`c2qos`) while the neighbours \
-                 flood 64-byte frames"
+                 flood 64-byte frames, in a run where a byte policer loses at least \
+                 {POLICER_LOSS_PCT} %"
             ),
-            measured: format!("{l:.1} %"),
-            pass: l <= C2TB_LOSS_PCT,
+            measured: format!("{l:.1} %{why}"),
+            pass: l <= C2TB_LOSS_PCT && policer_failed,
         });
     }
     let lat = |sw: &str, phase: u32| row(run, "latency", sw, phase);
@@ -342,6 +355,17 @@ pub fn section_md(run: &RealRun, checks: &[CheckResult], tables: &str) -> String
          (testpmd cannot pace); docs/experiments.md, \"On a real load\", reads the numbers.\n\n",
         run.date, run.commit, run.command
     );
+    if let Some(l) = row(run, "rate", "c2qos", 2).and_then(|r| r.loss_pct) {
+        let _ = writeln!(
+            s,
+            "Reported, not a claim of the paper (its figure has no phase with 1514-byte \
+             neighbours): under C2TB VM1 lost {l:.1} % while the neighbours were greedy at 1514 \
+             bytes (phase 2). There the uplink, not the core, is the bottleneck, and C2TB's \
+             tokens are cycles: a 1514-byte frame costs so few cycles per byte that a neighbour's \
+             cycle share buys far more bits than it purchased, and the link is shared in plain \
+             rotation (docs/experiments.md, \"On a real load\").\n"
+        );
+    }
     if checks.is_empty() {
         s.push_str("No claim of the paper could be checked: the run has no phase-3 rows.\n\n");
     } else {
@@ -458,6 +482,7 @@ mod tests {
             [
                 ("0.0 %", false),
                 ("22.5 %", true),
+                // OVS's policer lost VM1 in this run: C2TB's hold is a difference, met.
                 ("0.0 %", true),
                 ("79 µs against 111 µs", true),
                 ("25 µs against 17 µs", true)
@@ -471,6 +496,28 @@ mod tests {
         assert!(!checks(&slow)[0].pass);
         assert!(c[0].expectation.contains("`tcm`"), "{c:?}");
         assert!(c[1].expectation.contains("OVS-DPDK"), "{c:?}");
+    }
+
+    #[test]
+    fn c2tb_is_met_only_when_a_byte_policer_fails_in_the_same_run() {
+        // The 2026-11-24 runs: every switch kept VM1 under the 64-byte floods.
+        let run = real(vec![
+            rate("tcm", 3, 0.0),
+            rate("ovs-policer", 3, 0.0),
+            rate("c2qos", 2, 33.9),
+            rate("c2qos", 3, 0.0),
+        ]);
+        let c = checks(&run);
+        let c2tb = c.iter().find(|c| c.expectation.contains("C2TB")).unwrap();
+        assert!(!c2tb.pass, "{c2tb:?}");
+        assert!(c2tb.measured.starts_with("0.0 % (not shown"), "{c2tb:?}");
+        // The phase-2 loss is reported beside the checks, not counted.
+        let md = section_md(&run, &c, "| a |\n|---|\n| 1 |\n");
+        assert!(md.contains("under C2TB VM1 lost 33.9 %"), "{md}");
+        assert!(md.contains("Expectations met: 0 / 3"), "{md}");
+        // A policer that fails makes C2TB's hold count.
+        let run = real(vec![rate("tcm", 3, 20.0), rate("c2qos", 3, 1.0)]);
+        assert!(checks(&run).iter().all(|c| c.pass));
     }
 
     #[test]
@@ -502,7 +549,8 @@ mod tests {
             &checks(&run),
             "# title\n\n`cmd`\n\n| a |\n|---|\n| 1 |\n",
         );
-        assert!(md.contains("Expectations met: 1 / 1"), "{md}");
+        // C2TB held VM1, but no policer ran beside it to lose it: not shown, not met.
+        assert!(md.contains("Expectations met: 0 / 1"), "{md}");
         assert!(md.ends_with("| a |\n|---|\n| 1 |\n"), "{md}");
         assert!(!md.contains("# title"), "{md}");
     }
