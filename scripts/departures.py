@@ -24,7 +24,7 @@ import sys
 FILES = [
     "ancs-fig4", "ancs-fig5", "ancs-fig6", "ancs-credit-left",
     "fairness-static", "fairness-fluctuating",
-    "pid-ecn-unequal", "pid-ecn-start-stop", "pid-ecn-mixed",
+    "pid-ecn-unequal", "pid-ecn-start-stop", "pid-ecn-mixed", "pid-ecn-upload-download",
 ]
 
 

@@ -65,7 +65,10 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         "pid-ecn-unequal",
         &["pid-ecn-unequal-uncontrolled.toml", "pid-ecn-unequal.toml"],
     ),
-    ("pid-ecn-start-stop", &["pid-ecn-start-stop.toml"]),
+    (
+        "pid-ecn-start-stop",
+        &["pid-ecn-start-stop.toml", "pid-ecn-upload-download.toml"],
+    ),
     (
         "pid-ecn-mixed",
         &["pid-ecn-mixed-uncontrolled.toml", "pid-ecn-mixed.toml"],
@@ -148,12 +151,13 @@ pub fn scenarios_dir() -> PathBuf {
     repo_path("scenarios", "ancs-fig5.toml")
 }
 
-/// A scenario of `n` greedy TCP VMs with weight 1 for `secs` seconds (ANCS Fig. 8).
+/// A scenario of `n` greedy TCP VMs with weight 1 for `secs` seconds (ANCS Fig. 8), sending
+/// MTU frames as the paper's VMs did through netback (`tso = false`).
 pub fn cpu_scenario(n: usize, secs: u32) -> String {
     let mut s = format!(
         "name = \"ancs-fig8-{n}vms\"\ndescription = \"ANCS Fig. 8: {n} VMs, greedy TCP, \
          weight 1, switch CPU\"\nduration = \"{secs}s\"\ncapacity = \"940Mbit\"\n\
-         engine = \"ancs\"\nsettle = \"2s\"\n"
+         engine = \"ancs\"\nsettle = \"2s\"\n\n[topology]\ntso = false\n"
     );
     for i in 1..=n {
         let _ = write!(s, "\n[[vm]]\nname = \"vm{i}\"\nweight = 1\n");
@@ -162,7 +166,8 @@ pub fn cpu_scenario(n: usize, secs: u32) -> String {
 }
 
 /// A scenario of a probe VM `vm0` (no traffic of its own) beside `n` greedy TCP VMs
-/// (ANCS Tables 1–2), with a UDP and a TCP probe from `vm0`.
+/// (ANCS Tables 1–2), with a UDP and a TCP probe from `vm0`; the VMs send MTU frames as the
+/// paper's did (`tso = false`).
 pub fn latency_scenario(n: usize, secs: u32) -> String {
     // vm0 "sends" 64 kbit/s of UDP only so that it is a VM of the scenario; the probes are
     // its real traffic.
@@ -170,6 +175,7 @@ pub fn latency_scenario(n: usize, secs: u32) -> String {
         "name = \"ancs-table1-2-{n}vms\"\ndescription = \"ANCS Tables 1-2: RTT from a probe VM \
          while {n} VMs load the link (weight 1 each)\"\nduration = \"{secs}s\"\n\
          capacity = \"940Mbit\"\nengine = \"ancs\"\nsettle = \"2s\"\n\n\
+         [topology]\ntso = false\n\n\
          [[vm]]\nname = \"vm0\"\nweight = 1\ntraffic = \"udp\"\npacket_size = 128\n\
          rate = \"64kbit\"\n"
     );
@@ -328,7 +334,8 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
             let b = if given {
                 baselines
             } else {
-                vec![Baseline::Vqos, Baseline::Bridge]
+                // HTB: the traffic controller the paper compares with.
+                vec![Baseline::Vqos, Baseline::Bridge, Baseline::Htb]
             };
             sweep_latency(opts, &b, &mut md)?
         }
@@ -468,11 +475,12 @@ fn sweep_latency(
     }
     md.push_str(
         "RTT in µs from a probe VM (64-byte UDP and TCP request/response, 500/s each) while N \
-         VMs send greedy TCP (weight 1, 940 Mbit/s), one run each; p50 / p99 over the run \
+         VMs send greedy TCP in MTU frames (weight 1, 940 Mbit/s, `tso = false`), one run each; p50 / p99 over the run \
          minus its 2 s settle.\n\n| VMs | baseline | UDP p50 | UDP p99 | TCP p50 | TCP p99 | lost | aggregate Mbit/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let f = |v: Option<f64>| v.map_or("–".into(), |x| format!("{x:.0}"));
-    for n in 1..=5usize {
+    // N = 0: the probe alone, the paper's idle baseline.
+    for n in 0..=5usize {
         let file = out.join(format!("scenarios/ancs-table1-2-{n}vms.toml"));
         write(&file, &latency_scenario(n, 10))?;
         for (k, &b) in baselines.iter().enumerate() {
@@ -552,11 +560,13 @@ mod tests {
         for n in 1..=8 {
             let sc = Scenario::parse(&cpu_scenario(n, 8)).unwrap();
             assert_eq!(sc.vms.len(), n);
+            assert!(!sc.tso, "MTU frames, as the paper's");
         }
-        for n in 1..=5 {
+        for n in 0..=5 {
             let text = latency_scenario(n, 10);
             let sc = Scenario::parse(&text).unwrap();
             assert_eq!(sc.vms.len(), n + 1);
+            assert!(!sc.tso, "MTU frames, as the paper's");
             let p = crate::probe::parse_probes(&text, &sc).unwrap();
             assert_eq!(p.len(), 2);
             assert!(p.iter().all(|p| p.vm_index == 0));

@@ -335,6 +335,23 @@ impl Topology {
             }
         }
 
+        if !sc.tso {
+            // MTU frames, as the papers' Xen netback saw them: TCP builds one segment per
+            // frame when the device takes no more (`sk_gso_max_segs`).
+            for (ns, dev) in vm_ns.iter().zip(&topo.vm_if) {
+                run(&[
+                    "ip",
+                    "-n",
+                    ns,
+                    "link",
+                    "set",
+                    "dev",
+                    dev,
+                    "gso_max_segs",
+                    "1",
+                ])?;
+            }
+        }
         // The router between the uplink and the sink.
         if needs_router {
             run(&[

@@ -45,6 +45,7 @@ pub const PAPER_ALGORITHM_FILES: &[&str] = &[
     "fairness-static.toml",
     "fairness-fluctuating.toml",
     "pid-ecn-mixed.toml",
+    "pid-ecn-upload-download.toml",
 ];
 
 /// One run of a scenario file: the switch and, under `vqos`, an engine or algorithm change.

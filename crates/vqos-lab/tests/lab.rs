@@ -3,8 +3,8 @@
 //! router's bottleneck whose rate changes at 6 s (with PID-ECN in vqosd), a 10 s download whose
 //! rates the inbound maximums decide, against the simulator's (the agreement test), a run whose vqosd
 //! cannot start, an interrupted run, and a 12 s run under the `ovs` baseline (an OpenFlow meter
-//! caps one VM, raised live at 6 s). Each checks that no namespace, link or process of the run
-//! is left. Needs root and iperf3 (the ovs test also Open vSwitch); skips with a message
+//! caps one VM, raised live at 6 s), and two 4 s runs showing `[topology] tso = false` hands the
+//! switch MTU frames. Each checks that no namespace, link or process of the run is left. Needs root and iperf3 (the ovs test also Open vSwitch); skips with a message
 //! otherwise.
 
 use std::path::{Path, PathBuf};
@@ -471,4 +471,47 @@ fn ovs_baseline_meters_cap_a_vm() {
     let flows = std::fs::read_to_string(out.path().join("out/logs/ovs-flows.txt")).unwrap();
     assert!(flows.contains("meter:1"), "{flows}");
     assert!(outcome.results["phases"].is_array());
+}
+
+/// `[topology] tso = false` (issue 25: ANCS Fig. 8 and Tables 1–2 in MTU frames, as the paper's
+/// netback saw them): the switch reads frames of at most one segment, where with the default
+/// it reads TCP's TSO super-frames. Read from vqosd's own counters (`logs/vqosd-stats.json`),
+/// one 4 s run each way.
+#[test]
+fn tso_false_makes_the_switch_read_mtu_frames() {
+    if !can_run("tso_false_makes_the_switch_read_mtu_frames") {
+        return;
+    }
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mtu-frames.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mean_frame = |tso: bool| -> f64 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mtu-frames.toml");
+        std::fs::write(&path, text.replace("tso = false", &format!("tso = {tso}"))).unwrap();
+        let mut opts = LabOptions::new(&path);
+        opts.out_dir = Some(dir.path().join("out"));
+        run_lab(&opts).expect("lab run");
+        assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+        let stats = std::fs::read_to_string(dir.path().join("out/logs/vqosd-stats.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        let port = v["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            // The lab names vm1's port `<prefix>v0`, the uplink `<prefix>u`.
+            .find(|p| p["name"].as_str().is_some_and(|n| n.ends_with("v0")))
+            .unwrap_or_else(|| panic!("no vif read frames: {stats}"))
+            .clone();
+        let frames = port["rx_frames"].as_f64().unwrap();
+        assert!(frames > 1000.0, "vm1 sent: {port}");
+        port["rx_bytes"].as_f64().unwrap() / frames
+    };
+    let mtu = mean_frame(false);
+    assert!(mtu <= 1600.0, "tso = false: mean frame {mtu:.0} bytes");
+    let tso = mean_frame(true);
+    assert!(tso > 3000.0, "tso = true: mean frame {tso:.0} bytes");
 }

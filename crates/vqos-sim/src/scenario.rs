@@ -189,6 +189,11 @@ pub struct Scenario {
     pub bottleneck_bps: Option<u64>,
     /// External bottleneck queue, packets.
     pub bottleneck_queue: u32,
+    /// `vqos lab`: the VMs' TCP may hand the switch 64 KiB TSO/GSO super-frames (`tso`, default
+    /// true); `false` limits each VM interface to one segment per frame (`gso_max_segs 1`), so
+    /// the switch sees MTU frames as the papers' Xen netback did. The simulator's packets are
+    /// MTU-sized either way.
+    pub tso: bool,
     /// Fairness adjuster enabled.
     pub fairness: bool,
     /// PID-ECN enabled.
@@ -426,6 +431,7 @@ impl Scenario {
             direction,
             bottleneck_bps,
             bottleneck_queue: topo.bottleneck_queue.unwrap_or(100).max(2),
+            tso: topo.tso.unwrap_or(true),
             fairness,
             pid_ecn,
             controller: raw.controller.unwrap_or_default(),

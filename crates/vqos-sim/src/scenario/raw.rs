@@ -67,6 +67,8 @@ pub(super) struct RawTopology {
     pub(super) bottleneck_queue: Option<u32>,
     #[serde(default)]
     pub(super) controllers: Vec<String>,
+    #[serde(default)]
+    pub(super) tso: Option<bool>,
 }
 
 /// Keys a vm and an event share.
