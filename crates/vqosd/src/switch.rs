@@ -267,19 +267,11 @@ impl Backend for SwitchBackend {
     }
 
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
-        // The switch takes one probability per vif in the order of its policy set.
-        let order = self.handle.policies();
-        let list = order
-            .vifs
-            .iter()
-            .map(|v| {
-                probabilities
-                    .iter()
-                    .find(|(n, _)| *n == v.name)
-                    .map_or(0.0, |(_, p)| *p)
-            })
-            .collect();
-        self.handle.set_ecn_probabilities(list).map_err(convert)
+        // By name: the switch finds each vif when it applies them, under the lock that orders
+        // them with port changes.
+        self.handle
+            .set_ecn_probabilities(probabilities.to_vec())
+            .map_err(convert)
     }
 
     fn stats(&self) -> SwitchStats {
