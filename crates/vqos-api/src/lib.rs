@@ -17,7 +17,8 @@
 //!   `POST /v1/calibrate`).
 //! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
 //! - [`migrate`]: `MigrateRequest`, `MigratedView`, `HandoverView` (`vqos port migrate`).
-//! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
+//! - [`stats`]: `PortStats`, `PortStatus` (`VhostUserStatus`, `AfPacketStatus`), `LoopStats`,
+//!   `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

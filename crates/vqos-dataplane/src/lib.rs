@@ -106,7 +106,7 @@ pub use guard::Services;
 pub use handle::{start, LoopHealth, ShardSamples, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use null::NullPort;
-pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
+pub use port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 pub use shards::Shards;
 pub use stats::{
     DropCounters, DropReason, HandoverStats, LoopStats, PortCounters, PortRole, PortStats,

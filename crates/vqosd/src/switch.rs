@@ -1,12 +1,10 @@
 //! The real backend: [`SwitchBackend`] drives a `vqos-dataplane` [`SwitchHandle`] (TAP ports,
 //! the poll loop, the engine) through the [`Backend`] trait.
 
-use std::collections::BTreeMap;
-
-use vqos_api::wire::{HandoverView, LockedAddrs, MacAddr, Service};
+use vqos_api::wire::{MacAddr, Service};
 use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::{mac_key, MacKey};
-use vqos_dataplane::guard::{ip_key, key_ip};
+use vqos_dataplane::guard::ip_key;
 use vqos_dataplane::null::{NullPort, NULL_UPLINK_MAC};
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
@@ -16,11 +14,14 @@ use vqos_dataplane::{
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
-    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
-    NULL_MIN_FRAME,
+    Backend, BackendError, LoopHealth, PortConfig, PortOpened, SwitchStats, NULL_MIN_FRAME,
 };
 use crate::config::{self, Config};
 use vqos_api::chain;
+
+mod stats;
+
+pub use stats::port_status;
 
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
@@ -275,74 +276,7 @@ impl Backend for SwitchBackend {
     }
 
     fn stats(&self) -> SwitchStats {
-        let raw = self.handle.stats();
-        let ports = raw
-            .ports
-            .iter()
-            .map(|p| {
-                let drops: BTreeMap<String, u64> = p
-                    .counters
-                    .drops
-                    .iter()
-                    .map(|(r, n)| (r.name().to_string(), n))
-                    .collect();
-                let engine = p.engine.unwrap_or_default();
-                PortStats {
-                    name: p.name.clone(),
-                    rx_frames: p.counters.rx_frames,
-                    rx_bytes: p.counters.rx_bytes,
-                    tx_frames: p.counters.tx_frames,
-                    tx_bytes: p.counters.tx_bytes,
-                    drops,
-                    ecn_marked: p.counters.ecn_marked,
-                    ecn_not_ect: p.counters.ecn_not_ect,
-                    rx_errors: p.counters.rx_errors,
-                    mac_learn_refused: p.counters.mac_learn_refused,
-                    rate_bps: p.rx_rate_bps,
-                    tx_rate_bps: p.tx_rate_bps,
-                    // The engines report i64::MAX for a vif they keep no bucket for.
-                    credit: (engine.credit != i64::MAX).then_some(engine.credit),
-                    throttled: engine.throttled,
-                    vhost_user: p.status.clone(),
-                    locked: LockedAddrs {
-                        macs: p.locked.macs.iter().map(|&m| mac_addr(m)).collect(),
-                        ips: p.locked.ips.iter().map(|&k| key_ip(k)).collect(),
-                    },
-                    shard: p.shard,
-                    queued_frames: p.counters.queued_frames,
-                    queued_bytes: p.counters.queued_bytes,
-                    handover: p.handover.as_ref().map(|h| HandoverView {
-                        to: h.to.clone(),
-                        complete: h.complete,
-                    }),
-                }
-            })
-            .collect();
-        SwitchStats {
-            time_ns: Some(raw.time_ns),
-            ports,
-            loops: raw
-                .loops
-                .iter()
-                .enumerate()
-                .map(|(i, l)| LoopStats {
-                    name: format!("loop{i}"),
-                    busy_cycles: l.busy_cycles,
-                    idle_cycles: l.idle_cycles,
-                    bursts: l.bursts,
-                    cycles_unit: l.cycles_unit.to_string(),
-                    iterations: l.iterations,
-                    burst_frames: l.burst_frames,
-                    engine_ticks: l.engine_ticks,
-                    engine_refusals: l.engine_refusals,
-                    capacity_waits: l.capacity_waits,
-                    commands: l.commands,
-                    epoll_errors: l.epoll_errors,
-                    epoll_wait_fallback: l.epoll_wait_fallback,
-                })
-                .collect(),
-            mac_entries: raw.mac_entries as u64,
-        }
+        stats::switch_stats(&self.handle.stats())
     }
 
     fn loop_health(&self) -> LoopHealth {

@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use anyhow::Result;
-use serde_json::Value;
 use vqos_api::wire::{PolicyView, PortKind, PortView, Service, StatsView, VhostUserRole};
 use vqos_sched::units::format_rate;
 
@@ -106,17 +105,13 @@ pub(crate) fn write_ports(
         if let Some(socket) = &p.socket {
             let status = stats
                 .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.name))
-                .and_then(|s| s.stats.vhost_user.as_ref());
+                .and_then(|s| s.stats.status.as_ref()?.vhost_user());
             let state = match status {
-                Some(v) if v["connected"] == true => {
-                    let features: Vec<&str> = v["feature_names"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    format!("connected, features {}", features.join(","))
+                Some(v) if v.connected => {
+                    format!("connected, features {}", v.feature_names.join(","))
                 }
-                Some(v) if v["quarantined"] == true => "quarantined".to_string(),
-                Some(v) => match v["last_error"].as_str() {
+                Some(v) if v.quarantined => "quarantined".to_string(),
+                Some(v) => match &v.last_error {
                     Some(e) => format!("not connected (last error: {e})"),
                     None => "not connected".to_string(),
                 },

@@ -72,7 +72,7 @@ use serde::Serialize;
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
-use crate::port::{Batch, Port, PortError, PortIoCounters};
+use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use backend::{lock, Shared};
 use queue::QueueIo;
 
@@ -461,8 +461,8 @@ impl Port for VhostUserPort {
         self.queue.datapath.busy_poll = busy;
     }
 
-    fn status(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(self.handle().status()).ok()
+    fn status(&self) -> Option<PortStatus> {
+        Some(PortStatus::VhostUser(Box::new(self.handle().status())))
     }
 
     /// A guest RX queue of its own for another shard when the port has several pairs
