@@ -35,6 +35,10 @@ pub struct PortStats {
     /// (frames to them are flooded; not a drop).
     #[serde(default)]
     pub mac_learn_refused: u64,
+    /// A TAP under `tap_io = "uring"`: 1 once its io_uring failed and it went back to one
+    /// system call per frame for good (0 otherwise).
+    #[serde(default)]
+    pub uring_failures: u64,
     /// Recent rate read from the port (what the VM sends), bit/s.
     pub rate_bps: u64,
     /// Recent rate written to the port (what the VM receives), bit/s.

@@ -6,7 +6,7 @@
 use vqos_api::stats::PortStatus;
 use vqos_api::wire::{HandoverView, LockedAddrs};
 use vqos_dataplane::guard::key_ip;
-use vqos_dataplane::{HandoverStats, PortCounters};
+use vqos_dataplane::{HandoverStats, PortCounters, PortIoCounters};
 
 use super::mac_addr;
 use crate::backend::{LoopStats, PortStats, SwitchStats};
@@ -52,8 +52,7 @@ fn port_stats(p: &vqos_dataplane::PortStats) -> PortStats {
         engine,
         rx_rate_bps,
         tx_rate_bps,
-        // The port's own I/O counters: what the API has of them is above.
-        io: _,
+        io,
         status,
         locked,
         shard,
@@ -72,6 +71,16 @@ fn port_stats(p: &vqos_dataplane::PortStats) -> PortStats {
         queued_frames,
         queued_bytes,
     } = counters;
+    let PortIoCounters {
+        // The port's own view of what the switch counts above.
+        rx_frames: _,
+        rx_bytes: _,
+        tx_frames: _,
+        tx_bytes: _,
+        rx_errors: _,
+        tx_errors: _,
+        uring_failures,
+    } = io;
     let engine = engine.unwrap_or_default();
     PortStats {
         name: name.clone(),
@@ -87,6 +96,7 @@ fn port_stats(p: &vqos_dataplane::PortStats) -> PortStats {
         ecn_not_ect: *ecn_not_ect,
         rx_errors: *rx_errors,
         mac_learn_refused: *mac_learn_refused,
+        uring_failures: *uring_failures,
         rate_bps: *rx_rate_bps,
         tx_rate_bps: *tx_rate_bps,
         // The engines report i64::MAX for a vif they keep no bucket for.
@@ -155,7 +165,60 @@ fn loop_stats(i: usize, l: &vqos_dataplane::LoopStats) -> LoopStats {
 mod tests {
     use super::*;
     use vqos_dataplane::vhost_user::{VhostUserCounters, VhostUserMode, VhostUserStatus};
-    use vqos_dataplane::AfPacketStatus;
+    use vqos_dataplane::{AfPacketStatus, Locks, PortRole};
+
+    /// Each of a port's counters reaches the API (`uring_failures` once did not).
+    #[test]
+    fn a_ports_counters_reach_the_api() {
+        let raw = vqos_dataplane::PortStats {
+            name: "vm1".into(),
+            role: PortRole::Vif,
+            vif: Some(0),
+            policy: None,
+            counters: PortCounters {
+                rx_frames: 1,
+                ecn_not_ect: 2,
+                mac_learn_refused: 3,
+                queued_bytes: 4,
+                ..Default::default()
+            },
+            ecn_probability: 0.0,
+            engine: Some(vqos_sched::VifEngineState {
+                credit: i64::MAX,
+                ..Default::default()
+            }),
+            rx_rate_bps: 5,
+            tx_rate_bps: 6,
+            io: PortIoCounters {
+                uring_failures: 1,
+                ..Default::default()
+            },
+            status: None,
+            locked: Locks::default(),
+            shard: 7,
+            handover: Some(HandoverStats {
+                to: "vm2".into(),
+                complete: true,
+            }),
+        };
+        let p = port_stats(&raw);
+        assert_eq!(
+            (
+                p.rx_frames,
+                p.ecn_not_ect,
+                p.mac_learn_refused,
+                p.queued_bytes
+            ),
+            (1, 2, 3, 4)
+        );
+        assert_eq!((p.rate_bps, p.tx_rate_bps, p.shard), (5, 6, 7));
+        assert_eq!(p.uring_failures, 1);
+        assert_eq!(p.credit, None, "no bucket");
+        assert_eq!(
+            p.handover.map(|h| (h.to, h.complete)),
+            Some(("vm2".into(), true))
+        );
+    }
 
     /// The data plane's status and the API's serialise alike: converted, nothing is lost, and
     /// each kind lands under its own name.
