@@ -346,7 +346,7 @@ impl Switch {
     /// engine admitted them). Counted on the vif's port (`ecn_marked`, `ecn_not_ect`). Vifs are
     /// found by name when the call is applied, so a port added or removed since the caller
     /// computed them moves no probability to another vif; an unknown name or a probability
-    /// outside 0..=1 refuses the call ([`check_ecn_probabilities`]).
+    /// outside 0..=1 refuses the call.
     pub fn set_ecn_probabilities(
         &mut self,
         probabilities: &[(String, f64)],

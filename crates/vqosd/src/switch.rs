@@ -14,9 +14,10 @@ use vqos_dataplane::{
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
-    Backend, BackendError, LoopHealth, PortConfig, PortOpened, SwitchStats, NULL_MIN_FRAME,
+    Backend, BackendError, LoopHealth, Port, PortOpened, SwitchStats, NULL_MIN_FRAME,
 };
 use crate::config::{self, Config};
+use crate::socket_access::SocketAccess;
 use vqos_api::chain;
 
 mod stats;
@@ -47,42 +48,42 @@ fn tap_io(io: config::TapIo) -> TapIo {
 /// A port spec of the data plane for a port of the daemon, its TAP moving frames by `io`. A
 /// vhost-user port is made here (its server socket is bound at once: a path that cannot be
 /// used fails the call).
-fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
-    let spec = match port.kind {
-        PortKind::Tap if port.create => PortSpec::tap_owned(&port.name),
-        PortKind::Tap => PortSpec::tap_attach(&port.name),
+fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
+    let spec = match port.config.kind {
+        PortKind::Tap if port.config.create => PortSpec::tap_owned(&port.config.name),
+        PortKind::Tap => PortSpec::tap_attach(&port.config.name),
         // The uplink only (the config and the API refuse vifs of this kind).
-        PortKind::AfPacket => PortSpec::af_packet(&port.name),
+        PortKind::AfPacket => PortSpec::af_packet(&port.config.name),
         PortKind::Null => {
-            let len = port.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
-            let null = NullPort::vif(&port.name, len).map_err(|e| BackendError::Port {
-                name: port.name.clone(),
+            let len = port.config.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
+            let null = NullPort::vif(&port.config.name, len).map_err(|e| BackendError::Port {
+                name: port.config.name.clone(),
                 message: chain(&e),
             })?;
             PortSpec::custom(Box::new(null))
         }
         PortKind::VhostUser => {
-            let socket = port.socket.as_deref().unwrap_or_default();
+            let socket = port.config.socket.as_deref().unwrap_or_default();
             let config = VhostUserConfig {
-                queues: port.queues.unwrap_or(1),
-                ..match port.mode.unwrap_or_default() {
+                queues: port.config.queues.unwrap_or(1),
+                ..match port.config.mode.unwrap_or_default() {
                     VhostUserRole::Server => VhostUserConfig {
-                        socket_mode: port.access.mode.map(|m| m.0),
+                        socket_mode: port.config.socket_mode.map(|m| m.0),
                         ..VhostUserConfig::server(socket)
                     },
                     VhostUserRole::Client => VhostUserConfig::client(socket),
                 }
             };
             let fail = |message| BackendError::Port {
-                name: port.name.clone(),
+                name: port.config.name.clone(),
                 message,
             };
-            let vhu =
-                VhostUserPort::with_config(&port.name, config).map_err(|e| fail(chain(&e)))?;
+            let vhu = VhostUserPort::with_config(&port.config.name, config)
+                .map_err(|e| fail(chain(&e)))?;
             // The socket is bound (and its mode set): now its owner and group. On failure the
             // port is dropped, which removes the socket.
-            if port.mode.unwrap_or_default() == VhostUserRole::Server {
-                port.access
+            if port.config.mode.unwrap_or_default() == VhostUserRole::Server {
+                SocketAccess::of(&port.config)
                     .apply(std::path::Path::new(socket))
                     .map_err(fail)?;
             }
@@ -95,38 +96,44 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
 /// A port's security as the data plane applies it: its configured MACs, else a first-come
 /// lock; with `port_security` the guards above layer 2 too ([`IpPolicy`]), without it none.
 /// A port whose identity a completed migration handed over may claim no address at all.
-fn security(port: &PortConfig) -> PortSecurity {
-    if port.handover.as_ref().is_some_and(|h| h.complete) {
+fn security(port: &Port) -> PortSecurity {
+    if port.state.handover.as_ref().is_some_and(|h| h.complete) {
         return PortSecurity {
             macs: MacPolicy::Fixed(Vec::new()),
-            ips: port.port_security.then(|| IpPolicy {
+            ips: port.config.port_security.then(|| IpPolicy {
                 addrs: IpAddrs::Fixed(Vec::new()),
                 services: Services::default(),
             }),
             restored: Locks::default(),
         };
     }
-    let macs = if !port.macs.is_empty() {
-        MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
-    } else if port.port_security {
+    let macs = if !port.config.macs.is_empty() {
+        MacPolicy::Fixed(port.config.macs.iter().map(|m| mac_key(&m.0)).collect())
+    } else if port.config.port_security {
         MacPolicy::default()
     } else {
         MacPolicy::Any
     };
-    let ips = port.port_security.then(|| IpPolicy {
-        addrs: if port.ips.is_empty() {
+    let ips = port.config.port_security.then(|| IpPolicy {
+        addrs: if port.config.ips.is_empty() {
             IpPolicy::default().addrs
         } else {
-            IpAddrs::Fixed(port.ips.iter().map(|&ip| ip_key(ip)).collect())
+            IpAddrs::Fixed(port.config.ips.iter().map(|&ip| ip_key(ip)).collect())
         },
         services: Services {
-            router: port.serves.contains(&Service::Router),
-            dhcp_server: port.serves.contains(&Service::DhcpServer),
+            router: port.config.serves.contains(&Service::Router),
+            dhcp_server: port.config.serves.contains(&Service::DhcpServer),
         },
     });
     let restored = Locks {
-        macs: port.locked.macs.iter().map(|m| mac_key(&m.0)).collect(),
-        ips: port.locked.ips.iter().map(|&ip| ip_key(ip)).collect(),
+        macs: port
+            .state
+            .locked
+            .macs
+            .iter()
+            .map(|m| mac_key(&m.0))
+            .collect(),
+        ips: port.state.locked.ips.iter().map(|&ip| ip_key(ip)).collect(),
     };
     PortSecurity {
         macs,
@@ -169,10 +176,10 @@ impl SwitchBackend {
             BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
         })?;
         let io = tap_io(config.tap_io);
-        let uplink_spec = if uplink.kind == PortKind::Null {
+        let uplink_spec = if uplink.config.kind == PortKind::Null {
             // Discards what it is sent; its station is the one null vifs send to.
-            let sink = NullPort::sink(&uplink.name).map_err(|e| BackendError::Port {
-                name: uplink.name.clone(),
+            let sink = NullPort::sink(&uplink.config.name).map_err(|e| BackendError::Port {
+                name: uplink.config.name.clone(),
                 message: chain(&e),
             })?;
             PortSpec::custom(Box::new(sink))
@@ -231,11 +238,11 @@ impl SwitchBackend {
 }
 
 impl Backend for SwitchBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
-        if port.kind == PortKind::AfPacket {
+    fn add_port(&self, port: &Port, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
+        if port.config.kind == PortKind::AfPacket {
             // The API and the config refuse these; a state file edited by hand may not.
             return Err(BackendError::Port {
-                name: port.name.clone(),
+                name: port.config.name.clone(),
                 message: "kind = \"af-packet\" is for the uplink only".into(),
             });
         }
