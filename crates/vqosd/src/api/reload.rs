@@ -326,3 +326,44 @@ fn audit(caller: &str, v: &View, report: &ReloadView) {
         tracing::info!(target: "vqosd::audit", caller, "reload: max_ports set to {m}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vqos_api::wire::{PortKind, PortRequest};
+
+    /// Every setting of a port counts, those added after the reload was written too (`queues`
+    /// and `frame_len` were once let through).
+    #[test]
+    fn any_setting_but_the_policy_is_a_change() {
+        let vhost = |queues| PortRequest {
+            kind: PortKind::VhostUser,
+            socket: Some("/run/vqos/vm1.sock".into()),
+            queues,
+            ..PortRequest::tap("vm1")
+        };
+        let port = |r: &PortRequest| Port::checked(r).unwrap();
+        let one = port(&vhost(None));
+        assert_eq!(port_change(&one, &port(&vhost(None))), None);
+        let mut weighted = vhost(None);
+        weighted.policy.weight = Some(3);
+        assert_eq!(
+            port_change(&one, &port(&weighted)),
+            None,
+            "the policy is none"
+        );
+        assert_eq!(
+            port_change(&one, &port(&vhost(Some(2)))).as_deref(),
+            Some("queues")
+        );
+        let null = |frame_len| PortRequest {
+            kind: PortKind::Null,
+            frame_len,
+            ..PortRequest::tap("vm1")
+        };
+        assert_eq!(
+            port_change(&port(&null(None)), &port(&null(Some(1500)))).as_deref(),
+            Some("frame_len")
+        );
+    }
+}
