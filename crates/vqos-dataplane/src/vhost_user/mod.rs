@@ -218,7 +218,8 @@ pub struct VhostUserStatus {
     /// Bytes the switch wrote to the guest, virtio-net headers included.
     pub tx_bytes: u64,
     /// Why the last session ended, if the vhost-user library reported an error (a message it
-    /// refused, a mapping that failed); `None` after clean disconnects.
+    /// refused, a mapping that failed), or, in the client role, why the last connection
+    /// attempt failed; `None` after clean disconnects.
     pub last_error: Option<String>,
     /// Queue pairs offered.
     pub queues: u16,
