@@ -76,6 +76,13 @@ impl MockBackend {
         self.lock().ports.clone()
     }
 
+    /// The names of the ports the switch has, in order.
+    pub fn port_names(&self) -> Vec<String> {
+        (self.lock().ports.iter())
+            .map(|(p, _)| p.config.name.clone())
+            .collect()
+    }
+
     /// Every call received so far.
     pub fn calls(&self) -> Vec<MockCall> {
         self.lock().calls.clone()

@@ -230,12 +230,7 @@ fn add_and_remove_ports() {
     let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["removed"], "vm1");
-    let names: Vec<String> = d
-        .mock
-        .ports()
-        .into_iter()
-        .map(|(p, _)| p.config.name)
-        .collect();
+    let names = d.mock.port_names();
     assert_eq!(names, ["vm2", "vm3"]);
     let (status, _) = d.send("GET", "/v1/policies/vm1", None);
     assert_eq!(status, 404);

@@ -61,12 +61,7 @@ fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
     let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
     assert_eq!(status, 500, "{body}");
     assert_eq!(d.mock.calls(), calls_before, "the switch was touched");
-    let names: Vec<String> = d
-        .mock
-        .ports()
-        .into_iter()
-        .map(|(p, _)| p.config.name)
-        .collect();
+    let names = d.mock.port_names();
     assert_eq!(names, ["vm1", "vm2"]);
     assert_eq!(d.snapshot(), before);
     fs::remove_dir_all(&tmp).unwrap();
@@ -134,13 +129,7 @@ fn restart_restores_every_policy() {
 #[test]
 fn a_config_port_deleted_through_the_api_stays_deleted_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let names = |d: &Daemon| -> Vec<String> {
-        d.mock
-            .ports()
-            .into_iter()
-            .map(|(p, _)| p.config.name)
-            .collect()
-    };
+    let names = |d: &Daemon| d.mock.port_names();
     {
         let d = start(dir.path());
         let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
