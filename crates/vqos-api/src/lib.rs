@@ -10,14 +10,17 @@
 //! - [`client::Client`]`::new(`[`client::Endpoint`]`)` / `from_url`, then `call::<T>(method,
 //!   path, body)` (2xx JSON decoded, an error answer becomes `ClientError::Api` with the
 //!   daemon's message), `request` (raw status and body), `text` (`/metrics`).
-//! - [`wire`]: `PolicyPatch` (a partial policy in a request), `PortRequest`, `PolicyView`,
-//!   `PortView`, `StatsView`, `HealthView`, `ReloadView`, `ErrorBody`, `MacAddr`, `Rate`, `Size`,
-//!   `check_port_name`.
+//! - [`port`]: `PortConfig` (how a port is made: the one description the config, the
+//!   requests, the state file and the views embed), `PortState` (what it acquired),
+//!   `PortRequest` (a port and its policy), `PortView`; re-exported by [`wire`].
+//! - [`wire`]: `PolicyPatch` (a partial policy in a request), `PolicyView`, `StatsView`,
+//!   `HealthView`, `ReloadView`, `ErrorBody`, `MacAddr`, `Rate`, `Size`, `check_port_name`.
 //! - [`cost`]: `CostModelView`, `CalibrateRequest`, `CalibrationView` (the cost model and
 //!   `POST /v1/calibrate`).
 //! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
 //! - [`migrate`]: `MigrateRequest`, `MigratedView`, `HandoverView` (`vqos port migrate`).
-//! - [`stats`]: `PortStats`, `LoopStats`, `SwitchStats`, [`stats::DROP_REASONS`].
+//! - [`stats`]: `PortStats`, `PortStatus` (`VhostUserStatus`, `AfPacketStatus`), `LoopStats`,
+//!   `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -28,6 +31,7 @@ pub mod cost;
 pub mod http;
 pub mod migrate;
 pub mod peer;
+pub mod port;
 pub mod stats;
 pub mod wire;
 

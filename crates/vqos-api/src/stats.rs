@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{HandoverView, LockedAddrs};
+use crate::wire::{HandoverView, LockedAddrs, VhostUserRole};
 
 /// Counters and gauges of one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +35,10 @@ pub struct PortStats {
     /// (frames to them are flooded; not a drop).
     #[serde(default)]
     pub mac_learn_refused: u64,
+    /// A TAP under `tap_io = "uring"`: 1 once its io_uring failed and it went back to one
+    /// system call per frame for good (0 otherwise).
+    #[serde(default)]
+    pub uring_failures: u64,
     /// Recent rate read from the port (what the VM sends), bit/s.
     pub rate_bps: u64,
     /// Recent rate written to the port (what the VM receives), bit/s.
@@ -45,10 +49,11 @@ pub struct PortStats {
     pub credit: Option<i64>,
     /// True while the engine refuses to serve the port.
     pub throttled: bool,
-    /// vhost-user ports: connected, socket role and path, negotiated features, the guest's
-    /// misbehaviour counters (the data plane's `VhostUserStatus`); absent for TAPs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vhost_user: Option<serde_json::Value>,
+    /// What the port kind reports beyond its counters, under the kind's name: `vhost_user`
+    /// (vhost-user ports) or `af_packet` (the uplink on an existing interface); absent for
+    /// TAPs and null ports.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PortStatus>,
     /// Addresses port security locked to it first come.
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
     pub locked: LockedAddrs,
@@ -64,6 +69,93 @@ pub struct PortStats {
     /// Its identity handed over to another port (`vqos port migrate`), while it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<HandoverView>,
+}
+
+/// What a port kind reports beyond its counters ([`PortStats::status`]), serialised under the
+/// kind's name: `"vhost_user": {...}` or `"af_packet": {...}` beside the port's counters. (A
+/// status that does not parse, from another version of the daemon, reads as none.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortStatus {
+    /// A vhost-user port.
+    VhostUser(Box<VhostUserStatus>),
+    /// An `AF_PACKET` port (the uplink on an existing interface).
+    AfPacket(AfPacketStatus),
+}
+
+impl PortStatus {
+    /// The vhost-user status, `None` for another kind.
+    pub fn vhost_user(&self) -> Option<&VhostUserStatus> {
+        match self {
+            PortStatus::VhostUser(s) => Some(s),
+            PortStatus::AfPacket(_) => None,
+        }
+    }
+}
+
+/// A vhost-user port's session: connection, features, the guest's misbehaviour counters (the
+/// data plane's `VhostUserStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VhostUserStatus {
+    /// Port name.
+    pub name: String,
+    /// Socket role.
+    pub mode: VhostUserRole,
+    /// Socket path.
+    pub socket: String,
+    /// A frontend is connected.
+    pub connected: bool,
+    /// The session is quarantined (the guest's rings ignored until it reconnects).
+    pub quarantined: bool,
+    /// Virtio feature bits the frontend acknowledged (0 when not connected).
+    #[serde(default)]
+    pub negotiated_features: u64,
+    /// Their names (`VERSION_1`, `MRG_RXBUF`, ...).
+    #[serde(default)]
+    pub feature_names: Vec<String>,
+    /// Frames read from the guest.
+    #[serde(default)]
+    pub rx_frames: u64,
+    /// Bytes read from the guest, virtio-net headers included.
+    #[serde(default)]
+    pub rx_bytes: u64,
+    /// Frames written to the guest.
+    #[serde(default)]
+    pub tx_frames: u64,
+    /// Bytes written to the guest, virtio-net headers included.
+    #[serde(default)]
+    pub tx_bytes: u64,
+    /// Why the last session ended or the last connection attempt failed; `None` after clean
+    /// disconnects.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Queue pairs offered.
+    #[serde(default)]
+    pub queues: u16,
+    /// Per queue pair: `[frames read from its TX queue, frames written to its RX queue]`.
+    #[serde(default)]
+    pub pair_frames: Vec<[u64; 2]>,
+    /// The session and misbehaviour counters by name (`sessions`, `connect_failures`,
+    /// `chain_loop`, ...: the data plane's `VhostUserCounters`).
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// An `AF_PACKET` port's socket (the data plane's `AfPacketStatus`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AfPacketStatus {
+    /// The interface's index.
+    pub ifindex: u32,
+    /// Bytes of the virtio-net header the kernel uses: 12, or 10 on kernels before 6.2.
+    pub vnet_hdr_bytes: u64,
+    /// Frames skip the qdisc.
+    pub qdisc_bypass: bool,
+    /// Frames the kernel dropped because the socket's receive buffer was full.
+    pub kernel_drops: u64,
+    /// Frames addressed to the interface's own MAC (the host's), not read.
+    pub skipped_host: u64,
+    /// Frames the host sent on the interface, not read.
+    pub skipped_outgoing: u64,
 }
 
 /// Counters of one poll loop.
@@ -148,3 +240,43 @@ pub const DROP_REASONS: [&str; 18] = [
     "queue_full",
     "aqm",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::PortStatsView;
+
+    #[test]
+    fn a_port_status_is_read_under_its_kinds_name_beside_the_counters() {
+        let counters = r#""rx_frames":3,"rx_bytes":0,"tx_frames":0,"tx_bytes":0,"drops":{},
+            "ecn_marked":0,"rate_bps":0,"tx_rate_bps":0,"throttled":false"#;
+        let vif = r#"{"name":"vm1","role":"vif","policy":null,COUNTERS,
+            "vhost_user":{"name":"vm1","mode":"client","socket":"/run/vqos/vm1.sock",
+                "connected":false,"quarantined":false,"last_error":"Connection refused",
+                "counters":{"connect_failures":2}}}"#
+            .replace("COUNTERS", counters);
+        let v: PortStatsView = serde_json::from_str(&vif).unwrap();
+        let s = v.stats.status.as_ref().and_then(PortStatus::vhost_user);
+        let s = s.expect("a vhost-user status");
+        assert_eq!(s.mode, VhostUserRole::Client);
+        assert_eq!(s.last_error.as_deref(), Some("Connection refused"));
+        assert_eq!(s.counters["connect_failures"], 2);
+        assert_eq!(v.stats.rx_frames, 3);
+        let back: PortStatsView =
+            serde_json::from_value(serde_json::to_value(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
+        let up = r#"{"name":"up0","role":"uplink","policy":null,COUNTERS,
+            "af_packet":{"ifindex":2,"vnet_hdr_bytes":12,"qdisc_bypass":true,"kernel_drops":1,
+                "skipped_host":0,"skipped_outgoing":0}}"#
+            .replace("COUNTERS", counters);
+        let v: PortStatsView = serde_json::from_str(&up).unwrap();
+        match v.stats.status {
+            Some(PortStatus::AfPacket(a)) => assert_eq!(a.kernel_drops, 1),
+            other => panic!("{other:?}"),
+        }
+        // An older daemon put the uplink's AF_PACKET status under `vhost_user`: it is none.
+        let old = up.replace("af_packet", "vhost_user");
+        let v: PortStatsView = serde_json::from_str(&old).unwrap();
+        assert_eq!(v.stats.status, None);
+    }
+}

@@ -16,6 +16,10 @@ use vqos_sched::VifPolicy;
 
 pub use crate::access::{Account, FileMode};
 pub use crate::migrate::HandoverView;
+pub use crate::port::{
+    LockedAddrs, NoOtherFields, PortConfig, PortKind, PortRequest, PortState, PortView, Service,
+    VhostUserRole,
+};
 use crate::stats::{LoopStats, PortStats};
 
 /// Why a request body or a config entry could not be turned into a policy or a port.
@@ -32,9 +36,19 @@ pub enum WireError {
     BadPortName(String),
 }
 
-/// A rate as written by a client: `Some(bps)` or `None` for unlimited.
+/// A rate as written by a client: `Some(bps)` or `None` for unlimited. Sent as a number of
+/// bit/s or `"unlimited"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate(pub Option<u64>);
+
+impl Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(bps) => s.serialize_u64(bps),
+            None => s.serialize_str("unlimited"),
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for Rate {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -65,8 +79,10 @@ impl<'de> Deserialize<'de> for Rate {
     }
 }
 
-/// A size in bytes as written by a client: `"64KiB"`, `"1500B"` or a plain number of bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A size in bytes as written by a client: `"64KiB"`, `"1500B"` or a plain number of bytes
+/// (sent as a number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
 pub struct Size(pub u64);
 
 impl<'de> Deserialize<'de> for Size {
@@ -109,26 +125,42 @@ where
 }
 
 /// A partial policy: fields left out keep their current value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyPatch {
     /// Proportional share (> 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
     /// Guaranteed minimum.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min: Option<Rate>,
     /// Hard maximum of what the vif sends (also spelt `max_out`); `"unlimited"` or `null`
     /// removes it.
-    #[serde(default, deserialize_with = "present", alias = "max_out")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        alias = "max_out",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max: Option<Option<Rate>>,
     /// Latency priority 0 (most urgent) ..= 7.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     /// Hard maximum of what the vif receives from the uplink; `"unlimited"`: none, whatever
     /// `max` is; `null`: the same as `max` (the default).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_in: Option<Option<Rate>>,
     /// Bytes the vif may send above `max` after idling (`"64KiB"`, 1..=1GiB); `null`: the
     /// engine's default.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub burst: Option<Option<Size>>,
 }
 
@@ -228,137 +260,6 @@ pub fn check_port_name(name: &str) -> Result<(), WireError> {
     }
 }
 
-fn default_true() -> bool {
-    true
-}
-
-/// What kind of port a vif (or the uplink) is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PortKind {
-    /// A Linux TAP device (namespaces, containers, VMs whose TAP vqosd holds).
-    #[default]
-    #[serde(rename = "tap")]
-    Tap,
-    /// A vhost-user socket: a VM's virtio-net rings in shared memory (QEMU, libvirt, Cloud
-    /// Hypervisor).
-    #[serde(rename = "vhost-user")]
-    VhostUser,
-    /// An existing interface (a NIC, a veth) attached through an `AF_PACKET` socket: the
-    /// uplink only (`[uplink] kind = "af-packet"`); a vif of this kind is refused.
-    #[serde(rename = "af-packet")]
-    AfPacket,
-    /// A port that costs nothing, for benchmarks and load tests (DPDK's `net_null`): a vif
-    /// generates `frame_len`-byte frames to the uplink as fast as the switch reads them, the
-    /// uplink discards what it is sent.
-    #[serde(rename = "null")]
-    Null,
-}
-
-/// Which side of a vhost-user socket vqosd is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VhostUserRole {
-    /// vqosd listens, the VM's frontend connects (OVS `dpdkvhostuser`).
-    #[default]
-    Server,
-    /// The frontend listens, vqosd connects and reconnects (OVS `dpdkvhostuserclient`): vqosd
-    /// can restart under running guests.
-    Client,
-}
-
-/// Addresses port security locked to a vif first come (without configured ones): reported
-/// in its stats, listed with the port and persisted in the state file, so that a restart
-/// gives them back to it before it forwards (docs/security.md).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LockedAddrs {
-    /// Source MACs.
-    #[serde(default)]
-    pub macs: Vec<MacAddr>,
-    /// IP addresses.
-    #[serde(default)]
-    pub ips: Vec<std::net::IpAddr>,
-}
-
-impl LockedAddrs {
-    /// True when nothing is locked.
-    pub fn is_empty(&self) -> bool {
-        self.macs.is_empty() && self.ips.is_empty()
-    }
-}
-
-/// What a vif may serve to its neighbours beyond its own traffic (refused by the address
-/// guards otherwise: docs/security.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Service {
-    /// IPv6 router advertisements and redirects.
-    Router,
-    /// DHCPv4 and DHCPv6 server (and relay) messages.
-    DhcpServer,
-}
-
-/// `POST /v1/ports` body, and one `[[port]]` of the config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortRequest {
-    /// Interface name.
-    pub name: String,
-    /// `tap` (default) or `vhost-user`.
-    #[serde(default)]
-    pub kind: PortKind,
-    /// `true` (default): vqosd creates the TAP; `false`: it attaches to an existing one.
-    /// (TAPs only.)
-    #[serde(default = "default_true")]
-    pub create: bool,
-    /// vhost-user: the unix socket's path.
-    #[serde(default)]
-    pub socket: Option<String>,
-    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frame_len: Option<u32>,
-    /// vhost-user: `server` (default) or `client`.
-    #[serde(default)]
-    pub mode: Option<VhostUserRole>,
-    /// vhost-user: queue pairs offered to the guest, 1 to 16 (default 1; QEMU's
-    /// `-netdev vhost-user,queues=N` may ask for at most this many).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u16>,
-    /// vhost-user, server role: the socket's owner (a user name or uid), e.g. `libvirt-qemu`;
-    /// default the daemon's user. (In the client role the frontend creates the socket.)
-    #[serde(default)]
-    pub socket_owner: Option<Account>,
-    /// vhost-user, server role: the socket's group (a group name or gid); default the
-    /// daemon's group.
-    #[serde(default)]
-    pub socket_group: Option<Account>,
-    /// vhost-user, server role: the socket's permission bits, e.g. `"0660"`; default what the
-    /// daemon's umask leaves (`0700` under the shipped unit).
-    #[serde(default)]
-    pub socket_mode: Option<FileMode>,
-    /// The vif's policy; fields left out take the defaults (weight 1, no min, no max,
-    /// priority 7).
-    #[serde(default)]
-    pub policy: PolicyPatch,
-    /// Source MAC addresses the vif may send from (pinned to it at once); empty = decided
-    /// by `port_security`.
-    #[serde(default)]
-    pub macs: Vec<MacAddr>,
-    /// Without `macs`: `true` (default) locks the vif to the first few source addresses it
-    /// sends from; `false` lets it use any address no other port owns (routers, nested
-    /// bridges). No port ever takes an address another port owns.
-    #[serde(default = "default_true")]
-    pub port_security: bool,
-    /// With port security: the only IPv4/IPv6 addresses the vif may claim (as a source, an
-    /// ARP sender, a neighbour advertisement's target), pinned to it at once; empty: it locks
-    /// to the first few it uses (2 IPv4, 8 IPv6).
-    #[serde(default)]
-    pub ips: Vec<std::net::IpAddr>,
-    /// With port security: what it may serve (`router`, `dhcp-server`); default nothing.
-    #[serde(default)]
-    pub serves: Vec<Service>,
-}
-
 /// A policy as the daemon reports it: human rates and exact numbers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyView {
@@ -441,6 +342,13 @@ impl From<&VifPolicy> for PolicyView {
     }
 }
 
+/// The view of the default policy (weight 1, no min, no max, priority 7).
+impl Default for PolicyView {
+    fn default() -> Self {
+        PolicyView::from(&VifPolicy::default())
+    }
+}
+
 impl From<&PolicyView> for VifPolicy {
     fn from(v: &PolicyView) -> Self {
         VifPolicy {
@@ -454,58 +362,6 @@ impl From<&PolicyView> for VifPolicy {
             burst_bytes: v.burst_bytes,
         }
     }
-}
-
-/// One port as `GET /v1/ports` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PortView {
-    /// Interface name.
-    pub name: String,
-    /// `tap` or `vhost-user`.
-    #[serde(default)]
-    pub kind: PortKind,
-    /// Whether vqosd created the TAP (`false`: attached to an existing one).
-    pub create: bool,
-    /// vhost-user: the socket's path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket: Option<String>,
-    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frame_len: Option<u32>,
-    /// vhost-user: the socket role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<VhostUserRole>,
-    /// vhost-user: queue pairs offered to the guest (1 when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u16>,
-    /// vhost-user, server role: the socket's owner as configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_owner: Option<Account>,
-    /// vhost-user, server role: the socket's group as configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_group: Option<Account>,
-    /// vhost-user, server role: the socket's permission bits as configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_mode: Option<FileMode>,
-    /// The MAC allow-list (empty: see `port_security`).
-    pub macs: Vec<MacAddr>,
-    /// Without `macs`: locked to its first source addresses (`true`) or any it may use.
-    #[serde(default = "default_true")]
-    pub port_security: bool,
-    /// The IP allow-list (empty: locked to the first few it uses, with port security).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ips: Vec<std::net::IpAddr>,
-    /// What it may serve.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub serves: Vec<Service>,
-    /// Addresses port security locked to it first come.
-    #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
-    pub locked: LockedAddrs,
-    /// Its identity handed over to another port (`vqos port migrate`), until it is deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handover: Option<HandoverView>,
-    /// The vif's policy.
-    pub policy: PolicyView,
 }
 
 /// The answer of `DELETE /v1/ports/NAME`.

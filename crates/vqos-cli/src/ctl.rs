@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use vqos_api::client::Client;
 use vqos_api::migrate::MigratedView;
 use vqos_api::wire::{
-    Account, FileMode, MacAddr, PolicyView, PortView, RemovedView, StatsView, MAX_PRIORITY,
+    Account, FileMode, PolicyPatch, PolicyView, PortKind, PortRequest, PortView, Rate, RemovedView,
+    Size, StatsView, VhostUserRole, MAX_PRIORITY,
 };
 use vqos_api::DEFAULT_SOCKET;
 use vqos_sched::policy::MAX_BURST_BYTES;
@@ -168,34 +169,33 @@ impl PolicyOpts {
         Ok(())
     }
 
-    /// The JSON patch of the options given, checked first (see [`PolicyOpts::check`]).
-    fn patch(&self) -> Result<Map<String, Value>> {
+    /// The patch of the options given, checked first (see [`PolicyOpts::check`]).
+    fn patch(&self) -> Result<PolicyPatch> {
         self.check()?;
-        let mut m = Map::new();
-        if let Some(w) = self.weight {
-            m.insert("weight".into(), json!(w));
-        }
-        for (key, text) in [("min", &self.min), ("max", &self.max)] {
-            if let Some(t) = text {
-                m.insert(key.into(), json!(t));
+        let rate_of = |flag: &str, text: Option<&str>| -> Result<Option<Rate>> {
+            text.map(|t| rate(flag, t).map(Rate)).transpose()
+        };
+        // `--max-in max` and `--burst default` reset them (null).
+        let max_in = match self.max_in.as_deref() {
+            Some("max") => Some(None),
+            other => rate_of("max-in", other)?.map(Some),
+        };
+        let burst = match self.burst.as_deref() {
+            Some("default") => Some(None),
+            Some(b) => {
+                let bytes = parse_bytes(b).map_err(|e| UsageError(format!("--burst: {e}")))?;
+                Some(Some(Size(bytes)))
             }
-        }
-        if let Some(r) = &self.max_in {
-            let v = if r == "max" { Value::Null } else { json!(r) };
-            m.insert("max_in".into(), v);
-        }
-        if let Some(b) = &self.burst {
-            let v = if b == "default" {
-                Value::Null
-            } else {
-                json!(b)
-            };
-            m.insert("burst".into(), v);
-        }
-        if let Some(p) = self.priority {
-            m.insert("priority".into(), json!(p));
-        }
-        Ok(m)
+            None => None,
+        };
+        Ok(PolicyPatch {
+            weight: self.weight,
+            min: rate_of("min", self.min.as_deref())?,
+            max: rate_of("max", self.max.as_deref())?.map(Some),
+            priority: self.priority,
+            max_in,
+            burst,
+        })
     }
 }
 
@@ -400,37 +400,31 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             policy,
             json,
         } => {
-            for m in &macs {
-                m.parse::<MacAddr>()?;
-            }
-            let mut body = json!({
-                "name": segment(&name)?,
-                "create": !attach,
-                "macs": macs,
-                "port_security": !no_port_security,
-                "ips": ips,
-                "serves": serves,
-                "policy": Value::Object(policy.patch()?),
-            });
+            let mut req = PortRequest {
+                name: segment(&name)?.to_string(),
+                create: !attach,
+                macs: macs.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
+                // The names clap accepted are the services' own.
+                serves: serde_json::from_value(json!(serves))?,
+                port_security: !no_port_security,
+                ips,
+                policy: policy.patch()?,
+                ..PortRequest::tap("")
+            };
             if let Some(socket) = &vhost_user {
                 let socket = std::path::absolute(socket)
                     .with_context(|| format!("Socket path {}", socket.display()))?;
-                body["kind"] = json!("vhost-user");
-                body["socket"] = json!(socket.to_string_lossy());
-                body["mode"] = json!(if client { "client" } else { "server" });
-                if let Some(q) = queues {
-                    body["queues"] = json!(q);
-                }
-                for (key, value) in [
-                    ("socket_owner", socket_owner.map(|a| json!(a))),
-                    ("socket_group", socket_group.map(|a| json!(a))),
-                    ("socket_mode", socket_mode.map(|m| json!(m))),
-                ] {
-                    if let Some(v) = value {
-                        body[key] = v;
-                    }
-                }
+                req.kind = PortKind::VhostUser;
+                req.socket = Some(socket.to_string_lossy().into_owned());
+                req.mode = Some(match client {
+                    true => VhostUserRole::Client,
+                    false => VhostUserRole::Server,
+                });
+                req.queues = queues;
+                (req.socket_owner, req.socket_group) = (socket_owner, socket_group);
+                req.socket_mode = socket_mode;
             }
+            let body = serde_json::to_value(&req)?;
             let p: PortView = c.call("POST", "/v1/ports", Some(&body))?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
@@ -444,8 +438,8 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                     (None, true) => "Attached",
                     (None, false) => "Created",
                 },
-                p.name,
-                describe(&p.policy)
+                p.port.name,
+                describe(&p.port.policy)
             )?;
         }
         PortCommand::Del { name, json } => {
@@ -469,8 +463,8 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                     "Migrating {} to {}: {} (it takes the addresses at its first frame; \
                      delete {} once the migration completed)",
                     r.from,
-                    r.port.name,
-                    describe(&r.port.policy),
+                    r.port.port.name,
+                    describe(&r.port.port.policy),
                     r.from
                 )?;
             }
@@ -502,7 +496,7 @@ fn policy_to(c: &Client, args: PolicyArgs, out: &mut impl Write) -> Result<()> {
                 return Err(UsageError(msg.into()).into());
             }
             let path = format!("/v1/policies/{}", segment(&vif)?);
-            let p: PolicyView = c.call("PUT", &path, Some(&Value::Object(patch)))?;
+            let p: PolicyView = c.call("PUT", &path, Some(&serde_json::to_value(&patch)?))?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
             } else {

@@ -69,7 +69,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use serde::Serialize;
 
 use crate::frame::VNET_HDR_LEN;
-use crate::port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
+use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 use crate::sys::NetNs;
 use crate::tap::set_link_up;
 
@@ -558,8 +558,8 @@ impl Port for AfPacketPort {
         self.counters
     }
 
-    fn status(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(self.af_status()).ok()
+    fn status(&self) -> Option<PortStatus> {
+        Some(PortStatus::AfPacket(self.af_status()))
     }
 
     /// A transmit-only socket of its own for another shard (see the module doc), made in the

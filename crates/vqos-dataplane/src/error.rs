@@ -54,13 +54,13 @@ pub enum SwitchError {
     /// The uplink cannot be removed or given a vif policy.
     #[error("The uplink '{0}' cannot be changed this way")]
     Uplink(String),
-    /// ECN probabilities must be one per vif, each in 0..=1.
-    #[error("Expected {expected} ECN probabilities in 0..=1, got {got:?}")]
-    BadEcnProbabilities {
-        /// Number of vifs.
-        expected: usize,
+    /// An ECN marking probability outside 0..=1.
+    #[error("Vif '{vif}': ECN probability {probability} is outside 0..=1")]
+    BadEcnProbability {
+        /// The vif it was given for.
+        vif: String,
         /// What was given.
-        got: Vec<f64>,
+        probability: f64,
     },
     /// A system call needed by the loop failed.
     #[error("Loop setup failed")]

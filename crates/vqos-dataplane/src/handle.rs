@@ -20,7 +20,7 @@ use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::calib::CostSamples;
 use crate::config::{PortSpec, Readiness, SwitchConfig};
-use crate::control::{Answer, Op};
+use crate::control::{check_ecn_probabilities, Answer, Op};
 use crate::error::SwitchError;
 use crate::ports::PortIo;
 use crate::runner::{Command, Runner, WAKE_TOKEN};
@@ -385,20 +385,17 @@ impl SwitchHandle {
         (*lock(&self.control).placement.policies).clone()
     }
 
-    /// Sets the probability of marking ECN CE on each vif's data (the PID-ECN controller's
-    /// output): ECT frames from the uplink to the vif and ECT frames the vif sends to the
-    /// uplink, one per vif in the order of [`SwitchHandle::policies`]. Applied between batches;
-    /// new ports start at 0.
-    pub fn set_ecn_probabilities(&self, probabilities: Vec<f64>) -> Result<(), SwitchError> {
+    /// Sets the probability of marking ECN CE on each named vif's data (the PID-ECN
+    /// controller's output; vifs not named get 0): ECT frames from the uplink to the vif and
+    /// ECT frames the vif sends to the uplink. Checked against the vifs in force under the
+    /// same lock that orders it with port changes, applied between batches by name; new ports
+    /// start at 0. An unknown vif or a probability outside 0..=1 refuses the call.
+    pub fn set_ecn_probabilities(
+        &self,
+        probabilities: Vec<(String, f64)>,
+    ) -> Result<(), SwitchError> {
         let control = lock(&self.control);
-        let expected = control.placement.policies.len();
-        if probabilities.len() != expected || probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
-        {
-            return Err(SwitchError::BadEcnProbabilities {
-                expected,
-                got: probabilities,
-            });
-        }
+        check_ecn_probabilities(&control.placement.policies, &probabilities)?;
         if control.stopped {
             return Err(SwitchError::Stopped);
         }

@@ -22,8 +22,9 @@
 //!   VifPolicy)`: validated by the loop as a whole (→ [`SwitchError::Policy`], nothing
 //!   changes), applied between batches; the call returns once the engine accepted it. The set's
 //!   `capacity_bps` is the uplink capacity.
-//! - [`SwitchHandle::set_ecn_probabilities`]`(Vec<f64>)`: per-vif CE marking probability on the
-//!   uplink→vif direction (the PID-ECN controller's output).
+//! - [`SwitchHandle::set_ecn_probabilities`]`(Vec<(name, f64)>)`: per-vif CE marking
+//!   probability on the vif's data direction (the PID-ECN controller's output), by vif name
+//!   (others get 0; an unknown name refuses the call).
 //! - [`SwitchHandle::stats`]`() -> Arc<`[`SwitchStats`]`>` (serde `Serialize`): per port rx/tx
 //!   frames and bytes, [`DropCounters`] by [`DropReason`], ECN marks, engine state, rx/tx rate
 //!   over the last ~100 ms, the policy; per loop busy/idle cycles, bursts, iterations.
@@ -105,7 +106,7 @@ pub use guard::Services;
 pub use handle::{start, LoopHealth, ShardSamples, SwitchHandle};
 pub use mem::{MemPort, MemPortPeer};
 pub use null::NullPort;
-pub use port::{Batch, Port, PortError, PortIoCounters, BATCH_FRAMES};
+pub use port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 pub use shards::Shards;
 pub use stats::{
     DropCounters, DropReason, HandoverStats, LoopStats, PortCounters, PortRole, PortStats,

@@ -8,7 +8,9 @@ use serde::Serialize;
 use thiserror::Error;
 use vqos_sched::MAX_BURST;
 
+use crate::afpacket::AfPacketStatus;
 use crate::frame::FRAME_BUF_BYTES;
+use crate::vhost_user::VhostUserStatus;
 
 /// Frames one [`Batch`] holds (the engine's burst limit).
 pub const BATCH_FRAMES: usize = MAX_BURST as usize;
@@ -97,6 +99,17 @@ impl PortIoCounters {
         self.tx_errors += o.tx_errors;
         self.uring_failures += o.uring_failures;
     }
+}
+
+/// What a port kind reports beyond its counters ([`Port::status`]), serialised under the
+/// kind's name: `{"vhost_user": {...}}` or `{"af_packet": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortStatus {
+    /// A vhost-user port: connection, features, the guest's misbehaviour counters.
+    VhostUser(Box<VhostUserStatus>),
+    /// An `AF_PACKET` port (the uplink on an existing interface).
+    AfPacket(AfPacketStatus),
 }
 
 /// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.
@@ -294,7 +307,7 @@ pub trait Port: Send {
     /// What the port kind has to say beyond its counters, for operators (a vhost-user port:
     /// connected, negotiated features, its guest's misbehaviour counters); `None` for most.
     /// Called when stats are published, never per frame.
-    fn status(&self) -> Option<serde_json::Value> {
+    fn status(&self) -> Option<PortStatus> {
         None
     }
 

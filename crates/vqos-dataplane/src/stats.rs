@@ -4,7 +4,7 @@ use serde::Serialize;
 use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
 
 use crate::config::Locks;
-use crate::port::PortIoCounters;
+use crate::port::{PortIoCounters, PortStatus};
 
 /// Why a frame was dropped. Ingress reasons are counted on the port the frame came from,
 /// egress reasons (`rate_limited`, `tx_error`) on the port it was going to. This enum is the
@@ -215,9 +215,10 @@ pub struct PortStats {
     /// The port's own I/O counters.
     pub io: PortIoCounters,
     /// The port kind's own status ([`crate::Port::status`]; vhost-user: connection, features,
-    /// the guest's misbehaviour counters); absent for TAPs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<serde_json::Value>,
+    /// the guest's misbehaviour counters), under the kind's name (`vhost_user`, `af_packet`);
+    /// absent for TAPs.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PortStatus>,
     /// The addresses port security locked to it first come (not its configured ones): what
     /// the daemon persists so that a restart gives them back before the port forwards.
     #[serde(skip_serializing_if = "Locks::is_empty")]

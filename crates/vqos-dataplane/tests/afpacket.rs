@@ -9,7 +9,9 @@ use std::time::Duration;
 use vqos_dataplane::frame::{
     build_frame, validate, VnetHdr, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4, VNET_HDR_LEN,
 };
-use vqos_dataplane::{AfPacketOptions, AfPacketPort, Batch, Port, PortError, BATCH_FRAMES};
+use vqos_dataplane::{
+    AfPacketOptions, AfPacketPort, Batch, Port, PortError, PortStatus, BATCH_FRAMES,
+};
 use vqos_testkit::{machine_lock, poll, Netns};
 
 /// The two ends' own addresses.
@@ -194,8 +196,10 @@ fn a_transmit_queue_made_outside_the_namespace_sends_there_and_reads_nothing() {
         } = pair(tag, opts);
         let mut q = a.tx_queue().unwrap().expect("a transmit queue");
         assert_eq!(q.readiness_fd(), None);
-        let status: serde_json::Value = q.status().unwrap();
-        assert_eq!(status["vnet_hdr_bytes"], hdr_bytes);
+        let Some(PortStatus::AfPacket(status)) = q.status() else {
+            panic!("no AF_PACKET status");
+        };
+        assert_eq!(status.vnet_hdr_bytes, hdr_bytes);
         one_way(&mut *q, &mut b, 4);
         super_frame(&mut *q, &mut b);
         let mut batch = Batch::new();

@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use vqos_dataplane::frame::ipv4_checksum;
-use vqos_dataplane::VNET_HDR_LEN;
+use vqos_dataplane::{MemPort, PortSpec, VNET_HDR_LEN};
+use vqos_sched::VifPolicy;
 
 #[test]
 fn ecn_probability_marks_uplink_to_vif_frames() {
@@ -18,9 +19,19 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
     for p in [&r.u, &r.a, &r.b] {
         p.take_sent();
     }
-    assert!(r.sw.set_ecn_probabilities(&[1.0], r.now).is_err());
-    assert!(r.sw.set_ecn_probabilities(&[1.5, 0.0], r.now).is_err());
-    r.sw.set_ecn_probabilities(&[1.0, 0.0], r.now).unwrap();
+    let e = r.sw.set_ecn_probabilities(&named(&[("zz", 1.0)]), r.now);
+    assert_eq!(e.unwrap_err().to_string(), "Unknown port 'zz'");
+    let e =
+        r.sw.set_ecn_probabilities(&named(&[("b", 0.0), ("a", 1.5)]), r.now);
+    assert_eq!(
+        e.unwrap_err().to_string(),
+        "Vif 'a': ECN probability 1.5 is outside 0..=1"
+    );
+    let e = r.sw.set_ecn_probabilities(&named(&[("up", 0.5)]), r.now);
+    assert!(e.is_err(), "the uplink has none");
+    assert_eq!(r.stats().port("b").unwrap().ecn_probability, 0.0, "refused");
+    r.sw.set_ecn_probabilities(&named(&[("a", 1.0)]), r.now)
+        .unwrap();
     assert_eq!(r.stats().port("a").unwrap().ecn_probability, 1.0);
     for _ in 0..10 {
         r.u.inject(ect_frame(MAC_A, MAC_U));
@@ -65,7 +76,8 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
     for p in [&r.u, &r.a, &r.b] {
         p.take_sent();
     }
-    r.sw.set_ecn_probabilities(&[1.0, 0.0], r.now).unwrap();
+    r.sw.set_ecn_probabilities(&named(&[("a", 1.0), ("b", 0.0)]), r.now)
+        .unwrap();
     // a (probability 1) sends 10 ECT frames to the uplink and 4 to b; b (0) sends 10.
     for _ in 0..10 {
         r.a.inject(ect_frame(MAC_U, MAC_A));
@@ -110,13 +122,45 @@ fn ecn_probability_marks_what_a_vif_sends_to_the_uplink() {
     assert_eq!(s.port("a").unwrap().counters.ecn_not_ect, 3);
     assert_eq!(s.port("a").unwrap().counters.ecn_marked, 10);
     // Probability 0 again: nothing more is marked.
-    r.sw.set_ecn_probabilities(&[0.0, 0.0], r.now).unwrap();
+    r.sw.set_ecn_probabilities(&[], r.now).unwrap();
     for _ in 0..5 {
         r.a.inject(ect_frame(MAC_U, MAC_A));
     }
     r.run();
     assert!(r.u.take_sent().iter().all(|f| !ce(f)));
     assert_eq!(r.stats().port("a").unwrap().counters.ecn_marked, 10);
+}
+
+/// The PID-ECN controller computes its probabilities for the vifs it knows, then the switch
+/// applies them: a port removed and another added in between (the vif count unchanged) must
+/// not move a probability to another vif. (Given by position in the policy order, as they
+/// once were, b's went to c.)
+#[test]
+fn ecn_probabilities_stay_with_their_vifs_when_ports_change_before_they_apply() {
+    let mut r = VRig::new();
+    let probabilities: Vec<(String, f64)> = (r.sw.policies().vifs.iter())
+        .map(|v| (v.name.clone(), if v.name == "b" { 1.0 } else { 0.0 }))
+        .collect();
+    r.sw.remove_port("a", r.now).unwrap();
+    let (pc, _c) = MemPort::pair("c", 10_000);
+    (r.sw
+        .add_port(PortSpec::custom(Box::new(pc)), VifPolicy::default(), r.now))
+    .unwrap();
+    let e = r.sw.set_ecn_probabilities(&probabilities, r.now);
+    assert_eq!(e.unwrap_err().to_string(), "Unknown port 'a'", "a is gone");
+    let still: Vec<(String, f64)> = probabilities
+        .into_iter()
+        .filter(|(n, _)| n != "a")
+        .collect();
+    r.sw.set_ecn_probabilities(&still, r.now).unwrap();
+    let s = r.stats();
+    assert_eq!(s.port("b").unwrap().ecn_probability, 1.0, "b keeps its own");
+    assert_eq!(s.port("c").unwrap().ecn_probability, 0.0, "c gets none");
+}
+
+/// Probabilities by vif name.
+fn named(p: &[(&str, f64)]) -> Vec<(String, f64)> {
+    p.iter().map(|&(n, p)| (n.to_string(), p)).collect()
 }
 
 #[test]
@@ -131,7 +175,8 @@ fn the_paper_variant_marks_only_what_a_vif_receives() {
     for p in [&r.u, &r.a, &r.b] {
         p.take_sent();
     }
-    r.sw.set_ecn_probabilities(&[1.0, 0.0], r.now).unwrap();
+    r.sw.set_ecn_probabilities(&named(&[("a", 1.0)]), r.now)
+        .unwrap();
     for _ in 0..10 {
         r.a.inject(ect_frame(MAC_U, MAC_A));
         r.u.inject(ect_frame(MAC_A, MAC_U));

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use vqos_dataplane::{DropReason, PortSpec, SwitchConfig, SwitchHandle, TapIo};
+use vqos_dataplane::{DropReason, PortSpec, PortStatus, SwitchConfig, SwitchHandle, TapIo};
 use vqos_sched::{allocate, Claim, EngineKind, VifPolicy};
 use vqos_testkit::{can_run, sh, sleep_until, Links, Netns, Proc};
 
@@ -435,9 +435,11 @@ fn vqos_weights_1_to_3_split_200_mbit_on_an_af_packet_uplink() {
         up.counters.tx_bytes / up.counters.tx_frames > 3000,
         "super-frames out: {up:?}"
     );
-    let status = up.status.as_ref().expect("the AF_PACKET status");
-    assert_eq!(status["vnet_hdr_bytes"], 12);
-    assert_eq!(status["kernel_drops"], 0, "{status}");
+    let Some(PortStatus::AfPacket(status)) = &up.status else {
+        panic!("no AF_PACKET status: {up:?}");
+    };
+    assert_eq!(status.vnet_hdr_bytes, 12);
+    assert_eq!(status.kernel_drops, 0, "{status:?}");
 }
 
 #[test]

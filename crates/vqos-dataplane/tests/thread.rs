@@ -332,6 +332,25 @@ fn a_drained_vif_is_served_again_while_others_stay_backlogged() {
 /// The thread wrapper's liveness: a live loop reports itself running and publishes within a
 /// few stats intervals; a stopped one reports not running.
 #[test]
+fn ecn_probabilities_are_checked_and_applied_by_vif_name() {
+    let r = rig();
+    let named = |p: &[(&str, f64)]| p.iter().map(|&(n, p)| (n.to_string(), p)).collect();
+    let e =
+        r.sw.set_ecn_probabilities(named(&[("b", 1.0), ("zz", 0.5)]));
+    assert!(matches!(e, Err(SwitchError::UnknownPort(n)) if n == "zz"));
+    let e = r.sw.set_ecn_probabilities(named(&[("b", f64::NAN)]));
+    assert!(
+        matches!(e, Err(SwitchError::BadEcnProbability { .. })),
+        "{e:?}"
+    );
+    r.sw.set_ecn_probabilities(named(&[("b", 1.0)])).unwrap();
+    let s = stats_where(&r.sw, |s| {
+        s.port("b").is_some_and(|p| p.ecn_probability == 1.0)
+    });
+    assert_eq!(s.port("a").unwrap().ecn_probability, 0.0, "not named");
+}
+
+#[test]
 fn loop_health_follows_the_thread() {
     let r = rig();
     eventually("a fresh stats snapshot", || {

@@ -28,7 +28,7 @@ use thiserror::Error;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::{
-    configured_address_in_use, Backend, BackendError, PortConfig, PortStats, DROP_REASONS,
+    configured_address_in_use, Backend, BackendError, Port, PortStats, DROP_REASONS,
 };
 use crate::config::Config;
 use crate::http::{Request, Response};
@@ -93,7 +93,7 @@ struct View {
     /// Capacity, cost model and every vif's policy, as the user set them (persisted, answered).
     set: PolicySet,
     /// How each vif's port was made.
-    ports: Vec<PortConfig>,
+    ports: Vec<Port>,
     /// The controllers' limits by vif name, bit/s (never persisted).
     limits: BTreeMap<String, u64>,
     /// The ECN probabilities last pushed to the switch, by vif name.
@@ -156,53 +156,18 @@ impl View {
     fn saved(&self) -> SavedState {
         SavedState {
             version: STATE_VERSION,
-            ports: self
-                .ports
-                .iter()
-                .zip(&self.set.vifs)
-                .map(|(p, v)| SavedPort {
-                    name: p.name.clone(),
-                    create: p.create,
-                    kind: p.kind,
-                    socket: p.socket.clone(),
-                    frame_len: p.frame_len,
-                    mode: p.mode,
-                    queues: p.queues,
-                    socket_owner: p.access.owner.clone(),
-                    socket_group: p.access.group.clone(),
-                    socket_mode: p.access.mode,
-                    macs: p.macs.clone(),
-                    port_security: p.port_security,
-                    ips: p.ips.clone(),
-                    serves: p.serves.clone(),
-                    locked: p.locked.clone(),
-                    handover: p.handover.clone(),
-                    policy: v.policy.clone(),
-                })
+            ports: (self.ports.iter().zip(&self.set.vifs))
+                .map(|(p, v)| SavedPort::new(p, v.policy.clone()))
                 .collect(),
             removed: self.removed.clone(),
         }
     }
 
     fn port_view(&self, i: usize) -> PortView {
+        let policy = PolicyView::from(&self.set.vifs[i].policy);
         PortView {
-            name: self.ports[i].name.clone(),
-            kind: self.ports[i].kind,
-            create: self.ports[i].create,
-            socket: self.ports[i].socket.clone(),
-            frame_len: self.ports[i].frame_len,
-            mode: self.ports[i].mode,
-            queues: self.ports[i].queues,
-            socket_owner: self.ports[i].access.owner.clone(),
-            socket_group: self.ports[i].access.group.clone(),
-            socket_mode: self.ports[i].access.mode,
-            macs: self.ports[i].macs.clone(),
-            port_security: self.ports[i].port_security,
-            ips: self.ports[i].ips.clone(),
-            serves: self.ports[i].serves.clone(),
-            locked: self.ports[i].locked.clone(),
-            handover: self.ports[i].handover.clone(),
-            policy: PolicyView::from(&self.set.vifs[i].policy),
+            port: self.ports[i].config.clone().with_policy(policy),
+            state: self.ports[i].state.clone(),
         }
     }
 }
@@ -370,8 +335,7 @@ impl Api {
         if self.uplink.as_deref() == Some(req.name.as_str()) {
             return Err((409, format!("Port '{}' is the uplink", req.name)));
         }
-        let policy = req
-            .policy
+        let policy = (req.policy)
             .apply(&VifPolicy::default(), &req.name)
             .map_err(|e| (422, e.to_string()))?;
         let mut v = self.lock();
@@ -394,19 +358,20 @@ impl Api {
             .validate()
             .map_err(|e| (policy_status(&e), e.to_string()))?;
         self.check_sold(&next.set)?;
-        let port = PortConfig::from_request(&req).map_err(|e| (422, e))?;
+        let port = Port::checked(&req).map_err(|e| (422, e))?;
+        let name = port.config.name.clone();
         next.ports.push(port.clone());
-        next.removed.retain(|n| *n != port.name);
+        next.removed.retain(|n| *n != name);
         let opened = self
             .backend
             .add_port(&port, &policy)
             .map_err(backend_fail)?;
         if let Err(e) = state::save(&self.state_file, &next.saved()) {
-            let _ = self.backend.remove_port(&port.name);
+            let _ = self.backend.remove_port(&name);
             return Err(save_fail(e));
         }
         self.commit(&mut v, next);
-        tracing::info!("Port {} up ({opened})", port.name);
+        tracing::info!("Port {name} up ({opened})");
         let id = v.ports.len() - 1;
         Ok(Response::json(201, &v.port_view(id)))
     }
@@ -418,7 +383,7 @@ impl Api {
         next.ports.remove(id);
         next.set.vifs.remove(id);
         migrate::cancel_to(&mut next.ports, name);
-        if v.file.ports.iter().any(|(p, _)| p.name == name) {
+        if v.file.ports.iter().any(|(p, _)| p.config.name == name) {
             next.removed.push(name.to_string());
         }
         next.limits.remove(name);

@@ -12,9 +12,7 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicyError, PolicySet, VifPolicy};
 
 pub use vqos_api::stats::{LoopStats, PortStats, SwitchStats, DROP_REASONS};
-use vqos_api::wire::{
-    HandoverView, LockedAddrs, MacAddr, PortKind, PortRequest, Service, VhostUserRole,
-};
+use vqos_api::wire::{MacAddr, PortConfig, PortKind, PortRequest, PortState, VhostUserRole};
 
 use crate::socket_access::SocketAccess;
 
@@ -49,132 +47,91 @@ pub enum BackendError {
     },
 }
 
-/// How a port joins the switch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PortConfig {
-    /// Interface name.
-    pub name: String,
-    /// TAP or vhost-user.
-    pub kind: PortKind,
-    /// `true`: create the TAP; `false`: attach to an existing one (TAPs only).
-    pub create: bool,
-    /// vhost-user: the socket's path.
-    pub socket: Option<String>,
-    /// Null ports: the frames' length on the wire (FCS included).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frame_len: Option<u32>,
-    /// vhost-user: the socket role (server when `None`).
-    pub mode: Option<VhostUserRole>,
-    /// vhost-user: queue pairs (1 when `None`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u16>,
-    /// vhost-user, server role: the socket's owner, group and mode.
-    #[serde(default, skip_serializing_if = "SocketAccess::is_empty")]
-    pub access: SocketAccess,
-    /// Source MACs the port may send from; empty: see `port_security`.
-    pub macs: Vec<MacAddr>,
-    /// Without `macs`: lock to the first source addresses seen (`true`, the default) or
-    /// accept any address no other port owns (`false`: routers, nested bridges).
-    pub port_security: bool,
-    /// With port security: the only IP addresses it may claim; empty: first-come locks.
-    pub ips: Vec<std::net::IpAddr>,
-    /// With port security: what it may serve.
-    pub serves: Vec<Service>,
-    /// Addresses port security locked to it first come, as last seen (persisted; given back
-    /// to it when it is added again after a restart).
-    pub locked: LockedAddrs,
-    /// Its identity handed over to another port (`vqos port migrate`; persisted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handover: Option<HandoverView>,
+/// A port as the daemon holds it: how it is made (the API's [`PortConfig`], checked by
+/// [`Port::checked`]) and what it acquired since (persisted with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// How it is made.
+    pub config: PortConfig,
+    /// Addresses locked to it first come, its identity handed over.
+    pub state: PortState,
 }
 
-impl PortConfig {
+impl Port {
     /// The port a `POST /v1/ports` body or a `[[port]]` entry describes, checked: a vhost-user
     /// port needs its socket (an absolute path) and has no TAP to create or attach; a TAP has
-    /// no socket nor socket role.
-    pub fn from_request(req: &PortRequest) -> Result<PortConfig, String> {
+    /// no socket nor socket role. Defaults are made explicit (a null port's `frame_len`), the
+    /// services sorted; it has acquired nothing yet.
+    pub fn checked(req: &PortRequest) -> Result<Port, String> {
         let frame_len = check_frame_len(&req.name, req.kind, req.frame_len)?;
-        let access = SocketAccess {
-            owner: req.socket_owner.clone(),
-            group: req.socket_group.clone(),
-            mode: req.socket_mode,
-        };
-        access.check(&req.name, req.kind, req.mode)?;
-        match req.kind {
-            PortKind::Null => {
-                if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() || !req.create
-                {
-                    return Err(format!(
-                        "Port '{}': a null port has no socket, mode, queues nor TAP to attach",
-                        req.name
-                    ));
-                }
-            }
-            PortKind::AfPacket => {
+        SocketAccess::of(req).check(&req.name, req.kind, req.mode)?;
+        check_kind(req)?;
+        check_addresses(req)?;
+        let mut config = req.clone().with_policy(());
+        config.frame_len = frame_len;
+        config.serves.sort_unstable();
+        config.serves.dedup();
+        Ok(Port {
+            config,
+            state: PortState::default(),
+        })
+    }
+}
+
+/// What a port of `req.kind` may set.
+fn check_kind<P>(req: &PortConfig<P>) -> Result<(), String> {
+    match req.kind {
+        PortKind::Null => {
+            if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() || !req.create {
                 return Err(format!(
-                    "Port '{}': kind = \"af-packet\" is for the uplink only ([uplink] kind)",
+                    "Port '{}': a null port has no socket, mode, queues nor TAP to attach",
                     req.name
                 ));
             }
-            PortKind::Tap => {
-                if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() {
-                    return Err(format!(
-                        "Port '{}': socket, mode and queues are for kind = \"vhost-user\"",
-                        req.name
-                    ));
-                }
-            }
-            PortKind::VhostUser => {
-                let Some(socket) = &req.socket else {
-                    return Err(format!(
-                        "Port '{}': a vhost-user port needs its socket path",
-                        req.name
-                    ));
-                };
-                if !socket.starts_with('/') || socket.contains('\0') || socket.len() > 107 {
-                    return Err(format!(
-                        "Port '{}': socket '{socket}' must be an absolute path of at most 107 \
-                         bytes",
-                        req.name
-                    ));
-                }
-                if !req.create {
-                    return Err(format!(
-                        "Port '{}': create = false is for TAPs (a vhost-user port has its \
-                         socket)",
-                        req.name
-                    ));
-                }
-                if let Some(q) = req.queues.filter(|q| !(1..=VHOST_MAX_QUEUES).contains(q)) {
-                    return Err(format!(
-                        "Port '{}': queues = {q} is outside 1..={VHOST_MAX_QUEUES} (queue \
-                         pairs offered to the guest)",
-                        req.name
-                    ));
-                }
+        }
+        PortKind::AfPacket => {
+            return Err(format!(
+                "Port '{}': kind = \"af-packet\" is for the uplink only ([uplink] kind)",
+                req.name
+            ));
+        }
+        PortKind::Tap => {
+            if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() {
+                return Err(format!(
+                    "Port '{}': socket, mode and queues are for kind = \"vhost-user\"",
+                    req.name
+                ));
             }
         }
-        check_addresses(req)?;
-        let mut serves = req.serves.clone();
-        serves.sort_unstable();
-        serves.dedup();
-        Ok(PortConfig {
-            name: req.name.clone(),
-            kind: req.kind,
-            create: req.create,
-            socket: req.socket.clone(),
-            frame_len,
-            mode: req.mode,
-            queues: req.queues,
-            access,
-            macs: req.macs.clone(),
-            port_security: req.port_security,
-            ips: req.ips.clone(),
-            serves,
-            locked: LockedAddrs::default(),
-            handover: None,
-        })
+        PortKind::VhostUser => {
+            let Some(socket) = &req.socket else {
+                return Err(format!(
+                    "Port '{}': a vhost-user port needs its socket path",
+                    req.name
+                ));
+            };
+            if !socket.starts_with('/') || socket.contains('\0') || socket.len() > 107 {
+                return Err(format!(
+                    "Port '{}': socket '{socket}' must be an absolute path of at most 107 bytes",
+                    req.name
+                ));
+            }
+            if !req.create {
+                return Err(format!(
+                    "Port '{}': create = false is for TAPs (a vhost-user port has its socket)",
+                    req.name
+                ));
+            }
+            if let Some(q) = req.queues.filter(|q| !(1..=VHOST_MAX_QUEUES).contains(q)) {
+                return Err(format!(
+                    "Port '{}': queues = {q} is outside 1..={VHOST_MAX_QUEUES} (queue pairs \
+                     offered to the guest)",
+                    req.name
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
 /// Shortest null-port frame, bytes on the wire (the data plane's `NULL_MIN_FRAME`; this crate
@@ -210,12 +167,12 @@ pub fn check_frame_len(
 /// configured address belongs to one port. The data plane refuses a second owner too;
 /// checking here answers before a TAP is made.
 pub fn configured_address_in_use(
-    ports: &[PortConfig],
+    ports: &[Port],
     name: &str,
     macs: &[MacAddr],
     ips: &[std::net::IpAddr],
 ) -> Option<String> {
-    let others = || ports.iter().filter(|o| o.name != name);
+    let others = || (ports.iter().map(|o| &o.config)).filter(|o| o.name != name);
     let mac = macs.iter().find_map(|m| {
         others()
             .find(|o| o.macs.contains(m))
@@ -232,7 +189,7 @@ pub fn configured_address_in_use(
 
 /// A port's IP allow-list and services: only with port security (without it nothing is
 /// checked above layer 2), and only addresses a station can send from.
-fn check_addresses(req: &PortRequest) -> Result<(), String> {
+fn check_addresses<P>(req: &PortConfig<P>) -> Result<(), String> {
     let unset = req.ips.is_empty() && req.serves.is_empty();
     if !req.port_security && !unset {
         return Err(format!(
@@ -305,7 +262,8 @@ impl std::fmt::Display for PortOpened {
 impl PortOpened {
     /// What adding `port` does on a host where no TAP of its name exists yet (the mock's
     /// answer; the real switch says what it found).
-    pub fn fresh(port: &PortConfig) -> PortOpened {
+    pub fn fresh(port: &Port) -> PortOpened {
+        let port = &port.config;
         match port.kind {
             PortKind::VhostUser => PortOpened::VhostUser {
                 role: port.mode.unwrap_or_default(),
@@ -374,7 +332,7 @@ impl LoopHealth {
 /// The switch as the daemon drives it. Implementations are shared between the API threads.
 pub trait Backend: Send + Sync {
     /// Adds a vif port with its policy; says what it opened.
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError>;
+    fn add_port(&self, port: &Port, policy: &VifPolicy) -> Result<PortOpened, BackendError>;
     /// Removes a vif port.
     fn remove_port(&self, name: &str) -> Result<(), BackendError>;
     /// Hands vif `src`'s identity (policy, port security, addresses, counters at its
@@ -406,23 +364,8 @@ pub use mock::{MockBackend, MockCall, MOCK_STATS_INTERVAL_NS};
 mod tests {
     use super::*;
 
-    fn port(name: &str) -> PortConfig {
-        PortConfig {
-            name: name.into(),
-            kind: PortKind::Tap,
-            create: true,
-            socket: None,
-            frame_len: None,
-            mode: None,
-            queues: None,
-            access: SocketAccess::default(),
-            macs: vec![],
-            port_security: true,
-            ips: vec![],
-            serves: vec![],
-            locked: LockedAddrs::default(),
-            handover: None,
-        }
+    fn port(name: &str) -> Port {
+        Port::checked(&PortRequest::tap(name)).unwrap()
     }
 
     #[test]

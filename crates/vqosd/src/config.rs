@@ -99,12 +99,12 @@ use vqos_sched::engine::MAX_BURST;
 use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, Variant, VifPolicy};
 
-use crate::backend::PortConfig;
+use crate::backend::Port;
 
 mod cost_model;
 mod downlink;
 mod threads;
-use crate::wire::{check_port_name, PortKind, PortRequest, Rate, WireError};
+use crate::wire::{check_port_name, PortConfig, PortKind, PortRequest, PortState, Rate, WireError};
 
 /// How TAP ports move frames (config `tap_io`): the daemon's name for the data plane's
 /// `TapIo`, which this crate cannot name without its `switch` feature.
@@ -470,9 +470,9 @@ pub struct Config {
     /// Most vif ports (config and API together); more are refused.
     pub max_ports: usize,
     /// The uplink port, if any.
-    pub uplink: Option<PortConfig>,
+    pub uplink: Option<Port>,
     /// The initial vif ports and their policies, in order.
-    pub ports: Vec<(PortConfig, VifPolicy)>,
+    pub ports: Vec<(Port, VifPolicy)>,
     /// The controllers run beside the switch (none by default).
     pub controllers: ControllersConfig,
     /// A least cost per vif frame (`[emulate]`, experiments only; none by default).
@@ -513,7 +513,7 @@ impl Config {
             check_port_name(&p.name)?;
             let policy = p.policy.apply(&VifPolicy::default(), &p.name)?;
             set = set.with_vif(&p.name, policy.clone());
-            let port = PortConfig::from_request(&p).map_err(ConfigError::Port)?;
+            let port = Port::checked(&p).map_err(ConfigError::Port)?;
             ports.push((port, policy));
         }
         set.validate()?;
@@ -539,7 +539,7 @@ impl Config {
         let uplink = match raw.uplink {
             Some(u) => {
                 check_port_name(&u.name)?;
-                if ports.iter().any(|(p, _)| p.name == u.name) {
+                if ports.iter().any(|(p, _)| p.config.name == u.name) {
                     return Err(ConfigError::Policy(PolicyError::DuplicateVif(u.name)));
                 }
                 match (u.kind, u.create) {
@@ -559,21 +559,14 @@ impl Config {
                         )));
                     }
                 }
-                Some(PortConfig {
-                    name: u.name,
-                    kind: u.kind,
-                    create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
-                    socket: None,
-                    frame_len: None,
-                    mode: None,
-                    queues: None,
-                    access: Default::default(),
-                    macs: Vec::new(),
-                    port_security: false,
-                    ips: Vec::new(),
-                    serves: Vec::new(),
-                    locked: Default::default(),
-                    handover: None,
+                Some(Port {
+                    config: PortConfig {
+                        kind: u.kind,
+                        create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
+                        port_security: false,
+                        ..PortConfig::tap(&u.name)
+                    },
+                    state: PortState::default(),
                 })
             }
             None => None,
@@ -674,7 +667,7 @@ impl Config {
         set.cpu_fair = self.cpu_fair;
         set.variant = self.variant;
         for (p, policy) in &self.ports {
-            set = set.with_vif(&p.name, policy.clone());
+            set = set.with_vif(&p.config.name, policy.clone());
         }
         set
     }

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
-use vqos_api::wire::PortKind;
+use vqos_api::wire::{PortConfig, PortKind};
 use vqos_sched::units::format_rate;
 use vqosd::api::{Api, StartPlan};
-use vqosd::backend::{Backend, LoopHealth, MockBackend, PortConfig, MOCK_STATS_INTERVAL_NS};
+use vqosd::backend::{Backend, LoopHealth, MockBackend, MOCK_STATS_INTERVAL_NS};
 use vqosd::config::Config;
 use vqosd::server::{Server, ServerConfig, ServerError};
 use vqosd::switch::SwitchBackend;
@@ -126,7 +126,8 @@ fn preflight(args: &Args, config: &Config, dry: bool) -> Result<StartPlan> {
     let plan = Api::plan(config, dry)?;
     if switch {
         let attached = |p: &&PortConfig| p.kind == PortKind::AfPacket || !p.create;
-        for p in config.uplink.iter().chain(&plan.ports).filter(attached) {
+        let ports = config.uplink.iter().chain(&plan.ports).map(|p| &p.config);
+        for p in ports.filter(attached) {
             let name = std::ffi::CString::new(p.name.as_str())?;
             // SAFETY: if_nametoindex reads the NUL-terminated name and nothing else.
             if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {

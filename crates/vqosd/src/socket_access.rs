@@ -21,7 +21,7 @@ use std::path::Path;
 
 use nix::unistd::{Gid, Group, Uid, User};
 use serde::{Deserialize, Serialize};
-use vqos_api::wire::{Account, FileMode, PortKind, VhostUserRole};
+use vqos_api::wire::{Account, FileMode, PortConfig, PortKind, VhostUserRole};
 
 /// A vhost-user server socket's owner, group and mode, as configured (names unresolved).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,15 @@ pub fn gid(a: &Account) -> Result<u32, String> {
 }
 
 impl SocketAccess {
+    /// The socket settings of `port`.
+    pub fn of<P>(port: &PortConfig<P>) -> SocketAccess {
+        SocketAccess {
+            owner: port.socket_owner.clone(),
+            group: port.socket_group.clone(),
+            mode: port.socket_mode,
+        }
+    }
+
     /// True when nothing is set (the socket keeps the daemon's owner and umask).
     pub fn is_empty(&self) -> bool {
         self.owner.is_none() && self.group.is_none() && self.mode.is_none()

@@ -37,7 +37,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use vqos_sched::VifPolicy;
 
-use crate::wire::{check_port_name, Account, FileMode, MacAddr, PortKind, VhostUserRole};
+use crate::backend::Port;
+use crate::wire::{check_port_name, NoOtherFields, PortConfig, PortState};
 
 /// Version of the state file format written by this build.
 pub const STATE_VERSION: u32 = 1;
@@ -98,58 +99,42 @@ pub enum StateError {
     },
 }
 
-/// One port as saved.
+/// One port as saved: how it is made with its policy, and what it acquired, side by side (the
+/// keys of the API's `PortConfig` and `PortState`). Fields of older files that are absent take
+/// their defaults (`kind`: a TAP, `port_security`: on, `create`: vqosd made it); a field this
+/// build does not know is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SavedPort {
-    /// Interface name.
-    pub name: String,
-    /// TAP (absent in older state files) or vhost-user.
-    #[serde(default)]
-    pub kind: PortKind,
-    /// Created (`true`) or attached.
-    pub create: bool,
-    /// vhost-user: the socket's path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket: Option<String>,
-    /// Null ports: the frames' length on the wire (FCS included).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frame_len: Option<u32>,
-    /// vhost-user: the socket role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<VhostUserRole>,
-    /// vhost-user: queue pairs (absent in older state files: 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u16>,
-    /// vhost-user, server role: the socket's owner (absent: the daemon's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_owner: Option<Account>,
-    /// vhost-user, server role: the socket's group (absent: the daemon's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_group: Option<Account>,
-    /// vhost-user, server role: the socket's permission bits (absent: the umask's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_mode: Option<FileMode>,
-    /// MAC allow-list.
-    #[serde(default)]
-    pub macs: Vec<MacAddr>,
-    /// Port security without `macs` (absent in older state files: on).
-    #[serde(default = "default_true")]
-    pub port_security: bool,
-    /// IP allow-list (absent: none, first-come locks).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ips: Vec<std::net::IpAddr>,
-    /// What it may serve (absent: nothing).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub serves: Vec<vqos_api::wire::Service>,
-    /// Addresses locked to it first come (absent: none).
-    #[serde(default, skip_serializing_if = "vqos_api::wire::LockedAddrs::is_empty")]
-    pub locked: vqos_api::wire::LockedAddrs,
-    /// Its identity handed over to another port (`vqos port migrate`; absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handover: Option<vqos_api::wire::HandoverView>,
-    /// The vif's policy.
-    pub policy: VifPolicy,
+    /// How it is made, and its policy.
+    #[serde(flatten)]
+    pub port: PortConfig<VifPolicy>,
+    /// Addresses locked to it first come, its identity handed over.
+    #[serde(flatten)]
+    pub state: PortState,
+    /// No other field.
+    #[serde(flatten)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl SavedPort {
+    /// `port` with its `policy`, as saved.
+    pub fn new(port: &Port, policy: VifPolicy) -> SavedPort {
+        SavedPort {
+            port: port.config.clone().with_policy(policy),
+            state: port.state.clone(),
+            no_other_fields: NoOtherFields,
+        }
+    }
+
+    /// The daemon's port and its policy.
+    pub fn into_port(self) -> (Port, VifPolicy) {
+        let policy = self.port.policy.clone();
+        let port = Port {
+            config: self.port.with_policy(()),
+            state: self.state,
+        };
+        (port, policy)
+    }
 }
 
 /// The whole persisted state.
@@ -179,14 +164,15 @@ impl SavedState {
     /// (Whether the policies fit together with the config's is checked by the caller.)
     pub fn check(&self, uplink: Option<&str>) -> Result<(), String> {
         for (i, p) in self.ports.iter().enumerate() {
-            check_port_name(&p.name).map_err(|e| format!("port {}: {e}", i + 1))?;
-            if self.ports[..i].iter().any(|q| q.name == p.name) {
-                return Err(format!("port '{}' is listed twice", p.name));
+            let name = &p.port.name;
+            check_port_name(name).map_err(|e| format!("port {}: {e}", i + 1))?;
+            if self.ports[..i].iter().any(|q| q.port.name == *name) {
+                return Err(format!("port '{name}' is listed twice"));
             }
-            if uplink == Some(p.name.as_str()) {
-                return Err(format!("port '{}' is the uplink", p.name));
+            if uplink == Some(name.as_str()) {
+                return Err(format!("port '{name}' is the uplink"));
             }
-            p.policy.validate(&p.name).map_err(|e| e.to_string())?;
+            p.port.policy.validate(name).map_err(|e| e.to_string())?;
         }
         for name in &self.removed {
             check_port_name(name).map_err(|e| format!("removed port: {e}"))?;
@@ -478,11 +464,6 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     Ok(())
 }
 
-/// Serde default of `port_security`.
-fn default_true() -> bool {
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -500,33 +481,29 @@ mod tests {
         SavedState {
             version: STATE_VERSION,
             ports: vec![SavedPort {
-                name: "vm1".into(),
-                kind: PortKind::Tap,
-                create: false,
-                socket: None,
-                frame_len: None,
-                mode: None,
-                queues: None,
-                socket_owner: None,
-                socket_group: None,
-                socket_mode: None,
-                macs: vec!["02:00:00:00:00:01".parse().unwrap()],
-                port_security: true,
-                ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
-                serves: vec![vqos_api::wire::Service::DhcpServer],
-                locked: vqos_api::wire::LockedAddrs {
-                    macs: vec![],
-                    ips: vec!["fe80::5".parse().unwrap()],
+                port: PortConfig {
+                    create: false,
+                    macs: vec!["02:00:00:00:00:01".parse().unwrap()],
+                    ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
+                    serves: vec![vqos_api::wire::Service::DhcpServer],
+                    policy: VifPolicy {
+                        weight: 3,
+                        min_bps: 200_000_000,
+                        max_bps: Some(500_000_000),
+                        priority: 1,
+                        max_in_bps: Some(100_000_000),
+                        burst_bytes: Some(65_536),
+                    },
+                    ..PortConfig::tap("vm1")
                 },
-                handover: None,
-                policy: VifPolicy {
-                    weight: 3,
-                    min_bps: 200_000_000,
-                    max_bps: Some(500_000_000),
-                    priority: 1,
-                    max_in_bps: Some(100_000_000),
-                    burst_bytes: Some(65_536),
+                state: PortState {
+                    locked: vqos_api::wire::LockedAddrs {
+                        macs: vec![],
+                        ips: vec!["fe80::5".parse().unwrap()],
+                    },
+                    handover: None,
                 },
+                no_other_fields: NoOtherFields,
             }],
             removed: Vec::new(),
         }
@@ -539,7 +516,7 @@ mod tests {
         assert!(load(&path, None).unwrap().is_none());
         save(&path, &sample()).unwrap();
         let mut second = sample();
-        second.ports[0].policy.weight = 9;
+        second.ports[0].port.policy.weight = 9;
         save(&path, &second).unwrap();
         assert_eq!(load(&path, None).unwrap(), Some(second));
         assert_eq!(

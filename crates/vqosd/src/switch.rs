@@ -1,12 +1,10 @@
 //! The real backend: [`SwitchBackend`] drives a `vqos-dataplane` [`SwitchHandle`] (TAP ports,
 //! the poll loop, the engine) through the [`Backend`] trait.
 
-use std::collections::BTreeMap;
-
-use vqos_api::wire::{HandoverView, LockedAddrs, MacAddr, Service};
+use vqos_api::wire::{MacAddr, Service};
 use vqos_api::wire::{PortKind, VhostUserRole};
 use vqos_dataplane::frame::{mac_key, MacKey};
-use vqos_dataplane::guard::{ip_key, key_ip};
+use vqos_dataplane::guard::ip_key;
 use vqos_dataplane::null::{NullPort, NULL_UPLINK_MAC};
 use vqos_dataplane::vhost_user::{VhostUserConfig, VhostUserPort};
 use vqos_dataplane::{
@@ -16,11 +14,15 @@ use vqos_dataplane::{
 use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::backend::{
-    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
-    NULL_MIN_FRAME,
+    Backend, BackendError, LoopHealth, Port, PortOpened, SwitchStats, NULL_MIN_FRAME,
 };
 use crate::config::{self, Config};
+use crate::socket_access::SocketAccess;
 use vqos_api::chain;
+
+mod stats;
+
+pub use stats::port_status;
 
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
@@ -46,42 +48,42 @@ fn tap_io(io: config::TapIo) -> TapIo {
 /// A port spec of the data plane for a port of the daemon, its TAP moving frames by `io`. A
 /// vhost-user port is made here (its server socket is bound at once: a path that cannot be
 /// used fails the call).
-fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
-    let spec = match port.kind {
-        PortKind::Tap if port.create => PortSpec::tap_owned(&port.name),
-        PortKind::Tap => PortSpec::tap_attach(&port.name),
+fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
+    let spec = match port.config.kind {
+        PortKind::Tap if port.config.create => PortSpec::tap_owned(&port.config.name),
+        PortKind::Tap => PortSpec::tap_attach(&port.config.name),
         // The uplink only (the config and the API refuse vifs of this kind).
-        PortKind::AfPacket => PortSpec::af_packet(&port.name),
+        PortKind::AfPacket => PortSpec::af_packet(&port.config.name),
         PortKind::Null => {
-            let len = port.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
-            let null = NullPort::vif(&port.name, len).map_err(|e| BackendError::Port {
-                name: port.name.clone(),
+            let len = port.config.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
+            let null = NullPort::vif(&port.config.name, len).map_err(|e| BackendError::Port {
+                name: port.config.name.clone(),
                 message: chain(&e),
             })?;
             PortSpec::custom(Box::new(null))
         }
         PortKind::VhostUser => {
-            let socket = port.socket.as_deref().unwrap_or_default();
+            let socket = port.config.socket.as_deref().unwrap_or_default();
             let config = VhostUserConfig {
-                queues: port.queues.unwrap_or(1),
-                ..match port.mode.unwrap_or_default() {
+                queues: port.config.queues.unwrap_or(1),
+                ..match port.config.mode.unwrap_or_default() {
                     VhostUserRole::Server => VhostUserConfig {
-                        socket_mode: port.access.mode.map(|m| m.0),
+                        socket_mode: port.config.socket_mode.map(|m| m.0),
                         ..VhostUserConfig::server(socket)
                     },
                     VhostUserRole::Client => VhostUserConfig::client(socket),
                 }
             };
             let fail = |message| BackendError::Port {
-                name: port.name.clone(),
+                name: port.config.name.clone(),
                 message,
             };
-            let vhu =
-                VhostUserPort::with_config(&port.name, config).map_err(|e| fail(chain(&e)))?;
+            let vhu = VhostUserPort::with_config(&port.config.name, config)
+                .map_err(|e| fail(chain(&e)))?;
             // The socket is bound (and its mode set): now its owner and group. On failure the
             // port is dropped, which removes the socket.
-            if port.mode.unwrap_or_default() == VhostUserRole::Server {
-                port.access
+            if port.config.mode.unwrap_or_default() == VhostUserRole::Server {
+                SocketAccess::of(&port.config)
                     .apply(std::path::Path::new(socket))
                     .map_err(fail)?;
             }
@@ -94,38 +96,44 @@ fn spec(port: &PortConfig, io: TapIo) -> Result<PortSpec, BackendError> {
 /// A port's security as the data plane applies it: its configured MACs, else a first-come
 /// lock; with `port_security` the guards above layer 2 too ([`IpPolicy`]), without it none.
 /// A port whose identity a completed migration handed over may claim no address at all.
-fn security(port: &PortConfig) -> PortSecurity {
-    if port.handover.as_ref().is_some_and(|h| h.complete) {
+fn security(port: &Port) -> PortSecurity {
+    if port.state.handover.as_ref().is_some_and(|h| h.complete) {
         return PortSecurity {
             macs: MacPolicy::Fixed(Vec::new()),
-            ips: port.port_security.then(|| IpPolicy {
+            ips: port.config.port_security.then(|| IpPolicy {
                 addrs: IpAddrs::Fixed(Vec::new()),
                 services: Services::default(),
             }),
             restored: Locks::default(),
         };
     }
-    let macs = if !port.macs.is_empty() {
-        MacPolicy::Fixed(port.macs.iter().map(|m| mac_key(&m.0)).collect())
-    } else if port.port_security {
+    let macs = if !port.config.macs.is_empty() {
+        MacPolicy::Fixed(port.config.macs.iter().map(|m| mac_key(&m.0)).collect())
+    } else if port.config.port_security {
         MacPolicy::default()
     } else {
         MacPolicy::Any
     };
-    let ips = port.port_security.then(|| IpPolicy {
-        addrs: if port.ips.is_empty() {
+    let ips = port.config.port_security.then(|| IpPolicy {
+        addrs: if port.config.ips.is_empty() {
             IpPolicy::default().addrs
         } else {
-            IpAddrs::Fixed(port.ips.iter().map(|&ip| ip_key(ip)).collect())
+            IpAddrs::Fixed(port.config.ips.iter().map(|&ip| ip_key(ip)).collect())
         },
         services: Services {
-            router: port.serves.contains(&Service::Router),
-            dhcp_server: port.serves.contains(&Service::DhcpServer),
+            router: port.config.serves.contains(&Service::Router),
+            dhcp_server: port.config.serves.contains(&Service::DhcpServer),
         },
     });
     let restored = Locks {
-        macs: port.locked.macs.iter().map(|m| mac_key(&m.0)).collect(),
-        ips: port.locked.ips.iter().map(|&ip| ip_key(ip)).collect(),
+        macs: port
+            .state
+            .locked
+            .macs
+            .iter()
+            .map(|m| mac_key(&m.0))
+            .collect(),
+        ips: port.state.locked.ips.iter().map(|&ip| ip_key(ip)).collect(),
     };
     PortSecurity {
         macs,
@@ -168,10 +176,10 @@ impl SwitchBackend {
             BackendError::Switch("The config has no [uplink] (name = \"...\")".into())
         })?;
         let io = tap_io(config.tap_io);
-        let uplink_spec = if uplink.kind == PortKind::Null {
+        let uplink_spec = if uplink.config.kind == PortKind::Null {
             // Discards what it is sent; its station is the one null vifs send to.
-            let sink = NullPort::sink(&uplink.name).map_err(|e| BackendError::Port {
-                name: uplink.name.clone(),
+            let sink = NullPort::sink(&uplink.config.name).map_err(|e| BackendError::Port {
+                name: uplink.config.name.clone(),
                 message: chain(&e),
             })?;
             PortSpec::custom(Box::new(sink))
@@ -231,11 +239,11 @@ impl SwitchBackend {
 }
 
 impl Backend for SwitchBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
-        if port.kind == PortKind::AfPacket {
+    fn add_port(&self, port: &Port, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
+        if port.config.kind == PortKind::AfPacket {
             // The API and the config refuse these; a state file edited by hand may not.
             return Err(BackendError::Port {
-                name: port.name.clone(),
+                name: port.config.name.clone(),
                 message: "kind = \"af-packet\" is for the uplink only".into(),
             });
         }
@@ -268,90 +276,15 @@ impl Backend for SwitchBackend {
     }
 
     fn set_ecn_probabilities(&self, probabilities: &[(String, f64)]) -> Result<(), BackendError> {
-        // The switch takes one probability per vif in the order of its policy set.
-        let order = self.handle.policies();
-        let list = order
-            .vifs
-            .iter()
-            .map(|v| {
-                probabilities
-                    .iter()
-                    .find(|(n, _)| *n == v.name)
-                    .map_or(0.0, |(_, p)| *p)
-            })
-            .collect();
-        self.handle.set_ecn_probabilities(list).map_err(convert)
+        // By name: the switch finds each vif when it applies them, under the lock that orders
+        // them with port changes.
+        self.handle
+            .set_ecn_probabilities(probabilities.to_vec())
+            .map_err(convert)
     }
 
     fn stats(&self) -> SwitchStats {
-        let raw = self.handle.stats();
-        let ports = raw
-            .ports
-            .iter()
-            .map(|p| {
-                let drops: BTreeMap<String, u64> = p
-                    .counters
-                    .drops
-                    .iter()
-                    .map(|(r, n)| (r.name().to_string(), n))
-                    .collect();
-                let engine = p.engine.unwrap_or_default();
-                PortStats {
-                    name: p.name.clone(),
-                    rx_frames: p.counters.rx_frames,
-                    rx_bytes: p.counters.rx_bytes,
-                    tx_frames: p.counters.tx_frames,
-                    tx_bytes: p.counters.tx_bytes,
-                    drops,
-                    ecn_marked: p.counters.ecn_marked,
-                    ecn_not_ect: p.counters.ecn_not_ect,
-                    rx_errors: p.counters.rx_errors,
-                    mac_learn_refused: p.counters.mac_learn_refused,
-                    rate_bps: p.rx_rate_bps,
-                    tx_rate_bps: p.tx_rate_bps,
-                    // The engines report i64::MAX for a vif they keep no bucket for.
-                    credit: (engine.credit != i64::MAX).then_some(engine.credit),
-                    throttled: engine.throttled,
-                    vhost_user: p.status.clone(),
-                    locked: LockedAddrs {
-                        macs: p.locked.macs.iter().map(|&m| mac_addr(m)).collect(),
-                        ips: p.locked.ips.iter().map(|&k| key_ip(k)).collect(),
-                    },
-                    shard: p.shard,
-                    queued_frames: p.counters.queued_frames,
-                    queued_bytes: p.counters.queued_bytes,
-                    handover: p.handover.as_ref().map(|h| HandoverView {
-                        to: h.to.clone(),
-                        complete: h.complete,
-                    }),
-                }
-            })
-            .collect();
-        SwitchStats {
-            time_ns: Some(raw.time_ns),
-            ports,
-            loops: raw
-                .loops
-                .iter()
-                .enumerate()
-                .map(|(i, l)| LoopStats {
-                    name: format!("loop{i}"),
-                    busy_cycles: l.busy_cycles,
-                    idle_cycles: l.idle_cycles,
-                    bursts: l.bursts,
-                    cycles_unit: l.cycles_unit.to_string(),
-                    iterations: l.iterations,
-                    burst_frames: l.burst_frames,
-                    engine_ticks: l.engine_ticks,
-                    engine_refusals: l.engine_refusals,
-                    capacity_waits: l.capacity_waits,
-                    commands: l.commands,
-                    epoll_errors: l.epoll_errors,
-                    epoll_wait_fallback: l.epoll_wait_fallback,
-                })
-                .collect(),
-            mac_entries: raw.mac_entries as u64,
-        }
+        stats::switch_stats(&self.handle.stats())
     }
 
     fn loop_health(&self) -> LoopHealth {

@@ -43,7 +43,7 @@ fn vifs(c: &Config) -> Vec<(String, u64, u8)> {
         .iter()
         .map(|(p, pol)| {
             (
-                p.name.clone(),
+                p.config.name.clone(),
                 pol.max_bps.unwrap() / 1_000_000,
                 pol.priority,
             )
@@ -92,7 +92,7 @@ fn the_dry_run_writes_valid_vqosd_configs_for_each_engine() {
             "{switch}"
         );
         for (p, _) in &c.ports[1..] {
-            let socket = p.socket.as_deref().unwrap();
+            let socket = p.config.socket.as_deref().unwrap();
             assert!(
                 socket.starts_with(dir.to_str().unwrap()),
                 "{switch}: {socket}"

@@ -55,7 +55,7 @@ fn vqosd_toml_page_example_is_a_valid_config() {
     let config = Config::parse(&example, |_| None)
         .unwrap_or_else(|e| panic!("the example of vqosd.toml(5) is refused: {e}\n{example}"));
     assert_eq!(
-        config.uplink.as_ref().map(|u| u.name.as_str()),
+        config.uplink.as_ref().map(|u| u.config.name.as_str()),
         Some("vqos-up")
     );
 }

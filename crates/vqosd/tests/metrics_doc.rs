@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use vqos_api::stats::PortStatus;
 use vqosd::api::Api;
 use vqosd::backend::{Backend, MockBackend, PortStats};
 use vqosd::client::{Client, Endpoint};
@@ -126,7 +127,7 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
         rx_errors: 2,
         mac_learn_refused: 5,
         credit: Some(0),
-        vhost_user: vhost_status(true, false, serde_json::json!({})).vhost_user,
+        status: vhost_status(true, false, serde_json::json!({})).status,
         ..Default::default()
     });
     api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
@@ -415,7 +416,7 @@ fn health_is_a_metric_an_operator_can_alert_on() {
 fn vhost_status(connected: bool, quarantined: bool, counters: serde_json::Value) -> PortStats {
     PortStats {
         name: "vm1".into(),
-        vhost_user: Some(serde_json::json!({
+        status: status_of(serde_json::json!({"vhost_user": {
             "name": "vm1",
             "mode": "server",
             "socket": "/run/vqos/vm1.sock",
@@ -428,9 +429,14 @@ fn vhost_status(connected: bool, quarantined: bool, counters: serde_json::Value)
             "queues": 2,
             "pair_frames": [[2_001, 2_002], [2_003, 2_004]],
             "counters": counters,
-        })),
+        }})),
         ..Default::default()
     }
+}
+
+/// A port's status as JSON (`{"vhost_user": {...}}`) in the API's form.
+fn status_of(v: serde_json::Value) -> Option<PortStatus> {
+    Some(serde_json::from_value(v).unwrap())
 }
 
 #[test]
@@ -494,11 +500,13 @@ fn a_vhost_user_port_says_whether_its_guest_is_connected_and_how_it_misbehaves()
         ],
         [Some(2_001.0), Some(2_002.0), Some(2_003.0), Some(2_004.0)]
     );
-    // The AF_PACKET uplink's status lands in the same field: it is no vhost-user port.
+    // The AF_PACKET uplink's status: no vhost-user port.
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
-        vhost_user: Some(serde_json::json!({"ifindex": 2, "vnet_hdr_bytes": 12,
-            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0})),
+        status: status_of(
+            serde_json::json!({"af_packet": {"ifindex": 2, "vnet_hdr_bytes": 12,
+            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0}}),
+        ),
         ..Default::default()
     });
     let e = scrape(&client);
@@ -543,7 +551,7 @@ fn every_vhost_user_counter_of_the_data_plane_is_exported() {
     let (_server, mock, client) = small_daemon(dir.path());
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
-        vhost_user: Some(value),
+        status: status_of(serde_json::json!({ "vhost_user": value })),
         ..Default::default()
     });
     let e = scrape(&client);

@@ -140,7 +140,7 @@ fn reload_adds_a_port_and_changes_a_policy_and_keeps_the_api_changes() {
         .mock
         .ports()
         .into_iter()
-        .find(|(p, _)| p.name == "vm2")
+        .find(|(p, _)| p.config.name == "vm2")
         .unwrap();
     assert_eq!(
         (pol.max_bps, pol.max_in_bps, pol.burst_bytes),

@@ -213,3 +213,53 @@ fn the_port_count_is_bounded() {
     assert!(e.contains("2 ports (config and"), "{e}");
     assert!(e.contains("exceed max_ports = 1"), "{e}");
 }
+
+/// A state file as the builds before the one port model wrote it (tests/data/state-v1.json:
+/// a TAP with addresses and locks, a vhost-user port with its socket's owner, group and mode
+/// and a hand-over, a port of an older build without `kind` nor `port_security`) still loads,
+/// and is written back in the same form.
+#[test]
+fn a_state_file_of_the_previous_format_loads_and_is_written_back_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let text = include_str!("data/state-v1.json");
+    fs::write(&path, text).unwrap();
+    let saved = state::load(&path, Some("up0")).unwrap().expect("a state");
+    let [vm1, vm2, vm0] = &saved.ports[..] else {
+        panic!("{saved:?}")
+    };
+    assert_eq!((vm1.port.create, vm1.port.ips.len()), (false, 2));
+    assert_eq!(
+        vm1.state.locked.ips,
+        ["fe80::5".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(vm1.port.policy.burst_bytes, Some(65_536));
+    assert_eq!(vm2.port.socket.as_deref(), Some("/run/vqos/vm2.sock"));
+    assert_eq!(vm2.port.queues, Some(2));
+    assert_eq!(
+        serde_json::to_value((&vm2.port.socket_owner, &vm2.port.socket_group)).unwrap(),
+        json!(["libvirt-qemu", 107])
+    );
+    assert_eq!(
+        vm2.state.handover.as_ref().map(|h| h.to.as_str()),
+        Some("vm3")
+    );
+    assert!(vm0.port.create && vm0.port.port_security, "{vm0:?}");
+    assert_eq!(saved.removed, ["vm9"]);
+    // Written back: the same keys and values (the old port gains its defaults).
+    state::save(&path, &saved).unwrap();
+    let old: Value = serde_json::from_str(text).unwrap();
+    let new: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(new["ports"][0], old["ports"][0]);
+    assert_eq!(new["ports"][1], old["ports"][1]);
+    let mut vm0 = old["ports"][2].clone();
+    vm0["kind"] = json!("tap");
+    vm0["port_security"] = json!(true);
+    assert_eq!(new["ports"][2], vm0);
+    assert_eq!(new["removed"], old["removed"]);
+    // A key this build does not know is refused, as before.
+    let unknown = text.replacen("\"create\": false", "\"create\": false, \"colour\": 1", 1);
+    fs::write(&path, unknown).unwrap();
+    let e = state::load(&path, Some("up0")).unwrap_err().to_string();
+    assert!(e.contains("unknown field `colour`"), "{e}");
+}

@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use anyhow::Result;
-use serde_json::Value;
 use vqos_api::wire::{PolicyView, PortKind, PortView, Service, StatsView, VhostUserRole};
 use vqos_sched::units::format_rate;
 
@@ -51,30 +50,30 @@ pub(crate) fn write_ports(
         "PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO"
     )?;
     for p in ports {
-        let macs: Vec<String> = p.macs.iter().map(|m| m.to_string()).collect();
-        let kind = match (p.kind, p.create) {
+        let macs: Vec<String> = p.port.macs.iter().map(|m| m.to_string()).collect();
+        let kind = match (p.port.kind, p.port.create) {
             (PortKind::VhostUser, _) => "vhost-user",
             (PortKind::AfPacket, _) => "af-packet",
             (PortKind::Null, _) => "null",
             (PortKind::Tap, true) => "tap",
             (PortKind::Tap, false) => "tap-attach",
         };
-        let macs = match (macs.is_empty(), p.port_security) {
+        let macs = match (macs.is_empty(), p.port.port_security) {
             (false, _) => macs.join(","),
             (true, true) => "locked to the first 4".to_string(),
             (true, false) => "any (port security off)".to_string(),
         };
         // Only what differs from the default is shown: configured addresses and services.
         let mut extra: Vec<String> = Vec::new();
-        if !p.ips.is_empty() {
-            let ips: Vec<String> = p.ips.iter().map(|ip| ip.to_string()).collect();
+        if !p.port.ips.is_empty() {
+            let ips: Vec<String> = p.port.ips.iter().map(|ip| ip.to_string()).collect();
             extra.push(format!("ips {}", ips.join(",")));
         }
-        if !p.serves.is_empty() {
-            let serves: Vec<&str> = p.serves.iter().map(|s| service_name(*s)).collect();
+        if !p.port.serves.is_empty() {
+            let serves: Vec<&str> = p.port.serves.iter().map(|s| service_name(*s)).collect();
             extra.push(format!("serves {}", serves.join(",")));
         }
-        if let Some(h) = &p.handover {
+        if let Some(h) = &p.state.handover {
             let state = if h.complete {
                 "handed over"
             } else {
@@ -89,11 +88,11 @@ pub(crate) fn write_ports(
         };
         // As the options spell them: MAX_IN "max" is the same as MAX, BURST "default" the
         // engine's own.
-        let pol = &p.policy;
+        let pol = &p.port.policy;
         writeln!(
             out,
             "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
-            p.name,
+            p.port.name,
             kind,
             pol.weight,
             pol.min,
@@ -103,38 +102,34 @@ pub(crate) fn write_ports(
             pol.priority,
             macs
         )?;
-        if let Some(socket) = &p.socket {
+        if let Some(socket) = &p.port.socket {
             let status = stats
-                .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.name))
-                .and_then(|s| s.stats.vhost_user.as_ref());
+                .and_then(|s| s.ports.iter().find(|s| s.stats.name == p.port.name))
+                .and_then(|s| s.stats.status.as_ref()?.vhost_user());
             let state = match status {
-                Some(v) if v["connected"] == true => {
-                    let features: Vec<&str> = v["feature_names"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    format!("connected, features {}", features.join(","))
+                Some(v) if v.connected => {
+                    format!("connected, features {}", v.feature_names.join(","))
                 }
-                Some(v) if v["quarantined"] == true => "quarantined".to_string(),
-                Some(v) => match v["last_error"].as_str() {
+                Some(v) if v.quarantined => "quarantined".to_string(),
+                Some(v) => match &v.last_error {
                     Some(e) => format!("not connected (last error: {e})"),
                     None => "not connected".to_string(),
                 },
                 None => "state unknown".to_string(),
             };
-            let mode = p.mode.map_or("server", |m| match m {
+            let mode = p.port.mode.map_or("server", |m| match m {
                 VhostUserRole::Server => "server",
                 VhostUserRole::Client => "client",
             });
-            let queues = match p.queues {
+            let queues = match p.port.queues {
                 Some(q) if q > 1 => format!(", {q} queue pairs"),
                 _ => String::new(),
             };
             // The server socket's owner, group and mode, where configured.
             let access: Vec<String> = [
-                p.socket_owner.as_ref().map(|o| format!("owner {o}")),
-                p.socket_group.as_ref().map(|g| format!("group {g}")),
-                p.socket_mode.map(|m| format!("mode {m}")),
+                p.port.socket_owner.as_ref().map(|o| format!("owner {o}")),
+                p.port.socket_group.as_ref().map(|g| format!("group {g}")),
+                p.port.socket_mode.map(|m| format!("mode {m}")),
             ]
             .into_iter()
             .flatten()

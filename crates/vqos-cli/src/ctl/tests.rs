@@ -2,6 +2,7 @@
 
 use super::*;
 use clap::Parser;
+use serde_json::Value;
 use std::sync::Arc;
 use vqos_api::stats::PortStats;
 use vqos_api::wire::{Account, FileMode, PortKind, VhostUserRole};
@@ -67,8 +68,8 @@ fn port_and_policy_commands_against_a_daemon() {
         "Attached port vm3: weight 3, min 0bit, max 200Mbit, priority 7\n"
     );
     let (p, pol) = mock.ports().pop().unwrap();
-    assert!(!p.create);
-    assert_eq!(p.macs[0].to_string(), "02:00:00:00:00:03");
+    assert!(!p.config.create);
+    assert_eq!(p.config.macs[0].to_string(), "02:00:00:00:00:03");
     assert_eq!(pol.max_bps, Some(200_000_000));
 
     let out = run(&c, "policy set vm1 --min 200Mbit --priority 1").unwrap();
@@ -115,7 +116,7 @@ fn port_and_policy_commands_against_a_daemon() {
     let (_, pol) = mock
         .ports()
         .into_iter()
-        .find(|(p, _)| p.name == "vm1")
+        .find(|(p, _)| p.config.name == "vm1")
         .unwrap();
     assert_eq!(
         (pol.burst_bytes, pol.max_in_bps, pol.max_bps),
@@ -156,7 +157,7 @@ fn port_and_policy_commands_against_a_daemon() {
     assert!(out.starts_with("Added vhost-user port vm5"), "{out}");
     let (p, _) = mock.ports().pop().unwrap();
     assert_eq!(
-        (p.kind, p.socket.as_deref(), p.mode),
+        (p.config.kind, p.config.socket.as_deref(), p.config.mode),
         (
             PortKind::VhostUser,
             Some("/run/vqos/vm5.sock"),
@@ -194,7 +195,11 @@ fn port_add_gives_a_vhost_user_socket_its_owner_group_and_mode() {
     assert!(out.starts_with("Added vhost-user port vm7"), "{out}");
     let (p, _) = mock.ports().pop().unwrap();
     assert_eq!(
-        (&p.access.owner, &p.access.group, p.access.mode),
+        (
+            &p.config.socket_owner,
+            &p.config.socket_group,
+            p.config.socket_mode
+        ),
         (
             &Some(Account::Name("root".into())),
             &Some(Account::Id(107)),
@@ -404,9 +409,15 @@ fn port_migrate_hands_the_identity_over_and_refuses_clearly() {
     let json = run(&c, "port list --json").unwrap();
     let ports: Vec<PortView> = serde_json::from_str(&json).unwrap();
     let (a, b) = (&ports[2], &ports[3]);
-    assert_eq!(b.macs, a.macs, "the destination has the guest's MAC");
     assert_eq!(
-        a.handover.as_ref().map(|h| (h.to.as_str(), h.complete)),
+        b.port.macs, a.port.macs,
+        "the destination has the guest's MAC"
+    );
+    assert_eq!(
+        a.state
+            .handover
+            .as_ref()
+            .map(|h| (h.to.as_str(), h.complete)),
         Some(("vmb", false))
     );
     run(&c, "port add vmc --attach --mac 02:00:00:00:00:0c").unwrap();

@@ -72,7 +72,7 @@ use serde::Serialize;
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
-use crate::port::{Batch, Port, PortError, PortIoCounters};
+use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use backend::{lock, Shared};
 use queue::QueueIo;
 
@@ -218,7 +218,8 @@ pub struct VhostUserStatus {
     /// Bytes the switch wrote to the guest, virtio-net headers included.
     pub tx_bytes: u64,
     /// Why the last session ended, if the vhost-user library reported an error (a message it
-    /// refused, a mapping that failed); `None` after clean disconnects.
+    /// refused, a mapping that failed), or, in the client role, why the last connection
+    /// attempt failed; `None` after clean disconnects.
     pub last_error: Option<String>,
     /// Queue pairs offered.
     pub queues: u16,
@@ -461,8 +462,8 @@ impl Port for VhostUserPort {
         self.queue.datapath.busy_poll = busy;
     }
 
-    fn status(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(self.handle().status()).ok()
+    fn status(&self) -> Option<PortStatus> {
+        Some(PortStatus::VhostUser(Box::new(self.handle().status())))
     }
 
     /// A guest RX queue of its own for another shard when the port has several pairs

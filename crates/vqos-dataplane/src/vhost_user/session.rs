@@ -7,7 +7,8 @@
 //!   (empty) guest memory, new kick worker; nothing carries over but the counters.
 //! - **Client** role: the thread connects to the frontend's socket; when that fails, or when a
 //!   session ends, it retries after a backoff that doubles from `reconnect_min_ms` to
-//!   `reconnect_max_ms` (reset by every successful connection).
+//!   `reconnect_max_ms` (reset by every successful connection). A failed connection says why
+//!   in [`super::VhostUserStatus::last_error`].
 //! - The request loop hands each message to the `vhost` crate's `BackendReqHandler`, which
 //!   parses it and calls [`NetHandler`]. A message refused because a feature is not yet
 //!   negotiated is skipped (counted in `refused_messages`), and QEMU's early
@@ -234,13 +235,19 @@ fn run_client(shared: &Arc<Shared>) {
     let mut backoff_ms = min_ms;
     while !shared.stop.load(Ordering::Acquire) {
         if let Some((handler, worker)) = new_session(shared) {
-            if let Ok(requests) = BackendReqHandler::connect(&path, handler.clone()) {
-                serve(shared, &handler, requests, worker);
-                backoff_ms = min_ms;
-                // Even after a clean session, wait a little: a frontend that accepts and
-                // closes at once must not make us spin.
-                wait_readable(shared, None, ms(min_ms));
-                continue;
+            match BackendReqHandler::connect(&path, handler.clone()) {
+                Ok(requests) => {
+                    serve(shared, &handler, requests, worker);
+                    backoff_ms = min_ms;
+                    // Even after a clean session, wait a little: a frontend that accepts and
+                    // closes at once must not make us spin.
+                    wait_readable(shared, None, ms(min_ms));
+                    continue;
+                }
+                // Told before the failure is counted, so that whoever sees the count sees why.
+                Err(e) => {
+                    *lock(&shared.last_error) = Some(format!("cannot connect to {path}: {e}"))
+                }
             }
             end_session(shared, Some(worker));
         } else {

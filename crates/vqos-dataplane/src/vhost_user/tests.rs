@@ -302,6 +302,12 @@ fn client_mode_connects_late_and_reconnects_after_the_frontend_restarts() {
     let h = port.handle();
     wait_until("failed attempts", || h.counters().connect_failures >= 2);
     assert!(!h.is_connected());
+    // Why, as a server-role port tells why its last session ended.
+    let why = h.status().last_error.expect("why it cannot connect");
+    assert!(
+        why.starts_with(&format!("cannot connect to {}: ", path.display())),
+        "{why}"
+    );
 
     let listener = UnixListener::bind(&path).unwrap();
     let mut fe = TestFrontend::accept(&listener, ALL);

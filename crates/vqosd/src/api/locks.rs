@@ -37,14 +37,14 @@ impl Api {
         for p in &mut next.ports {
             // A port the switch does not list yet (just added) keeps what it has: its
             // restored locks are the switch's too.
-            if let Some(&locked) = seen.get(p.name.as_str()) {
-                if *locked != p.locked {
-                    p.locked = locked.clone();
+            if let Some(&locked) = seen.get(p.config.name.as_str()) {
+                if *locked != p.state.locked {
+                    p.state.locked = locked.clone();
                     changed += 1;
                 }
             }
-            if let Some(h) = p.handover.as_mut().filter(|h| !h.complete) {
-                if completed.contains(&p.name.as_str()) {
+            if let Some(h) = p.state.handover.as_mut().filter(|h| !h.complete) {
+                if completed.contains(&p.config.name.as_str()) {
                     h.complete = true;
                     changed += 1;
                 }

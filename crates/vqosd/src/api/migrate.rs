@@ -27,7 +27,7 @@ use vqos_api::migrate::{HandoverView, MigrateRequest, MigratedView};
 use vqos_api::wire::LockedAddrs;
 
 use super::{backend_fail, cluster, parse_json, policy_status, save_fail, Api, Fail, View};
-use crate::backend::PortConfig;
+use crate::backend::Port;
 use crate::http::Response;
 use crate::state;
 use vqos_api::chain;
@@ -52,9 +52,10 @@ impl Api {
         }
         for name in [src, dst] {
             let busy = v.ports.iter().any(|p| {
-                p.handover
+                p.state
+                    .handover
                     .as_ref()
-                    .is_some_and(|h| !h.complete && (p.name == name || h.to == name))
+                    .is_some_and(|h| !h.complete && (p.config.name == name || h.to == name))
             });
             if busy {
                 return Err((
@@ -67,7 +68,7 @@ impl Api {
             return Err((409, cluster::managed_message(dst, key)));
         }
         let d = &v.ports[j];
-        if !d.macs.is_empty() || !d.ips.is_empty() {
+        if !d.config.macs.is_empty() || !d.config.ips.is_empty() {
             return Err((
                 409,
                 format!(
@@ -118,20 +119,21 @@ impl Api {
     /// The ports a restart adds for `ports` (see the module docs): a destination of a migration
     /// under way without the identity it took (its source has it and migrates again, [`Api::
     /// remigrations`]). Ports in the same order.
-    pub(super) fn restart_configs(ports: &[PortConfig]) -> Vec<PortConfig> {
+    pub(super) fn restart_configs(ports: &[Port]) -> Vec<Port> {
         ports
             .iter()
             .map(|p| {
                 let pending = ports.iter().any(|s| {
-                    s.handover
+                    s.state
+                        .handover
                         .as_ref()
-                        .is_some_and(|h| h.to == p.name && !h.complete)
+                        .is_some_and(|h| h.to == p.config.name && !h.complete)
                 });
                 let mut p = p.clone();
                 if pending {
-                    p.macs.clear();
-                    p.ips.clear();
-                    p.locked = LockedAddrs::default();
+                    p.config.macs.clear();
+                    p.config.ips.clear();
+                    p.state.locked = LockedAddrs::default();
                 }
                 p
             })
@@ -140,15 +142,15 @@ impl Api {
 
     /// The migrations a restart makes again (source, destination): those not complete whose
     /// destination is there.
-    pub(super) fn remigrations(ports: &[PortConfig]) -> Vec<(String, String)> {
+    pub(super) fn remigrations(ports: &[Port]) -> Vec<(String, String)> {
         ports
             .iter()
             .filter_map(|p| {
-                let h = p.handover.as_ref().filter(|h| !h.complete)?;
+                let h = p.state.handover.as_ref().filter(|h| !h.complete)?;
                 ports
                     .iter()
-                    .any(|q| q.name == h.to)
-                    .then(|| (p.name.clone(), h.to.clone()))
+                    .any(|q| q.config.name == h.to)
+                    .then(|| (p.config.name.clone(), h.to.clone()))
             })
             .collect()
     }
@@ -156,13 +158,14 @@ impl Api {
 
 /// Cancels a migration to `name` (being deleted) that had not completed: its source keeps
 /// its identity.
-pub(super) fn cancel_to(ports: &mut [PortConfig], name: &str) {
+pub(super) fn cancel_to(ports: &mut [Port], name: &str) {
     for p in ports {
-        if p.handover
+        if p.state
+            .handover
             .as_ref()
             .is_some_and(|h| h.to == name && !h.complete)
         {
-            p.handover = None;
+            p.state.handover = None;
         }
     }
 }
@@ -173,13 +176,13 @@ fn handed_over(v: &View, i: usize, j: usize) -> View {
     next.set.vifs[j].policy = next.set.vifs[i].policy.clone();
     let s = next.ports[i].clone();
     let d = &mut next.ports[j];
-    d.macs = s.macs;
-    d.ips = s.ips;
-    d.serves = s.serves;
-    d.port_security = s.port_security;
-    d.locked = s.locked;
-    next.ports[i].handover = Some(HandoverView {
-        to: d.name.clone(),
+    d.config.macs = s.config.macs;
+    d.config.ips = s.config.ips;
+    d.config.serves = s.config.serves;
+    d.config.port_security = s.config.port_security;
+    d.state.locked = s.state.locked;
+    next.ports[i].state.handover = Some(HandoverView {
+        to: d.config.name.clone(),
         complete: false,
     });
     next

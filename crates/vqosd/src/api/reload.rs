@@ -27,7 +27,7 @@ use thiserror::Error;
 use vqos_api::wire::ReloadView;
 
 use super::{backend_fail, effective_policy, Api, View};
-use crate::backend::{configured_address_in_use, PortConfig};
+use crate::backend::{configured_address_in_use, Port};
 use crate::config::Config;
 use crate::http::Response;
 use crate::state;
@@ -55,33 +55,18 @@ fn refused(status: u16, why: impl std::fmt::Display) -> ReloadError {
     }
 }
 
-/// The first setting other than the policy that differs between two specs of one port.
-fn port_change(old: &PortConfig, new: &PortConfig) -> Option<&'static str> {
-    if old.kind != new.kind {
-        Some("kind")
-    } else if old.create != new.create {
-        Some("create")
-    } else if old.socket != new.socket {
-        Some("socket")
-    } else if old.mode != new.mode {
-        Some("mode")
-    } else if old.access.owner != new.access.owner {
-        Some("socket_owner")
-    } else if old.access.group != new.access.group {
-        Some("socket_group")
-    } else if old.access.mode != new.access.mode {
-        Some("socket_mode")
-    } else if old.macs != new.macs {
-        Some("macs")
-    } else if old.port_security != new.port_security {
-        Some("port_security")
-    } else if old.ips != new.ips {
-        Some("ips")
-    } else if old.serves != new.serves {
-        Some("serves")
-    } else {
-        None
-    }
+/// The first setting (in the order of their names) that differs between two descriptions
+/// of one port; the policy is none of them. Every field of the port's configuration counts,
+/// so a new one needs nothing here.
+fn port_change(old: &Port, new: &Port) -> Option<String> {
+    let json = |p: &Port| match serde_json::to_value(&p.config) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let (old, new) = (json(old), json(new));
+    (old.keys().chain(new.keys()))
+        .find(|k| old.get(*k) != new.get(*k))
+        .cloned()
 }
 
 impl Api {
@@ -126,22 +111,29 @@ impl Api {
         nv.set.capacity_in_bps = next.capacity_in_bps;
         // Entries gone from the file.
         for (p, _) in &old.ports {
-            if next.ports.iter().any(|(q, _)| q.name == p.name) {
+            if next
+                .ports
+                .iter()
+                .any(|(q, _)| q.config.name == p.config.name)
+            {
                 continue;
             }
-            nv.removed.retain(|n| *n != p.name);
-            if let Ok(id) = nv.set.id(&p.name) {
+            nv.removed.retain(|n| *n != p.config.name);
+            if let Ok(id) = nv.set.id(&p.config.name) {
                 nv.set.vifs.remove(id);
                 nv.ports.remove(id);
-                nv.limits.remove(&p.name);
-                nv.ecn.remove(&p.name);
-                report.removed.push(p.name.clone());
+                nv.limits.remove(&p.config.name);
+                nv.ecn.remove(&p.config.name);
+                report.removed.push(p.config.name.clone());
             }
         }
         // Entries new in the file, or changed.
-        let mut added: Vec<(PortConfig, VifPolicy)> = Vec::new();
+        let mut added: Vec<(Port, VifPolicy)> = Vec::new();
         for (p, policy) in &next.ports {
-            let before = old.ports.iter().find(|(q, _)| q.name == p.name);
+            let before = old
+                .ports
+                .iter()
+                .find(|(q, _)| q.config.name == p.config.name);
             if let Some((q, _)) = before {
                 if let Some(what) = port_change(q, p) {
                     return Err(refused(
@@ -149,15 +141,15 @@ impl Api {
                         format!(
                             "port '{}': its {what} changed; only a policy changes live \
                              (remove the entry, reload, then add it back)",
-                            p.name
+                            p.config.name
                         ),
                     ));
                 }
             } else {
-                nv.removed.retain(|n| *n != p.name);
+                nv.removed.retain(|n| *n != p.config.name);
             }
             let file_policy_changed = before.is_none_or(|(_, old_policy)| old_policy != policy);
-            match nv.set.id(&p.name) {
+            match nv.set.id(&p.config.name) {
                 Ok(id) => {
                     if before.is_none() {
                         if let Some(what) = port_change(&nv.ports[id], p) {
@@ -166,22 +158,22 @@ impl Api {
                                 format!(
                                     "port '{}' exists with another {what}; only a policy \
                                      changes live",
-                                    p.name
+                                    p.config.name
                                 ),
                             ));
                         }
                     }
                     if file_policy_changed && nv.set.vifs[id].policy != *policy {
                         nv.set.vifs[id].policy = policy.clone();
-                        report.policies.push(p.name.clone());
+                        report.policies.push(p.config.name.clone());
                     }
                 }
                 // Not in the switch: new in the file, or deleted through the API (stays so).
                 Err(_) if before.is_none() => {
-                    nv.set = nv.set.with_vif(&p.name, policy.clone());
+                    nv.set = nv.set.with_vif(&p.config.name, policy.clone());
                     nv.ports.push(p.clone());
                     added.push((p.clone(), policy.clone()));
-                    report.added.push(p.name.clone());
+                    report.added.push(p.config.name.clone());
                 }
                 Err(_) => {}
             }
@@ -199,7 +191,9 @@ impl Api {
             ));
         }
         for (p, _) in &added {
-            if let Some(e) = configured_address_in_use(&nv.ports, &p.name, &p.macs, &p.ips) {
+            if let Some(e) =
+                configured_address_in_use(&nv.ports, &p.config.name, &p.config.macs, &p.config.ips)
+            {
                 return Err(refused(409, e));
             }
         }
@@ -229,7 +223,7 @@ impl Api {
         &self,
         v: &mut View,
         nv: View,
-        added: &[(PortConfig, VifPolicy)],
+        added: &[(Port, VifPolicy)],
         report: &ReloadView,
     ) -> Result<(), ReloadError> {
         let leaving: BTreeSet<&str> = report.removed.iter().map(String::as_str).collect();
@@ -264,14 +258,14 @@ impl Api {
         let mut opened = Vec::new();
         for (p, policy) in added {
             match self.backend.add_port(p, policy) {
-                Ok(o) => opened.push(format!("Port {} up ({o})", p.name)),
+                Ok(o) => opened.push(format!("Port {} up ({o})", p.config.name)),
                 Err(e) => {
                     undo(&done);
                     let (status, msg) = backend_fail(e);
                     return Err(refused(status, msg));
                 }
             }
-            done.push(&p.name);
+            done.push(&p.config.name);
         }
         if let Err(e) = state::save(&self.state_file, &nv.saved()) {
             undo(&done);
@@ -330,5 +324,46 @@ fn audit(caller: &str, v: &View, report: &ReloadView) {
     }
     if let Some(m) = report.max_ports {
         tracing::info!(target: "vqosd::audit", caller, "reload: max_ports set to {m}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vqos_api::wire::{PortKind, PortRequest};
+
+    /// Every setting of a port counts, those added after the reload was written too (`queues`
+    /// and `frame_len` were once let through).
+    #[test]
+    fn any_setting_but_the_policy_is_a_change() {
+        let vhost = |queues| PortRequest {
+            kind: PortKind::VhostUser,
+            socket: Some("/run/vqos/vm1.sock".into()),
+            queues,
+            ..PortRequest::tap("vm1")
+        };
+        let port = |r: &PortRequest| Port::checked(r).unwrap();
+        let one = port(&vhost(None));
+        assert_eq!(port_change(&one, &port(&vhost(None))), None);
+        let mut weighted = vhost(None);
+        weighted.policy.weight = Some(3);
+        assert_eq!(
+            port_change(&one, &port(&weighted)),
+            None,
+            "the policy is none"
+        );
+        assert_eq!(
+            port_change(&one, &port(&vhost(Some(2)))).as_deref(),
+            Some("queues")
+        );
+        let null = |frame_len| PortRequest {
+            kind: PortKind::Null,
+            frame_len,
+            ..PortRequest::tap("vm1")
+        };
+        assert_eq!(
+            port_change(&port(&null(None)), &port(&null(Some(1500)))).as_deref(),
+            Some("frame_len")
+        );
     }
 }

@@ -9,9 +9,8 @@ use std::time::Instant;
 use vqos_sched::PolicySet;
 
 use super::{Api, ApiError, View};
-use crate::backend::{Backend, PortConfig};
+use crate::backend::{Backend, Port};
 use crate::config::Config;
-use crate::socket_access::SocketAccess;
 use crate::state;
 
 /// The ports and policies the daemon starts with, checked ([`Api::plan`]).
@@ -21,7 +20,7 @@ pub struct StartPlan {
     /// through the API.
     pub set: PolicySet,
     /// The vif ports, in the set's order.
-    pub ports: Vec<PortConfig>,
+    pub ports: Vec<Port>,
     /// Config ports deleted through the API (they stay deleted).
     pub removed: Vec<String>,
     /// What reading the state file warns about (a fallback to the last-good copy, a missing
@@ -42,64 +41,46 @@ impl Api {
     /// and the state file's ports merged, their policies validated as a set, the port limit.
     /// `vqosd --check` runs it dry; the start runs it, then [`Api::start_planned`].
     pub fn plan(config: &Config, dry: bool) -> Result<StartPlan, ApiError> {
-        let uplink = config.uplink.as_ref().map(|u| u.name.as_str());
+        let uplink = config.uplink.as_ref().map(|u| u.config.name.as_str());
         let read = if dry { state::check } else { state::restore };
         let state::Restored {
             state: saved,
             warnings,
         } = read(&config.state_file, uplink, config.expect_state)?;
         let mut set = config.policy_set();
-        let mut ports: Vec<PortConfig> = config.ports.iter().map(|(p, _)| p.clone()).collect();
+        let mut ports: Vec<Port> = config.ports.iter().map(|(p, _)| p.clone()).collect();
         let mut removed = Vec::new();
         if let Some(saved) = saved {
             // Config ports deleted through the API stay deleted; a name no longer in the config
             // needs no memory.
             for name in saved.removed {
-                if let Some(i) = ports.iter().position(|p| p.name == name) {
+                if let Some(i) = ports.iter().position(|p| p.config.name == name) {
                     ports.remove(i);
                     set.vifs.remove(i);
                     removed.push(name);
                 }
             }
             let heirs: Vec<String> = (saved.ports.iter())
-                .filter_map(|p| p.handover.as_ref().map(|h| h.to.clone()))
+                .filter_map(|p| p.state.handover.as_ref().map(|h| h.to.clone()))
                 .collect();
             for sp in saved.ports {
-                match set.id(&sp.name) {
+                let (sp, policy) = sp.into_port();
+                match set.id(&sp.config.name) {
                     Ok(id) => {
                         // `ports` and `set.vifs` are in the same order.
-                        set.vifs[id].policy = sp.policy;
+                        set.vifs[id].policy = policy;
                         let p = &mut ports[id];
-                        p.locked = sp.locked;
-                        p.handover = sp.handover;
-                        if heirs.contains(&sp.name) {
+                        if heirs.contains(&sp.config.name) {
                             // A config port that took a migrated identity keeps it.
-                            (p.macs, p.ips, p.serves) = (sp.macs, sp.ips, sp.serves);
-                            p.port_security = sp.port_security;
+                            let (c, s) = (&mut p.config, sp.config);
+                            (c.macs, c.ips, c.serves) = (s.macs, s.ips, s.serves);
+                            c.port_security = s.port_security;
                         }
+                        p.state = sp.state;
                     }
                     Err(_) => {
-                        set = set.with_vif(&sp.name, sp.policy);
-                        ports.push(PortConfig {
-                            name: sp.name,
-                            kind: sp.kind,
-                            create: sp.create,
-                            socket: sp.socket,
-                            frame_len: sp.frame_len,
-                            mode: sp.mode,
-                            queues: sp.queues,
-                            access: SocketAccess {
-                                owner: sp.socket_owner,
-                                group: sp.socket_group,
-                                mode: sp.socket_mode,
-                            },
-                            macs: sp.macs,
-                            port_security: sp.port_security,
-                            ips: sp.ips,
-                            serves: sp.serves,
-                            locked: sp.locked,
-                            handover: sp.handover,
-                        });
+                        set = set.with_vif(&sp.config.name, policy);
+                        ports.push(sp);
                     }
                 }
             }
@@ -146,14 +127,14 @@ impl Api {
         let adds = Api::restart_configs(&ports);
         for (p, v) in adds.iter().zip(&set.vifs) {
             match backend.add_port(p, &v.policy) {
-                Ok(opened) => tracing::info!("Port {} up ({opened})", p.name),
+                Ok(opened) => tracing::info!("Port {} up ({opened})", p.config.name),
                 Err(source) => {
                     // Leave the switch as we found it.
-                    for q in adds.iter().take_while(|q| q.name != p.name) {
-                        let _ = backend.remove_port(&q.name);
+                    for q in adds.iter().take_while(|q| q.config.name != p.config.name) {
+                        let _ = backend.remove_port(&q.config.name);
                     }
                     return Err(ApiError::Backend {
-                        name: p.name.clone(),
+                        name: p.config.name.clone(),
                         source,
                     });
                 }
@@ -182,7 +163,7 @@ impl Api {
         Ok(Api {
             backend,
             engine: config.engine,
-            uplink: config.uplink.as_ref().map(|u| u.name.clone()),
+            uplink: config.uplink.as_ref().map(|u| u.config.name.clone()),
             state_file: config.state_file.clone(),
             config_path: OnceLock::new(),
             warnings,

@@ -8,7 +8,7 @@ use vqos_sched::calibrate::Sample;
 use vqos_sched::{PolicySet, VifPolicy};
 
 use super::{
-    Backend, BackendError, LoopHealth, LoopStats, PortConfig, PortOpened, PortStats, SwitchStats,
+    Backend, BackendError, LoopHealth, LoopStats, Port, PortOpened, PortStats, SwitchStats,
     DROP_REASONS,
 };
 
@@ -32,7 +32,7 @@ pub enum MockCall {
 #[derive(Debug, Default)]
 struct MockState {
     /// Ports in the order they were added, with their policies.
-    ports: Vec<(PortConfig, VifPolicy)>,
+    ports: Vec<(Port, VifPolicy)>,
     /// Counters returned by `stats`, by port name (missing ports report zeros).
     counters: BTreeMap<String, PortStats>,
     /// Every call received.
@@ -72,8 +72,15 @@ impl MockBackend {
     }
 
     /// The ports and their policies as the switch has them.
-    pub fn ports(&self) -> Vec<(PortConfig, VifPolicy)> {
+    pub fn ports(&self) -> Vec<(Port, VifPolicy)> {
         self.lock().ports.clone()
+    }
+
+    /// The names of the ports the switch has, in order.
+    pub fn port_names(&self) -> Vec<String> {
+        (self.lock().ports.iter())
+            .map(|(p, _)| p.config.name.clone())
+            .collect()
     }
 
     /// Every call received so far.
@@ -118,19 +125,22 @@ impl MockBackend {
 }
 
 impl Backend for MockBackend {
-    fn add_port(&self, port: &PortConfig, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
+    fn add_port(&self, port: &Port, policy: &VifPolicy) -> Result<PortOpened, BackendError> {
         let mut s = self.lock();
-        s.calls.push(MockCall::AddPort(port.name.clone()));
+        s.calls.push(MockCall::AddPort(port.config.name.clone()));
         if let Some(message) = s.fail_next_add.take() {
             return Err(BackendError::Port {
-                name: port.name.clone(),
+                name: port.config.name.clone(),
                 message,
             });
         }
-        if s.ports.iter().any(|(p, _)| p.name == port.name) {
-            return Err(BackendError::PortExists(port.name.clone()));
+        if s.ports
+            .iter()
+            .any(|(p, _)| p.config.name == port.config.name)
+        {
+            return Err(BackendError::PortExists(port.config.name.clone()));
         }
-        policy.validate(&port.name)?;
+        policy.validate(&port.config.name)?;
         s.ports.push((port.clone(), policy.clone()));
         Ok(PortOpened::fresh(port))
     }
@@ -141,7 +151,7 @@ impl Backend for MockBackend {
         let i = s
             .ports
             .iter()
-            .position(|(p, _)| p.name == name)
+            .position(|(p, _)| p.config.name == name)
             .ok_or_else(|| BackendError::UnknownPort(name.to_string()))?;
         s.ports.remove(i);
         Ok(())
@@ -155,7 +165,7 @@ impl Backend for MockBackend {
         let find = |s: &MockState, n: &str| {
             s.ports
                 .iter()
-                .position(|(p, _)| p.name == n)
+                .position(|(p, _)| p.config.name == n)
                 .ok_or_else(|| BackendError::UnknownPort(n.to_string()))
         };
         let (i, j) = (find(&s, src)?, find(&s, dst)?);
@@ -173,12 +183,12 @@ impl Backend for MockBackend {
         s.calls.push(MockCall::SetPolicies(policies.len()));
         policies.validate()?;
         for v in &policies.vifs {
-            if !s.ports.iter().any(|(p, _)| p.name == v.name) {
+            if !s.ports.iter().any(|(p, _)| p.config.name == v.name) {
                 return Err(BackendError::UnknownPort(v.name.clone()));
             }
         }
         for v in &policies.vifs {
-            if let Some(slot) = s.ports.iter_mut().find(|(p, _)| p.name == v.name) {
+            if let Some(slot) = s.ports.iter_mut().find(|(p, _)| p.config.name == v.name) {
                 slot.1 = v.policy.clone();
             }
         }
@@ -193,7 +203,7 @@ impl Backend for MockBackend {
             return Err(BackendError::Switch("stopped".into()));
         }
         for (name, p) in probabilities {
-            if !s.ports.iter().any(|(q, _)| &q.name == name) {
+            if !s.ports.iter().any(|(q, _)| &q.config.name == name) {
                 return Err(BackendError::UnknownPort(name.clone()));
             }
             if !(0.0..=1.0).contains(p) {
@@ -212,8 +222,8 @@ impl Backend for MockBackend {
             .ports
             .iter()
             .map(|(p, _)| {
-                let mut st = s.counters.get(&p.name).cloned().unwrap_or_default();
-                st.name = p.name.clone();
+                let mut st = s.counters.get(&p.config.name).cloned().unwrap_or_default();
+                st.name = p.config.name.clone();
                 for r in DROP_REASONS {
                     st.drops.entry(r.to_string()).or_insert(0);
                 }

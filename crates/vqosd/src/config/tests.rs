@@ -44,12 +44,12 @@ fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
     let c = Config::parse("[uplink]\nname = \"eth1\"\nkind = \"af-packet\"", env).unwrap();
     let up = c.uplink.unwrap();
     assert_eq!(
-        (up.name.as_str(), up.kind, up.create),
+        (up.config.name.as_str(), up.config.kind, up.config.create),
         ("eth1", PortKind::AfPacket, false)
     );
     let tap = Config::parse("[uplink]\nname = \"up0\"", env).unwrap();
     assert_eq!(
-        tap.uplink.map(|u| (u.kind, u.create)),
+        tap.uplink.map(|u| (u.config.kind, u.config.create)),
         Some((PortKind::Tap, true))
     );
     assert!(
@@ -60,7 +60,7 @@ fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
         .contains("Uplink 'eth1': kind must be \"tap\", \"af-packet\" or \"null\""));
     // A null uplink (benchmarks): nothing to create or attach.
     let null = Config::parse("[uplink]\nname = \"n0\"\nkind = \"null\"", env).unwrap();
-    assert_eq!(null.uplink.map(|u| u.kind), Some(PortKind::Null));
+    assert_eq!(null.uplink.map(|u| u.config.kind), Some(PortKind::Null));
     assert!(
         err("[uplink]\nname = \"n0\"\nkind = \"null\"\ncreate = true")
             .contains("Uplink 'n0': create is for TAPs")
@@ -78,9 +78,9 @@ fn a_server_role_vhost_user_port_takes_its_sockets_owner_group_and_mode() {
         env,
     )
     .unwrap();
-    let access = &c.ports[0].0.access;
+    let p = &c.ports[0].0.config;
     assert_eq!(
-        (&access.owner, &access.group, access.mode),
+        (&p.socket_owner, &p.socket_group, p.socket_mode),
         (
             &Some(Account::Id(0)),
             &Some(Account::Name("root".into())),
@@ -119,17 +119,17 @@ fn full_config_parses() {
     assert!(c.busy_poll);
     assert_eq!(c.tap_io, TapIo::Uring);
     assert_eq!(c.tcp.as_ref().unwrap().token, "0123456789abcdef");
-    assert_eq!(c.uplink.as_ref().unwrap().name, "up0");
-    assert!(!c.uplink.as_ref().unwrap().create);
+    assert_eq!(c.uplink.as_ref().unwrap().config.name, "up0");
+    assert!(!c.uplink.as_ref().unwrap().config.create);
     assert_eq!(c.ports.len(), 2);
     let (p1, pol1) = &c.ports[0];
-    assert!(p1.create);
-    assert_eq!(p1.macs.len(), 1);
+    assert!(p1.config.create);
+    assert_eq!(p1.config.macs.len(), 1);
     assert_eq!(
         (pol1.weight, pol1.min_bps, pol1.max_bps, pol1.priority),
         (3, 200_000_000, Some(500_000_000), 1)
     );
-    assert!(!c.ports[1].0.create);
+    assert!(!c.ports[1].0.config.create);
     assert_eq!(c.ports[1].1, VifPolicy::default());
     assert_eq!(c.policy_set().len(), 2);
 }

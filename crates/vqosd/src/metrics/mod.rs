@@ -243,6 +243,8 @@ mod tests {
     use super::*;
     use crate::backend::{LoopStats, PortStats};
     use crate::wire::{PolicyView, PortStatsView};
+    use std::collections::BTreeMap;
+    use vqos_api::stats::{PortStatus, VhostUserStatus};
     use vqos_sched::VifPolicy;
 
     /// A switch where every metric has something to say.
@@ -269,12 +271,13 @@ mod tests {
                         drops,
                         credit: Some(-5),
                         throttled: true,
-                        vhost_user: Some(serde_json::json!({
-                            "mode": "server", "socket": "/run/vqos/vm1.sock",
-                            "connected": true, "quarantined": false,
-                            "counters": {"chain_loop": 2},
-                            "pair_frames": [[5, 6]],
-                        })),
+                        status: Some(PortStatus::VhostUser(Box::new(VhostUserStatus {
+                            socket: "/run/vqos/vm1.sock".into(),
+                            connected: true,
+                            counters: BTreeMap::from([("chain_loop".to_string(), 2)]),
+                            pair_frames: vec![[5, 6]],
+                            ..Default::default()
+                        }))),
                         ..Default::default()
                     },
                     role: "vif".into(),

@@ -1,36 +1,12 @@
 //! The vhost-user families: whether a port's guest is connected, whether its session is
-//! quarantined, and the guest's misbehaviour counters, from the data plane's `VhostUserStatus`
-//! that the port's stats carry as JSON in their `vhost_user` field.
-//!
-//! The status is read by field name (this module must build without the data plane) and only
-//! when it has the vhost-user shape: the AF_PACKET uplink's status lands in the same field and is
-//! no vhost-user port. A test of crates/vqosd/tests/metrics_doc.rs serialises the real type and
-//! checks that every counter it has reaches the exposition.
+//! quarantined, and the guest's misbehaviour counters, from the port's `vhost_user` status
+//! ([`VhostUserStatus`]; other port kinds have none). A test of
+//! crates/vqosd/tests/metrics_doc.rs serialises the data plane's own type and checks that
+//! every counter it has reaches the exposition.
 
-use std::collections::BTreeMap;
-
-use serde::Deserialize;
+use vqos_api::stats::VhostUserStatus;
 
 use crate::backend::PortStats;
-
-/// The fields of a `VhostUserStatus` the metrics read.
-#[derive(Debug, Deserialize)]
-struct Status {
-    /// Socket role; required so that another port kind's status is not taken for this one.
-    #[serde(rename = "mode")]
-    _mode: String,
-    /// Socket path (required, as `mode`).
-    #[serde(rename = "socket")]
-    _socket: String,
-    connected: bool,
-    quarantined: bool,
-    #[serde(default)]
-    counters: BTreeMap<String, u64>,
-    /// Per queue pair: `[read from its TX queue, written to its RX queue]` (absent from an
-    /// older data plane).
-    #[serde(default)]
-    pair_frames: Vec<[u64; 2]>,
-}
 
 /// The counters: field of `VhostUserCounters`, family, the label that tells the field apart
 /// within a family that has several (empty: none).
@@ -94,8 +70,8 @@ const ERRORS: &str = "vqos_vhost_user_guest_errors_total";
 const RX_DROPS: &str = "vqos_vhost_user_guest_rx_dropped_frames_total";
 
 /// The port's vhost-user status, `None` for other port kinds.
-fn status(p: &PortStats) -> Option<Status> {
-    serde_json::from_value(p.vhost_user.clone()?).ok()
+fn status(p: &PortStats) -> Option<&VhostUserStatus> {
+    p.status.as_ref()?.vhost_user()
 }
 
 /// The samples of the vhost-user family `name` for port `p`: labels after `port` (each with

@@ -115,10 +115,10 @@ fn health_ports_and_policies() {
 
     let ports: Vec<PortView> = serde_json::from_value(d.get("/v1/ports")).unwrap();
     assert_eq!(ports.len(), 2);
-    assert_eq!(ports[1].name, "vm2");
-    assert!(!ports[1].create);
-    assert_eq!(ports[1].macs[0].to_string(), "02:00:00:00:00:02");
-    assert_eq!(ports[1].policy.max, "500Mbit");
+    assert_eq!(ports[1].port.name, "vm2");
+    assert!(!ports[1].port.create);
+    assert_eq!(ports[1].port.macs[0].to_string(), "02:00:00:00:00:02");
+    assert_eq!(ports[1].port.policy.max, "500Mbit");
     let one: PortView = serde_json::from_value(d.get("/v1/ports/vm2")).unwrap();
     assert_eq!(one, ports[1]);
 
@@ -194,7 +194,7 @@ fn put_policy_is_a_partial_update_and_reaches_switch_and_disk() {
         .mock
         .ports()
         .into_iter()
-        .map(|(p, pol)| (p.name, pol))
+        .map(|(p, pol)| (p.config.name, pol))
         .collect();
     assert_eq!(switch["vm2"].weight, 5);
     assert_eq!(switch["vm2"].min_bps, 100_000_000);
@@ -221,13 +221,16 @@ fn add_and_remove_ports() {
     assert_eq!(body["policy"]["max"], "200Mbit");
     assert_eq!(body["policy"]["weight"], 3);
     let (p, pol) = d.mock.ports().pop().unwrap();
-    assert_eq!((p.name.as_str(), p.create, pol.weight), ("vm3", false, 3));
+    assert_eq!(
+        (p.config.name.as_str(), p.config.create, pol.weight),
+        ("vm3", false, 3)
+    );
     assert_eq!(d.get("/v1/ports").as_array().unwrap().len(), 3);
 
     let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["removed"], "vm1");
-    let names: Vec<String> = d.mock.ports().into_iter().map(|(p, _)| p.name).collect();
+    let names = d.mock.port_names();
     assert_eq!(names, ["vm2", "vm3"]);
     let (status, _) = d.send("GET", "/v1/policies/vm1", None);
     assert_eq!(status, 404);
@@ -267,7 +270,7 @@ fn port_security_is_on_by_default_and_a_configured_mac_has_one_owner() {
     );
     assert_eq!(status, 201, "{body}");
     let (p, _) = d.mock.ports().pop().unwrap();
-    assert!(!p.port_security);
+    assert!(!p.config.port_security);
     assert_eq!(d.get("/v1/ports/rtr")["port_security"], false);
     let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
     assert_eq!(saved["ports"][3]["port_security"], false);
@@ -283,7 +286,7 @@ fn configured_ip_addresses_and_services_have_one_owner_and_need_port_security() 
     assert_eq!(body["ips"], json!(["10.0.0.5", "fd00::5"]));
     assert_eq!(body["serves"], json!(["dhcp-server"]));
     let (p, _) = d.mock.ports().pop().unwrap();
-    assert_eq!(p.ips.len(), 2);
+    assert_eq!(p.config.ips.len(), 2);
     let saved: Value = serde_json::from_slice(&fs::read(&d.state_file).unwrap()).unwrap();
     let last = saved["ports"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["serves"], json!(["dhcp-server"]));

@@ -77,13 +77,13 @@ fn the_destination_takes_the_identity_and_refusals_change_nothing() {
     let b = port(&d, "vmb");
     let a = port(&d, "vma");
     assert_eq!(
-        (b.macs.clone(), b.ips.clone()),
-        (a.macs.clone(), a.ips.clone())
+        (b.port.macs.clone(), b.port.ips.clone()),
+        (a.port.macs.clone(), a.port.ips.clone())
     );
-    assert_eq!(b.policy, a.policy, "the source's policy");
-    assert_eq!(b.policy.max_bps, Some(8_000_000));
+    assert_eq!(b.port.policy, a.port.policy, "the source's policy");
+    assert_eq!(b.port.policy.max_bps, Some(8_000_000));
     assert_eq!(
-        a.handover,
+        a.state.handover,
         Some(HandoverView {
             to: "vmb".into(),
             complete: false
@@ -118,8 +118,22 @@ fn a_restart_mid_hand_over_keeps_the_identity_on_the_source_and_migrates_again()
     // The switch got the source whole, the destination bare, then the migration again.
     let switch = d.mock.ports();
     let (a, b) = (&switch[2].0, &switch[3].0);
-    assert_eq!((a.name.as_str(), a.macs.len(), a.ips.len()), ("vma", 1, 1));
-    assert_eq!((b.name.as_str(), b.macs.len(), b.ips.len()), ("vmb", 0, 0));
+    assert_eq!(
+        (
+            a.config.name.as_str(),
+            a.config.macs.len(),
+            a.config.ips.len()
+        ),
+        ("vma", 1, 1)
+    );
+    assert_eq!(
+        (
+            b.config.name.as_str(),
+            b.config.macs.len(),
+            b.config.ips.len()
+        ),
+        ("vmb", 0, 0)
+    );
     let calls = d.mock.calls();
     let added = calls
         .iter()
@@ -146,16 +160,16 @@ fn a_completed_hand_over_survives_a_restart_and_deleting_the_destination_cancels
             ..Default::default()
         });
         assert!(d.api.sync_locks().unwrap() >= 1);
-        assert!(port(&d, "vma").handover.unwrap().complete);
+        assert!(port(&d, "vma").state.handover.unwrap().complete);
     }
     let d = start(dir.path());
     let switch = d.mock.ports();
     let (a, b) = (&switch[2].0, &switch[3].0);
     assert!(
-        a.handover.as_ref().unwrap().complete,
+        a.state.handover.as_ref().unwrap().complete,
         "added owning nothing"
     );
-    assert_eq!(b.macs.len(), 1, "the destination whole");
+    assert_eq!(b.config.macs.len(), 1, "the destination whole");
     assert!(!d
         .mock
         .calls()
@@ -168,7 +182,7 @@ fn a_completed_hand_over_survives_a_restart_and_deleting_the_destination_cancels
     let d = with_guest(dir.path());
     assert_eq!(migrate(&d, "vma", json!({"to": "vmb"})).0, 200);
     assert_eq!(d.send("DELETE", "/v1/ports/vmb", None).0, 200);
-    assert_eq!(port(&d, "vma").handover, None);
+    assert_eq!(port(&d, "vma").state.handover, None);
     assert_eq!(
         migrate(&d, "vma", json!({"to": "vm1"})).0,
         200,

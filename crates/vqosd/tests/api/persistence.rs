@@ -39,7 +39,7 @@ fn a_failed_state_write_undoes_the_change() {
         .mock
         .ports()
         .into_iter()
-        .map(|(p, pol)| (p.name, pol.weight))
+        .map(|(p, pol)| (p.config.name, pol.weight))
         .collect();
     assert_eq!(switch, vec![("vm1".to_string(), 1), ("vm2".to_string(), 2)]);
     fs::remove_dir_all(&tmp).unwrap();
@@ -61,7 +61,7 @@ fn a_removal_that_cannot_be_saved_never_touches_the_switch() {
     let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
     assert_eq!(status, 500, "{body}");
     assert_eq!(d.mock.calls(), calls_before, "the switch was touched");
-    let names: Vec<String> = d.mock.ports().into_iter().map(|(p, _)| p.name).collect();
+    let names = d.mock.port_names();
     assert_eq!(names, ["vm1", "vm2"]);
     assert_eq!(d.snapshot(), before);
     fs::remove_dir_all(&tmp).unwrap();
@@ -107,8 +107,8 @@ fn restart_restores_every_policy() {
         .into_iter()
         .map(|(p, pol)| {
             (
-                p.name,
-                p.create,
+                p.config.name,
+                p.config.create,
                 pol.weight,
                 pol.min_bps,
                 pol.max_bps,
@@ -129,8 +129,7 @@ fn restart_restores_every_policy() {
 #[test]
 fn a_config_port_deleted_through_the_api_stays_deleted_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let names =
-        |d: &Daemon| -> Vec<String> { d.mock.ports().into_iter().map(|(p, _)| p.name).collect() };
+    let names = |d: &Daemon| d.mock.port_names();
     {
         let d = start(dir.path());
         let (status, body) = d.send("DELETE", "/v1/ports/vm1", None);
@@ -245,8 +244,9 @@ fn a_vhost_user_sockets_owner_group_and_mode_survive_a_restart() {
     let d = start(dir.path());
     assert_eq!(d.get("/v1/ports"), listed);
     let (p, _) = d.mock.ports().pop().unwrap();
+    let c = &p.config;
     assert_eq!(
-        serde_json::to_value(&p.access).unwrap(),
-        json!({"owner": "root", "group": 0, "mode": "0660"})
+        serde_json::to_value((&c.socket_owner, &c.socket_group, c.socket_mode)).unwrap(),
+        json!(["root", 0, "0660"])
     );
 }

@@ -138,7 +138,7 @@ struct GatedSwitch {
 impl vqosd::backend::Backend for GatedSwitch {
     fn add_port(
         &self,
-        port: &vqosd::backend::PortConfig,
+        port: &vqosd::backend::Port,
         policy: &vqos_sched::VifPolicy,
     ) -> Result<vqosd::backend::PortOpened, vqosd::backend::BackendError> {
         self.mock.add_port(port, policy)
