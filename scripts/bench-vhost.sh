@@ -79,7 +79,7 @@ if [ ${#need[@]} -gt 0 ]; then
     }
     [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
-VQOSD=target/release/vqosd
+VQOSD=${VQOSD:-target/release/vqosd}
 VQOS=target/release/vqos
 if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ]; then
     log "building vqosd and vqos (release)"
@@ -158,6 +158,7 @@ start_vqosd() { # engine: rr | vqos → SW_PID, VQ_SOCK
         echo 'busy_poll = true'
         echo 'remove_taps_on_exit = true'
         echo "state_file = \"$TMP/state-$engine.json\""
+        [ -z "${VQOSD_EXTRA:-}" ] || printf '%b\n' "$VQOSD_EXTRA"
         echo '[api]'
         echo "socket = \"$VQ_SOCK\""
         echo '[uplink]'
