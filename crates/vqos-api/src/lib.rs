@@ -19,7 +19,7 @@
 //!   `POST /v1/calibrate`).
 //! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
 //! - [`migrate`]: `MigrateRequest`, `MigratedView`, `HandoverView` (`vqos port migrate`).
-//! - [`stats`]: `PortStats`, `PortStatus` (`VhostUserStatus`, `AfPacketStatus`), `LoopStats`,
+//! - [`stats`]: `PortStats`, `PortStatus` (`VhostUserStatus`, `AfPacketStatus`, `TapStatus`), `LoopStats`,
 //!   `SwitchStats`, [`stats::DROP_REASONS`].
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]

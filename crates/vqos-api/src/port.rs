@@ -111,7 +111,8 @@ pub struct PortConfig<P = ()> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<VhostUserRole>,
     /// vhost-user: queue pairs offered to the guest, 1 to 16 (default 1; QEMU's
-    /// `-netdev vhost-user,queues=N` may ask for at most this many).
+    /// `-netdev vhost-user,queues=N` may ask for at most this many). TAP: its queues, 1 to 16
+    /// (`IFF_MULTI_QUEUE` above 1; the guest's side spreads its frames over them by flow).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
     /// vhost-user, server role: the socket's owner (a user name or uid), e.g. `libvirt-qemu`;

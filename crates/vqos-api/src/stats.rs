@@ -50,8 +50,8 @@ pub struct PortStats {
     /// True while the engine refuses to serve the port.
     pub throttled: bool,
     /// What the port kind reports beyond its counters, under the kind's name: `vhost_user`
-    /// (vhost-user ports) or `af_packet` (the uplink on an existing interface); absent for
-    /// TAPs and null ports.
+    /// (vhost-user ports), `af_packet` (the uplink on an existing interface) or `tap` (a
+    /// multiqueue TAP); absent for single-queue TAPs and null ports.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PortStatus>,
     /// Addresses port security locked to it first come.
@@ -72,7 +72,7 @@ pub struct PortStats {
 }
 
 /// What a port kind reports beyond its counters ([`PortStats::status`]), serialised under the
-/// kind's name: `"vhost_user": {...}` or `"af_packet": {...}` beside the port's counters. (A
+/// kind's name: `"vhost_user": {...}`, `"af_packet": {...}` or `"tap": {...}` beside the port's counters. (A
 /// status that does not parse, from another version of the daemon, reads as none.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -81,6 +81,8 @@ pub enum PortStatus {
     VhostUser(Box<VhostUserStatus>),
     /// An `AF_PACKET` port (the uplink on an existing interface).
     AfPacket(AfPacketStatus),
+    /// A multiqueue TAP (`queues` above 1).
+    Tap(TapStatus),
 }
 
 impl PortStatus {
@@ -88,9 +90,17 @@ impl PortStatus {
     pub fn vhost_user(&self) -> Option<&VhostUserStatus> {
         match self {
             PortStatus::VhostUser(s) => Some(s),
-            PortStatus::AfPacket(_) => None,
+            PortStatus::AfPacket(_) | PortStatus::Tap(_) => None,
         }
     }
+}
+
+/// A multiqueue TAP's queues (the data plane's `TapStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapStatus {
+    /// Frames read from each queue, by queue index: how the kernel spread what the guest's
+    /// side sent.
+    pub queue_rx_frames: Vec<u64>,
 }
 
 /// A vhost-user port's session: connection, features, the guest's misbehaviour counters (the

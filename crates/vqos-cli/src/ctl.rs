@@ -232,10 +232,10 @@ enum PortCommand {
         /// (QEMU `server=on`): vqosd can restart under running guests.
         #[arg(long, requires = "vhost_user")]
         client: bool,
-        /// With --vhost-user: queue pairs offered to the guest, 1 to 16 (QEMU
-        /// `-netdev vhost-user,queues=N`; default 1).
-        #[arg(long, requires = "vhost_user", value_name = "N",
-              value_parser = clap::value_parser!(u16).range(1..=16))]
+        /// Queues, 1 to 16 (default 1). With --vhost-user: queue pairs offered to the guest
+        /// (QEMU `-netdev vhost-user,queues=N`); a TAP: IFF_MULTI_QUEUE queues, over which
+        /// the guest's side spreads its flows.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
         queues: Option<u16>,
         /// With --vhost-user, server role: give the socket to this user (a name or a uid, e.g.
         /// libvirt-qemu) so that a QEMU running as that user can connect.
@@ -409,6 +409,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 port_security: !no_port_security,
                 ips,
                 policy: policy.patch()?,
+                queues,
                 ..PortRequest::tap("")
             };
             if let Some(socket) = &vhost_user {
@@ -420,7 +421,6 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                     true => VhostUserRole::Client,
                     false => VhostUserRole::Server,
                 });
-                req.queues = queues;
                 (req.socket_owner, req.socket_group) = (socket_owner, socket_group);
                 req.socket_mode = socket_mode;
             }

@@ -212,6 +212,9 @@ pub struct PortSpec {
     pub restored: Locks,
     /// How a TAP port moves frames (ignored by other kinds).
     pub tap_io: TapIo,
+    /// A TAP port's queues, 1 to [`crate::MAX_TAP_QUEUES`] (ignored by other kinds; a
+    /// vhost-user port's are in its own config).
+    pub tap_queues: u16,
 }
 
 impl PortSpec {
@@ -224,6 +227,7 @@ impl PortSpec {
             ips: Some(IpPolicy::default()),
             restored: Locks::default(),
             tap_io: TapIo::default(),
+            tap_queues: 1,
         }
     }
 
@@ -236,6 +240,7 @@ impl PortSpec {
             ips: Some(IpPolicy::default()),
             restored: Locks::default(),
             tap_io: TapIo::default(),
+            tap_queues: 1,
         }
     }
 
@@ -248,6 +253,7 @@ impl PortSpec {
             ips: Some(IpPolicy::default()),
             restored: Locks::default(),
             tap_io: TapIo::default(),
+            tap_queues: 1,
         }
     }
 
@@ -261,6 +267,7 @@ impl PortSpec {
             ips: Some(IpPolicy::default()),
             restored: Locks::default(),
             tap_io: TapIo::default(),
+            tap_queues: 1,
         }
     }
 
@@ -273,12 +280,19 @@ impl PortSpec {
             ips: Some(IpPolicy::default()),
             restored: Locks::default(),
             tap_io: TapIo::default(),
+            tap_queues: 1,
         }
     }
 
     /// Restricts the source MACs the port may use to `macs` ([`MacPolicy::Fixed`]).
     pub fn with_allowed_macs(mut self, macs: Vec<MacKey>) -> Self {
         self.macs = MacPolicy::Fixed(macs);
+        self
+    }
+
+    /// A TAP port with `queues` queues (`IFF_MULTI_QUEUE` above 1; [`crate::tap`]).
+    pub fn with_tap_queues(mut self, queues: u16) -> Self {
+        self.tap_queues = queues;
         self
     }
 
@@ -316,7 +330,8 @@ impl PortSpec {
         };
         let mut origin = None;
         let mut tap = |mode| -> Result<Box<dyn Port>, SwitchError> {
-            let port = TapPort::open_with(&name, mode, self.tap_io).map_err(wrap)?;
+            let port =
+                TapPort::open_queues(&name, mode, self.tap_io, self.tap_queues).map_err(wrap)?;
             origin = Some(port.origin().clone());
             Ok(Box::new(port))
         };

@@ -89,6 +89,7 @@ pub mod stats;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod tap_queue;
 pub mod tap_uring;
 pub mod vhost_user;
 
@@ -113,7 +114,8 @@ pub use stats::{
     SwitchStats,
 };
 pub use switch::{Poll, Switch};
-pub use tap::{TapMode, TapOrigin, TapPort};
+pub use tap::{TapMode, TapOrigin, TapPort, TapStatus, MAX_TAP_QUEUES};
+pub use tap_queue::TapTxQueue;
 pub use tap_uring::TapIo;
 pub use vhost_user::{
     VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,

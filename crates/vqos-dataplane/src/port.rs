@@ -10,6 +10,7 @@ use vqos_sched::MAX_BURST;
 
 use crate::afpacket::AfPacketStatus;
 use crate::frame::FRAME_BUF_BYTES;
+use crate::tap::TapStatus;
 use crate::vhost_user::VhostUserStatus;
 
 /// Frames one [`Batch`] holds (the engine's burst limit).
@@ -102,7 +103,7 @@ impl PortIoCounters {
 }
 
 /// What a port kind reports beyond its counters ([`Port::status`]), serialised under the
-/// kind's name: `{"vhost_user": {...}}` or `{"af_packet": {...}}`.
+/// kind's name: `{"vhost_user": {...}}`, `{"af_packet": {...}}` or `{"tap": {...}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PortStatus {
@@ -110,6 +111,8 @@ pub enum PortStatus {
     VhostUser(Box<VhostUserStatus>),
     /// An `AF_PACKET` port (the uplink on an existing interface).
     AfPacket(AfPacketStatus),
+    /// A multiqueue TAP: frames read per queue.
+    Tap(TapStatus),
 }
 
 /// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.

@@ -21,17 +21,38 @@
 //! Frames move with one `read`/`write` system call each ([`TapIo::Syscall`], the default) or in
 //! batches on an io_uring ([`TapIo::Uring`], [`TapPort::open_with`]; see [`crate::tap_uring`]).
 //!
+//! ## Queues
+//! With more than one queue ([`TapPort::open_queues`], a port's `queues`), the TAP is made
+//! (or attached) with `IFF_MULTI_QUEUE` and one descriptor per queue: the kernel spreads what
+//! its side transmits over them by flow, as it does for a multiqueue virtio-net guest. The
+//! port reads every queue, starting one queue further at each call so that none waits behind
+//! a busy one; a short read means every queue was found empty. Its readiness descriptor is an
+//! epoll instance over the queues (readable while any has frames). Threads that do not read
+//! the port write through transmit queues of their own ([`Port::tx_queue`],
+//! [`crate::tap_queue`]): queue 1, 2, … in turn, queue 0 being the reader's.
+//!
 //! ## Limitations
-//! One queue per TAP (no `IFF_MULTI_QUEUE`).
+//! - A TAP's queues are all read by one thread (the port's shard); a vif read on several
+//!   shards would need its floor and cap divided among them.
+//! - An existing TAP keeps how it was made: a single-queue TAP cannot be attached with
+//!   `queues` above 1, nor a multiqueue one with 1 (the kernel refuses; the error says so).
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
+use serde::Serialize;
+
 use crate::frame::VNET_HDR_LEN;
-use crate::port::{Batch, Port, PortError, PortIoCounters};
-use crate::tap_uring::{TapIo, UringIo};
+use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
+use crate::tap_queue::TapQueue;
+use crate::tap_uring::TapIo;
+
+/// Most queues of a TAP port (the kernel allows 256; 16 is what a guest's virtio-net offers
+/// at most here, as for vhost-user ports).
+pub const MAX_TAP_QUEUES: u16 = 16;
 
 /// How a [`TapPort`] comes to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,16 +87,25 @@ pub enum TapOrigin {
 pub struct TapPort {
     /// Interface name.
     name: String,
-    /// The queue's file descriptor (non-blocking).
-    fd: OwnedFd,
-    /// I/O counters.
-    counters: PortIoCounters,
+    /// Its queues (one unless opened with several).
+    queues: Vec<TapQueue>,
+    /// The queue the next read starts with.
+    next_rx: usize,
+    /// The queue the next transmit queue handed out writes to.
+    next_tx: Cell<usize>,
+    /// With several queues: an epoll instance over them, the port's readiness descriptor.
+    epoll: Option<OwnedFd>,
     /// The switch made it (Create, Own): releasing the port deletes it.
     owned: bool,
-    /// The port's io_uring when it moves frames in batches ([`TapIo::Uring`]).
-    uring: Option<UringIo>,
     /// Made, re-attached or attached.
     origin: TapOrigin,
+}
+
+/// A multiqueue TAP's queues, for operators (`{"tap": {...}}` in a port's stats).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TapStatus {
+    /// Frames read from each queue, by queue index: how the kernel spread them.
+    pub queue_rx_frames: Vec<u64>,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -146,28 +176,54 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> io::Result<T>
 }
 
 impl TapPort {
-    /// Opens TAP `name` per `mode`, moving frames by `io`. With [`TapIo::Uring`] the ring is
+    /// Opens TAP `name` per `mode` with one queue, moving frames by `io` (see
+    /// [`TapPort::open_queues`]).
+    pub fn open_with(name: &str, mode: TapMode, io: TapIo) -> Result<TapPort, PortError> {
+        Self::open_queues(name, mode, io, 1)
+    }
+
+    /// Opens TAP `name` per `mode` with `queues` queues (1 to [`MAX_TAP_QUEUES`]; above 1 with
+    /// `IFF_MULTI_QUEUE`), moving frames by `io`. With [`TapIo::Uring`] every queue's ring is
     /// made first: where io_uring is not available (old kernel, a seccomp filter) this fails
     /// before any interface is created or attached.
-    pub fn open_with(name: &str, mode: TapMode, io: TapIo) -> Result<TapPort, PortError> {
-        let uring = match io {
-            TapIo::Syscall => None,
-            TapIo::Uring => Some(UringIo::new().map_err(|source| PortError::Io {
+    pub fn open_queues(
+        name: &str,
+        mode: TapMode,
+        io: TapIo,
+        queues: u16,
+    ) -> Result<TapPort, PortError> {
+        if !(1..=MAX_TAP_QUEUES).contains(&queues) {
+            return Err(PortError::BadSetting {
                 port: name.to_string(),
-                op: "io_uring_setup",
-                source,
-            })?),
+                message: format!("queues = {queues} is outside 1..={MAX_TAP_QUEUES}"),
+            });
+        }
+        let ring_err = |source| PortError::Io {
+            port: name.to_string(),
+            op: "io_uring_setup",
+            source,
         };
-        let mut port = Self::open(name, mode)?;
-        port.uring = uring;
+        if io == TapIo::Uring {
+            // Fail before anything is made (the rings are made again on the queues).
+            crate::tap_uring::UringIo::new().map_err(ring_err)?;
+        }
+        let mut port = Self::open_in(name, mode, queues)?;
+        for q in &mut port.queues {
+            q.set_io(io).map_err(ring_err)?;
+        }
         Ok(port)
     }
 
-    /// Opens TAP `name` per `mode` (one system call per frame), configures header and
-    /// offloads, and brings the link up.
+    /// Opens TAP `name` per `mode` (one queue, one system call per frame), configures header
+    /// and offloads, and brings the link up.
     pub fn open(name: &str, mode: TapMode) -> Result<TapPort, PortError> {
+        Self::open_in(name, mode, 1)
+    }
+
+    /// [`TapPort::open`] with `queues` queues.
+    fn open_in(name: &str, mode: TapMode, queues: u16) -> Result<TapPort, PortError> {
         if mode != TapMode::Own || exists_here(name)? {
-            return Self::open_here(name, mode);
+            return Self::open_here(name, mode, queues);
         }
         // A TAP this switch owned may have been moved into a guest's namespace since: find it
         // there and attach from inside (TUNSETIFF looks names up in the caller's namespace;
@@ -178,7 +234,7 @@ impl TapPort {
             for entry in dir.flatten() {
                 let path = entry.path();
                 let found = in_netns(&path, || match exists_here(name) {
-                    Ok(true) => Ok(Some(Self::open_here(name, TapMode::Own))),
+                    Ok(true) => Ok(Some(Self::open_here(name, TapMode::Own, queues))),
                     Ok(false) => Ok(None),
                     Err(PortError::Io { source, .. }) => Err(source),
                     Err(e) => Err(io::Error::other(e.to_string())),
@@ -209,19 +265,17 @@ impl TapPort {
                 source,
             });
         }
-        Self::open_here(name, TapMode::Own)
+        Self::open_here(name, TapMode::Own, queues)
     }
 
-    /// [`TapPort::open`] in the calling thread's network namespace.
-    fn open_here(name: &str, mode: TapMode) -> Result<TapPort, PortError> {
-        let flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
-        let mut req = ifreq(name, flags)?;
-        let exists = exists_here(name)?;
-        match (mode, exists) {
-            (TapMode::Create, true) => return Err(PortError::Exists(name.to_string())),
-            (TapMode::Attach, false) => return Err(PortError::Missing(name.to_string())),
-            _ => {}
+    /// One queue of TAP `name` (`IFF_MULTI_QUEUE` when `multi`), opened in the calling thread's
+    /// network namespace, with the header size and offloads set.
+    fn open_queue(name: &str, multi: bool) -> Result<OwnedFd, PortError> {
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
+        if multi {
+            flags |= libc::IFF_MULTI_QUEUE;
         }
+        let mut req = ifreq(name, flags as libc::c_short)?;
         let path: &CStr = c"/dev/net/tun";
         // SAFETY: path is NUL-terminated; the result is checked.
         let fd = unsafe {
@@ -238,20 +292,27 @@ impl TapPort {
         let raw = fd.as_raw_fd();
         // SAFETY: req is a valid ifreq that outlives the call.
         if unsafe { libc::ioctl(raw, libc::TUNSETIFF, &mut req) } < 0 {
-            return Err(io_err(name, "TUNSETIFF"));
-        }
-        let persist = match mode {
-            // The switch owns the interface: it must vanish with the port.
-            TapMode::Create => Some(0),
-            // It must outlive the daemon (a restart under running guests).
-            TapMode::Own => Some(1),
-            TapMode::Attach => None,
-        };
-        if let Some(p) = persist {
-            // SAFETY: TUNSETPERSIST takes an integer argument.
-            if unsafe { libc::ioctl(raw, libc::TUNSETPERSIST, p as libc::c_ulong) } < 0 {
-                return Err(io_err(name, "TUNSETPERSIST"));
+            let source = io::Error::last_os_error();
+            if source.raw_os_error() == Some(libc::EINVAL) && exists_here(name)? {
+                return Err(PortError::BadSetting {
+                    port: name.to_string(),
+                    message: format!(
+                        "the existing TAP was made {}: it cannot be opened with {} (TUNSETIFF: \
+                         {source})",
+                        if multi {
+                            "with one queue"
+                        } else {
+                            "multiqueue"
+                        },
+                        if multi { "several queues" } else { "one" }
+                    ),
+                });
             }
+            return Err(PortError::Io {
+                port: name.to_string(),
+                op: "TUNSETIFF",
+                source,
+            });
         }
         let hdr_len = VNET_HDR_LEN as libc::c_int;
         // SAFETY: TUNSETVNETHDRSZ reads an int through the pointer, which is live.
@@ -263,6 +324,43 @@ impl TapPort {
         if unsafe { libc::ioctl(raw, libc::TUNSETOFFLOAD, libc::c_ulong::from(offloads)) } < 0 {
             return Err(io_err(name, "TUNSETOFFLOAD"));
         }
+        Ok(fd)
+    }
+
+    /// [`TapPort::open`] in the calling thread's network namespace.
+    fn open_here(name: &str, mode: TapMode, queues: u16) -> Result<TapPort, PortError> {
+        let exists = exists_here(name)?;
+        match (mode, exists) {
+            (TapMode::Create, true) => return Err(PortError::Exists(name.to_string())),
+            (TapMode::Attach, false) => return Err(PortError::Missing(name.to_string())),
+            _ => {}
+        }
+        let multi = queues > 1;
+        let first = Self::open_queue(name, multi)?;
+        let persist = match mode {
+            // The switch owns the interface: it must vanish with the port.
+            TapMode::Create => Some(0),
+            // It must outlive the daemon (a restart under running guests).
+            TapMode::Own => Some(1),
+            TapMode::Attach => None,
+        };
+        if let Some(p) = persist {
+            // SAFETY: TUNSETPERSIST takes an integer argument.
+            if unsafe { libc::ioctl(first.as_raw_fd(), libc::TUNSETPERSIST, p as libc::c_ulong) }
+                < 0
+            {
+                return Err(io_err(name, "TUNSETPERSIST"));
+            }
+        }
+        let mut fds = vec![first];
+        for _ in 1..queues {
+            fds.push(Self::open_queue(name, true)?);
+        }
+        let epoll = if multi {
+            Some(epoll_over(name, &fds)?)
+        } else {
+            None
+        };
         set_link_up(name)?;
         let origin = match (mode, exists) {
             (TapMode::Attach, _) => TapOrigin::Attached,
@@ -271,10 +369,11 @@ impl TapPort {
         };
         Ok(TapPort {
             name: name.to_string(),
-            fd,
-            counters: PortIoCounters::default(),
+            queues: fds.into_iter().map(TapQueue::new).collect(),
+            next_rx: 0,
+            next_tx: Cell::new(1),
+            epoll,
             owned: mode != TapMode::Attach,
-            uring: None,
             origin,
         })
     }
@@ -287,70 +386,12 @@ impl TapPort {
 
     /// How the port moves frames now (a ring that failed falls back to system calls).
     pub fn io(&self) -> TapIo {
-        if self.uring.is_some() {
-            TapIo::Uring
-        } else {
-            TapIo::Syscall
-        }
+        self.queues[0].io()
     }
 
-    /// [`Port::recv_batch`] on the io_uring.
-    fn recv_uring(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        let raw = self.fd.as_raw_fd();
-        let Some(uring) = self.uring.as_mut() else {
-            return Ok(0);
-        };
-        let got = uring.recv(raw, batch, max_frames);
-        self.counters.rx_frames += got.frames as u64;
-        self.counters.rx_bytes += got.bytes;
-        self.counters.rx_errors += got.errors;
-        let failure = match (got.ring_error, got.read_error) {
-            (Some(source), _) => {
-                // The ring is broken: plain system calls from now on (every read it made has
-                // completed, see `UringIo`).
-                self.uring = None;
-                self.counters.uring_failures += 1;
-                Some(("io_uring_enter", source))
-            }
-            (None, Some(source)) => Some(("read", source)),
-            (None, None) => None,
-        };
-        match failure {
-            // The frames read stay in the batch; the error tells the switch to retry the port.
-            Some((op, source)) => Err(PortError::Io {
-                port: self.name.clone(),
-                op,
-                source,
-            }),
-            None => Ok(got.frames),
-        }
-    }
-
-    /// [`Port::send_batch`] on the io_uring.
-    fn send_uring(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
-        let raw = self.fd.as_raw_fd();
-        let Some(uring) = self.uring.as_mut() else {
-            return Ok(0);
-        };
-        let (sent, failure) = uring.send(raw, batch, indices);
-        self.count_sent(batch, &indices[..sent]);
-        if failure.is_some() {
-            // The ring is broken and wrote nothing after `sent`: the rest goes by plain system
-            // calls, now and from now on.
-            self.uring = None;
-            self.counters.uring_failures += 1;
-            return Ok(sent + self.send_batch(batch, &indices[sent..])?);
-        }
-        self.counters.tx_errors += (indices.len() - sent) as u64;
-        Ok(sent)
-    }
-
-    /// Counts frames `indices` of `batch` as written.
-    fn count_sent(&mut self, batch: &Batch, indices: &[u8]) {
-        for &i in indices {
-            self.counters.tx_frames += 1;
-            self.counters.tx_bytes += batch.frame(usize::from(i)).len() as u64;
-        }
+    /// How many queues it has.
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
     }
 
     /// Creates TAP `name`, owned by the switch.
@@ -364,94 +405,100 @@ impl TapPort {
     }
 }
 
+/// An epoll instance readable while any of `fds` has frames (level-triggered on each).
+fn epoll_over(name: &str, fds: &[OwnedFd]) -> Result<OwnedFd, PortError> {
+    // SAFETY: epoll_create1 has no memory arguments; checked below.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(io_err(name, "epoll_create1"));
+    }
+    // SAFETY: ep is a fresh descriptor we own.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for (i, fd) in fds.iter().enumerate() {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: i as u64,
+        };
+        // SAFETY: ev is live for the call; both descriptors are open.
+        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) }
+            < 0
+        {
+            return Err(io_err(name, "epoll_ctl"));
+        }
+    }
+    Ok(ep)
+}
+
 impl Port for TapPort {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        if self.uring.is_some() {
-            return self.recv_uring(batch, max_frames);
-        }
-        let raw = self.fd.as_raw_fd();
-        let mut n = 0;
-        while n < max_frames {
-            let Some(slot) = batch.free_slot() else { break };
-            // SAFETY: reads into a live buffer of slot.len() bytes.
-            let r = unsafe { libc::read(raw, slot.as_mut_ptr().cast(), slot.len()) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock => break,
-                    // Also after some frames: they stay in the batch, and the error tells the
-                    // switch to retry this port (frames may still wait behind it).
-                    _ => {
-                        self.counters.rx_errors += 1;
-                        return Err(PortError::Io {
-                            port: self.name.clone(),
-                            op: "read",
-                            source: e,
-                        });
-                    }
-                }
-            }
-            // The kernel never returns more than asked; should it, the frame is clamped to the
-            // buffer (and dropped as oversized), never trusted.
-            let len = (r as usize).min(slot.len());
-            batch.commit(len);
-            self.counters.rx_frames += 1;
-            self.counters.rx_bytes += len as u64;
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
-        if self.uring.is_some() {
-            return self.send_uring(batch, indices);
-        }
-        let raw = self.fd.as_raw_fd();
-        let mut sent = 0;
-        for &i in indices {
-            let f = batch.frame(usize::from(i));
-            loop {
-                // SAFETY: writes from a live buffer of f.len() bytes.
-                let r = unsafe { libc::write(raw, f.as_ptr().cast(), f.len()) };
-                if r >= 0 {
-                    self.counters.tx_frames += 1;
-                    self.counters.tx_bytes += f.len() as u64;
-                    sent += 1;
-                } else if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                } else {
-                    // The kernel refused this frame (link down, bad header): stop here, as the
-                    // trait says, so that the caller's "first `sent` frames went out" (its
-                    // byte counters and the uplink charge) holds; the rest are lost.
-                    self.counters.tx_errors += (indices.len() - sent) as u64;
-                    return Ok(sent);
-                }
+        let n = self.queues.len();
+        let start = self.next_rx;
+        // The next call starts one queue further, whatever this one finds.
+        self.next_rx = (start + 1) % n;
+        let mut got = 0;
+        for k in 0..n {
+            let q = &mut self.queues[(start + k) % n];
+            got += q.recv(&self.name, batch, max_frames - got)?;
+            if got >= max_frames || batch.is_full() {
                 break;
             }
         }
-        Ok(sent)
+        Ok(got)
+    }
+
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        self.queues[0].send(batch, indices)
     }
 
     fn readiness_fd(&self) -> Option<RawFd> {
-        Some(self.fd.as_raw_fd())
+        Some(match &self.epoll {
+            Some(ep) => ep.as_raw_fd(),
+            None => self.queues[0].raw_fd(),
+        })
     }
 
     fn counters(&self) -> PortIoCounters {
-        self.counters
+        let mut c = PortIoCounters::default();
+        for q in &self.queues {
+            c.add(&q.counters);
+        }
+        c
     }
 
     fn release(&mut self) {
         if self.owned {
-            // Not persistent any more: the interface goes when the descriptor closes. A failure
-            // leaves it behind (persistent), which is all this can do.
+            // Not persistent any more: the interface goes when the last descriptor closes. A
+            // failure leaves it behind (persistent), which is all this can do.
             // SAFETY: TUNSETPERSIST takes an integer argument.
-            unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNSETPERSIST, 0 as libc::c_ulong) };
+            unsafe {
+                libc::ioctl(
+                    self.queues[0].raw_fd(),
+                    libc::TUNSETPERSIST,
+                    0 as libc::c_ulong,
+                )
+            };
         }
+    }
+
+    fn status(&self) -> Option<PortStatus> {
+        (self.queues.len() > 1).then(|| {
+            PortStatus::Tap(TapStatus {
+                queue_rx_frames: self.queues.iter().map(|q| q.counters.rx_frames).collect(),
+            })
+        })
+    }
+
+    fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        let n = self.queues.len();
+        // Queue 0 is the reader's own when there are others.
+        let q = if n == 1 { 0 } else { self.next_tx.get() % n };
+        self.next_tx
+            .set(if q + 1 >= n { 1.min(n - 1) } else { q + 1 });
+        Ok(Some(Box::new(self.queues[q].tx_handle(&self.name)?)))
     }
 }
 

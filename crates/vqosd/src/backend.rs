@@ -96,12 +96,13 @@ fn check_kind<P>(req: &PortConfig<P>) -> Result<(), String> {
             ));
         }
         PortKind::Tap => {
-            if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() {
+            if req.socket.is_some() || req.mode.is_some() {
                 return Err(format!(
-                    "Port '{}': socket, mode and queues are for kind = \"vhost-user\"",
+                    "Port '{}': socket and mode are for kind = \"vhost-user\"",
                     req.name
                 ));
             }
+            check_queues(req, "queues of the TAP, IFF_MULTI_QUEUE above 1")?;
         }
         PortKind::VhostUser => {
             let Some(socket) = &req.socket else {
@@ -122,16 +123,21 @@ fn check_kind<P>(req: &PortConfig<P>) -> Result<(), String> {
                     req.name
                 ));
             }
-            if let Some(q) = req.queues.filter(|q| !(1..=VHOST_MAX_QUEUES).contains(q)) {
-                return Err(format!(
-                    "Port '{}': queues = {q} is outside 1..={VHOST_MAX_QUEUES} (queue pairs \
-                     offered to the guest)",
-                    req.name
-                ));
-            }
+            check_queues(req, "queue pairs offered to the guest")?;
         }
     }
     Ok(())
+}
+
+/// A port's `queues` within 1..=[`MAX_QUEUES`] (`what` they are, for the error).
+fn check_queues<P>(req: &PortConfig<P>, what: &str) -> Result<(), String> {
+    match req.queues.filter(|q| !(1..=MAX_QUEUES).contains(q)) {
+        Some(q) => Err(format!(
+            "Port '{}': queues = {q} is outside 1..={MAX_QUEUES} ({what})",
+            req.name
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Shortest null-port frame, bytes on the wire (the data plane's `NULL_MIN_FRAME`; this crate
@@ -140,9 +146,9 @@ pub const NULL_MIN_FRAME: u32 = 64;
 /// Longest null-port frame (the data plane's `NULL_MAX_FRAME`).
 pub const NULL_MAX_FRAME: u32 = 1518;
 
-/// Most queue pairs of a vhost-user port (the data plane's `MAX_QUEUE_PAIRS`; a test in
-/// `switch.rs` checks they agree).
-pub const VHOST_MAX_QUEUES: u16 = 16;
+/// Most queues of a port: queue pairs of a vhost-user port, queues of a TAP (the data plane's
+/// `MAX_QUEUE_PAIRS` and `MAX_TAP_QUEUES`; a test in `switch.rs` checks they agree).
+pub const MAX_QUEUES: u16 = 16;
 
 /// A port's `frame_len`: null ports only, within what a null port generates (default 64).
 pub fn check_frame_len(

@@ -50,8 +50,12 @@ fn tap_io(io: config::TapIo) -> TapIo {
 /// used fails the call).
 fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
     let spec = match port.config.kind {
-        PortKind::Tap if port.config.create => PortSpec::tap_owned(&port.config.name),
-        PortKind::Tap => PortSpec::tap_attach(&port.config.name),
+        PortKind::Tap if port.config.create => {
+            PortSpec::tap_owned(&port.config.name).with_tap_queues(port.config.queues.unwrap_or(1))
+        }
+        PortKind::Tap => {
+            PortSpec::tap_attach(&port.config.name).with_tap_queues(port.config.queues.unwrap_or(1))
+        }
         // The uplink only (the config and the API refuse vifs of this kind).
         PortKind::AfPacket => PortSpec::af_packet(&port.config.name),
         PortKind::Null => {
@@ -499,9 +503,10 @@ mod tests {
             (MIN, NULL_MAX_FRAME)
         );
         assert_eq!(
-            crate::backend::VHOST_MAX_QUEUES,
+            crate::backend::MAX_QUEUES,
             vqos_dataplane::vhost_user::MAX_QUEUE_PAIRS
         );
+        assert_eq!(crate::backend::MAX_QUEUES, vqos_dataplane::MAX_TAP_QUEUES);
     }
 
     #[test]

@@ -14,9 +14,10 @@
 //!   iperf3 load and started again: the guests' (persistent) TAPs stay, the same TCP streams
 //!   carry on, every policy is restored through the API and in the data plane.
 //! - `a_max_set_before_traffic_holds`: a cap configured before traffic holds with TSO batches.
-//! - `weights_hold_on_two_threads`: `threads = 2` (issue 21), weights 1:2:3 under the
-//!   capacity: the VMs' ports are read by both loops, and every VM is within 5 % of the
-//!   reference allocation, as with one thread.
+//! - `weights_hold_on_two_threads`: `threads = 2` (issue 21), multiqueue TAPs (`queues = 2`),
+//!   weights 1:2:3 under the capacity: the VMs' ports are read by both loops, and every VM is
+//!   within 5 % of the reference allocation, as with one thread; each port reports its two
+//!   queues.
 //!
 //! Rates are what iperf3's *server* received, per 1 s interval, summed over a window of the run
 //! (one long stream per VM, so a policy change is measured without restarting the traffic),
@@ -627,11 +628,14 @@ fn weights_hold_on_two_threads() {
         return;
     }
     let ws = [1, 2, 3];
+    // Multiqueue TAPs: each VM's kernel spreads its flows over two queues, its shard reads
+    // both, and the other shard writes to it on a queue of its own.
     let lab = lab_spec(
         7,
         &ws,
         LabSpec {
             threads: Some(2),
+            port_extra: "queues = 2",
             ..LabSpec::default()
         },
     );
@@ -643,19 +647,22 @@ fn weights_hold_on_two_threads() {
         .map(|(tap, _)| port(&s, tap)["shard"].as_u64().unwrap())
         .collect();
     assert_eq!(shards, vec![0, 1, 0], "placed round-robin");
+    let names: Vec<&str> = (0..3).map(|i| lab.tap(i)).collect();
     let servers: Vec<Proc> = (0..3).map(|i| lab.server(5201 + i as u16)).collect();
     std::thread::sleep(Duration::from_millis(500));
     let clients: Vec<Proc> = (0..3).map(|i| lab.client(i, 5201 + i as u16, 14)).collect();
-    let reports: Vec<Report> = servers
-        .into_iter()
-        .map(|s| Report::of(s, Duration::from_secs(30)))
-        .collect();
+    let t0 = Instant::now();
+    sleep_until(t0, 3.0);
+    let rates = mbit(rx_rates(&lab.daemon, &names, 9.0));
+    for s in servers {
+        Report::of(s, Duration::from_secs(30));
+    }
     drop(clients);
-    let rates: Vec<f64> = reports.iter().map(|r| r.mbit(3.0, 13.0)).collect();
-    check(
+    check_l2(
         "two threads, weights 1:2:3",
         &rates,
         &weights(&ws),
+        CAPACITY_BPS,
         0.05,
         0.97,
     );
@@ -665,5 +672,17 @@ fn weights_hold_on_two_threads() {
             l["burst_frames"].as_u64().unwrap() > 0,
             "every loop forwarded: {l}"
         );
+    }
+    for tap in &names {
+        let p = port(&s, tap);
+        let per_queue: Vec<u64> = p["tap"]["queue_rx_frames"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{tap}: no queues in {p}"))
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .collect();
+        println!("{tap}: frames read per queue {per_queue:?}");
+        assert_eq!(per_queue.len(), 2, "{tap}");
+        assert!(per_queue.iter().sum::<u64>() > 0, "{tap}: {p}");
     }
 }

@@ -73,6 +73,11 @@ pub(crate) fn write_ports(
             let serves: Vec<&str> = p.port.serves.iter().map(|s| service_name(*s)).collect();
             extra.push(format!("serves {}", serves.join(",")));
         }
+        if p.port.socket.is_none() {
+            if let Some(q) = p.port.queues.filter(|&q| q > 1) {
+                extra.push(format!("{q} queues"));
+            }
+        }
         if let Some(h) = &p.state.handover {
             let state = if h.complete {
                 "handed over"

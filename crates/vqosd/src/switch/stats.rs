@@ -252,7 +252,10 @@ mod tests {
             skipped_host: 4,
             skipped_outgoing: 5,
         });
-        for (status, key) in [(vhost, "vhost_user"), (af, "af_packet")] {
+        let tap = vqos_dataplane::PortStatus::Tap(vqos_dataplane::TapStatus {
+            queue_rx_frames: vec![10, 11],
+        });
+        for (status, key) in [(vhost, "vhost_user"), (af, "af_packet"), (tap, "tap")] {
             let api = port_status(&status).expect("converted");
             let json = serde_json::to_value(&api).unwrap();
             assert_eq!(json, serde_json::to_value(&status).unwrap(), "nothing lost");

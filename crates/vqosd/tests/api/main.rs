@@ -402,7 +402,7 @@ fn a_policy_shows_what_a_cluster_share_and_a_controller_make_the_switch_enforce(
 }
 
 #[test]
-fn vhost_user_ports_take_1_to_16_queue_pairs_and_other_kinds_none() {
+fn vhost_user_ports_and_taps_take_1_to_16_queues_and_null_ports_none() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     let sock = dir.path().join("mq.sock");
@@ -413,6 +413,13 @@ fn vhost_user_ports_take_1_to_16_queue_pairs_and_other_kinds_none() {
     let (_, list) = d.send("GET", "/v1/ports", None);
     let listed = list.as_array().unwrap().iter().find(|p| p["name"] == "mq");
     assert_eq!(listed.and_then(|p| p["queues"].as_u64()), Some(4), "{list}");
+    // A multiqueue TAP.
+    let (status, body) = d.send(
+        "POST",
+        "/v1/ports",
+        Some(json!({"name": "tq", "queues": 2})),
+    );
+    assert_eq!((status, body["queues"].as_u64()), (201, Some(2)), "{body}");
     let calls = d.mock.calls().len();
     let cases = [
         (
@@ -424,8 +431,13 @@ fn vhost_user_ports_take_1_to_16_queue_pairs_and_other_kinds_none() {
             "Port 'q17': queues = 17 is outside 1..=16 (queue pairs offered to the guest)",
         ),
         (
-            json!({"name": "tq", "queues": 2}),
-            "Port 'tq': socket, mode and queues are for kind = \"vhost-user\"",
+            json!({"name": "tq17", "queues": 17}),
+            "Port 'tq17': queues = 17 is outside 1..=16 (queues of the TAP, IFF_MULTI_QUEUE \
+             above 1)",
+        ),
+        (
+            json!({"name": "nq", "kind": "null", "queues": 2}),
+            "Port 'nq': a null port has no socket, mode, queues nor TAP to attach",
         ),
     ];
     for (req, want) in cases {

@@ -220,6 +220,8 @@ pub struct LabSpec<'a> {
     pub sink: Option<Arc<Netns>>,
     /// Forwarding threads (default: the daemon's, 1).
     pub threads: Option<usize>,
+    /// Appended to every VM's `[[port]]` entry (e.g. `queues = 2`).
+    pub port_extra: &'a str,
 }
 
 /// The sink namespace of a test's labs, for [`LabSpec::sink`].
@@ -252,7 +254,8 @@ pub fn lab_spec(test_id: u8, weights: &[u32], spec: LabSpec) -> Lab {
         .collect();
     for (tap, w) in taps.iter().zip(weights) {
         text.push_str(&format!(
-            "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n"
+            "[[port]]\nname = \"{tap}\"\npolicy = {{ weight = {w} }}\n{}\n",
+            spec.port_extra
         ));
     }
     text.push_str(spec.extra);

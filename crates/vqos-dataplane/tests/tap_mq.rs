@@ -1,0 +1,232 @@
+//! Multiqueue TAPs (`TapPort::open_queues`, issue 21) on real TAPs, both ways of moving frames:
+//! the port reads every queue the kernel spreads flows over, its readiness descriptor fires
+//! for any of them, transmit queues of their own write to the guest's side, and what cannot be
+//! opened is refused with a clear error. The far side is an `AF_PACKET` socket on the TAP
+//! inside a namespace the test makes (root only; SKIP otherwise).
+
+use std::net::Ipv4Addr;
+use std::os::fd::RawFd;
+
+use vqos_dataplane::frame::VNET_HDR_LEN;
+use vqos_dataplane::{
+    Batch, Port, PortError, PortStatus, TapIo, TapMode, TapPort, BATCH_FRAMES, MAX_TAP_QUEUES,
+};
+use vqos_testkit::frames::udp4;
+use vqos_testkit::{Netns, PacketSocket};
+
+const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x44, 0x01];
+const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x44, 0x02];
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        println!("SKIP: needs root");
+    }
+    root
+}
+
+/// Flow `k`'s one frame: IPv4/UDP from source port 10000 + k (the kernel picks a TAP queue
+/// by the flow's hash).
+fn flow(k: u16) -> Vec<u8> {
+    udp4(
+        DST_MAC,
+        SRC_MAC,
+        Ipv4Addr::new(10, 44, 0, 1),
+        Ipv4Addr::new(10, 44, 0, 2),
+        (10_000 + k, 9),
+        &k.to_be_bytes(),
+    )
+}
+
+/// A TAP of `queues` queues moving frames by `io`, in a fresh namespace.
+fn setup(io: TapIo, queues: u16, tag: &str) -> (TapPort, Netns, String) {
+    let pid = std::process::id() % 100_000;
+    let link = format!("vqmq{pid}{tag}");
+    let ns = Netns::new(format!("vqmq{pid}{tag}")).without_ipv6();
+    let tap = TapPort::open_queues(&link, TapMode::Create, io, queues).unwrap();
+    vqos_testkit::sh(&["ip", "link", "set", &link, "netns", ns.name()]);
+    vqos_testkit::sh(&["ip", "-n", ns.name(), "link", "set", &link, "up"]);
+    assert_eq!((tap.io(), tap.queue_count()), (io, usize::from(queues)));
+    (tap, ns, link)
+}
+
+/// Whether `fd` is readable now.
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: p is live for the call; a zero timeout does not block.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
+/// Every frame the TAP holds, read in calls of at most `per_call` frames; a call that comes
+/// back short must have found every queue empty.
+fn read_all(tap: &mut TapPort, per_call: usize) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    let mut empty = 0;
+    let mut batch = Batch::new();
+    while empty < 3 {
+        batch.clear();
+        let n = tap.recv_batch(&mut batch, per_call).unwrap();
+        if n < per_call {
+            empty += 1;
+            std::thread::yield_now();
+        } else {
+            empty = 0;
+        }
+        for i in 0..batch.len() {
+            frames.push(batch.frame(i)[VNET_HDR_LEN..].to_vec());
+        }
+    }
+    frames
+}
+
+#[test]
+fn every_queue_is_read_and_the_readiness_descriptor_fires_for_any() {
+    if !root() {
+        return;
+    }
+    const FLOWS: u16 = 64;
+    for (io, tag) in [(TapIo::Syscall, "r"), (TapIo::Uring, "R")] {
+        let (mut tap, ns, link) = setup(io, 2, tag);
+        let ready = tap.readiness_fd().unwrap();
+        // Whatever the kernel put on the link as it came up.
+        let early = read_all(&mut tap, BATCH_FRAMES);
+        assert!(
+            !readable(ready),
+            "{io:?}: readable when drained ({} early)",
+            early.len()
+        );
+        let sent: Vec<Vec<u8>> = (0..FLOWS).map(flow).collect();
+        ns.run(|| {
+            let sock = PacketSocket::bind(&link, 0);
+            for f in &sent {
+                sock.send(f);
+            }
+        });
+        assert!(readable(ready), "{io:?}: frames wait, yet not readable");
+        // Calls of 5 frames: most of them stop inside a queue, and the next starts elsewhere.
+        let got = read_all(&mut tap, 5);
+        assert!(!readable(ready), "{io:?}: drained, yet still readable");
+        let mut ours: Vec<Vec<u8>> = got
+            .into_iter()
+            .filter(|f| f[6..12] == SRC_MAC && f[12..14] == [0x08, 0x00])
+            .collect();
+        ours.sort();
+        let mut want = sent.clone();
+        want.sort();
+        assert_eq!(ours, want, "{io:?}: frames lost or invented");
+        let Some(PortStatus::Tap(status)) = tap.status() else {
+            panic!("{io:?}: a multiqueue TAP reports its queues");
+        };
+        println!("{io:?}: frames per queue {:?}", status.queue_rx_frames);
+        // 64 flows all on one queue of two: 2^-63 (the kernel hashes each flow).
+        assert!(
+            status.queue_rx_frames.iter().all(|&n| n > 0),
+            "{io:?}: a queue was never read: {:?}",
+            status.queue_rx_frames
+        );
+        let c = tap.counters();
+        assert_eq!(
+            c.rx_frames,
+            status.queue_rx_frames.iter().sum::<u64>(),
+            "{io:?}"
+        );
+        assert_eq!(c.rx_errors, 0, "{io:?}");
+    }
+}
+
+#[test]
+fn transmit_queues_of_their_own_reach_the_guest_side() {
+    if !root() {
+        return;
+    }
+    for (io, queues, tag) in [
+        (TapIo::Syscall, 3, "t"),
+        (TapIo::Uring, 3, "T"),
+        (TapIo::Syscall, 1, "s"),
+    ] {
+        let (tap, ns, link) = setup(io, queues, tag);
+        let sock = ns.run(|| PacketSocket::bind(&link, libc::ETH_P_IP as u16));
+        // Two transmit queues (on queues 1 and 2 of three; on the one queue of one) and the
+        // port itself all write.
+        let mut a = tap
+            .tx_queue()
+            .unwrap()
+            .expect("a TAP hands out transmit queues");
+        let mut b = tap.tx_queue().unwrap().unwrap();
+        assert_eq!((a.name(), a.readiness_fd()), (link.as_str(), None));
+        let mut tap = tap;
+        let mut batch = Batch::new();
+        for k in 0..BATCH_FRAMES as u16 {
+            let mut f = vec![0u8; VNET_HDR_LEN];
+            f.extend_from_slice(&flow(k));
+            assert!(batch.push(&f));
+        }
+        let all: Vec<u8> = (0..BATCH_FRAMES as u8).collect();
+        let (first, rest) = all.split_at(10);
+        let (second, third) = rest.split_at(10);
+        assert_eq!(a.send_batch(&batch, first).unwrap(), first.len());
+        assert_eq!(b.send_batch(&batch, second).unwrap(), second.len());
+        assert_eq!(tap.send_batch(&batch, third).unwrap(), third.len());
+        let mut got = sock.receive(BATCH_FRAMES);
+        got.sort();
+        let mut want: Vec<Vec<u8>> = (0..BATCH_FRAMES as u16).map(flow).collect();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "{io:?}, {queues} queues: frames lost or invented"
+        );
+        let tx = |p: &dyn Port| (p.counters().tx_frames, p.counters().tx_errors);
+        assert_eq!(tx(a.as_ref()), (10, 0), "{io:?}");
+        assert_eq!(tx(b.as_ref()), (10, 0), "{io:?}");
+        assert_eq!(tx(&tap), (third.len() as u64, 0), "{io:?}");
+        // A transmit queue is never read.
+        let mut batch = Batch::new();
+        assert_eq!(a.recv_batch(&mut batch, BATCH_FRAMES).unwrap(), 0);
+    }
+}
+
+#[test]
+fn what_cannot_be_opened_is_refused_clearly() {
+    if !root() {
+        return;
+    }
+    let pid = std::process::id() % 100_000;
+    for q in [0, MAX_TAP_QUEUES + 1] {
+        let name = format!("vqmq{pid}b");
+        let e = TapPort::open_queues(&name, TapMode::Create, TapIo::Syscall, q).unwrap_err();
+        assert!(
+            matches!(&e, PortError::BadSetting { message, .. } if message.contains("1..=16")),
+            "{e}"
+        );
+    }
+    // A persistent single-queue TAP cannot be attached with several queues, nor the other
+    // way round; the error says why, and the TAP is left as it was.
+    /// Deletes the persistent TAP even if the test fails.
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.0])
+                .output();
+        }
+    }
+    for (made, asked, says) in [(1, 2, "with one queue"), (2, 1, "multiqueue")] {
+        let name = format!("vqmq{pid}p{made}");
+        let _gone = Gone(name.clone());
+        let first = TapPort::open_queues(&name, TapMode::Own, TapIo::Syscall, made).unwrap();
+        drop(first);
+        let e = TapPort::open_queues(&name, TapMode::Attach, TapIo::Syscall, asked).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, PortError::BadSetting { .. }) && text.contains(says),
+            "{made} then {asked}: {text}"
+        );
+        let mut again = TapPort::open_queues(&name, TapMode::Own, TapIo::Syscall, made).unwrap();
+        again.release();
+    }
+}
