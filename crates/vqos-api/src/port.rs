@@ -115,6 +115,10 @@ pub struct PortConfig<P = ()> {
     /// (`IFF_MULTI_QUEUE` above 1; the guest's side spreads its frames over them by flow).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// The forwarding thread that reads the port, 0 to `threads` − 1 (as `loops[]` in the
+    /// stats; OVS's `pmd-rxq-affinity`); default the thread with the fewest ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<usize>,
     /// vhost-user, server role: the socket's owner (a user name or uid), e.g. `libvirt-qemu`;
     /// default the daemon's user. (In the client role the frontend creates the socket.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +165,7 @@ impl<P: Default> PortConfig<P> {
             frame_len: None,
             mode: None,
             queues: None,
+            thread: None,
             socket_owner: None,
             socket_group: None,
             socket_mode: None,
@@ -184,6 +189,7 @@ impl<P> PortConfig<P> {
             frame_len: self.frame_len,
             mode: self.mode,
             queues: self.queues,
+            thread: self.thread,
             socket_owner: self.socket_owner,
             socket_group: self.socket_group,
             socket_mode: self.socket_mode,

@@ -237,6 +237,10 @@ enum PortCommand {
         /// the guest's side spreads its flows.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
         queues: Option<u16>,
+        /// The forwarding thread that reads the port, 0 to threads - 1 (as loops[] in
+        /// `vqos stats --json`); default the one with the fewest ports.
+        #[arg(long, value_name = "K")]
+        thread: Option<usize>,
         /// With --vhost-user, server role: give the socket to this user (a name or a uid, e.g.
         /// libvirt-qemu) so that a QEMU running as that user can connect.
         #[arg(
@@ -390,6 +394,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
             vhost_user,
             client,
             queues,
+            thread,
             socket_owner,
             socket_group,
             socket_mode,
@@ -410,6 +415,7 @@ fn port_to(c: &Client, args: PortArgs, out: &mut impl Write) -> Result<()> {
                 ips,
                 policy: policy.patch()?,
                 queues,
+                thread,
                 ..PortRequest::tap("")
             };
             if let Some(socket) = &vhost_user {

@@ -215,6 +215,9 @@ pub struct PortSpec {
     /// A TAP port's queues, 1 to [`crate::MAX_TAP_QUEUES`] (ignored by other kinds; a
     /// vhost-user port's are in its own config).
     pub tap_queues: u16,
+    /// The forwarding thread (shard) that reads it, `0..threads` (OVS's `pmd-rxq-affinity`);
+    /// `None`: the one with the fewest ports.
+    pub thread: Option<usize>,
 }
 
 impl PortSpec {
@@ -228,6 +231,7 @@ impl PortSpec {
             restored: Locks::default(),
             tap_io: TapIo::default(),
             tap_queues: 1,
+            thread: None,
         }
     }
 
@@ -241,6 +245,7 @@ impl PortSpec {
             restored: Locks::default(),
             tap_io: TapIo::default(),
             tap_queues: 1,
+            thread: None,
         }
     }
 
@@ -254,6 +259,7 @@ impl PortSpec {
             restored: Locks::default(),
             tap_io: TapIo::default(),
             tap_queues: 1,
+            thread: None,
         }
     }
 
@@ -268,6 +274,7 @@ impl PortSpec {
             restored: Locks::default(),
             tap_io: TapIo::default(),
             tap_queues: 1,
+            thread: None,
         }
     }
 
@@ -281,12 +288,19 @@ impl PortSpec {
             restored: Locks::default(),
             tap_io: TapIo::default(),
             tap_queues: 1,
+            thread: None,
         }
     }
 
     /// Restricts the source MACs the port may use to `macs` ([`MacPolicy::Fixed`]).
     pub fn with_allowed_macs(mut self, macs: Vec<MacKey>) -> Self {
         self.macs = MacPolicy::Fixed(macs);
+        self
+    }
+
+    /// Read by forwarding thread `thread` (`None`: the least loaded).
+    pub fn with_thread(mut self, thread: Option<usize>) -> Self {
+        self.thread = thread;
         self
     }
 

@@ -320,7 +320,9 @@ impl SwitchHandle {
     /// [`SwitchHandle::add_port`], telling for a TAP whether it was created, re-attached or
     /// attached (`None` for other ports).
     ///
-    /// The port is read by the shard with the fewest ports. Every other shard adds it first
+    /// The port is read by the shard its spec names ([`PortSpec::with_thread`]; a thread the
+    /// switch does not have is refused before anything opens), else by the shard with the
+    /// fewest ports. Every other shard adds it first
     /// (to send to), then its own shard (which pins its addresses and starts reading it), so
     /// no shard can learn of it before it can send to it.
     pub fn add_port_reporting(
@@ -335,11 +337,19 @@ impl SwitchHandle {
         if control.stopped {
             return Err(SwitchError::Stopped);
         }
+        let home = spec.thread;
+        if let Some(t) = home.filter(|&t| t >= self.threads) {
+            return Err(SwitchError::Threads(format!(
+                "port '{}': thread {t} does not exist (threads 0..={})",
+                spec.name,
+                self.threads - 1
+            )));
+        }
         let (port, macs, origin) = spec.open()?;
         let io = PortIo::new(port);
         // On refusal the shards' holds come back in their answers and are dropped there: this
         // one is the last, so the port closes here, off the loops.
-        control.with(|p, c| p.add(c, io, macs, policy, None))?;
+        control.with(|p, c| p.add(c, io, macs, policy, home))?;
         Ok(origin)
     }
 

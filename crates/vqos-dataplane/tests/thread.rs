@@ -418,6 +418,38 @@ fn two_loop_threads_forward_across_each_other_and_show_in_the_stats() {
 }
 
 #[test]
+fn a_port_pinned_to_a_thread_is_read_there_and_a_missing_thread_is_refused() {
+    let r = rig_with(|c| c.threads = 2);
+    // a on loop 0, b on loop 1; the least loaded would take c to loop 0: pinned to 1.
+    let (pc, c) = MemPort::pair("c", 1000);
+    r.sw.add_port(
+        PortSpec::custom(Box::new(pc)).with_thread(Some(1)),
+        VifPolicy::default(),
+    )
+    .unwrap();
+    let s = r.sw.stats();
+    let shard = |n: &str| s.port(n).unwrap().shard;
+    assert_eq!((shard("a"), shard("b"), shard("c")), (0, 1, 1));
+    // It is read there: its frame reaches the uplink, counted by loop 1.
+    c.inject(frame(BCAST, MAC_A, 7));
+    assert_eq!(tag_of(&collect(&r.u, 1)[0]), 7);
+    stats_where(&r.sw, |s| {
+        s.port("c").is_some_and(|p| p.counters.rx_frames == 1) && s.loops[1].burst_frames > 0
+    });
+    // A thread the switch does not have: refused, nothing added.
+    let (pd, _d) = MemPort::pair("d", 1000);
+    let e =
+        r.sw.add_port(
+            PortSpec::custom(Box::new(pd)).with_thread(Some(2)),
+            VifPolicy::default(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("thread 2 does not exist"), "{e}");
+    assert_eq!(r.sw.policies().len(), 3);
+    r.sw.stop().unwrap();
+}
+
+#[test]
 fn threads_and_cpus_that_cannot_be_had_are_refused_before_anything_starts() {
     let start = |f: &dyn Fn(&mut SwitchConfig)| {
         let (up, _u) = MemPort::pair("up", 1);

@@ -28,7 +28,7 @@ use thiserror::Error;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::{
-    configured_address_in_use, Backend, BackendError, Port, PortStats, DROP_REASONS,
+    check_thread, configured_address_in_use, Backend, BackendError, Port, PortStats, DROP_REASONS,
 };
 use crate::config::Config;
 use crate::http::{Request, Response};
@@ -359,6 +359,7 @@ impl Api {
             .map_err(|e| (policy_status(&e), e.to_string()))?;
         self.check_sold(&next.set)?;
         let port = Port::checked(&req).map_err(|e| (422, e))?;
+        check_thread(&port.config, v.file.threads).map_err(|e| (422, e))?;
         let name = port.config.name.clone();
         next.ports.push(port.clone());
         next.removed.retain(|n| *n != name);

@@ -129,6 +129,19 @@ fn check_kind<P>(req: &PortConfig<P>) -> Result<(), String> {
     Ok(())
 }
 
+/// A port's `thread` among the switch's `threads` forwarding threads.
+pub fn check_thread<P>(req: &PortConfig<P>, threads: usize) -> Result<(), String> {
+    match req.thread.filter(|&t| t >= threads) {
+        Some(t) => Err(format!(
+            "Port '{}': thread = {t}, but the switch has {threads} forwarding thread(s) \
+             (0..={})",
+            req.name,
+            threads.saturating_sub(1)
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A port's `queues` within 1..=[`MAX_QUEUES`] (`what` they are, for the error).
 fn check_queues<P>(req: &PortConfig<P>, what: &str) -> Result<(), String> {
     match req.queues.filter(|q| !(1..=MAX_QUEUES).contains(q)) {

@@ -622,6 +622,9 @@ impl Config {
             }
         };
         let (threads, cpus) = threads::check(raw.threads, raw.cpus)?;
+        for (p, _) in &ports {
+            crate::backend::check_thread(&p.config, threads).map_err(ConfigError::Port)?;
+        }
         Ok(Config {
             threads,
             cpus,

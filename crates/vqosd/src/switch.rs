@@ -94,7 +94,10 @@ fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
             PortSpec::custom(Box::new(vhu))
         }
     };
-    Ok(spec.with_security(security(port)).with_tap_io(io))
+    Ok(spec
+        .with_security(security(port))
+        .with_tap_io(io)
+        .with_thread(port.config.thread))
 }
 
 /// A port's security as the data plane applies it: its configured MACs, else a first-come
@@ -251,9 +254,21 @@ impl Backend for SwitchBackend {
                 message: "kind = \"af-packet\" is for the uplink only".into(),
             });
         }
+        let mut spec = spec(port, self.tap_io)?;
+        if let Some(t) = spec.thread.filter(|&t| t >= self.handle.threads()) {
+            // The API and the config refuse such a thread; a port saved before `threads` was
+            // lowered (a restart key) is not lost for it: it goes where a new port would.
+            tracing::warn!(
+                "Port {}: thread {t} does not exist any more ({} thread(s)); read by the least \
+                 loaded one",
+                port.config.name,
+                self.handle.threads()
+            );
+            spec = spec.with_thread(None);
+        }
         let origin = self
             .handle
-            .add_port_reporting(spec(port, self.tap_io)?, policy.clone())
+            .add_port_reporting(spec, policy.clone())
             .map_err(convert)?;
         Ok(match origin {
             Some(TapOrigin::Created) => PortOpened::TapCreated,

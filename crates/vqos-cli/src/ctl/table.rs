@@ -78,6 +78,9 @@ pub(crate) fn write_ports(
                 extra.push(format!("{q} queues"));
             }
         }
+        if let Some(t) = p.port.thread {
+            extra.push(format!("thread {t}"));
+        }
         if let Some(h) = &p.state.handover {
             let state = if h.complete {
                 "handed over"

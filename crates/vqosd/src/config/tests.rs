@@ -413,3 +413,28 @@ fn variant_paper_reaches_the_policy_set_and_the_fairness_adjuster_and_needs_a_re
     let e = err("variant = \"literal\"");
     assert!(e.contains("literal") && e.contains("paper"), "{e}");
 }
+
+#[test]
+fn a_port_pinned_to_a_thread_must_name_one_the_switch_has() {
+    let port = |thread: usize| {
+        format!("[uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\nthread = {thread}\n")
+    };
+    let c = Config::parse(&port(0), env).unwrap();
+    assert_eq!(c.ports[0].0.config.thread, Some(0));
+    assert_eq!(
+        err(&port(1)),
+        "Invalid config: Port 'vm1': thread = 1, but the switch has 1 forwarding thread(s) (0..=0)"
+    );
+    // A multiqueue TAP, and queues out of range.
+    let c = Config::parse(
+        "[uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\nqueues = 4\n",
+        env,
+    )
+    .unwrap();
+    assert_eq!(c.ports[0].0.config.queues, Some(4));
+    let e = err("[uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\nqueues = 17\n");
+    assert!(
+        e.contains("queues = 17 is outside 1..=16 (queues of the TAP"),
+        "{e}"
+    );
+}

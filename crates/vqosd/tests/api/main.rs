@@ -436,6 +436,10 @@ fn vhost_user_ports_and_taps_take_1_to_16_queues_and_null_ports_none() {
              above 1)",
         ),
         (
+            json!({"name": "t1", "thread": 1}),
+            "Port 't1': thread = 1, but the switch has 1 forwarding thread(s) (0..=0)",
+        ),
+        (
             json!({"name": "nq", "kind": "null", "queues": 2}),
             "Port 'nq': a null port has no socket, mode, queues nor TAP to attach",
         ),
