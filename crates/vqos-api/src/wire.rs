@@ -10,6 +10,7 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use vqos_sched::change::PolicyChange;
 use vqos_sched::policy::{PRIORITY_LEVELS, UNLIMITED_IN_BPS};
 use vqos_sched::units::{format_bytes, format_rate, parse_bytes, parse_rate};
 use vqos_sched::VifPolicy;
@@ -168,26 +169,22 @@ impl PolicyPatch {
     /// `base` with the fields of this patch replaced; `vif` names the vif in errors. The result
     /// is not validated (the daemon validates the whole set).
     pub fn apply(&self, base: &VifPolicy, vif: &str) -> Result<VifPolicy, WireError> {
-        let mut p = base.clone();
-        if let Some(w) = self.weight {
-            p.weight = w;
+        self.change()
+            .apply(base)
+            .map_err(|_| WireError::UnlimitedMin(vif.to_string()))
+    }
+
+    /// The change this patch makes ([`PolicyChange`], where each field's meaning is defined
+    /// once for the API, the cluster's documents and the CLI).
+    pub fn change(&self) -> PolicyChange {
+        PolicyChange {
+            weight: self.weight,
+            min_bps: self.min.map(|r| r.0),
+            max_bps: self.max.map(|m| m.and_then(|r| r.0)),
+            priority: self.priority,
+            max_in_bps: self.max_in.map(|m| m.map(|r| PolicyChange::max_in(r.0))),
+            burst_bytes: self.burst.map(|b| b.map(|s| s.0)),
         }
-        if let Some(Rate(min)) = self.min {
-            p.min_bps = min.ok_or_else(|| WireError::UnlimitedMin(vif.to_string()))?;
-        }
-        if let Some(max) = self.max {
-            p.max_bps = max.and_then(|r| r.0);
-        }
-        if let Some(prio) = self.priority {
-            p.priority = prio;
-        }
-        if let Some(max_in) = self.max_in {
-            p.max_in_bps = max_in.map(|r| r.0.unwrap_or(UNLIMITED_IN_BPS));
-        }
-        if let Some(burst) = self.burst {
-            p.burst_bytes = burst.map(|b| b.0);
-        }
-        Ok(p)
     }
 
     /// True when the patch changes nothing.

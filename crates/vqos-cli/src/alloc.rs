@@ -1,9 +1,10 @@
 //! `vqos alloc`: the reference allocator on the command line.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use vqos_sched::alloc::{allocate, Claim};
+use vqos_sched::change::{ChangeError, PolicyChange};
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::VifPolicy;
 
@@ -23,8 +24,8 @@ pub struct AllocArgs {
     #[arg(long)]
     capacity: String,
     /// A vif: NAME[:key=value,...] with keys weight (default 1), min (default 0),
-    /// max (default unlimited), max_in (default: as max), demand (default unlimited).
-    /// Repeat for each vif.
+    /// max (default unlimited), max_in (default: as max), demand (default unlimited);
+    /// priority and burst are taken as a policy's and change no rate. Repeat for each vif.
     #[arg(long = "vif", required = true)]
     vifs: Vec<String>,
     /// Which direction to allocate: out (what the vifs send, default) or in (what they
@@ -56,36 +57,27 @@ fn parse_vif(spec: &str, inbound: bool) -> Result<(String, Claim)> {
     if name.is_empty() {
         bail!("Vif '{spec}': missing name (expected NAME:key=value,...)");
     }
-    let mut policy = VifPolicy::default();
+    let mut change = PolicyChange::default();
     let mut demand = None;
     for kv in rest.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
             .with_context(|| format!("Vif '{name}': expected key=value, got '{kv}'"))?;
-        let rate = || parse_rate(v).with_context(|| format!("Vif '{name}': {k}"));
-        match k {
-            "weight" => {
-                policy.weight = v
-                    .parse()
-                    .with_context(|| format!("Vif '{name}': weight '{v}' is not a whole number"))?
-            }
-            "min" => {
-                policy.min_bps =
-                    rate()?.with_context(|| format!("Vif '{name}': min cannot be unlimited"))?
-            }
-            "max" => policy.max_bps = rate()?,
-            "max_in" => {
-                policy.max_in_bps = Some(rate()?.unwrap_or(vqos_sched::policy::UNLIMITED_IN_BPS))
-            }
-            "demand" => demand = rate()?,
-            other => {
-                bail!(
-                    "Vif '{name}': unknown key '{other}' (expected weight, min, max, max_in or \
-                     demand)"
-                )
-            }
+        if k == "demand" {
+            demand = parse_rate(v).with_context(|| format!("Vif '{name}': demand"))?;
+            continue;
         }
+        change.set(k, v).map_err(|e| match e {
+            ChangeError::UnknownField(k) => anyhow!(
+                "Vif '{name}': unknown key '{k}' (expected weight, min, max, max_in, priority, \
+                 burst or demand)"
+            ),
+            e => anyhow!("Vif '{name}': {e}"),
+        })?;
     }
+    let mut policy = change
+        .apply(&VifPolicy::default())
+        .map_err(|e| anyhow!("Vif '{name}': {e}"))?;
     policy.validate(name)?;
     if inbound {
         policy = policy.inbound(true);

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use vqos_sched::change::{ChangeError, PolicyChange};
 use vqos_sched::units::{format_rate, parse_rate};
 use vqos_sched::{PolicyError, VifPolicy};
 
@@ -47,6 +48,16 @@ pub enum ModelError {
     /// A tenant name that cannot be a key.
     #[error("{0}")]
     Name(String),
+}
+
+/// A policy change's error as the model reports it.
+fn change_error(e: ChangeError) -> ModelError {
+    match e {
+        ChangeError::UnlimitedMin => ModelError::UnlimitedMin,
+        ChangeError::BadValue { field, message } => ModelError::Rate { field, message },
+        // The document's fields are named by the struct: none is unknown.
+        ChangeError::UnknownField(f) => ModelError::Json(format!("unknown field {f}")),
+    }
 }
 
 fn rate(field: &'static str, text: &Option<String>) -> Result<Option<Option<u64>>, ModelError> {
@@ -110,29 +121,23 @@ impl VifDoc {
 
     /// The vif's own policy (validated on its own; `port` names it in errors).
     pub fn policy(&self, port: &str) -> Result<VifPolicy, ModelError> {
-        let mut p = VifPolicy::default();
-        if let Some(w) = self.weight {
-            p.weight = w;
+        let mut change = PolicyChange {
+            weight: self.weight,
+            priority: self.priority,
+            ..PolicyChange::default()
+        };
+        let text = [
+            ("min", &self.min),
+            ("max", &self.max),
+            ("max_in", &self.max_in),
+            ("burst", &self.burst),
+        ];
+        for (field, value) in text {
+            if let Some(v) = value {
+                change.set(field, v).map_err(change_error)?;
+            }
         }
-        if let Some(min) = rate("min", &self.min)? {
-            p.min_bps = min.ok_or(ModelError::UnlimitedMin)?;
-        }
-        if let Some(max) = rate("max", &self.max)? {
-            p.max_bps = max;
-        }
-        if let Some(prio) = self.priority {
-            p.priority = prio;
-        }
-        if let Some(max_in) = rate("max_in", &self.max_in)? {
-            p.max_in_bps = Some(max_in.unwrap_or(vqos_sched::policy::UNLIMITED_IN_BPS));
-        }
-        if let Some(b) = &self.burst {
-            let bytes = vqos_sched::units::parse_bytes(b).map_err(|e| ModelError::Rate {
-                field: "burst",
-                message: e.to_string(),
-            })?;
-            p.burst_bytes = Some(bytes);
-        }
+        let p = change.apply(&VifPolicy::default()).map_err(change_error)?;
         p.validate(port)?;
         Ok(p)
     }

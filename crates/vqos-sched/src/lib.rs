@@ -20,6 +20,7 @@ pub mod alloc;
 pub mod aqm;
 pub mod bucket;
 pub mod calibrate;
+pub mod change;
 pub mod controllers;
 pub mod cost;
 pub mod driver;
