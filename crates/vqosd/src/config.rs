@@ -93,18 +93,21 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use vqos_sched::controllers::fairness::FairnessParams;
-use vqos_sched::controllers::pid_ecn::PidParams;
-use vqos_sched::engine::MAX_BURST;
-use vqos_sched::units::parse_duration_ns;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, Variant, VifPolicy};
 
 use crate::backend::Port;
 
+mod controller_keys;
 mod cost_model;
 mod downlink;
+mod emulate;
 mod threads;
+
 use crate::wire::{check_port_name, PortConfig, PortKind, PortRequest, PortState, Rate, WireError};
+pub use controller_keys::ControllersConfig;
+use controller_keys::{controllers, RawFairness, RawPid};
+pub use emulate::EmulatedWork;
+use emulate::RawEmulate;
 
 /// How TAP ports move frames (config `tap_io`): the daemon's name for the data plane's
 /// `TapIo`, which this crate cannot name without its `switch` feature.
@@ -228,160 +231,6 @@ struct RawConfig {
     emulate: Option<RawEmulate>,
     cost_model: Option<cost_model::RawCostModel>,
     cluster: Option<crate::cluster::RawCluster>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEmulate {
-    #[serde(default)]
-    frame_cycles: u64,
-    #[serde(default)]
-    byte_cycles: f64,
-    #[serde(default)]
-    batch: usize,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFairness {
-    period: Option<String>,
-    probe: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPid {
-    slot: Option<String>,
-    kp: Option<f64>,
-    ki: Option<f64>,
-    kd: Option<f64>,
-    capacity: Option<Rate>,
-}
-
-/// `[emulate]`: a least cost per vif frame, to emulate a slower core (experiments only; the
-/// switch backend hands it to the data plane's `EmulatedWork`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EmulatedWork {
-    /// Cycles (counter units: TSC on x86_64) per frame read.
-    pub per_frame_cycles: u64,
-    /// Cycles per on-wire byte forwarded.
-    pub per_byte_cycles: f64,
-    /// Most frames per vif batch while emulating (0: the engine's grant), at most
-    /// [`MAX_BURST`].
-    pub batch_frames: usize,
-}
-
-/// The controllers the daemon runs beside the switch, with their parameters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ControllersConfig {
-    /// The fairness adjuster (`"fairness"`), if enabled.
-    pub fairness: Option<FairnessParams>,
-    /// PID-ECN (`"pid-ecn"`), if enabled.
-    pub pid_ecn: Option<PidParams>,
-}
-
-impl ControllersConfig {
-    /// True when no controller is enabled.
-    pub fn is_empty(&self) -> bool {
-        self.fairness.is_none() && self.pid_ecn.is_none()
-    }
-}
-
-fn duration(key: &str, text: &Option<String>, default: u64) -> Result<u64, ConfigError> {
-    match text {
-        None => Ok(default),
-        Some(t) => match parse_duration_ns(t) {
-            Ok(0) => Err(ConfigError::Controllers(format!("{key} must be positive"))),
-            Ok(ns) => Ok(ns),
-            Err(e) => Err(ConfigError::Controllers(format!("{key}: {e}"))),
-        },
-    }
-}
-
-fn gain(key: &str, v: Option<f64>, default: f64) -> Result<f64, ConfigError> {
-    match v {
-        None => Ok(default),
-        Some(k) if k.is_finite() && k >= 0.0 => Ok(k),
-        Some(k) => Err(ConfigError::Controllers(format!(
-            "{key} = {k}: a gain must be a finite number >= 0"
-        ))),
-    }
-}
-
-/// The `controllers` list and the `[fairness]` / `[pid_ecn]` tables, validated.
-fn controllers(
-    names: &[String],
-    fairness: Option<RawFairness>,
-    pid: Option<RawPid>,
-    capacity_bps: Option<u64>,
-) -> Result<ControllersConfig, ConfigError> {
-    let mut out = ControllersConfig::default();
-    let (mut want_fair, mut want_pid) = (false, false);
-    for n in names {
-        let slot = match n.as_str() {
-            "fairness" => &mut want_fair,
-            "pid-ecn" => &mut want_pid,
-            other => {
-                return Err(ConfigError::Controllers(format!(
-                    "unknown controller '{other}' (expected \"fairness\" or \"pid-ecn\")"
-                )))
-            }
-        };
-        if *slot {
-            return Err(ConfigError::Controllers(format!(
-                "controller '{n}' is listed twice"
-            )));
-        }
-        *slot = true;
-    }
-    if fairness.is_some() && !want_fair {
-        return Err(ConfigError::Controllers(
-            "[fairness] is given but controllers does not list \"fairness\"".into(),
-        ));
-    }
-    if pid.is_some() && !want_pid {
-        return Err(ConfigError::Controllers(
-            "[pid_ecn] is given but controllers does not list \"pid-ecn\"".into(),
-        ));
-    }
-    if want_fair {
-        let raw = fairness.unwrap_or_default();
-        let d = FairnessParams::default();
-        let period_ns = duration("fairness.period", &raw.period, d.period_ns)?;
-        let probe_ns = duration("fairness.probe", &raw.probe, d.probe_ns)?;
-        if probe_ns.saturating_mul(2) > period_ns {
-            return Err(ConfigError::Controllers(format!(
-                "fairness.period must be at least two probes (period {period_ns} ns, probe {probe_ns} ns)"
-            )));
-        }
-        out.fairness = Some(FairnessParams {
-            period_ns,
-            probe_ns,
-            ..d
-        });
-    }
-    if want_pid {
-        let raw = pid.unwrap_or_default();
-        let d = PidParams::default();
-        let capacity_bps = match raw.capacity {
-            Some(Rate(Some(0))) | Some(Rate(None)) => {
-                return Err(ConfigError::Controllers(
-                    "pid_ecn.capacity must be a positive rate".into(),
-                ))
-            }
-            Some(Rate(Some(c))) => c,
-            None => capacity_bps.filter(|&c| c > 0).unwrap_or(d.capacity_bps),
-        };
-        out.pid_ecn = Some(PidParams {
-            slot_ns: duration("pid_ecn.slot", &raw.slot, d.slot_ns)?,
-            kp: gain("pid_ecn.kp", raw.kp, d.kp)?,
-            ki: gain("pid_ecn.ki", raw.ki, d.ki)?,
-            kd: gain("pid_ecn.kd", raw.kd, d.kd)?,
-            capacity_bps,
-            ..d
-        });
-    }
-    Ok(out)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -592,35 +441,7 @@ impl Config {
                 Some(TcpConfig { addr, token })
             }
         };
-        let emulated_work = match raw.emulate {
-            None => None,
-            Some(e) => {
-                // The loop answers no command while it spins: at most ~1 ms per frame and
-                // ~0.2 ms per KiB at a few GHz, so even a batch of 32 offload frames of 64 KiB
-                // stays under a second.
-                if e.frame_cycles > 5_000_000
-                    || !(0.0..=100.0).contains(&e.byte_cycles)
-                    || e.byte_cycles.is_nan()
-                {
-                    return Err(ConfigError::Emulate(format!(
-                        "emulate: frame_cycles must be 0..=5000000 and byte_cycles 0..=100 \
-                         (got {} and {})",
-                        e.frame_cycles, e.byte_cycles
-                    )));
-                }
-                if e.batch > usize::from(MAX_BURST) {
-                    return Err(ConfigError::Emulate(format!(
-                        "emulate: batch must be 0..={MAX_BURST} frames (got {})",
-                        e.batch
-                    )));
-                }
-                Some(EmulatedWork {
-                    per_frame_cycles: e.frame_cycles,
-                    per_byte_cycles: e.byte_cycles,
-                    batch_frames: e.batch,
-                })
-            }
-        };
+        let emulated_work = raw.emulate.map(emulate::emulated).transpose()?;
         let (threads, cpus) = threads::check(raw.threads, raw.cpus)?;
         for (p, _) in &ports {
             crate::backend::check_thread(&p.config, threads).map_err(ConfigError::Port)?;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::wire::{Account, FileMode};
+use vqos_sched::controllers::pid_ecn::PidParams;
 
 const FULL: &str = r#"
 capacity = "940Mbit"
