@@ -244,9 +244,8 @@ fn a_tenant_across_three_hosts_follows_demand_floor_host_death_and_etcd_restart(
                 LabSpec {
                     extra: &extra,
                     capacity_bps: Some(HOST_CAPACITY_BPS),
-                    threads: None,
-                    port_extra: "",
                     sink: Some(sink.clone()),
+                    ..LabSpec::default()
                 },
             ))
         })

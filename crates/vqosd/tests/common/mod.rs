@@ -215,6 +215,9 @@ pub struct LabSpec<'a> {
     pub extra: &'a str,
     /// The switch's capacity (default [`CAPACITY_BPS`]).
     pub capacity_bps: Option<u64>,
+    /// No capacity at all (`capacity = "unlimited"`, vqosd's default): the core, not the
+    /// link, is what the vifs share. Overrides `capacity_bps`.
+    pub unlimited: bool,
     /// A sink namespace to share with other labs (the uplink goes there, on this lab's own
     /// subnet); default: a sink of its own.
     pub sink: Option<Arc<Netns>>,
@@ -239,10 +242,13 @@ pub fn lab_spec(test_id: u8, weights: &[u32], spec: LabSpec) -> Lab {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("vqosd.sock");
     let uplink = format!("{prefix}u");
+    let capacity = match spec.capacity_bps {
+        _ if spec.unlimited => "unlimited".to_string(),
+        c => format!("{}bit", c.unwrap_or(CAPACITY_BPS)),
+    };
     let mut text = format!(
-        "capacity = \"{}bit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
+        "capacity = \"{capacity}\"\nengine = \"vqos\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
          [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n",
-        spec.capacity_bps.unwrap_or(CAPACITY_BPS),
         dir.path().join("state.json").display(),
         socket.display()
     );
