@@ -50,8 +50,8 @@
 //! the vif's ECN probability. Every drop reason has its own counter.
 //!
 //! ## Limitations
-//! - Each port is read by one loop thread; one queue per TAP, one `read`/`write` per frame
-//!   (unless io_uring).
+//! - Each port is read by one loop thread, all its queues with it (a multiqueue TAP's, a
+//!   vhost-user port's pairs); one `read`/`write` per frame on a TAP (unless io_uring).
 //! - The capacity bucket gates all vif batches, vif-to-vif traffic included (it is meant for
 //!   the vif→uplink direction, which is what vifs normally send).
 //! - Flooded copies are not CE-marked (one buffer shared by the copies).
