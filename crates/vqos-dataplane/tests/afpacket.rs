@@ -23,12 +23,7 @@ const MAC_VM: u64 = 0x02_00_00_00_77_01;
 const ETHERTYPE: u16 = 0x88b5;
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        println!("SKIP: needs root");
-    }
-    root
+    vqos_testkit::root_or_skip(module_path!())
 }
 
 fn mac_str(m: u64) -> String {

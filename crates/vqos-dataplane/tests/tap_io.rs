@@ -12,12 +12,7 @@ const ETHERTYPE: u16 = 0x88b5;
 const SRC: u64 = 0x02_00_00_00_33_33;
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        println!("SKIP: needs root");
-    }
-    root
+    vqos_testkit::root_or_skip(module_path!())
 }
 
 /// Frame `seq`'s Ethernet bytes: broadcast, a length that varies with `seq` (60..1514), the

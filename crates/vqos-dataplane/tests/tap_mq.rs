@@ -18,12 +18,7 @@ const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x44, 0x01];
 const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x44, 0x02];
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        println!("SKIP: needs root");
-    }
-    root
+    vqos_testkit::root_or_skip(module_path!())
 }
 
 /// Flow `k`'s one frame: IPv4/UDP from source port 10000 + k (the kernel picks a TAP queue

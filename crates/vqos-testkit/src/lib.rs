@@ -78,12 +78,20 @@ pub fn machine_lock() -> File {
     f
 }
 
+/// True when running as root; otherwise prints that the test is skipped.
+pub fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        println!("SKIP {test}: needs root");
+    }
+    root
+}
+
 /// The serial lock when a real-traffic test can run (root, iperf3 installed); `None` after
 /// printing why not.
 pub fn can_run(test: &str) -> Option<SerialGuard> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP {test}: needs root");
+    if !root_or_skip(test) {
         return None;
     }
     let iperf = Command::new("iperf3")
