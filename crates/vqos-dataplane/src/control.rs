@@ -414,17 +414,19 @@ impl Switch {
             self.share_bps = policies.capacity_bps.map(|c| c / shards as u64);
         }
         let (local, local_slots) = self.local_set(&policies, &vif_slots, None);
+        let (down, down_bps) = self.downlink_set(&policies, &vif_slots);
         if let Some(d) = &mut self.downlink {
-            if let Err(e) = d.configure(&policies, &vif_slots, now_ns) {
+            if let Err(e) = d.configure(&down, down_bps, &vif_slots, now_ns) {
                 self.share_bps = old_share;
                 return Err(e);
             }
         }
         if let Err(e) = self.sched.configure(&local, now_ns) {
             self.share_bps = old_share;
+            let (down, down_bps) = self.downlink_set(&self.policies, &self.vif_slots);
             if let Some(d) = &mut self.downlink {
                 // The set in force was accepted before: taking it back cannot fail.
-                let _ = d.configure(&self.policies, &self.vif_slots, now_ns);
+                let _ = d.configure(&down, down_bps, &self.vif_slots, now_ns);
             }
             return Err(e.into());
         }
@@ -476,14 +478,23 @@ impl Switch {
             SwitchError::Threads(format!("engine {} on shard {index}: {e}", self.engine_kind))
         })?;
         let downlink = match &self.downlink {
-            Some(d) => Some(Downlink::new(
-                self.engine_kind,
-                &self.policies,
-                &self.vif_slots,
-                self.downlink_max,
-                d.config(),
-                now_ns,
-            )?),
+            Some(d) => {
+                // Built over no vif: the shard's first snapshot gives it its set.
+                let set = self.policies.downlink(self.downlink_max);
+                let empty = PolicySet {
+                    vifs: Vec::new(),
+                    ..set
+                };
+                let cap = empty.capacity_bps;
+                Some(Downlink::new(
+                    self.engine_kind,
+                    &empty,
+                    cap,
+                    &[],
+                    d.config(),
+                    now_ns,
+                )?)
+            }
             None => None,
         };
         let mut ports = PortTable::for_shard(index);

@@ -27,14 +27,16 @@
 //!
 //! ## Shards
 //! Each shard has its own downlink over every vif (the frames it switches: shard 0 reads the
-//! uplink), each at the whole downlink capacity: vif-to-vif frames switched on the other
-//! shards are not counted against shard 0's part (docs/dataplane.md, "Shards").
+//! uplink). `capacity_in` and each vif's inbound floor and max are divided among them every
+//! period by what each queue held and passed ([`crate::balance`]): a vif receiving through
+//! two shards gets its max once, not once per shard (docs/dataplane.md, "Shards").
 
 use std::collections::VecDeque;
 
 pub use vqos_sched::aqm::DownlinkConfig;
 use vqos_sched::{Codel, EngineKind, PolicySet, Scheduler, Step, Usage, Verdict};
 
+use crate::balance::{smooth, Want};
 use crate::error::SwitchError;
 use crate::frame::{self, FRAME_BUF_BYTES, VNET_HDR_LEN};
 use crate::port::{Batch, BATCH_FRAMES};
@@ -88,6 +90,10 @@ struct VifQueue {
     wire: u64,
     /// Its AQM.
     codel: Codel,
+    /// Wire bytes queued since the last [`Downlink::sample`].
+    arrived: u64,
+    /// What joined it, smoothed, bits/s.
+    rate: u64,
     /// The vif's port slot.
     slot: usize,
 }
@@ -122,8 +128,8 @@ pub(crate) struct Downlink {
     shaper: UplinkShaper,
     /// Per vif (the policy set's ids).
     queues: Vec<VifQueue>,
-    /// The vifs' names, by id (to carry queues over a new snapshot).
-    names: Vec<String>,
+    /// The set in force (its names carry queues over a new one).
+    set: PolicySet,
     /// Bounds and AQM.
     config: DownlinkConfig,
     /// Buffer bytes held in all queues.
@@ -136,66 +142,99 @@ pub(crate) struct Downlink {
     out: Batch,
     /// Wire bytes of each frame of `out`.
     out_wire: [u64; BATCH_FRAMES],
-    /// `downlink_max`: a vif's max acts inbound when it states no `max_in`.
-    follow_max: bool,
 }
 
 impl Downlink {
-    /// A downlink with an engine of `kind` over `policies` turned inbound.
+    /// A downlink with an engine of `kind` over `set` (the vifs' inbound policies, as this
+    /// shard runs them: [`Switch::downlink_set`](crate::Switch)), its shaper at `shaper_bps`.
     pub fn new(
         kind: EngineKind,
-        policies: &PolicySet,
+        set: &PolicySet,
+        shaper_bps: Option<u64>,
         slots: &[usize],
-        follow_max: bool,
         config: DownlinkConfig,
         now_ns: u64,
     ) -> Result<Downlink, SwitchError> {
         config.validate().map_err(SwitchError::Setting)?;
-        let set = policies.downlink(follow_max);
-        let engine = vqos_sched::build(kind, &set, now_ns)?;
+        let engine = vqos_sched::build(kind, set, now_ns)?;
         let mut d = Downlink {
             sched: Scheduler::new(engine, set.len()),
             shaper: UplinkShaper::default(),
             queues: Vec::new(),
-            names: Vec::new(),
+            set: set.clone(),
             config,
             held: 0,
             small: Vec::new(),
             big: Vec::new(),
             out: Batch::new(),
             out_wire: [0; BATCH_FRAMES],
-            follow_max,
         };
-        d.shaper.configure(set.capacity_bps, now_ns);
-        d.remap(&set, slots);
+        d.shaper.configure(shaper_bps, now_ns);
+        d.remap(set, slots);
         Ok(d)
     }
 
-    /// Installs a new snapshot (vif `i` in slot `slots[i]`); refused before anything changes
+    /// Installs a new set (vif `i` in slot `slots[i]`); refused before anything changes
     /// when the engine refuses it. Queues follow their vif by name; a removed vif's are freed.
     pub fn configure(
         &mut self,
-        policies: &PolicySet,
+        set: &PolicySet,
+        shaper_bps: Option<u64>,
         slots: &[usize],
         now_ns: u64,
     ) -> Result<(), SwitchError> {
-        let set = policies.downlink(self.follow_max);
-        self.sched.configure(&set, now_ns)?;
-        self.shaper.configure(set.capacity_bps, now_ns);
-        self.remap(&set, slots);
+        self.sched.configure(set, now_ns)?;
+        self.shaper.configure(shaper_bps, now_ns);
+        self.remap(set, slots);
+        self.set = set.clone();
         Ok(())
+    }
+
+    /// A new division of the shards' parts ([`crate::balance`]): the shaper follows its part
+    /// keeping its tokens; the engine is configured again only when the set changed.
+    pub fn update(
+        &mut self,
+        set: &PolicySet,
+        shaper_bps: Option<u64>,
+        slots: &[usize],
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        if *set != self.set {
+            self.sched.configure(set, now_ns)?;
+            self.remap(set, slots);
+            self.set = set.clone();
+        }
+        self.shaper.retarget(shaper_bps, now_ns);
+        Ok(())
+    }
+
+    /// What each vif's queue says for this period of `dt` ns (`(slot, want)`): greedy when
+    /// it holds frames, else the rate that joined it, smoothed.
+    pub fn sample(&mut self, dt: u64) -> Vec<(usize, Want)> {
+        self.queues
+            .iter_mut()
+            .map(|q| {
+                q.rate = smooth(q.rate, q.arrived, dt);
+                q.arrived = 0;
+                let want = Want {
+                    greedy: !q.frames.is_empty(),
+                    rate: q.rate,
+                };
+                (q.slot, want)
+            })
+            .collect()
     }
 
     /// Moves the queues to the ids of `set`, sets each vif's slot and readiness.
     fn remap(&mut self, set: &PolicySet, slots: &[usize]) {
+        let names = self.set.vifs.iter().map(|v| v.name.clone());
         let mut old: std::collections::HashMap<String, VifQueue> =
-            self.names.drain(..).zip(self.queues.drain(..)).collect();
+            names.zip(self.queues.drain(..)).collect();
         for (id, spec) in set.vifs.iter().enumerate() {
             let mut q = old.remove(&spec.name).unwrap_or_default();
             q.slot = slots.get(id).copied().unwrap_or(usize::MAX);
             self.sched.set_ready(id, !q.frames.is_empty());
             self.queues.push(q);
-            self.names.push(spec.name.clone());
         }
         for (_, q) in old {
             self.held -= q.held;
@@ -291,6 +330,7 @@ impl Downlink {
         });
         q.held += cost;
         q.wire += wire;
+        q.arrived += wire;
         self.held += cost;
         Ok(())
     }

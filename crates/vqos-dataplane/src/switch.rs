@@ -152,14 +152,11 @@ impl Switch {
         );
         ips.set_port_capacity(0, config.mac_capacity / 2);
         let downlink = match config.downlink {
-            Some(d) => Some(Downlink::new(
-                engine.kind(),
-                &policies,
-                &[],
-                config.downlink_max,
-                d,
-                now_ns,
-            )?),
+            Some(d) => {
+                let set = policies.downlink(config.downlink_max);
+                let cap = set.capacity_bps;
+                Some(Downlink::new(engine.kind(), &set, cap, &[], d, now_ns)?)
+            }
             None => None,
         };
         let (uplink, uplink_security, _) = config.uplink.open()?;

@@ -369,3 +369,96 @@ fn the_downlink_on_two_shards_gives_the_weights_shares_and_carries_vif_to_vif() 
     let s = sh.stats(20_000 * step);
     assert!(port(&s, "b").counters.drops[DropReason::QueueFull] > 0);
 }
+
+/// Two senders to vif c for 2 virtual seconds on two shards, every frame 1500 bytes: the
+/// uplink (read by shard 0, so queued on shard 0's downlink) at 240 Mbit/s, and vif b (read
+/// by shard 1, so queued on shard 1's downlink) as fast as the switch takes it; the uplink
+/// also sends to a (shard 0) at 240 Mbit/s. Returns what a received from the uplink, and what
+/// c received from the uplink and from b, over the last second, bits.
+fn into_c_from_both_shards(
+    config: impl FnOnce(&mut SwitchConfig),
+    a: VifPolicy,
+    c: VifPolicy,
+) -> [u64; 3] {
+    let (mut sh, u, p) = rig(
+        |cfg| {
+            cfg.engine = EngineKind::Vqos;
+            cfg.downlink = Some(vqos_dataplane::DownlinkConfig::default());
+            config(cfg);
+        },
+        &[("a", 0, a), ("b", 1, VifPolicy::default()), ("c", 1, c)],
+    );
+    for (peer, mac) in p.iter().zip([MAC_A, MAC_B, MAC_C]) {
+        peer.inject(frame(MAC_U, mac, 0));
+    }
+    u.inject(frame(BCAST, MAC_U, 0));
+    run(&mut sh, 0);
+    p.iter().for_each(|peer| drop(peer.take_sent()));
+    u.take_sent();
+    let step = 100_000u64;
+    let mut got = [0u64; 3];
+    for k in 1..=20_000u64 {
+        let now = k * step;
+        for _ in 0..2 {
+            u.inject(big(MAC_A, MAC_U));
+            u.inject(big(MAC_C, MAC_U));
+        }
+        while p[1].pending() < 32 {
+            p[1].inject(big(MAC_C, MAC_B));
+        }
+        run(&mut sh, now);
+        let from_a = p[0].take_sent().len() as u64;
+        let into_c = p[2].take_sent();
+        let from_b = into_c
+            .iter()
+            .filter(|f| f[18..24] == MAC_B.to_be_bytes()[2..])
+            .count() as u64;
+        if now > 1_000_000_000 {
+            got[0] += from_a * 1500 * 8;
+            got[1] += (into_c.len() as u64 - from_b) * 1500 * 8;
+            got[2] += from_b * 1500 * 8;
+        }
+    }
+    let s = sh.stats(20_000 * step);
+    let c_rx = port(&s, "c").counters.tx_frames;
+    assert!(c_rx > 0, "c received nothing");
+    got
+}
+
+/// A vif's inbound max is one limit whichever shards its frames cross: c (`max_in` 20
+/// Mbit/s) receives from the uplink on shard 0 and from b on shard 1 at once, and gets 20
+/// Mbit/s in all (not 20 per shard), divided between its two senders as the reference
+/// allocator divides it between two greedy demands (10 and 10).
+#[test]
+fn a_vifs_inbound_max_holds_across_the_shards_that_carry_its_frames() {
+    let c = VifPolicy {
+        max_in_bps: Some(20_000_000),
+        ..VifPolicy::default()
+    };
+    let got = into_c_from_both_shards(|_| {}, VifPolicy::default(), c);
+    let total = got[1] + got[2];
+    assert!(
+        (19_000_000..=20_200_000).contains(&total),
+        "c received {total} bit/s in all (uplink {}, b {}), max 20 Mbit/s",
+        got[1],
+        got[2]
+    );
+    for from in [got[1], got[2]] {
+        assert!(from.abs_diff(10_000_000) <= 1_000_000, "{got:?}");
+    }
+}
+
+/// The downlink capacity is one capacity over the shards: `capacity_in` 60 Mbit/s, a
+/// (weight 1) fed by the uplink on shard 0 and c (weight 3) fed by the uplink on shard 0 and
+/// by b on shard 1: a 15, c 45 Mbit/s, as one shard would give.
+#[test]
+fn the_downlink_capacity_is_divided_across_shards_by_the_weights() {
+    let w = |weight| VifPolicy {
+        weight,
+        ..VifPolicy::default()
+    };
+    let got = into_c_from_both_shards(|c| c.capacity_in_bps = Some(60_000_000), w(1), w(3));
+    let c = got[1] + got[2];
+    assert!(got[0].abs_diff(15_000_000) <= 15_000_000 / 50, "a: {got:?}");
+    assert!(c.abs_diff(45_000_000) <= 45_000_000 / 50, "c: {got:?}");
+}

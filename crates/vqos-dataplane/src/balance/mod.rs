@@ -1,0 +1,303 @@
+//! How the shards of a switch divide the capacity of each direction: every [`BALANCE_NS`]
+//! each shard publishes what its vifs want, shard 0 divides the capacity by the reference
+//! allocator (`vqos_sched::alloc::allocate`, the same weighted max-min with floors, caps and
+//! demands the engines are judged against, `plan`), and each shard runs its shaper at its
+//! part and its engine over the vifs it carries at that capacity. The uplink's capacity is
+//! divided among the shards that read the vifs; the downlink's (`capacity_in`) among the
+//! shards whose downlinks queue frames for them, and with it each vif's inbound floor and
+//! max, which are one floor and one max whichever shards carry its frames (`plan`'s docs).
+//!
+//! ## Why this gives one shard's allocation
+//! Weighted max-min is consistent: if a set of vifs is given exactly the sum of their
+//! reference allocations, weighted max-min among them alone gives each the same rate. So a
+//! shard whose capacity is the sum of its vifs' reference rates, and whose engine divides it
+//! by the same policy, gives each vif what one shard over every vif would. What is left
+//! when every vif wants less than the capacity is split evenly, so a vif that starts
+//! sending finds room at once and the next period gives it its share.
+//!
+//! ## Demands
+//! Uplink: a vif whose last read took all the shard asked for (frames were likely left: the
+//! engine or the shard's share held it back) wants more than it gets: greedy. Downlink: a
+//! vif whose queue on the shard holds frames at the period's end is greedy there; its rate
+//! is what joined the queue. Any other vif wants
+//! what it sent, smoothed over about four periods (a slow vif sends a few frames a period:
+//! the larger of the raw and the smoothed rate was measured to give away 1 % of a 20 Mbit/s
+//! capacity), plus 1 % and 10 kbit/s; if it wants more, its reads fill up under its shard's
+//! share and it counts as greedy at the next period. The estimate is the bytes read from the
+//! vif (vif-to-vif frames included). The headroom is what the division costs: capacity given
+//! to a vif that does not use it (1 % of that vif's rate) is not used by the others.
+//!
+//! ## Bound and cost
+//! A change in demand is followed within two periods (published at the next period of its
+//! shard, divided at the next of shard 0). The shapers' rates add up to the capacity at all
+//! times; each keeps its tokens across a change. Per period: O(vifs) on every shard (every
+//! vif on each shard for the downlink), one mutex per direction, and an O(vifs log vifs)
+//! allocation per direction on shard 0.
+
+mod plan;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use vqos_sched::PolicySet;
+
+use plan::{plan, VifIn, SLIVER_BPS};
+pub(crate) use plan::{Local, Plan, Want};
+
+use crate::switch::Switch;
+
+/// How often shards publish demands and shard 0 divides the capacity, ns.
+pub const BALANCE_NS: u64 = 10_000_000;
+
+/// A direction of traffic, each divided on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// What the vifs send (read by each vif's shard).
+    Up = 0,
+    /// What the vifs receive (queued on the downlink of the shard that switched it).
+    Down = 1,
+}
+
+/// A division and the vif slots it was made for (vif `i` of the plan in `slots[i]`).
+#[derive(Debug)]
+pub(crate) struct Division {
+    /// The vifs' slots, in the plan's order.
+    slots: Vec<usize>,
+    /// The division.
+    plan: Plan,
+}
+
+/// What the shards share to divide the capacities.
+#[derive(Debug)]
+pub(crate) struct Balance {
+    /// Per direction, per `(vif slot, shard)`, what that shard last said.
+    wants: [Mutex<HashMap<(usize, usize), Want>>; 2],
+    /// Per direction, the last division (`None`: not divided yet).
+    divisions: [Mutex<Option<Arc<Division>>>; 2],
+    /// How many shards.
+    shards: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Balance {
+    /// Nothing divided yet among `shards` shards.
+    pub fn new(shards: usize) -> Arc<Balance> {
+        Arc::new(Balance {
+            wants: Default::default(),
+            divisions: Default::default(),
+            shards: shards.max(1),
+        })
+    }
+
+    /// How many shards.
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The last division of `dir`.
+    fn division(&self, dir: Dir) -> Option<Arc<Division>> {
+        lock(&self.divisions[dir as usize]).clone()
+    }
+
+    /// Shard `shard`'s part of the uplink's `capacity` (`None`: not divided yet).
+    pub fn share(&self, shard: usize, capacity: u64) -> Option<u64> {
+        let d = self.division(Dir::Up)?;
+        (d.plan.capacity == Some(capacity))
+            .then(|| d.plan.parts.get(shard).copied())
+            .flatten()
+    }
+
+    /// Records what `shard` says about the vifs in `wants` (`(slot, want)`).
+    fn publish(&self, dir: Dir, shard: usize, wants: impl Iterator<Item = (usize, Want)>) {
+        let mut d = lock(&self.wants[dir as usize]);
+        d.extend(wants.map(|(slot, w)| ((slot, shard), w)));
+    }
+
+    /// What every shard said, per vif slot.
+    fn wants_by_slot(&self, dir: Dir) -> HashMap<usize, Vec<(usize, Want)>> {
+        let mut by: HashMap<usize, Vec<(usize, Want)>> = HashMap::new();
+        for (&(slot, shard), &w) in lock(&self.wants[dir as usize]).iter() {
+            by.entry(slot).or_default().push((shard, w));
+        }
+        by
+    }
+
+    /// Divides `dir`'s `capacity` for `policies` (the direction's policies; vif `i` in slot
+    /// `slots[i]`, its home shard `homes[i]`; `everywhere`: any shard may carry any vif).
+    fn divide(
+        &self,
+        dir: Dir,
+        policies: &PolicySet,
+        slots: &[usize],
+        homes: &[usize],
+        everywhere: bool,
+    ) {
+        let mut wants = self.wants_by_slot(dir);
+        let vifs: Vec<VifIn> = policies
+            .vifs
+            .iter()
+            .zip(slots)
+            .zip(homes)
+            .map(|((v, slot), &home)| VifIn {
+                policy: &v.policy,
+                home,
+                everywhere,
+                wants: wants.remove(slot).unwrap_or_default(),
+            })
+            .collect();
+        let plan = plan(policies.capacity_bps, &vifs, self.shards);
+        *lock(&self.divisions[dir as usize]) = Some(Arc::new(Division {
+            slots: slots.to_vec(),
+            plan,
+        }));
+    }
+
+    /// Forgets what was said about a slot whose port went away.
+    pub fn forget(&self, slot: usize) {
+        for w in &self.wants {
+            lock(w).retain(|&(s, _), _| s != slot);
+        }
+    }
+}
+
+impl Switch {
+    /// Every [`BALANCE_NS`] with several shards: publishes what this shard's vifs want in
+    /// each direction, divides the capacities (shard 0), and takes this shard's parts.
+    pub(crate) fn rebalance(&mut self, now_ns: u64) {
+        if self.balance.shards() == 1 {
+            self.next_balance_ns = u64::MAX;
+            return;
+        }
+        let dt = now_ns.saturating_sub(self.balanced_at_ns).max(1);
+        self.balanced_at_ns = now_ns;
+        self.next_balance_ns = now_ns + BALANCE_NS;
+        self.publish_up(dt);
+        if let Some(d) = &mut self.downlink {
+            let wants = d.sample(dt);
+            self.balance
+                .publish(Dir::Down, self.shard, wants.into_iter());
+        }
+        if self.shard == 0 {
+            let homes: Vec<usize> = self
+                .vif_slots
+                .iter()
+                .map(|&slot| self.ports.get(slot).map_or(0, |s| s.home))
+                .collect();
+            if self.policies.capacity_bps.is_some() {
+                let b = &self.balance;
+                b.divide(Dir::Up, &self.policies, &self.vif_slots, &homes, false);
+            }
+            if self.downlink.is_some() {
+                let set = self.policies.downlink(self.downlink_max);
+                let zeros = vec![0; homes.len()];
+                self.balance
+                    .divide(Dir::Down, &set, &self.vif_slots, &zeros, true);
+            }
+        }
+        self.take_up_share(now_ns);
+        if self.downlink.is_some() {
+            let (set, shaper_bps) = self.downlink_set(&self.policies, &self.vif_slots);
+            let slots = self.vif_slots.clone();
+            if let Some(d) = &mut self.downlink {
+                // The set was accepted whole before; a refusal here (a part below a floor
+                // by rounding) keeps the last one, the shaper still holds the shard's part.
+                let _ = d.update(&set, shaper_bps, &slots, now_ns);
+            }
+        }
+    }
+
+    /// Publishes what this shard's vifs send (uplink direction).
+    fn publish_up(&mut self, dt: u64) {
+        if self.policies.capacity_bps.is_none() {
+            return;
+        }
+        let wants: Vec<(usize, Want)> = self
+            .ports
+            .iter_mut_slots()
+            .filter(|(_, s)| s.local && s.vif.is_some())
+            .map(|(slot, s)| {
+                let bytes = s.c.rx_bytes - s.balance_bytes;
+                s.balance_bytes = s.c.rx_bytes;
+                s.balance_rate = smooth(s.balance_rate, bytes, dt);
+                let want = Want {
+                    greedy: s.backlogged,
+                    rate: s.balance_rate,
+                };
+                (slot, want)
+            })
+            .collect();
+        self.balance.publish(Dir::Up, self.shard, wants.into_iter());
+    }
+
+    /// Takes this shard's part of the uplink capacity when shard 0 divided it anew.
+    fn take_up_share(&mut self, now_ns: u64) {
+        let Some(capacity) = self.policies.capacity_bps else {
+            return;
+        };
+        let share = self.balance.share(self.shard, capacity);
+        if share.is_some() && share != self.share_bps {
+            self.share_bps = share;
+            let (local, _) = self.local_set(&self.policies, &self.vif_slots, None);
+            // The floors were validated with the whole set and the local capacity is at
+            // least this shard's floors: a refusal here would be a bug; keep the old engine
+            // capacity then, the shaper still holds the shard to its part.
+            let _ = self.sched.configure(&local, now_ns);
+            self.shaper.retarget(share, now_ns);
+        }
+    }
+
+    /// The set this shard's downlink runs for `policies` (vif `i` in slot `vif_slots[i]`):
+    /// every vif turned inbound and run as the last division says this shard runs it, at
+    /// this shard's part of `capacity_in` (the engine at least at its floors); and the rate
+    /// of the downlink's shaper (the part itself). Before a division for these vifs and this
+    /// capacity: an even part, each vif run by shard 0 and a sliver elsewhere.
+    pub(crate) fn downlink_set(
+        &self,
+        policies: &PolicySet,
+        vif_slots: &[usize],
+    ) -> (PolicySet, Option<u64>) {
+        let mut set = policies.downlink(self.downlink_max);
+        let shards = self.balance.shards();
+        if shards == 1 {
+            let c = set.capacity_bps;
+            return (set, c);
+        }
+        let division = self
+            .balance
+            .division(Dir::Down)
+            .filter(|d| d.plan.capacity == set.capacity_bps && d.slots == vif_slots);
+        for (i, v) in set.vifs.iter_mut().enumerate() {
+            let local = match &division {
+                Some(d) => d.plan.locals[i][self.shard],
+                None if self.shard == 0 => Local::Own {
+                    cut: if v.policy.max_bps.is_some() {
+                        SLIVER_BPS * (shards as u64 - 1)
+                    } else {
+                        0
+                    },
+                },
+                None => Local::Sliver,
+            };
+            v.policy = local.apply(&v.policy);
+        }
+        let part = set.capacity_bps.map(|c| match &division {
+            Some(d) => d.plan.parts[self.shard],
+            None => c / shards as u64,
+        });
+        let floors: u64 = set.vifs.iter().map(|v| v.policy.min_bps).sum();
+        set.capacity_bps = part.map(|p| p.max(floors));
+        (set, part)
+    }
+}
+
+/// `rate` (bits/s) after `bytes` more in `dt` ns, smoothed over about four periods: a slow
+/// vif sends a few frames per period, and one frame more or less would swing its demand by
+/// a quarter.
+pub(crate) fn smooth(rate: u64, bytes: u64, dt: u64) -> u64 {
+    let sent = (u128::from(bytes) * 8_000_000_000 / u128::from(dt.max(1))) as u64;
+    rate - rate / 4 + sent / 4
+}
