@@ -166,6 +166,9 @@ pub struct AfPacketStatus {
     pub skipped_host: u64,
     /// Frames the host sent on the interface, not read.
     pub skipped_outgoing: u64,
+    /// Sockets reading the interface: one per shard that reads the uplink (fanout).
+    #[serde(default)]
+    pub readers: u32,
 }
 
 /// Counters of one poll loop.
@@ -277,7 +280,7 @@ mod tests {
         assert_eq!(back, v);
         let up = r#"{"name":"up0","role":"uplink","policy":null,COUNTERS,
             "af_packet":{"ifindex":2,"vnet_hdr_bytes":12,"qdisc_bypass":true,"kernel_drops":1,
-                "skipped_host":0,"skipped_outgoing":0}}"#
+                "skipped_host":0,"skipped_outgoing":0,"readers":1}}"#
             .replace("COUNTERS", counters);
         let v: PortStatsView = serde_json::from_str(&up).unwrap();
         match v.stats.status {

@@ -500,8 +500,23 @@ impl Switch {
         let mut ports = PortTable::for_shard(index);
         for (slot, s) in self.ports.iter() {
             let security = PortSecurity::open();
-            let io = PortIo::for_sender(&s.port);
-            ports.insert(slot, io, s.home, security, s.role, None)?;
+            // The uplink is read on every shard where it has receive queues (its frames
+            // spread by flow), when the downlink is scheduled: what each shard then queues
+            // for a vif is divided among them (`balance`). Else shard 0 reads it alone.
+            let reader = match (slot, &self.downlink) {
+                (0, Some(_)) => s.port.lock().rx_queue().ok().flatten(),
+                _ => None,
+            };
+            match reader {
+                Some(q) => {
+                    let storm = self.storm_bucket(now_ns);
+                    ports.insert(slot, (PortIo::new(q), true), index, security, s.role, storm)?
+                }
+                None => {
+                    let io = PortIo::for_sender(&s.port);
+                    ports.insert(slot, io, s.home, security, s.role, None)?
+                }
+            }
         }
         let mut sw = Switch {
             ports,

@@ -321,6 +321,13 @@ pub trait Port: Send {
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
         Ok(None)
     }
+
+    /// Another receive queue of this port, for another shard to read and send on: the
+    /// port's arrivals are then spread over its queues by flow, as a NIC's receive queues
+    /// are (the AF_PACKET uplink's `PACKET_FANOUT`). `None` (the default): one reader.
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

@@ -370,7 +370,12 @@ impl SwitchStats {
                 o.io.add(&p.io);
                 o.rx_rate_bps += p.rx_rate_bps;
                 o.tx_rate_bps += p.tx_rate_bps;
-                if p.shard == i {
+                if let (Some(PortStatus::AfPacket(a)), Some(PortStatus::AfPacket(b))) =
+                    (&mut o.status, &p.status)
+                {
+                    // The uplink read by several shards (fanout): one socket each.
+                    a.add(b);
+                } else if p.shard == i {
                     o.engine = p.engine;
                     o.status = p.status.clone();
                     o.locked = p.locked.clone();

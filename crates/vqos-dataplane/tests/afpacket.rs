@@ -10,8 +10,10 @@ use vqos_dataplane::frame::{
     build_frame, validate, VnetHdr, VNET_F_NEEDS_CSUM, VNET_GSO_TCPV4, VNET_HDR_LEN,
 };
 use vqos_dataplane::{
-    AfPacketOptions, AfPacketPort, Batch, Port, PortError, PortStatus, BATCH_FRAMES,
+    AfPacketOptions, AfPacketPort, Batch, DownlinkConfig, MemPort, Port, PortError, PortSpec,
+    PortStatus, Shards, SwitchConfig, BATCH_FRAMES,
 };
+use vqos_sched::VifPolicy;
 use vqos_testkit::{machine_lock, poll, Netns};
 
 /// The two ends' own addresses.
@@ -389,5 +391,174 @@ fn a_missing_or_bad_interface_is_a_clear_error() {
             matches!(AfPacketPort::open(bad), Err(PortError::BadName(_))),
             "{bad:?}"
         );
+    }
+}
+
+/// A UDP/IPv4 frame of flow `flow` (its source port) to MAC_VM, `seq` in the payload.
+fn udp_frame(flow: u16, seq: u32) -> Vec<u8> {
+    udp_frame_to(MAC_VM, flow, seq)
+}
+
+/// A UDP/IPv4 frame of flow `flow` (its source port) to `dst`, `seq` in the payload.
+fn udp_frame_to(dst: u64, flow: u16, seq: u32) -> Vec<u8> {
+    let mut p = vec![0u8; 28 + 8];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&36u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&[10, 9, 0, 1]);
+    p[16..20].copy_from_slice(&[10, 9, 0, 2]);
+    p[20..22].copy_from_slice(&(10_000 + flow).to_be_bytes());
+    p[22..24].copy_from_slice(&5_001u16.to_be_bytes());
+    p[24..26].copy_from_slice(&16u16.to_be_bytes());
+    p[28..32].copy_from_slice(&u32::from(flow).to_be_bytes());
+    p[32..36].copy_from_slice(&seq.to_be_bytes());
+    build_frame(VnetHdr::default(), dst, MAC_B, 0x0800, &p)
+}
+
+/// Receive queues ([`Port::rx_queue`], `PACKET_FANOUT`), the second made from a thread
+/// outside the port's namespace: 64 UDP flows of 8 frames each from the other end are each
+/// read once, every flow by one reader and in order, both readers read some, and the status
+/// counts one reader per socket.
+#[test]
+fn receive_queues_spread_flows_over_readers_each_frame_once_in_order() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair {
+        mut a,
+        mut b,
+        ns: _ns,
+    } = pair("f", AfPacketOptions::default());
+    let mut q = a.rx_queue().unwrap().expect("a receive queue");
+    assert!(q.readiness_fd().is_some(), "a reader has readiness");
+    let Some(PortStatus::AfPacket(st)) = q.status() else {
+        panic!("no AF_PACKET status");
+    };
+    assert_eq!(st.readers, 1);
+    let (flows, per_flow) = (64u16, 8u32);
+    for seq in 0..per_flow {
+        let frames: Vec<Vec<u8>> = (0..flows).map(|f| udp_frame(f, seq)).collect();
+        for chunk in frames.chunks(BATCH_FRAMES) {
+            assert_eq!(send(&mut b, chunk), chunk.len());
+        }
+    }
+    let want = usize::from(flows) * per_flow as usize;
+    // (reader, flow, seq) of every frame read, in the order each reader read them.
+    let mut got: Vec<(usize, u16, u32)> = Vec::new();
+    let mut batch = Batch::new();
+    poll(Duration::from_secs(5), || {
+        for (r, port) in [&mut a as &mut dyn Port, &mut *q].into_iter().enumerate() {
+            batch.clear();
+            port.recv_batch(&mut batch, BATCH_FRAMES).unwrap();
+            for i in 0..batch.len() {
+                let f = &batch.frame(i)[VNET_HDR_LEN + 14 + 28..];
+                let flow = u32::from_be_bytes(f[..4].try_into().unwrap()) as u16;
+                got.push((r, flow, u32::from_be_bytes(f[4..8].try_into().unwrap())));
+            }
+        }
+        (got.len() >= want).then_some(())
+    });
+    assert_eq!(got.len(), want, "each frame read once");
+    for flow in 0..flows {
+        let mine: Vec<&(usize, u16, u32)> = got.iter().filter(|g| g.1 == flow).collect();
+        let seqs: Vec<u32> = mine.iter().map(|g| g.2).collect();
+        assert_eq!(seqs, (0..per_flow).collect::<Vec<_>>(), "flow {flow}: in order, once");
+        assert!(mine.iter().all(|g| g.0 == mine[0].0), "flow {flow}: one reader");
+    }
+    let by_q = got.iter().filter(|g| g.0 == 1).count();
+    assert!(by_q > 0 && by_q < want, "both readers read: {by_q} of {want}");
+}
+
+/// The uplink read by two shards ([`Shards`], `threads = 2`, the scheduled downlink): vif
+/// `va` read by shard 0 and `vc` by shard 1, 64 UDP flows of 8 frames each from the other
+/// end of the veth to each vif. Both shards read the uplink (one socket each, joined by
+/// fanout), every frame reaches its vif once and every flow in order, and the merged status
+/// counts two readers.
+#[test]
+fn the_uplink_is_read_by_every_shard_and_each_frame_arrives_once() {
+    if !root() {
+        return;
+    }
+    let _lock = machine_lock();
+    let Pair { a, mut b, ns: _ns } = pair("s", AfPacketOptions::default());
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(a)));
+    cfg.threads = 2;
+    cfg.storm_pps = 0;
+    cfg.downlink = Some(DownlinkConfig::default());
+    let mut sh = Shards::new(cfg, 0).unwrap();
+    let vms = [0x02_00_00_00_77_0a_u64, 0x02_00_00_00_77_0c];
+    let mut peers = Vec::new();
+    for (home, (name, mac)) in ["va", "vc"].iter().zip(vms).enumerate() {
+        let (p, peer) = MemPort::pair(name, 1 << 16);
+        sh.add_port(
+            PortSpec::custom(Box::new(p)),
+            VifPolicy::default(),
+            Some(home),
+            0,
+        )
+        .unwrap();
+        // Its MAC is learnt (frames to it are unicast).
+        peer.inject(build_frame(VnetHdr::default(), MAC_B, mac, ETHERTYPE, &[0; 46]));
+        peers.push(peer);
+    }
+    let t0 = std::time::Instant::now();
+    let now = || t0.elapsed().as_nanos() as u64;
+    run_all(&mut sh, now());
+    peers.iter().for_each(|p| drop(p.take_sent()));
+    let (flows, per_flow) = (64u16, 8u32);
+    for seq in 0..per_flow {
+        for &vm in &vms {
+            let frames: Vec<Vec<u8>> = (0..flows).map(|f| udp_frame_to(vm, f, seq)).collect();
+            for chunk in frames.chunks(BATCH_FRAMES) {
+                assert_eq!(send(&mut b, chunk), chunk.len());
+            }
+        }
+    }
+    let want = usize::from(flows) * per_flow as usize;
+    let mut got: Vec<Vec<(u16, u32)>> = vec![Vec::new(); 2];
+    poll(Duration::from_secs(5), || {
+        run_all(&mut sh, now());
+        for (g, peer) in got.iter_mut().zip(&peers) {
+            for f in peer.take_sent() {
+                let p = &f[VNET_HDR_LEN + 14 + 28..];
+                let flow = u32::from_be_bytes(p[..4].try_into().unwrap()) as u16;
+                g.push((flow, u32::from_be_bytes(p[4..8].try_into().unwrap())));
+            }
+        }
+        (got.iter().all(|g| g.len() >= want)).then_some(())
+    });
+    for (vm, g) in got.iter().enumerate() {
+        assert_eq!(g.len(), want, "vif {vm}: each frame once");
+        for flow in 0..flows {
+            let seqs: Vec<u32> = g.iter().filter(|x| x.0 == flow).map(|x| x.1).collect();
+            assert_eq!(seqs, (0..per_flow).collect::<Vec<_>>(), "vif {vm} flow {flow}");
+        }
+    }
+    let t = now();
+    let read: Vec<u64> = sh
+        .iter_mut()
+        .map(|sw| sw.stats(t).port("ea").unwrap().counters.rx_frames)
+        .collect();
+    assert!(read.iter().all(|&n| n > 0), "both shards read the uplink: {read:?}");
+    let s = sh.stats(t);
+    let Some(PortStatus::AfPacket(st)) = &s.port("ea").unwrap().status else {
+        panic!("no AF_PACKET status");
+    };
+    assert_eq!(st.readers, 2);
+}
+
+/// Polls every shard until none has work left (real time `now`).
+fn run_all(sh: &mut Shards, now: u64) {
+    for _ in 0..1000 {
+        let mut work = false;
+        for sw in sh.iter_mut() {
+            sw.mark_all_ready(false);
+            work |= sw.poll(now).did_work;
+        }
+        if !work {
+            return;
+        }
     }
 }

@@ -505,7 +505,7 @@ fn a_vhost_user_port_says_whether_its_guest_is_connected_and_how_it_misbehaves()
         name: "vm1".into(),
         status: status_of(
             serde_json::json!({"af_packet": {"ifindex": 2, "vnet_hdr_bytes": 12,
-            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0}}),
+            "qdisc_bypass": true, "kernel_drops": 0, "skipped_host": 0, "skipped_outgoing": 0, "readers": 1}}),
         ),
         ..Default::default()
     });

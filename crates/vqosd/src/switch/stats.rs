@@ -251,6 +251,7 @@ mod tests {
             kernel_drops: 3,
             skipped_host: 4,
             skipped_outgoing: 5,
+            readers: 2,
         });
         let tap = vqos_dataplane::PortStatus::Tap(vqos_dataplane::TapStatus {
             queue_rx_frames: vec![10, 11],

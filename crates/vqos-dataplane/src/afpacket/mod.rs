@@ -49,8 +49,7 @@
 //!   `bad_vnet_hdr`: turn LRO off on the NIC (`ethtool -K DEV lro off`; GRO is fine).
 //! - The host's own stack on the interface is not reachable from the vifs (their frames go to
 //!   the wire), as with any NIC given to a switch.
-//! - Read by one shard: no `PACKET_FANOUT` across several sockets. No AF_XDP (see
-//!   docs/dataplane.md).
+//! - No AF_XDP (see docs/dataplane.md).
 //!
 //! ## Shards
 //! Each shard that does not read the uplink gets a transmit-only socket of its own
@@ -59,19 +58,29 @@
 //! the port's header size and options. The shards' frames then leave without waiting for the
 //! reading shard's lock; the driver's own transmit lock orders them, as for any two sockets.
 //! The socket is made in the namespace the port was opened in, whichever thread asks.
+//!
+//! With the scheduled downlink, each other shard reads the uplink too ([`Port::rx_queue`]):
+//! a receiving socket of its own, joined with the first one in a `PACKET_FANOUT_HASH` group,
+//! so the kernel hands each flow's frames to one of the shards by the flow's hash (order
+//! within a flow is kept; IP fragments hash on their addresses alone and stay together). The
+//! group's id is one the kernel picks (`PACKET_FANOUT_FLAG_UNIQUEID`), so no other process's
+//! group is joined by chance. What the downlink's shards then carry for one vif is divided
+//! among them (docs/dataplane.md, "Shards").
 
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use serde::Serialize;
 
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 use crate::sys::NetNs;
-use crate::tap::set_link_up;
+
+mod socket;
+use socket::{join_fanout, op_err, sockaddr_ll_zeroed, socket};
 
 /// An `int` option's "on".
 const ONE: libc::c_int = 1;
@@ -119,6 +128,19 @@ pub struct AfPacketStatus {
     pub skipped_host: u64,
     /// Frames the host sent on the interface, not read.
     pub skipped_outgoing: u64,
+    /// Sockets reading the interface: 1 for the uplink on one shard, one per shard when its
+    /// arrivals are spread over the shards (fanout), 0 for a transmit queue.
+    pub readers: u32,
+}
+
+impl AfPacketStatus {
+    /// Adds another reader's counts (the same interface read by another shard).
+    pub fn add(&mut self, o: &AfPacketStatus) {
+        self.kernel_drops += o.kernel_drops;
+        self.skipped_host += o.skipped_host;
+        self.skipped_outgoing += o.skipped_outgoing;
+        self.readers += o.readers;
+    }
 }
 
 /// An existing interface attached through an `AF_PACKET` socket.
@@ -139,6 +161,8 @@ pub struct AfPacketPort {
     /// Status; `kernel_drops` is summed when the status is read (the kernel's count resets
     /// on every read, hence the cell: [`Port::status`] takes `&self`).
     status: Cell<AfPacketStatus>,
+    /// The fanout group it reads in, once it has receive queues ([`Port::rx_queue`]).
+    fanout: Cell<Option<u16>>,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -147,30 +171,6 @@ fn io_err(port: &str, op: &'static str) -> PortError {
         op,
         source: io::Error::last_os_error(),
     }
-}
-
-/// `setsockopt(fd, level, opt, &value)`.
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: the option value is a live `T` of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (value as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A `sockaddr_ll` with every field zero.
-fn sockaddr_ll_zeroed() -> libc::sockaddr_ll {
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 impl AfPacketPort {
@@ -203,8 +203,10 @@ impl AfPacketPort {
                 ifindex,
                 vnet_hdr_bytes,
                 qdisc_bypass: opts.qdisc_bypass,
+                readers: 1,
                 ..Default::default()
             }),
+            fanout: Cell::new(None),
         })
     }
 
@@ -236,119 +238,6 @@ impl AfPacketPort {
     /// True when the kernel uses the legacy 10-byte header (split iovecs).
     fn legacy(&self) -> bool {
         self.status.get().vnet_hdr_bytes == LEGACY_VNET_HDR_LEN
-    }
-}
-
-/// A packet socket on interface `ifindex` set up per `opts`, and the header size the kernel
-/// uses: a reader (`receive`: every frame of the interface, promiscuous) or a transmit queue
-/// (no frame is queued on it).
-fn socket(
-    name: &str,
-    ifindex: u32,
-    opts: AfPacketOptions,
-    receive: bool,
-) -> Result<(OwnedFd, usize), PortError> {
-    // Protocol 0: nothing is queued until the socket is bound below.
-    // SAFETY: socket() has no memory arguments; checked below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io_err(name, "socket(AF_PACKET)"));
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let raw = fd.as_raw_fd();
-    let sol = libc::SOL_PACKET;
-    let hdr12 = VNET_HDR_LEN as libc::c_int;
-    let vnet_hdr_bytes = if !opts.legacy_vnet_hdr
-        && setsockopt(raw, sol, libc::PACKET_VNET_HDR_SZ, &hdr12).is_ok()
-    {
-        VNET_HDR_LEN
-    } else {
-        setsockopt(raw, sol, libc::PACKET_VNET_HDR, &ONE)
-            .map_err(|source| op_err(name, "PACKET_VNET_HDR", source))?;
-        LEGACY_VNET_HDR_LEN
-    };
-    // Before Linux 4.20 this option does not exist; the packet type check in
-    // `recv_batch` skips those frames then.
-    if receive {
-        let _ = setsockopt(raw, sol, libc::PACKET_IGNORE_OUTGOING, &ONE);
-    }
-    if opts.qdisc_bypass {
-        setsockopt(raw, sol, libc::PACKET_QDISC_BYPASS, &ONE)
-            .map_err(|source| op_err(name, "PACKET_QDISC_BYPASS", source))?;
-    }
-    for (force, plain, bytes, op) in [
-        (
-            libc::SO_RCVBUFFORCE,
-            libc::SO_RCVBUF,
-            opts.rcvbuf_bytes,
-            "SO_RCVBUF",
-        ),
-        (
-            libc::SO_SNDBUFFORCE,
-            libc::SO_SNDBUF,
-            opts.sndbuf_bytes,
-            "SO_SNDBUF",
-        ),
-    ] {
-        if !receive && force == libc::SO_RCVBUFFORCE {
-            continue;
-        }
-        let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-        if setsockopt(raw, libc::SOL_SOCKET, force, &v).is_err() {
-            setsockopt(raw, libc::SOL_SOCKET, plain, &v)
-                .map_err(|source| op_err(name, op, source))?;
-        }
-    }
-    // Up before the bind: a socket bound to a link that is down starts with a pending
-    // ENETDOWN, which its first send or receive would report. (A transmit queue's link is
-    // up: its reader brought it up.)
-    if receive {
-        set_link_up(name)?;
-    }
-    let mut addr = sockaddr_ll_zeroed();
-    addr.sll_family = libc::AF_PACKET as libc::c_ushort;
-    // Protocol 0 for a transmit queue: bound to the interface, it is handed no frame.
-    addr.sll_protocol = if receive {
-        (libc::ETH_P_ALL as u16).to_be()
-    } else {
-        0
-    };
-    addr.sll_ifindex = ifindex as libc::c_int;
-    // SAFETY: addr is a live sockaddr_ll of the size passed.
-    let r = unsafe {
-        libc::bind(
-            raw,
-            (&addr as *const libc::sockaddr_ll).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io_err(name, "bind"));
-    }
-    if !receive {
-        return Ok((fd, vnet_hdr_bytes));
-    }
-    // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
-    let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
-    mreq.mr_ifindex = ifindex as libc::c_int;
-    mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
-    setsockopt(raw, sol, libc::PACKET_ADD_MEMBERSHIP, &mreq)
-        .map_err(|source| op_err(name, "PACKET_ADD_MEMBERSHIP", source))?;
-    Ok((fd, vnet_hdr_bytes))
-}
-
-fn op_err(port: &str, op: &'static str, source: io::Error) -> PortError {
-    PortError::Io {
-        port: port.to_string(),
-        op,
-        source,
     }
 }
 
@@ -565,21 +454,48 @@ impl Port for AfPacketPort {
     /// A transmit-only socket of its own for another shard (see the module doc), made in the
     /// namespace the port was opened in.
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(Some(Box::new(self.sibling(false)?)))
+    }
+
+    /// A receiving socket of its own for another shard, in this port's fanout group (see the
+    /// module doc; this port joins one first, the kernel picking its id).
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        let id = match self.fanout.get() {
+            Some(id) => id,
+            None => {
+                let id = join_fanout(self.fd.as_raw_fd(), None)
+                    .map_err(|source| op_err(&self.name, "PACKET_FANOUT", source))?;
+                self.fanout.set(Some(id));
+                id
+            }
+        };
+        let q = self.sibling(true)?;
+        join_fanout(q.fd.as_raw_fd(), Some(id))
+            .map_err(|source| op_err(&self.name, "PACKET_FANOUT", source))?;
+        q.fanout.set(Some(id));
+        Ok(Some(Box::new(q)))
+    }
+}
+
+impl AfPacketPort {
+    /// Another socket on the same interface with the same options, made in the namespace the
+    /// port was opened in: a reader (`receive`) or a transmit queue.
+    fn sibling(&self, receive: bool) -> Result<AfPacketPort, PortError> {
         let st = self.status.get();
         let mut opts = self.opts;
         opts.legacy_vnet_hdr = self.legacy();
         let name = self.name.as_str();
-        let open = || socket(name, st.ifindex, opts, false);
+        let open = || socket(name, st.ifindex, opts, receive);
         let (fd, vnet_hdr_bytes) = match &self.netns {
             Some(ns) => ns
                 .run(open)
                 .map_err(|source| op_err(&self.name, "setns", source))??,
             None => open()?,
         };
-        Ok(Some(Box::new(AfPacketPort {
+        Ok(AfPacketPort {
             name: self.name.clone(),
             fd,
-            tx_only: true,
+            tx_only: !receive,
             opts,
             netns: self.netns.clone(),
             counters: PortIoCounters::default(),
@@ -587,8 +503,10 @@ impl Port for AfPacketPort {
                 ifindex: st.ifindex,
                 vnet_hdr_bytes,
                 qdisc_bypass: opts.qdisc_bypass,
+                readers: u32::from(receive),
                 ..Default::default()
             }),
-        })))
+            fanout: Cell::new(None),
+        })
     }
 }
