@@ -32,8 +32,9 @@
 //! [`crate::tap_queue`]): queue 1, 2, … in turn, queue 0 being the reader's.
 //!
 //! ## Limitations
-//! - A TAP's queues are all read by one thread (the port's shard); a vif read on several
-//!   shards would need its floor and cap divided among them.
+//! - A vif TAP's queues are all read by one thread (the port's shard). An uplink TAP's are
+//!   read one per thread ([`Port::rx_queue`] lends the last queue it still reads; queue 0 is
+//!   never lent), when the downlink is scheduled.
 //! - An existing TAP keeps how it was made: a single-queue TAP cannot be attached with
 //!   `queues` above 1, nor a multiqueue one with 1 (the kernel refuses; the error says so).
 
@@ -95,6 +96,9 @@ pub struct TapPort {
     next_tx: Cell<usize>,
     /// With several queues: an epoll instance over them, the port's readiness descriptor.
     epoll: Option<OwnedFd>,
+    /// Queues lent to other shards to read ([`Port::rx_queue`]): the last `lent` ones,
+    /// which this port no longer reads.
+    lent: Cell<usize>,
     /// The switch made it (Create, Own): releasing the port deletes it.
     owned: bool,
     /// Made, re-attached or attached.
@@ -373,6 +377,7 @@ impl TapPort {
             next_rx: 0,
             next_tx: Cell::new(1),
             epoll,
+            lent: Cell::new(0),
             owned: mode != TapMode::Attach,
             origin,
         })
@@ -435,8 +440,8 @@ impl Port for TapPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        let n = self.queues.len();
-        let start = self.next_rx;
+        let n = self.queues.len() - self.lent.get();
+        let start = self.next_rx % n;
         // The next call starts one queue further, whatever this one finds.
         self.next_rx = (start + 1) % n;
         let mut got = 0;
@@ -499,6 +504,49 @@ impl Port for TapPort {
         self.next_tx
             .set(if q + 1 >= n { 1.min(n - 1) } else { q + 1 });
         Ok(Some(Box::new(self.queues[q].tx_handle(&self.name)?)))
+    }
+
+    /// The last queue this port still reads, lent to another shard to read and send on
+    /// (the kernel spreads what the host sends into the TAP over its queues by flow); `None`
+    /// when only queue 0 is left. The uplink's queues, read on every shard.
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        let own = self.queues.len() - self.lent.get();
+        let (Some(ep), true) = (&self.epoll, own > 1) else {
+            return Ok(None);
+        };
+        let q = &self.queues[own - 1];
+        let fd = q.dup_fd().map_err(|source| PortError::Io {
+            port: self.name.clone(),
+            op: "dup",
+            source,
+        })?;
+        // SAFETY: both descriptors are open; a null event is allowed for EPOLL_CTL_DEL.
+        let r = unsafe {
+            libc::epoll_ctl(
+                ep.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                q.raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            return Err(io_err(&self.name, "epoll_ctl"));
+        }
+        self.lent.set(self.lent.get() + 1);
+        let mut queue = TapQueue::new(fd);
+        // A ring that cannot be made leaves the reader on system calls: it still works.
+        let _ = queue.set_io(q.io());
+        Ok(Some(Box::new(TapPort {
+            name: self.name.clone(),
+            queues: vec![queue],
+            next_rx: 0,
+            next_tx: Cell::new(0),
+            epoll: None,
+            lent: Cell::new(0),
+            // The interface is this port's to keep or delete, not the reader's.
+            owned: false,
+            origin: TapOrigin::Attached,
+        })))
     }
 }
 

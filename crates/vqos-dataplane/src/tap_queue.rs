@@ -61,6 +61,11 @@ impl TapQueue {
         }
     }
 
+    /// Another descriptor of this queue (a transmit queue's, or a reader's on another shard).
+    pub fn dup_fd(&self) -> std::io::Result<OwnedFd> {
+        self.fd.as_fd().try_clone_to_owned()
+    }
+
     /// The queue's descriptor.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -69,15 +74,11 @@ impl TapQueue {
     /// A transmit queue of the port `name` on a duplicate of this queue's descriptor, moving
     /// frames as this one does (or by system calls, should a ring not be made).
     pub fn tx_handle(&self, name: &str) -> Result<TapTxQueue, PortError> {
-        let fd = self
-            .fd
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| PortError::Io {
-                port: name.to_string(),
-                op: "dup",
-                source,
-            })?;
+        let fd = self.dup_fd().map_err(|source| PortError::Io {
+            port: name.to_string(),
+            op: "dup",
+            source,
+        })?;
         let mut queue = TapQueue::new(fd);
         // A ring that cannot be made leaves the handle on system calls: it still works.
         let _ = queue.set_io(self.io());

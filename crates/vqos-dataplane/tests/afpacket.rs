@@ -464,11 +464,21 @@ fn receive_queues_spread_flows_over_readers_each_frame_once_in_order() {
     for flow in 0..flows {
         let mine: Vec<&(usize, u16, u32)> = got.iter().filter(|g| g.1 == flow).collect();
         let seqs: Vec<u32> = mine.iter().map(|g| g.2).collect();
-        assert_eq!(seqs, (0..per_flow).collect::<Vec<_>>(), "flow {flow}: in order, once");
-        assert!(mine.iter().all(|g| g.0 == mine[0].0), "flow {flow}: one reader");
+        assert_eq!(
+            seqs,
+            (0..per_flow).collect::<Vec<_>>(),
+            "flow {flow}: in order, once"
+        );
+        assert!(
+            mine.iter().all(|g| g.0 == mine[0].0),
+            "flow {flow}: one reader"
+        );
     }
     let by_q = got.iter().filter(|g| g.0 == 1).count();
-    assert!(by_q > 0 && by_q < want, "both readers read: {by_q} of {want}");
+    assert!(
+        by_q > 0 && by_q < want,
+        "both readers read: {by_q} of {want}"
+    );
 }
 
 /// The uplink read by two shards ([`Shards`], `threads = 2`, the scheduled downlink): vif
@@ -500,7 +510,13 @@ fn the_uplink_is_read_by_every_shard_and_each_frame_arrives_once() {
         )
         .unwrap();
         // Its MAC is learnt (frames to it are unicast).
-        peer.inject(build_frame(VnetHdr::default(), MAC_B, mac, ETHERTYPE, &[0; 46]));
+        peer.inject(build_frame(
+            VnetHdr::default(),
+            MAC_B,
+            mac,
+            ETHERTYPE,
+            &[0; 46],
+        ));
         peers.push(peer);
     }
     let t0 = std::time::Instant::now();
@@ -533,7 +549,11 @@ fn the_uplink_is_read_by_every_shard_and_each_frame_arrives_once() {
         assert_eq!(g.len(), want, "vif {vm}: each frame once");
         for flow in 0..flows {
             let seqs: Vec<u32> = g.iter().filter(|x| x.0 == flow).map(|x| x.1).collect();
-            assert_eq!(seqs, (0..per_flow).collect::<Vec<_>>(), "vif {vm} flow {flow}");
+            assert_eq!(
+                seqs,
+                (0..per_flow).collect::<Vec<_>>(),
+                "vif {vm} flow {flow}"
+            );
         }
     }
     let t = now();
@@ -541,7 +561,10 @@ fn the_uplink_is_read_by_every_shard_and_each_frame_arrives_once() {
         .iter_mut()
         .map(|sw| sw.stats(t).port("ea").unwrap().counters.rx_frames)
         .collect();
-    assert!(read.iter().all(|&n| n > 0), "both shards read the uplink: {read:?}");
+    assert!(
+        read.iter().all(|&n| n > 0),
+        "both shards read the uplink: {read:?}"
+    );
     let s = sh.stats(t);
     let Some(PortStatus::AfPacket(st)) = &s.port("ea").unwrap().status else {
         panic!("no AF_PACKET status");

@@ -225,3 +225,59 @@ fn what_cannot_be_opened_is_refused_clearly() {
         again.release();
     }
 }
+
+/// A queue lent to another shard ([`Port::rx_queue`], the uplink read on every shard): the
+/// borrower reads it and the port no longer does, 64 flows arrive once in all, both read
+/// some, and queue 0 is never lent.
+#[test]
+fn a_lent_queue_is_read_by_its_borrower_alone() {
+    if !root() {
+        return;
+    }
+    let (mut tap, ns, link) = setup(TapIo::Syscall, 2, "l");
+    let mut lent = tap.rx_queue().unwrap().expect("queue 1 lent");
+    assert!(
+        tap.rx_queue().unwrap().is_none(),
+        "queue 0 stays the port's"
+    );
+    assert!(lent.readiness_fd().is_some());
+    read_all(&mut tap, BATCH_FRAMES);
+    let mut batch = Batch::new();
+    while lent.recv_batch(&mut batch, BATCH_FRAMES).unwrap() > 0 {
+        batch.clear();
+    }
+    let sent: Vec<Vec<u8>> = (0..64).map(flow).collect();
+    ns.run(|| {
+        let sock = PacketSocket::bind(&link, 0);
+        for f in &sent {
+            sock.send(f);
+        }
+    });
+    let ours = |frames: Vec<Vec<u8>>| -> Vec<Vec<u8>> {
+        frames
+            .into_iter()
+            .filter(|f| f[6..12] == SRC_MAC && f[12..14] == [0x08, 0x00])
+            .collect()
+    };
+    let by_port = ours(read_all(&mut tap, BATCH_FRAMES));
+    let mut by_lent = Vec::new();
+    loop {
+        batch.clear();
+        if lent.recv_batch(&mut batch, BATCH_FRAMES).unwrap() == 0 {
+            break;
+        }
+        by_lent.extend((0..batch.len()).map(|i| batch.frame(i)[VNET_HDR_LEN..].to_vec()));
+    }
+    let by_lent = ours(by_lent);
+    assert!(
+        !by_port.is_empty() && !by_lent.is_empty(),
+        "{} / {}",
+        by_port.len(),
+        by_lent.len()
+    );
+    let mut all: Vec<Vec<u8>> = by_port.into_iter().chain(by_lent).collect();
+    all.sort();
+    let mut want = sent;
+    want.sort();
+    assert_eq!(all, want, "each frame once, by one reader");
+}

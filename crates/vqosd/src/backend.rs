@@ -143,7 +143,7 @@ pub fn check_thread<P>(req: &PortConfig<P>, threads: usize) -> Result<(), String
 }
 
 /// A port's `queues` within 1..=[`MAX_QUEUES`] (`what` they are, for the error).
-fn check_queues<P>(req: &PortConfig<P>, what: &str) -> Result<(), String> {
+pub(crate) fn check_queues<P>(req: &PortConfig<P>, what: &str) -> Result<(), String> {
     match req.queues.filter(|q| !(1..=MAX_QUEUES).contains(q)) {
         Some(q) => Err(format!(
             "Port '{}': queues = {q} is outside 1..={MAX_QUEUES} ({what})",

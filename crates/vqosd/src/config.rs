@@ -257,6 +257,9 @@ struct RawUplink {
     /// `tap` (default) or `af-packet`.
     #[serde(default)]
     kind: PortKind,
+    /// A TAP uplink's queues (default 1): with several forwarding threads, each reads one
+    /// (the kernel spreads the host's flows over them), so downloads use every thread.
+    queues: Option<u16>,
 }
 
 /// The optional TCP listener.
@@ -393,6 +396,13 @@ impl Config {
                 }
                 match (u.kind, u.create) {
                     (PortKind::Tap, _) => {}
+                    (PortKind::AfPacket | PortKind::Null, _) if u.queues.is_some() => {
+                        return Err(ConfigError::Port(format!(
+                            "Uplink '{}': queues is for TAP uplinks (an af-packet uplink is \
+                             read by every thread through fanout; a null one has no queues)",
+                            u.name
+                        )));
+                    }
                     (PortKind::AfPacket | PortKind::Null, None) => {}
                     (PortKind::AfPacket | PortKind::Null, Some(_)) => {
                         return Err(ConfigError::Port(format!(
@@ -408,13 +418,17 @@ impl Config {
                         )));
                     }
                 }
+                let config = PortConfig {
+                    kind: u.kind,
+                    create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
+                    port_security: false,
+                    queues: u.queues,
+                    ..PortConfig::tap(&u.name)
+                };
+                crate::backend::check_queues(&config, "queues of the uplink TAP")
+                    .map_err(|e| ConfigError::Port(e.replacen("Port", "Uplink", 1)))?;
                 Some(Port {
-                    config: PortConfig {
-                        kind: u.kind,
-                        create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
-                        port_security: false,
-                        ..PortConfig::tap(&u.name)
-                    },
+                    config,
                     state: PortState::default(),
                 })
             }

@@ -74,6 +74,10 @@ pub fn vqosd_config(
         names.join(", "),
         work.join("vqosd.sock").display(),
     );
+    if sc.threads > 1 {
+        // One queue of the uplink TAP per thread: what the VMs receive is read on every one.
+        s.push_str(&format!("queues = {}\n", sc.threads.min(16)));
+    }
     if sc.cost_model.emulate_in_lab {
         // The model's per-packet and per-byte cycles, at the VMs' initial flow counts.
         let flows: u32 = sc.vms.iter().map(|v| v.initial.flows.max(1)).sum();
@@ -216,6 +220,11 @@ mod tests {
         let p = vec![sc.vms[0].initial.policy.clone()];
         let cfg = vqosd_config(&sc, Path::new("/tmp/x"), "up", &["p0".to_string()], &p);
         assert!(cfg.contains("threads = 2\n"), "{cfg}");
+        // One uplink queue per thread, so that what the VMs receive is read on both.
+        let up_queues = vqosd::config::Config::parse(&cfg, |_| None)
+            .map(|c| c.uplink.map(|u| u.config.queues))
+            .unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+        assert_eq!(up_queues, Some(Some(2)), "{cfg}");
         for bad in ["threads = 0", "threads = 65"] {
             let text = format!(
                 "name = \"t\"\nduration = \"2s\"\ncapacity = \"1Mbit\"\n{bad}\n[[vm]]\nname = \"a\"\n"

@@ -433,6 +433,16 @@ fn a_port_pinned_to_a_thread_must_name_one_the_switch_has() {
     )
     .unwrap();
     assert_eq!(c.ports[0].0.config.queues, Some(4));
+    // The uplink's: a TAP's queues, read one per thread; refused elsewhere and out of range.
+    let c = Config::parse("[uplink]\nname = \"up0\"\nqueues = 2\n", env).unwrap();
+    assert_eq!(c.uplink.map(|u| u.config.queues), Some(Some(2)));
+    let e = err("[uplink]\nname = \"up0\"\nqueues = 0\n");
+    assert!(
+        e.contains("Uplink 'up0': queues = 0 is outside 1..=16"),
+        "{e}"
+    );
+    let e = err("[uplink]\nname = \"eth9\"\nkind = \"af-packet\"\nqueues = 2\n");
+    assert!(e.contains("queues is for TAP uplinks"), "{e}");
     let e = err("[uplink]\nname = \"up0\"\n[[port]]\nname = \"vm1\"\nqueues = 17\n");
     assert!(
         e.contains("queues = 17 is outside 1..=16 (queues of the TAP"),
