@@ -17,6 +17,10 @@
 //! ever refused (no `spoofed`, no `ip_spoofed`); when QEMU reports the migration completed,
 //! the orchestrator removes the source port and its counters continue on vmb.
 //!
+//! `a_cancelled_migration_leaves_the_guest_running_on_its_port`: the same start, the copy
+//! slowed down and cancelled half-way (`migrate_cancel`), the destination port deleted: the
+//! guest runs on at its source port, its stream ends well, none of its frames is refused.
+//!
 //! Needs root, `qemu-system-x86_64` and iperf3 (SKIP otherwise); takes the real-traffic lock.
 
 mod common;
@@ -70,119 +74,180 @@ fn try_qmp(path: &Path, cmd: &str, args: Option<Value>) -> std::io::Result<Value
     Ok(v["return"].clone())
 }
 
+/// A running source guest on vqosd port `vma` (8 Mbit/s max) that has written a 16 MiB file
+/// and reached the sink, an iperf3 stream of 20 s to the sink started 4 s ago, and the
+/// orchestrator's half of a migration: port `vmb` given the guest's identity (`port migrate`)
+/// and a destination QEMU on it waiting with `-incoming`.
+struct Rig {
+    /// vqosd.
+    d: Daemon,
+    /// The source guest.
+    src: Guest,
+    /// The destination QEMU (`inmigrate`).
+    dst: Guest,
+    /// The stream's command (its marker) in the source guest.
+    stream: String,
+    /// The file's MD5 in the source guest.
+    md5: Option<String>,
+    /// Where the destination listens for the migration.
+    incoming: String,
+    /// The sink's address.
+    sink_ip: String,
+    /// The guest's MAC.
+    mac: &'static str,
+    /// Held to the end: the iperf3 server, the sink, the files.
+    keep: (vqos_testkit::Proc, Netns, tempfile::TempDir),
+    /// The test's clock.
+    t0: Instant,
+}
+
+impl Rig {
+    /// The rig (see the type), `None` (SKIP printed) without QEMU, iperf3 or a guest image.
+    fn start(test: &str) -> Option<Rig> {
+        if let Some(why) = missing() {
+            println!("SKIP {test}: {why}");
+            return None;
+        }
+        let image = match guest_image() {
+            Ok(dir) => dir,
+            Err(why) => {
+                println!("SKIP {test}: {why}");
+                return None;
+            }
+        };
+        let t0 = Instant::now();
+        let pid = std::process::id() % 100_000;
+        let prefix = format!("m{pid}m");
+        let net = format!("10.{}.78", 200 + pid % 50);
+        let (guest_ip, sink_ip) = (format!("{net}.1"), format!("{net}.254"));
+        let mac = "52:54:00:78:00:01";
+        let dir = tempfile::tempdir().unwrap();
+        let p = |f: &str| dir.path().join(f);
+        let socket = p("vqosd.sock");
+        let uplink = format!("{prefix}u");
+        fs::write(
+            p("vqosd.toml"),
+            format!(
+                "capacity = \"40Mbit\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
+                 [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n\
+                 [[port]]\nname = \"vma\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n\
+                 policy = {{ max = \"8Mbit\" }}\n",
+                p("state.json").display(),
+                socket.display(),
+                p("a.sock").display()
+            ),
+        )
+        .unwrap();
+        let d = Daemon::start(&p("vqosd.toml"), &socket);
+        let sink = Netns::new(format!("{prefix}-sink")).without_ipv6();
+        sink.take_link(&uplink, &format!("{sink_ip}/24"));
+        let qmp_arg = |f: &str| {
+            vec![
+                "-qmp".to_string(),
+                format!("unix:{},server=on,wait=off", p(f).display()),
+            ]
+        };
+        let mut src = Guest::start_with(
+            &image,
+            "src",
+            (&p("a.sock"), Role::Server, 1),
+            mac,
+            &format!("{guest_ip}/24"),
+            &qmp_arg("qmp-a"),
+        );
+        assert!(
+            src.wait_for("VQOS-GUEST-UP", Duration::from_secs(90)),
+            "the guest did not boot:\n{}",
+            src.console()
+        );
+        // What its memory holds before the migration.
+        let m = src.send("dd if=/dev/urandom of=/blob bs=1M count=16 2>/dev/null; md5sum /blob");
+        let (out, rc) = src.finish(&m, Duration::from_secs(60));
+        let md5 = out
+            .split_whitespace()
+            .find(|w| w.len() == 32)
+            .map(str::to_string);
+        assert!(rc == 0 && md5.is_some(), "{out}");
+        let m = src.send(&format!("ping -c 2 -W 5 {sink_ip}"));
+        assert_eq!(
+            src.finish(&m, Duration::from_secs(30)).1,
+            0,
+            "{}",
+            src.console()
+        );
+
+        // A 20 s stream to the sink under the max, migrated in the middle.
+        let server = sink.spawn(&["iperf3", "-s", "-1", "-p", "5301", "-B", &sink_ip]);
+        std::thread::sleep(Duration::from_millis(500));
+        let stream = src.send(&format!("iperf3 -c {sink_ip} -p 5301 -t 20 -i 0 -f m"));
+        std::thread::sleep(Duration::from_secs(4));
+
+        // The orchestrator: the destination port, bare, given the guest's identity, and the
+        // destination QEMU waiting for the migration.
+        d.call(
+            "POST",
+            "/v1/ports",
+            json!({"name": "vmb", "kind": "vhost-user", "socket": p("b.sock")}),
+        );
+        let moved = d.call("POST", "/v1/ports/vma/migrate", json!({"to": "vmb"}));
+        assert_eq!(moved["port"]["policy"]["max_bps"], 8_000_000, "{moved}");
+        let vmb = d.get("/v1/ports/vmb");
+        assert!(vmb["locked"]["macs"].to_string().contains(mac), "{vmb}");
+        let mut extra = qmp_arg("qmp-b");
+        let incoming = format!("tcp:127.0.0.1:{}", 42_000 + pid % 1_000);
+        extra.extend(["-incoming".to_string(), incoming.clone()]);
+        let dst = Guest::start_with(
+            &image,
+            "dst",
+            (&p("b.sock"), Role::Server, 1),
+            mac,
+            &format!("{guest_ip}/24"),
+            &extra,
+        );
+        let connected_b = poll_gently(Duration::from_secs(30), || {
+            connected(&d.get("/v1/stats"), "vmb").then_some(())
+        });
+        assert!(connected_b.is_some(), "{}", dst.console());
+        // The destination listens for the migration once its monitor says `inmigrate`.
+        let waiting = poll_gently(Duration::from_secs(30), || {
+            let st = try_qmp(&p("qmp-b"), "query-status", None).ok()?;
+            (st["status"] == "inmigrate").then_some(())
+        });
+        assert!(waiting.is_some(), "{}", dst.console());
+        Some(Rig {
+            d,
+            src,
+            dst,
+            stream,
+            md5,
+            incoming,
+            sink_ip,
+            mac,
+            keep: (server, sink, dir),
+            t0,
+        })
+    }
+}
+
 #[test]
 fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
-    if let Some(why) = missing() {
-        println!("SKIP a_guest_migrates_between_two_ports: {why}");
-        return;
-    }
     let _machine = machine_lock();
-    let image = match guest_image() {
-        Ok(dir) => dir,
-        Err(why) => {
-            println!("SKIP a_guest_migrates_between_two_ports: {why}");
-            return;
-        }
+    let Some(rig) = Rig::start("a_guest_migrates_between_two_ports") else {
+        return;
     };
-    let t0 = Instant::now();
-    let pid = std::process::id() % 100_000;
-    let prefix = format!("m{pid}m");
-    let net = format!("10.{}.78", 200 + pid % 50);
-    let (guest_ip, sink_ip) = (format!("{net}.1"), format!("{net}.254"));
-    let mac = "52:54:00:78:00:01";
-    let dir = tempfile::tempdir().unwrap();
+    let Rig {
+        d,
+        src,
+        dst,
+        stream,
+        md5: md5_before,
+        incoming,
+        sink_ip,
+        t0,
+        keep: (_server, sink, dir),
+        ..
+    } = rig;
     let p = |f: &str| dir.path().join(f);
-    let socket = p("vqosd.sock");
-    let uplink = format!("{prefix}u");
-    fs::write(
-        p("vqosd.toml"),
-        format!(
-            "capacity = \"40Mbit\"\nremove_taps_on_exit = true\nstate_file = \"{}\"\n\
-             [api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n\
-             [[port]]\nname = \"vma\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n\
-             policy = {{ max = \"8Mbit\" }}\n",
-            p("state.json").display(),
-            socket.display(),
-            p("a.sock").display()
-        ),
-    )
-    .unwrap();
-    let d = Daemon::start(&p("vqosd.toml"), &socket);
-    let sink = Netns::new(format!("{prefix}-sink")).without_ipv6();
-    sink.take_link(&uplink, &format!("{sink_ip}/24"));
-    let qmp_arg = |f: &str| {
-        vec![
-            "-qmp".to_string(),
-            format!("unix:{},server=on,wait=off", p(f).display()),
-        ]
-    };
-    let mut src = Guest::start_with(
-        &image,
-        "src",
-        (&p("a.sock"), Role::Server, 1),
-        mac,
-        &format!("{guest_ip}/24"),
-        &qmp_arg("qmp-a"),
-    );
-    assert!(
-        src.wait_for("VQOS-GUEST-UP", Duration::from_secs(90)),
-        "the guest did not boot:\n{}",
-        src.console()
-    );
-    // What its memory holds before the migration.
-    let m = src.send("dd if=/dev/urandom of=/blob bs=1M count=16 2>/dev/null; md5sum /blob");
-    let (out, rc) = src.finish(&m, Duration::from_secs(60));
-    let md5_before = out
-        .split_whitespace()
-        .find(|w| w.len() == 32)
-        .map(str::to_string);
-    assert!(rc == 0 && md5_before.is_some(), "{out}");
-    let m = src.send(&format!("ping -c 2 -W 5 {sink_ip}"));
-    assert_eq!(
-        src.finish(&m, Duration::from_secs(30)).1,
-        0,
-        "{}",
-        src.console()
-    );
-
-    // A 20 s stream to the sink under the max, migrated in the middle.
-    let _server = sink.spawn(&["iperf3", "-s", "-1", "-p", "5301", "-B", &sink_ip]);
-    std::thread::sleep(Duration::from_millis(500));
-    let stream = src.send(&format!("iperf3 -c {sink_ip} -p 5301 -t 20 -i 0 -f m"));
-    std::thread::sleep(Duration::from_secs(4));
-
-    // The orchestrator: the destination port, bare, given the guest's identity, and the
-    // destination QEMU waiting for the migration.
-    d.call(
-        "POST",
-        "/v1/ports",
-        json!({"name": "vmb", "kind": "vhost-user", "socket": p("b.sock")}),
-    );
-    let moved = d.call("POST", "/v1/ports/vma/migrate", json!({"to": "vmb"}));
-    assert_eq!(moved["port"]["policy"]["max_bps"], 8_000_000, "{moved}");
-    let vmb = d.get("/v1/ports/vmb");
-    assert!(vmb["locked"]["macs"].to_string().contains(mac), "{vmb}");
-    let mut extra = qmp_arg("qmp-b");
-    let incoming = format!("tcp:127.0.0.1:{}", 42_000 + pid % 1_000);
-    extra.extend(["-incoming".to_string(), incoming.clone()]);
-    let dst = Guest::start_with(
-        &image,
-        "dst",
-        (&p("b.sock"), Role::Server, 1),
-        mac,
-        &format!("{guest_ip}/24"),
-        &extra,
-    );
-    let connected_b = poll_gently(Duration::from_secs(30), || {
-        connected(&d.get("/v1/stats"), "vmb").then_some(())
-    });
-    assert!(connected_b.is_some(), "{}", dst.console());
-    // The destination listens for the migration once its monitor says `inmigrate`.
-    let waiting = poll_gently(Duration::from_secs(30), || {
-        let st = try_qmp(&p("qmp-b"), "query-status", None).ok()?;
-        (st["status"] == "inmigrate").then_some(())
-    });
-    assert!(waiting.is_some(), "{}", dst.console());
     qmp(&p("qmp-a"), "migrate", Some(json!({ "uri": incoming })));
     let done = poll_gently(Duration::from_secs(120), || {
         let st = qmp(&p("qmp-a"), "query-migrate", None);
@@ -271,4 +336,96 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
         assert_eq!(vmb[c], 0, "{c}: {vmb}");
     }
     println!("done {:.1} s into the test", t0.elapsed().as_secs_f64());
+}
+
+/// A migration cancelled half-way: the source QEMU's migration is slowed to 1 MiB/s so that
+/// it is still copying memory (vqosd logging every write into it), then cancelled
+/// (`migrate_cancel`), and the orchestrator deletes the destination port, which cancels the
+/// hand-over. The guest runs on where it was: no hand-over is pending and the source port
+/// still holds the guest's MAC; the stream started before the migration ends well; the guest
+/// pings the sink; none of its frames was refused; the port counted no misbehaviour and was
+/// handed the dirty log; its memory is unchanged.
+#[test]
+fn a_cancelled_migration_leaves_the_guest_running_on_its_port() {
+    let _machine = machine_lock();
+    let Some(rig) = Rig::start("a_cancelled_migration_leaves_the_guest_running") else {
+        return;
+    };
+    let Rig {
+        d,
+        mut src,
+        dst,
+        stream,
+        md5,
+        incoming,
+        sink_ip,
+        mac,
+        keep: (_server, _sink, dir),
+        ..
+    } = rig;
+    let p = |f: &str| dir.path().join(f);
+    qmp(
+        &p("qmp-a"),
+        "migrate-set-parameters",
+        Some(json!({ "max-bandwidth": 1_048_576 })),
+    );
+    qmp(&p("qmp-a"), "migrate", Some(json!({ "uri": incoming })));
+    let copying = poll_gently(Duration::from_secs(60), || {
+        let st = qmp(&p("qmp-a"), "query-migrate", None);
+        let logging = port(&d.get("/v1/stats"), "vma")["vhost_user"]["counters"]["dirty_logs"] == 1;
+        (st["status"] == "active" && st["ram"]["transferred"].as_u64() > Some(0) && logging)
+            .then_some(())
+    });
+    assert!(
+        copying.is_some(),
+        "not copying with the dirty log: {} / {}",
+        qmp(&p("qmp-a"), "query-migrate", None),
+        d.get("/v1/stats")
+    );
+    qmp(&p("qmp-a"), "migrate_cancel", None);
+    let cancelled = poll_gently(Duration::from_secs(60), || {
+        let st = qmp(&p("qmp-a"), "query-migrate", None);
+        (st["status"] == "cancelled").then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "{}",
+        qmp(&p("qmp-a"), "query-migrate", None)
+    );
+    // The orchestrator gives up the destination: its port goes, and the hand-over with it.
+    d.call("DELETE", "/v1/ports/vmb", json!(null));
+    drop(dst);
+    assert_eq!(qmp(&p("qmp-a"), "query-status", None)["status"], "running");
+    let vma = d.get("/v1/ports/vma");
+    assert!(vma["locked"]["macs"].to_string().contains(mac), "{vma}");
+    let s = d.get("/v1/stats");
+    assert!(port(&s, "vma")["handover"].is_null(), "{s}");
+
+    // The guest goes on: the stream ends well, it pings, its memory is what it was.
+    let (out, rc) = src.finish(&stream, Duration::from_secs(60));
+    println!("iperf3 across the cancelled migration:\n{out}");
+    assert_eq!(rc, 0, "{}", src.console());
+    let m = src.send(&format!("ping -c 3 -W 5 {sink_ip}"));
+    let (out, rc) = src.finish(&m, Duration::from_secs(30));
+    assert_eq!(rc, 0, "{out}");
+    let m = src.send("md5sum /blob");
+    let (out, _) = src.finish(&m, Duration::from_secs(30));
+    let after = out
+        .split_whitespace()
+        .find(|w| w.len() == 32)
+        .map(str::to_string);
+    assert_eq!(after, md5, "{out}");
+    let s = d.get("/v1/stats");
+    for reason in ["spoofed", "ip_spoofed", "arp_spoofed", "nd_spoofed"] {
+        assert_eq!(port(&s, "vma")["drops"][reason], 0, "{reason}: {s}");
+    }
+    let c = &port(&s, "vma")["vhost_user"]["counters"];
+    for k in [
+        "quarantines",
+        "bad_avail_index",
+        "bad_ring_address",
+        "chain_loop",
+    ] {
+        assert_eq!(c[k], 0, "{k}: {c}");
+    }
 }
