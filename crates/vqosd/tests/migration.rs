@@ -17,9 +17,11 @@
 //! ever refused (no `spoofed`, no `ip_spoofed`); when QEMU reports the migration completed,
 //! the orchestrator removes the source port and its counters continue on vmb.
 //!
-//! `a_cancelled_migration_leaves_the_guest_running_on_its_port`: the same start, the copy
-//! slowed down and cancelled half-way (`migrate_cancel`), the destination port deleted: the
-//! guest runs on at its source port, its stream ends well, none of its frames is refused.
+//! `a_cancelled_migration_leaves_the_guest_running_on_its_port` and
+//! `a_destination_that_dies_leaves_the_guest_running_on_its_port`: the same start, the copy
+//! slowed down and then cancelled (`migrate_cancel`) or its destination QEMU killed, the
+//! destination port deleted: the guest runs on at its source port, its stream ends well, none
+//! of its frames is refused.
 //!
 //! Needs root, `qemu-system-x86_64` and iperf3 (SKIP otherwise); takes the real-traffic lock.
 
@@ -347,8 +349,29 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
 /// handed the dirty log; its memory is unchanged.
 #[test]
 fn a_cancelled_migration_leaves_the_guest_running_on_its_port() {
+    half_way(Ends::Cancelled);
+}
+
+/// The same, the destination QEMU killed half-way instead: the source's migration fails, the
+/// orchestrator deletes the destination port, and the guest runs on at its source port.
+#[test]
+fn a_destination_that_dies_leaves_the_guest_running_on_its_port() {
+    half_way(Ends::DestinationDies);
+}
+
+/// How a migration that does not complete ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// `migrate_cancel` on the source.
+    Cancelled,
+    /// The destination QEMU killed.
+    DestinationDies,
+}
+
+/// A migration that ends `how` half-way; see the two tests.
+fn half_way(how: Ends) {
     let _machine = machine_lock();
-    let Some(rig) = Rig::start("a_cancelled_migration_leaves_the_guest_running") else {
+    let Some(rig) = Rig::start(&format!("half_way({how:?})")) else {
         return;
     };
     let Rig {
@@ -382,13 +405,22 @@ fn a_cancelled_migration_leaves_the_guest_running_on_its_port() {
         qmp(&p("qmp-a"), "query-migrate", None),
         d.get("/v1/stats")
     );
-    qmp(&p("qmp-a"), "migrate_cancel", None);
-    let cancelled = poll_gently(Duration::from_secs(60), || {
+    let (dst, want) = match how {
+        Ends::Cancelled => {
+            qmp(&p("qmp-a"), "migrate_cancel", None);
+            (Some(dst), "cancelled")
+        }
+        Ends::DestinationDies => {
+            drop(dst);
+            (None, "failed")
+        }
+    };
+    let ended = poll_gently(Duration::from_secs(60), || {
         let st = qmp(&p("qmp-a"), "query-migrate", None);
-        (st["status"] == "cancelled").then_some(())
+        (st["status"] == want).then_some(())
     });
     assert!(
-        cancelled.is_some(),
+        ended.is_some(),
         "{}",
         qmp(&p("qmp-a"), "query-migrate", None)
     );
@@ -403,7 +435,7 @@ fn a_cancelled_migration_leaves_the_guest_running_on_its_port() {
 
     // The guest goes on: the stream ends well, it pings, its memory is what it was.
     let (out, rc) = src.finish(&stream, Duration::from_secs(60));
-    println!("iperf3 across the cancelled migration:\n{out}");
+    println!("iperf3 across the migration that ended {want}:\n{out}");
     assert_eq!(rc, 0, "{}", src.console());
     let m = src.send(&format!("ping -c 3 -W 5 {sink_ip}"));
     let (out, rc) = src.finish(&m, Duration::from_secs(30));
