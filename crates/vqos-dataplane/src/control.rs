@@ -510,7 +510,7 @@ impl Switch {
             match reader {
                 Some(q) => {
                     let storm = self.storm_bucket(now_ns);
-                    ports.insert(slot, (PortIo::new(q), true), index, security, s.role, storm)?
+                    ports.insert_reader(slot, PortIo::new(q), s.home, security, s.role, storm)?
                 }
                 None => {
                     let io = PortIo::for_sender(&s.port);

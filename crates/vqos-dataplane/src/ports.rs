@@ -359,13 +359,39 @@ impl PortTable {
     pub fn insert(
         &mut self,
         idx: usize,
-        (port, own_queue): (Arc<PortIo>, bool),
+        io: (Arc<PortIo>, bool),
         home: usize,
         security: PortSecurity,
         role: PortRole,
         storm: Option<TokenBucket>,
     ) -> Result<(), SwitchError> {
         let local = home == self.shard;
+        self.insert_entry(idx, io, (home, local), security, role, storm)
+    }
+
+    /// [`PortTable::insert`] of a receive queue of a port `home` reads too
+    /// ([`crate::Port::rx_queue`]: the uplink read on every shard): this shard reads it.
+    pub fn insert_reader(
+        &mut self,
+        idx: usize,
+        port: Arc<PortIo>,
+        home: usize,
+        security: PortSecurity,
+        role: PortRole,
+        storm: Option<TokenBucket>,
+    ) -> Result<(), SwitchError> {
+        self.insert_entry(idx, (port, true), (home, true), security, role, storm)
+    }
+
+    fn insert_entry(
+        &mut self,
+        idx: usize,
+        (port, own_queue): (Arc<PortIo>, bool),
+        (home, local): (usize, bool),
+        security: PortSecurity,
+        role: PortRole,
+        storm: Option<TokenBucket>,
+    ) -> Result<(), SwitchError> {
         let mut entry = PortEntry::new(port, home, local, security, role, storm);
         entry.own_queue = own_queue;
         if self.by_name.contains_key(&entry.name) || self.get(idx).is_some() {

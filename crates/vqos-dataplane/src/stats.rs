@@ -375,8 +375,8 @@ impl SwitchStats {
                 {
                     // The uplink read by several shards (fanout): one socket each.
                     a.add(b);
-                } else if p.shard == i && p.role == PortRole::Vif {
-                    // A vif's state is its reading shard's; the uplink's is shard 0's.
+                } else if p.shard == i {
+                    // A port's state is its home shard's.
                     o.engine = p.engine;
                     o.status = p.status.clone();
                     o.locked = p.locked.clone();
