@@ -183,8 +183,19 @@ impl Downlink {
         slots: &[usize],
         now_ns: u64,
     ) -> Result<(), SwitchError> {
-        self.sched.configure(set, now_ns)?;
+        self.install(set, slots, now_ns)?;
         self.shaper.configure(shaper_bps, now_ns);
+        Ok(())
+    }
+
+    /// The engine over `set`, the queues moved to its ids (refused before anything changes).
+    fn install(
+        &mut self,
+        set: &PolicySet,
+        slots: &[usize],
+        now_ns: u64,
+    ) -> Result<(), SwitchError> {
+        self.sched.configure(set, now_ns)?;
         self.remap(set, slots);
         self.set = set.clone();
         Ok(())
@@ -200,9 +211,7 @@ impl Downlink {
         now_ns: u64,
     ) -> Result<(), SwitchError> {
         if *set != self.set {
-            self.sched.configure(set, now_ns)?;
-            self.remap(set, slots);
-            self.set = set.clone();
+            self.install(set, slots, now_ns)?;
         }
         self.shaper.retarget(shaper_bps, now_ns);
         Ok(())

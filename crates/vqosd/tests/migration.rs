@@ -76,6 +76,30 @@ fn try_qmp(path: &Path, cmd: &str, args: Option<Value>) -> std::io::Result<Value
     Ok(v["return"].clone())
 }
 
+/// The MD5 sum in `md5sum`'s output.
+fn md5_of(out: &str) -> Option<String> {
+    out.split_whitespace()
+        .find(|w| w.len() == 32)
+        .map(str::to_string)
+}
+
+/// None of the guest's frames on port `name` was refused as another's (no spoofing drop of
+/// any kind) and its vhost-user session counted no misbehaviour, in stats `s`.
+fn assert_clean(s: &Value, name: &str) {
+    for reason in ["spoofed", "ip_spoofed", "arp_spoofed", "nd_spoofed"] {
+        assert_eq!(port(s, name)["drops"][reason], 0, "{name}: {reason}: {s}");
+    }
+    let c = &port(s, name)["vhost_user"]["counters"];
+    for k in [
+        "quarantines",
+        "bad_avail_index",
+        "bad_ring_address",
+        "chain_loop",
+    ] {
+        assert_eq!(c[k], 0, "{name}: {k}: {c}");
+    }
+}
+
 /// A running source guest on vqosd port `vma` (8 Mbit/s max) that has written a 16 MiB file
 /// and reached the sink, an iperf3 stream of 20 s to the sink started 4 s ago, and the
 /// orchestrator's half of a migration: port `vmb` given the guest's identity (`port migrate`)
@@ -165,10 +189,7 @@ impl Rig {
         // What its memory holds before the migration.
         let m = src.send("dd if=/dev/urandom of=/blob bs=1M count=16 2>/dev/null; md5sum /blob");
         let (out, rc) = src.finish(&m, Duration::from_secs(60));
-        let md5 = out
-            .split_whitespace()
-            .find(|w| w.len() == 32)
-            .map(str::to_string);
+        let md5 = md5_of(&out);
         assert!(rc == 0 && md5.is_some(), "{out}");
         let m = src.send(&format!("ping -c 2 -W 5 {sink_ip}"));
         assert_eq!(
@@ -302,11 +323,7 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     // Its memory is the same.
     let m = dst.send("md5sum /blob");
     let (out, _) = dst.finish(&m, Duration::from_secs(30));
-    let md5_after = out
-        .split_whitespace()
-        .find(|w| w.len() == 32)
-        .map(str::to_string);
-    assert_eq!(md5_after, md5_before, "{out}");
+    assert_eq!(md5_of(&out), md5_before, "{out}");
     let m = dst.send(&format!("ping -c 3 -W 5 {sink_ip}"));
     let (out, rc) = dst.finish(&m, Duration::from_secs(30));
     assert_eq!(rc, 0, "{out}");
@@ -323,20 +340,8 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     );
     assert!((MAX_BPS * 0.8..=MAX_BPS * 1.05).contains(&rate), "{rate}");
     assert_eq!(dst.finish(&again, Duration::from_secs(60)).1, 0);
-    let s = d.get("/v1/stats");
     // The guest's frames on vmb were never refused: no window.
-    for reason in ["spoofed", "ip_spoofed", "arp_spoofed", "nd_spoofed"] {
-        assert_eq!(port(&s, "vmb")["drops"][reason], 0, "{reason}: {s}");
-    }
-    let vmb = &port(&s, "vmb")["vhost_user"]["counters"];
-    for c in [
-        "quarantines",
-        "bad_avail_index",
-        "bad_ring_address",
-        "chain_loop",
-    ] {
-        assert_eq!(vmb[c], 0, "{c}: {vmb}");
-    }
+    assert_clean(&d.get("/v1/stats"), "vmb");
     println!("done {:.1} s into the test", t0.elapsed().as_secs_f64());
 }
 
@@ -442,22 +447,6 @@ fn half_way(how: Ends) {
     assert_eq!(rc, 0, "{out}");
     let m = src.send("md5sum /blob");
     let (out, _) = src.finish(&m, Duration::from_secs(30));
-    let after = out
-        .split_whitespace()
-        .find(|w| w.len() == 32)
-        .map(str::to_string);
-    assert_eq!(after, md5, "{out}");
-    let s = d.get("/v1/stats");
-    for reason in ["spoofed", "ip_spoofed", "arp_spoofed", "nd_spoofed"] {
-        assert_eq!(port(&s, "vma")["drops"][reason], 0, "{reason}: {s}");
-    }
-    let c = &port(&s, "vma")["vhost_user"]["counters"];
-    for k in [
-        "quarantines",
-        "bad_avail_index",
-        "bad_ring_address",
-        "chain_loop",
-    ] {
-        assert_eq!(c[k], 0, "{k}: {c}");
-    }
+    assert_eq!(md5_of(&out), md5, "{out}");
+    assert_clean(&d.get("/v1/stats"), "vma");
 }
