@@ -45,8 +45,9 @@ impl Api {
         let read = if dry { state::check } else { state::restore };
         let state::Restored {
             state: saved,
-            warnings,
+            mut warnings,
         } = read(&config.state_file, uplink, config.expect_state)?;
+        warnings.extend(config.notices());
         let mut set = config.policy_set();
         let mut ports: Vec<Port> = config.ports.iter().map(|(p, _)| p.clone()).collect();
         let mut removed = Vec::new();

@@ -72,6 +72,26 @@ fn bad(message: &str) -> ConfigError {
     ConfigError::Downlink(message.to_string())
 }
 
+impl super::Config {
+    /// What the config allows but an operator likely did not mean, said at start and by
+    /// `--check`: a TAP uplink with fewer queues than forwarding threads under the scheduled
+    /// downlink (what the VMs receive is then read by fewer threads than it could be).
+    pub fn notices(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let (Some(u), true, Some(_)) = (&self.uplink, self.threads > 1, &self.downlink) {
+            let queues = usize::from(u.config.queues.unwrap_or(1));
+            if u.config.kind == crate::wire::PortKind::Tap && queues < self.threads {
+                out.push(format!(
+                    "Uplink '{}' is a TAP of {queues} queue(s) on {} forwarding threads: what \
+                     the VMs receive is read by {queues} thread(s) only; set [uplink] queues = {}",
+                    u.config.name, self.threads, self.threads
+                ));
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
@@ -107,6 +127,22 @@ mod tests {
             parse("[downlink]\nschedule = false").unwrap().downlink,
             None
         );
+    }
+
+    #[test]
+    fn a_tap_uplink_with_fewer_queues_than_threads_is_noticed() {
+        let notices = |text: &str| parse(text).unwrap().notices();
+        let n = notices("threads = 2\n[uplink]\nname = \"up0\"\n");
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].contains("set [uplink] queues = 2"), "{n:?}");
+        for quiet in [
+            "threads = 2\n[uplink]\nname = \"up0\"\nqueues = 2\n",
+            "[uplink]\nname = \"up0\"\n",
+            "threads = 2\n[downlink]\nschedule = false\n[uplink]\nname = \"up0\"\n",
+            "threads = 2\n[uplink]\nname = \"eth0\"\nkind = \"af-packet\"\n",
+        ] {
+            assert!(notices(quiet).is_empty(), "{quiet}");
+        }
     }
 
     #[test]
