@@ -31,6 +31,7 @@
 mod agent;
 mod config;
 mod desired;
+mod grants;
 mod period;
 mod saved;
 
