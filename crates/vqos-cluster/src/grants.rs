@@ -13,9 +13,10 @@
 //!   after; it publishes a higher grant first and raises its shares only once it is committed.
 //! - **Raises out of confirmed releases.** A host may raise its grant to at most
 //!   `max − Σ counted(others)` ([`headroom`]), and commits it by a compare-and-put: the put
-//!   happens only if no grant of the tenant changed since the revision it read them at
-//!   (etcd: a transaction comparing the prefix's `mod_revision`). Two hosts that took the same
-//!   released capacity cannot both commit.
+//!   happens only if no other raise of the tenant was committed since it read the grants
+//!   (etcd: a transaction comparing the `version` of `/vqos/v1/raises/<tenant>`, which each
+//!   raise rewrites). Two hosts that took the same released capacity cannot both commit;
+//!   decreases do not stop a raise (they only make room).
 //! - **Counting a silent host** ([`counted`]): the others count a host's published grant until
 //!   its heartbeat (its status key's revision) has not moved for its lease plus a margin on
 //!   *their* clock ([`Liveness`]); then it has surely lapsed and fallen back, and they count its

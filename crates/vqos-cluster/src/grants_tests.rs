@@ -234,10 +234,7 @@ impl Cluster {
             let committed = h.guard.committed().get(&t).cloned();
             if st.raise {
                 let g = st.grant.clone().unwrap();
-                if self
-                    .ledger
-                    .put_if_unchanged(&t, &h.name, g.clone(), view.revision)
-                {
+                if self.ledger.commit_raise(&t, &h.name, g.clone(), &view) {
                     h.guard.set_committed(&t, Some(g));
                     h.share = st.raised.get("vm").copied();
                 } else {
@@ -384,7 +381,7 @@ fn two_hosts_that_take_the_same_released_capacity_cannot_both_commit() {
         let st = &plan["acme"];
         assert!(st.raise);
         assert_eq!(st.grant.as_ref().unwrap().max_bps, Some(450 * M));
-        wins.push(ledger.put_if_unchanged("acme", h, st.grant.clone().unwrap(), view.revision));
+        wins.push(ledger.commit_raise("acme", h, st.grant.clone().unwrap(), &view));
     }
     assert_eq!(wins, [true, false]);
     let sum: u64 = ledger.read().grants["acme"]

@@ -1,6 +1,6 @@
 //! A host's side of the grants ([`mod@crate::grants`]): its view of the others' liveness, its
 //! committed grants and its lease, and [`Ledger`], an in-memory stand-in for etcd's grant keys
-//! (revisions and compare-and-put) with which the simulation and the tests drive the same code
+//! (revisions, raise counts and compare-and-put) with which the simulation and the tests drive the same code
 //! as the agent.
 //!
 //! The agent (crates/vqosd/src/cluster/) runs a period as: `beat` (its status), read the grants
@@ -19,12 +19,14 @@ use crate::split::{Share, TenantLimits};
 /// What a host read: every grant, by tenant then host, and every host's heartbeat.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
-    /// The revision the grants were read at (compare-and-puts compare against it).
+    /// The revision the grants were read at.
     pub revision: u64,
     /// The grants, by tenant then host.
     pub grants: BTreeMap<String, BTreeMap<String, Grant>>,
     /// Each live host's heartbeat (its status key's revision).
     pub beats: BTreeMap<String, u64>,
+    /// Each tenant's raise count (the `version` of `/vqos/v1/raises/<tenant>`; absent: 0).
+    pub raises: BTreeMap<String, u64>,
 }
 
 /// One host's grant state (module doc).
@@ -192,6 +194,8 @@ pub struct Ledger {
     grants: BTreeMap<String, BTreeMap<String, (Grant, u64)>>,
     /// Each host's heartbeat (the revision of its last status write).
     beats: BTreeMap<String, u64>,
+    /// Each tenant's raise count.
+    raises: BTreeMap<String, u64>,
 }
 
 impl Ledger {
@@ -208,6 +212,7 @@ impl Ledger {
                 })
                 .collect(),
             beats: self.beats.clone(),
+            raises: self.raises.clone(),
         }
     }
 
@@ -232,21 +237,18 @@ impl Ledger {
         };
     }
 
-    /// Writes `grant` only if no grant of `tenant` was written after revision `since` (etcd: a
-    /// transaction comparing the prefix's `mod_revision < since + 1`). Whether it was.
-    pub fn put_if_unchanged(&mut self, tenant: &str, host: &str, grant: Grant, since: u64) -> bool {
-        let newest = self
-            .grants
-            .get(tenant)
-            .into_iter()
-            .flatten()
-            .map(|(_, (_, rev))| *rev)
-            .max()
-            .unwrap_or(0);
-        if newest > since {
+    /// Commits a raise: writes `grant` and counts a raise of `tenant`, only if no raise of the
+    /// tenant was committed since `view` was read (etcd: a transaction comparing the `version`
+    /// of `/vqos/v1/raises/<tenant>`). Decreases do not count: they only make room. Whether it
+    /// was committed.
+    pub fn commit_raise(&mut self, tenant: &str, host: &str, grant: Grant, view: &View) -> bool {
+        let seen = view.raises.get(tenant).copied().unwrap_or(0);
+        let now = self.raises.get(tenant).copied().unwrap_or(0);
+        if now != seen {
             return false;
         }
         self.put(tenant, host, Some(grant));
+        self.raises.insert(tenant.to_string(), now + 1);
         true
     }
 }

@@ -6,6 +6,7 @@
 //! | `/vqos/v1/tenants/<tenant>` | [`TenantDoc`](crate::TenantDoc): a tenant's min and max, cluster-wide |
 //! | `/vqos/v1/status/<host>` | [`HostStatus`](crate::HostStatus): written by the host's agent under its lease |
 //! | `/vqos/v1/grants/<tenant>/<host>` | [`Grant`](crate::Grant): what the host enforces of the tenant (no lease) |
+//! | `/vqos/v1/raises/<tenant>` | the host that last raised its grant of the tenant; its `version` counts the raises |
 
 /// The root of every key.
 pub const ROOT: &str = "/vqos/v1/";
@@ -22,7 +23,15 @@ pub const STATUS: &str = "/vqos/v1/status/";
 /// The prefix of the hosts' grants.
 pub const GRANTS: &str = "/vqos/v1/grants/";
 
-/// The prefix of `tenant`'s grants (a raise compares its `mod_revision`).
+/// The prefix of the tenants' raise counts.
+pub const RAISES: &str = "/vqos/v1/raises/";
+
+/// The key whose `version` counts `tenant`'s raises (a raise compares it).
+pub fn raises(tenant: &str) -> String {
+    format!("{RAISES}{tenant}")
+}
+
+/// The prefix of `tenant`'s grants.
 pub fn tenant_grants(tenant: &str) -> String {
     format!("{GRANTS}{tenant}/")
 }

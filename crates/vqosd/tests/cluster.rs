@@ -197,7 +197,9 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
     // which may still hold its fallback: it keeps counting h2's 50 and stays at 50 (before
     // the grants it took the whole max at once, and a cut-off h2 made 150).
     h2.kill9();
-    wait("h2's status expired", &h1, || status(&etcd, "h2").is_none().then_some(()));
+    wait("h2's status expired", &h1, || {
+        status(&etcd, "h2").is_none().then_some(())
+    });
     std::thread::sleep(std::time::Duration::from_secs(4));
     assert_eq!(share(&etcd, "h1"), Some(50_000_000));
     // The operator removes h2's vif: its grant no longer counts, and h1 takes the whole max.
@@ -210,7 +212,11 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
 
 /// `host`'s grant of acme, if there is one.
 fn grant(etcd: &Etcd, host: &str) -> Option<serde_json::Value> {
-    let out = etcd.ctl(&["get", &format!("/vqos/v1/grants/acme/{host}"), "--print-value-only"]);
+    let out = etcd.ctl(&[
+        "get",
+        &format!("/vqos/v1/grants/acme/{host}"),
+        "--print-value-only",
+    ]);
     serde_json::from_str(out.trim()).ok()
 }
 

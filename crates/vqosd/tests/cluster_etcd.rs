@@ -211,7 +211,11 @@ fn a_raise_waits_until_the_holder_has_published_its_release() {
         (share_max(&etcd, "h1") == Some(10_000_000)).then_some(())
     });
     let g = |h: &str| {
-        let out = etcd.ctl(&["get", &format!("/vqos/v1/grants/acme/{h}"), "--print-value-only"]);
+        let out = etcd.ctl(&[
+            "get",
+            &format!("/vqos/v1/grants/acme/{h}"),
+            "--print-value-only",
+        ]);
         serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
     };
     assert_eq!(g("h1")["max_bps"], 10_000_000);

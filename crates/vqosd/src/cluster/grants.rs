@@ -1,7 +1,7 @@
 //! The agent's side of the grants (`vqos_cluster::grants`, docs/cluster.md "Never above the
-//! max"): every period it reads the grants at the revision of its status read, plans with its
-//! `Guard`, commits each raise by a transaction that compares the tenant's grants'
-//! `mod_revision`, holds the shares, then publishes its decreases; a watchdog task holds the
+//! max"): every period it reads the grants and the raise counts at the revision of its status
+//! read, plans with its `Guard`, commits each raise by a transaction on the tenant's raise
+//! count (`/vqos/v1/raises/<tenant>`: its `version` as read), holds the shares, then publishes its decreases; a watchdog task holds the
 //! fallbacks once its view lapses (no period completed for `lease_ttl`, on the monotonic clock).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,9 +85,18 @@ pub(super) async fn read_view(
     problems: &mut Vec<String>,
 ) -> Result<View, EtcdError> {
     let (all, rev) = get_prefix(kv, keys::GRANTS, rev, None, timeout).await?;
+    let (counts, _) = get_prefix(kv, keys::RAISES, rev, None, timeout).await?;
+    let raises = counts
+        .iter()
+        .filter_map(|kv| {
+            let t = keys::name_under(keys::RAISES, kv.key_str().ok()?)?;
+            Some((t.to_string(), kv.version().max(0) as u64))
+        })
+        .collect();
     let mut view = View {
         revision: rev.max(0) as u64,
         beats,
+        raises,
         ..View::default()
     };
     for kv in &all {
@@ -95,7 +104,10 @@ pub(super) async fn read_view(
             continue;
         };
         let g = Grant::parse(kv.value()).unwrap_or_else(|e| {
-            problems.push(format!("{}: {e}; counted as all of the tenant", kv.key_str().unwrap_or("")));
+            problems.push(format!(
+                "{}: {e}; counted as all of the tenant",
+                kv.key_str().unwrap_or("")
+            ));
             Grant {
                 max_bps: Some(u64::MAX),
                 min_bps: u64::MAX,
@@ -112,21 +124,25 @@ pub(super) async fn read_view(
     Ok(view)
 }
 
-/// Commits `grant` only if no grant of `tenant` changed after `since`. Whether it did.
+/// Commits `grant` only if no raise of `tenant` was committed since `view` was read (the
+/// `version` of its raise count is as read), and counts this one. Whether it did.
 async fn commit_raise(
     kv: &mut KvClient,
     tenant: &str,
     host: &str,
     grant: &Grant,
-    since: u64,
+    view: &View,
     timeout: Duration,
 ) -> Result<bool, EtcdError> {
     let body = serde_json::to_vec(grant).unwrap_or_default();
-    let unchanged = Compare::mod_revision(keys::tenant_grants(tenant), CompareOp::Less, since as i64 + 1)
-        .with_prefix();
+    let seen = view.raises.get(tenant).copied().unwrap_or(0) as i64;
+    let count = keys::raises(tenant);
     let txn = Txn::new()
-        .when([unchanged])
-        .and_then([TxnOp::put(keys::grant(tenant, host), body, None)]);
+        .when([Compare::version(count.clone(), CompareOp::Equal, seen)])
+        .and_then([
+            TxnOp::put(keys::grant(tenant, host), body, None),
+            TxnOp::put(count, host, None),
+        ]);
     let resp = deadline("grant raise", timeout, kv.txn(txn)).await?;
     Ok(resp.succeeded())
 }
@@ -186,20 +202,28 @@ pub(super) struct PeriodInput<'a> {
 
 /// The plan of one period (the split of the tenants' limits less what silent hosts hold,
 /// fitted to the host's capacity, then each tenant's step), with the vifs' tenants.
-fn plan(g: &Grants, i: &PeriodInput<'_>) -> (BTreeMap<String, TenantStep>, BTreeMap<String, String>) {
+fn plan(
+    g: &Grants,
+    i: &PeriodInput<'_>,
+) -> (BTreeMap<String, TenantStep>, BTreeMap<String, String>) {
     let limits = i.desired.tenant_limits();
     let mut members: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (h, vifs) in &i.desired.declared {
         for d in vifs.values() {
-            members.entry(d.tenant.clone()).or_default().insert(h.clone());
+            members
+                .entry(d.tenant.clone())
+                .or_default()
+                .insert(h.clone());
         }
     }
     let enforced = i.api.cluster_shares();
     let mut l = g.lock();
     l.guard.observe(i.start_ns, i.view);
-    let split_limits = l.guard.split_limits(i.start_ns, i.view, &limits, &members, |h| {
-        i.statuses.contains_key(h)
-    });
+    let split_limits = l
+        .guard
+        .split_limits(i.start_ns, i.view, &limits, &members, |h| {
+            i.statuses.contains_key(h)
+        });
     let targets = local_shares(i.host, i.statuses, &i.desired.declared, &split_limits);
     let targets = fit_to_host(i.api, targets);
     let tenant_of: BTreeMap<String, String> = targets
@@ -231,7 +255,7 @@ pub(super) async fn run_period(
     for (t, st) in &steps {
         let mut hold = &st.hold;
         if let (true, Some(grant)) = (st.raise, &st.grant) {
-            if commit_raise(kv, t, i.host, grant, i.view.revision, i.timeout).await? {
+            if commit_raise(kv, t, i.host, grant, i.view, i.timeout).await? {
                 g.lock().guard.set_committed(t, Some(grant.clone()));
                 hold = &st.raised;
             }
