@@ -138,29 +138,47 @@ pub fn totals<'a>(shares: impl IntoIterator<Item = &'a Share>) -> Totals {
     (max, min)
 }
 
-/// `v × to / from`, rounded down, for `v ≤ from` (so ≤ `to`).
-fn scale(v: u64, to: u64, from: u64) -> u64 {
-    if from <= to {
-        return v;
+/// `wants` water-filled into `total`: each gets `min(want, level)`, the level the highest that
+/// fits, so the small wants are whole and the large ones give up alike (max-min fairness,
+/// `Σ ≤ total`, rounded down). Wants that fit are returned as they are.
+fn fill(wants: &[u64], total: u64) -> Vec<u64> {
+    let sum: u128 = wants.iter().map(|&w| u128::from(w)).sum();
+    if sum <= u128::from(total) {
+        return wants.to_vec();
     }
-    // v ≤ from: the product fits in u128 and the quotient in u64.
-    (u128::from(v) * u128::from(to) / u128::from(from.max(1))) as u64
+    let mut order: Vec<usize> = (0..wants.len()).collect();
+    order.sort_by_key(|&i| wants[i]);
+    let mut out = vec![0; wants.len()];
+    let mut left = total;
+    for (k, &i) in order.iter().enumerate() {
+        // An equal part of what is left among the wants not yet served (k of n served).
+        let part = left / (wants.len() - k) as u64;
+        out[i] = wants[i].min(part);
+        left -= out[i];
+    }
+    out
 }
 
-/// `shares` scaled down alike so that their totals are at most `to` (max and min apart;
-/// an unlimited `to` leaves the maxes; each min stays ≤ its max).
+/// `shares` fitted into the totals `to` (max and min apart): water-filled ([`fill`]), so that
+/// a vif that wants little keeps its share and the large ones give up alike (scaled alike, a
+/// light vif held below its rate would turn greedy and its target would swing); an unlimited
+/// `to` leaves the maxes; a share without a max under a finite `to` is bounded by it; each min
+/// stays ≤ its max.
 pub fn fit(shares: &BTreeMap<String, Share>, to: Totals) -> BTreeMap<String, Share> {
-    let (max, min) = totals(shares.values());
+    let maxes: Vec<Option<u64>> = match to.0 {
+        None => shares.values().map(|s| s.max_bps).collect(),
+        Some(t) => {
+            let wants: Vec<u64> = shares.values().map(|s| s.max_bps.unwrap_or(t)).collect();
+            fill(&wants, t).into_iter().map(Some).collect()
+        }
+    };
+    let floors: Vec<u64> = shares.values().map(|s| s.min_bps).collect();
+    let mins = fill(&floors, to.1);
     shares
-        .iter()
-        .map(|(n, s)| {
-            let max_bps = match (to.0, max, s.max_bps) {
-                (Some(t), Some(total), Some(m)) => Some(scale(m, t, total)),
-                // A share without a max under a finite grant: the grant bounds it.
-                (Some(t), _, _) => Some(s.max_bps.unwrap_or(t).min(t)),
-                (None, _, m) => m,
-            };
-            let min_bps = scale(s.min_bps, to.1, min).min(max_bps.unwrap_or(u64::MAX));
+        .keys()
+        .zip(maxes.into_iter().zip(mins))
+        .map(|(n, (max_bps, min))| {
+            let min_bps = min.min(max_bps.unwrap_or(u64::MAX));
             (n.clone(), Share { min_bps, max_bps })
         })
         .collect()

@@ -80,14 +80,19 @@ fn a_raise_waits_for_released_capacity_and_a_decrease_is_at_once() {
 }
 
 #[test]
-fn fitting_scales_alike_and_keeps_each_floor_under_its_max() {
+fn fitting_water_fills_and_keeps_each_floor_under_its_max() {
     let s = BTreeMap::from([
         ("a".to_string(), share(600, 300)),
         ("b".to_string(), share(200, 100)),
     ]);
+    // Into 400 and 100: b (200) is whole, a gets the other 200; the floors 50 each.
     let f = fit(&s, (Some(400 * M), 100 * M));
-    assert_eq!(f["a"], share(300, 75));
-    assert_eq!(f["b"], share(100, 25));
+    assert_eq!(f["a"], share(200, 50));
+    assert_eq!(f["b"], share(200, 50));
+    // The small one whole, the large one the rest.
+    let f = fit(&s, (Some(500 * M), 350 * M));
+    assert_eq!(f["a"], share(300, 250));
+    assert_eq!(f["b"], share(200, 100));
     assert_eq!(fit(&s, (Some(2000 * M), 1000 * M)), s);
     let f = fit(&s, (Some(0), 100 * M));
     assert_eq!(f["a"], share(0, 0));
@@ -258,7 +263,8 @@ impl Cluster {
         for now_ms in (from_ms..until_ms).step_by(10) {
             for i in 0..self.hosts.len() {
                 let h = &self.hosts[i];
-                if now_ms >= h.phase_ms && (now_ms - h.phase_ms) % PERIOD_MS == 0 && !h.cut {
+                if now_ms >= h.phase_ms && (now_ms - h.phase_ms).is_multiple_of(PERIOD_MS) && !h.cut
+                {
                     self.period(i, now_ms);
                 }
                 let h = &mut self.hosts[i];
