@@ -230,4 +230,12 @@ fn a_raise_waits_until_the_holder_has_published_its_release() {
     });
     assert_eq!(g("h1")["max_bps"], 50_000_000);
     assert!(g("h1")["epoch"].as_u64().unwrap() >= 2);
+    // A grant that does not parse counts as its last valid version (50): h1 keeps 50, says so.
+    put("/vqos/v1/grants/acme/h9", "not json");
+    wait("the problem reported", &h1, || {
+        let p = h1.get("/v1/health")["cluster"]["problems"].to_string();
+        p.contains("/vqos/v1/grants/acme/h9").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(share_max(&etcd, "h1"), Some(50_000_000));
 }

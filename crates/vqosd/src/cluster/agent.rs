@@ -392,7 +392,7 @@ impl State {
         }
         statuses.insert(host.clone(), own);
         let mut problems = Vec::new();
-        let view = grants::read_view(kv, rev, beats, t, &mut problems).await?;
+        let view = grants::read_view(&self.grants, &host, kv, rev, beats, t, &mut problems).await?;
         let input = PeriodInput {
             host: &host,
             api: &self.api,

@@ -27,6 +27,8 @@ pub(super) struct Lapse {
     pub tenant_of: BTreeMap<String, String>,
     /// The fallbacks are held (the view lapsed and no period has completed since).
     pub fallen: bool,
+    /// The last grant of each key that parsed (a grant that does not parse counts as it).
+    pub last_good: BTreeMap<String, Grant>,
 }
 
 /// The grant state, its clock's origin, and the watchdog's wake-up.
@@ -51,6 +53,7 @@ impl Grants {
                 guard,
                 tenant_of: BTreeMap::new(),
                 fallen: false,
+                last_good: BTreeMap::new(),
             })),
             origin: Instant::now(),
             wake: Arc::new(Notify::new()),
@@ -75,9 +78,13 @@ impl Grants {
     }
 }
 
-/// Every grant at `rev`, with `beats` (each live host's status `mod_revision`). A grant that
-/// does not parse counts as holding all of any tenant (no raise beside it), and is reported.
+/// Every grant and raise count at `rev`, with `beats` (each live host's status
+/// `mod_revision`). A grant that does not parse counts as its last version that did, or, if
+/// none did, as holding all of the tenant (no raise beside it); it is reported. This host's
+/// own grant that does not parse is left out (it counts what it last committed).
 pub(super) async fn read_view(
+    g: &Grants,
+    host: &str,
     kv: &mut KvClient,
     rev: i64,
     beats: BTreeMap<String, u64>,
@@ -103,23 +110,33 @@ pub(super) async fn read_view(
         let Some((t, h)) = kv.key_str().ok().and_then(keys::tenant_host) else {
             continue;
         };
-        let g = Grant::parse(kv.value()).unwrap_or_else(|e| {
-            problems.push(format!(
-                "{}: {e}; counted as all of the tenant",
-                kv.key_str().unwrap_or("")
-            ));
-            Grant {
-                max_bps: Some(u64::MAX),
-                min_bps: u64::MAX,
-                fallback_max_bps: Some(u64::MAX),
-                fallback_min_bps: u64::MAX,
-                ..Grant::default()
+        let key = kv.key_str().unwrap_or_default();
+        let mut l = g.lock();
+        let grant = match Grant::parse(kv.value()) {
+            Ok(grant) => {
+                l.last_good.insert(key.to_string(), grant.clone());
+                grant
             }
-        });
+            Err(e) if h == host => {
+                problems.push(format!("{key}: {e}; this host's committed grant counts"));
+                continue;
+            }
+            Err(e) => {
+                problems.push(format!("{key}: {e}; its last valid version counts"));
+                l.last_good.get(key).cloned().unwrap_or(Grant {
+                    max_bps: Some(u64::MAX),
+                    min_bps: u64::MAX,
+                    fallback_max_bps: Some(u64::MAX),
+                    fallback_min_bps: u64::MAX,
+                    ..Grant::default()
+                })
+            }
+        };
+        drop(l);
         view.grants
             .entry(t.to_string())
             .or_default()
-            .insert(h.to_string(), g);
+            .insert(h.to_string(), grant);
     }
     Ok(view)
 }
