@@ -22,7 +22,7 @@ use crate::out::outln;
     hosts are cut off from etcd for --partition-periods, and the shares in force are summed \
     per tenant at every phase: the largest excess over a tenant's max must be 0 (it is run \
     again without the grants, as the agents were, for comparison; each host runs its own \
-    period, so keep it to about 1,000 hosts)."
+    period, so keep it to a few hundred hosts)."
 )]
 pub struct SimulateArgs {
     /// Hosts (agents).

@@ -159,7 +159,7 @@ fn fill(wants: &[u64], total: u64) -> Vec<u64> {
     out
 }
 
-/// `shares` fitted into the totals `to` (max and min apart): water-filled ([`fill`]), so that
+/// `shares` fitted into the totals `to` (max and min apart): water-filled, so that
 /// a vif that wants little keeps its share and the large ones give up alike (scaled alike, a
 /// light vif held below its rate would turn greedy and its target would swing); an unlimited
 /// `to` leaves the maxes; a share without a max under a finite `to` is bounded by it; each min
