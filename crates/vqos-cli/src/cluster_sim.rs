@@ -6,7 +6,8 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 use vqos_sched::units::parse_rate;
-use vqos_sim::cluster::{measure_agent_cost, simulate_cluster, ClusterSimConfig, World};
+use vqos_sim::cluster::{measure_agent_cost, simulate_cluster, ClusterSimConfig, Traffic, World};
+use vqos_sim::cluster_async::{simulate_async, AsyncReport, AsyncSimConfig};
 
 use crate::exit::UsageError;
 use crate::out::outln;
@@ -16,7 +17,12 @@ use crate::out::outln;
 #[command(
     after_help = "Example:\n  vqos cluster simulate --hosts 10000 --vifs 100000 --tenants 1000\n\n\
     Every period each vif sends within its share, each host publishes its status, and the \
-    shares are split again with the agents' own code (docs/cluster.md, \"Scale\")."
+    shares are split again with the agents' own code (docs/cluster.md, \"Scale\"). With \
+    --asynchrony each host reads and reports at its own phase of the period, --partitioned \
+    hosts are cut off from etcd for --partition-periods, and the shares in force are summed \
+    per tenant at every phase: the largest excess over a tenant's max must be 0 (it is run \
+    again without the grants, as the agents were, for comparison; each host runs its own \
+    period, so keep it to a few hundred hosts)."
 )]
 pub struct SimulateArgs {
     /// Hosts (agents).
@@ -46,6 +52,19 @@ pub struct SimulateArgs {
     /// Seed of every random choice (same seed, same result but the measured cost).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also run the asynchronous model (phases, a partition, the grants).
+    #[arg(long)]
+    asynchrony: bool,
+    /// Phases per period in the asynchronous model (the hosts of a phase race: a phase stands
+    /// for the agent's read-to-commit time).
+    #[arg(long, default_value_t = 100)]
+    phases: u32,
+    /// Hosts cut off from etcd in the asynchronous model.
+    #[arg(long, default_value_t = 1)]
+    partitioned: u32,
+    /// Periods the partition lasts.
+    #[arg(long, default_value_t = 20)]
+    partition_periods: u32,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -53,6 +72,28 @@ pub struct SimulateArgs {
 
 fn mib(bytes: f64) -> String {
     format!("{:.2} MiB", bytes / (1024.0 * 1024.0))
+}
+
+/// The asynchronous model with the grants and without them, when asked for.
+fn run_async(
+    args: &SimulateArgs,
+    config: &ClusterSimConfig,
+) -> Result<Option<(AsyncReport, AsyncReport)>> {
+    if !args.asynchrony {
+        return Ok(None);
+    }
+    let a = AsyncSimConfig {
+        ticks: args.phases,
+        partitioned: args.partitioned,
+        partition_periods: args.partition_periods,
+        ..AsyncSimConfig::default()
+    };
+    let with = simulate_async(config, &a).map_err(|e| UsageError(e.to_string()))?;
+    let unguarded = AsyncSimConfig {
+        guarded: false,
+        ..a
+    };
+    Ok(Some((with, simulate_async(config, &unguarded)?)))
 }
 
 /// Runs `vqos cluster simulate`.
@@ -79,16 +120,22 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         w.run(config.periods);
         measure_agent_cost(&w, args.cost_hosts)
     });
+    let asynchrony = run_async(args, &config)?;
     if args.json {
-        let v = json!({ "report": report, "agent_cost": cost, "simulation_s": sim_s });
+        let (with, without) = asynchrony.unzip();
+        let v = json!({
+            "report": report,
+            "agent_cost": cost,
+            "asynchrony": with,
+            "asynchrony_without_grants": without,
+            "simulation_s": sim_s,
+        });
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
     let periods =
         |p: Option<u32>| p.map_or(format!("not within {}", config.periods), |p| p.to_string());
-    let t = &report.traffic;
     let hosts = f64::from(config.hosts);
-    let per_s = 1000.0 / config.period_ms as f64;
     outln!(
         "{} hosts, {} vifs, {} tenants (largest: {} vifs on {} hosts; at most {} tenants on a host), seed {}",
         config.hosts,
@@ -112,7 +159,31 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         "largest tenant aggregate above its max  {} bit/s",
         report.max_over_bps.max(0)
     )?;
-    outln!("etcd per period (every {} ms):", config.period_ms)?;
+    print_traffic(&report.traffic, config.period_ms)?;
+    if let Some(c) = cost {
+        outln!(
+            "agent CPU per period (this machine, {} hosts): parse every status {:.1} ms, \
+             shares {:.1} ms (max {:.1} ms)",
+            c.hosts_measured,
+            c.parse_ns as f64 / 1e6,
+            c.shares_mean_ns as f64 / 1e6,
+            c.shares_max_ns as f64 / 1e6
+        )?;
+    }
+    if let Some((with, without)) = &asynchrony {
+        print_async(with, without)?;
+    }
+    outln!(
+        "(simulated in {sim_s:.1} s; {:.0} statuses per agent per period)",
+        hosts
+    )?;
+    Ok(())
+}
+
+/// The etcd traffic's lines.
+fn print_traffic(t: &Traffic, period_ms: u64) -> Result<()> {
+    let per_s = 1000.0 / period_ms as f64;
+    outln!("etcd per period (every {} ms):", period_ms)?;
     outln!(
         "  written: {} keys, {} ({}/s)",
         t.keys_written,
@@ -145,19 +216,38 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         mib(t.aggregator_read_total as f64),
         mib(t.aggregator_read_total as f64 * per_s)
     )?;
-    if let Some(c) = cost {
-        outln!(
-            "agent CPU per period (this machine, {} hosts): parse every status {:.1} ms, \
-             shares {:.1} ms (max {:.1} ms)",
-            c.hosts_measured,
-            c.parse_ns as f64 / 1e6,
-            c.shares_mean_ns as f64 / 1e6,
-            c.shares_max_ns as f64 / 1e6
-        )?;
-    }
+    Ok(())
+}
+
+/// The asynchronous model's lines.
+fn print_async(with: &AsyncReport, without: &AsyncReport) -> Result<()> {
+    let c = &with.config;
+    let periods = |p: Option<u32>| p.map_or("not within the run".to_string(), |p| p.to_string());
     outln!(
-        "(simulated in {sim_s:.1} s; {:.0} statuses per agent per period)",
-        hosts
+        "asynchrony: {} phases per period, {} host(s) cut off from etcd for {} periods",
+        c.ticks,
+        c.partitioned,
+        c.partition_periods
+    )?;
+    outln!(
+        "  largest excess over any tenant's max  {} bit/s (without the grants: {} bit/s)",
+        with.max_excess_bps,
+        without.max_excess_bps
+    )?;
+    outln!(
+        "  periods to converge after the shift   {} (without the grants: {})",
+        periods(with.shift_periods),
+        periods(without.shift_periods)
+    )?;
+    outln!(
+        "  periods to converge after the heal    {} (without the grants: {})",
+        periods(with.heal_periods),
+        periods(without.heal_periods)
+    )?;
+    outln!(
+        "  raises committed {}, refused (a grant of the tenant changed since the read) {}",
+        with.raises_committed,
+        with.raises_refused
     )?;
     Ok(())
 }

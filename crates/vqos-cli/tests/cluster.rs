@@ -226,6 +226,18 @@ fn simulate_needs_no_etcd_and_reports_convergence_and_traffic() {
     // The same seed, the same report (the measured cost aside).
     let (_, again, _) = vqos(None, &args);
     assert_eq!(again["report"], v["report"]);
+    // Asynchrony, a partition, a fixed seed: never above a tenant's max with the grants.
+    let mut with_async = args.to_vec();
+    with_async.extend(["--asynchrony", "--partitioned", "2", "--seed", "3"]);
+    let (code, v, out) = vqos(None, &with_async);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(v["asynchrony"]["max_excess_bps"], 0, "{}", v["asynchrony"]);
+    assert!(v["asynchrony"]["raises_committed"].as_u64() > Some(0));
+    assert!(
+        v["asynchrony_without_grants"]["max_excess_bps"].as_u64() > Some(0),
+        "{}",
+        v["asynchrony_without_grants"]
+    );
     let (code, _, out) = vqos(None, &["cluster", "simulate", "--shift", "1.5"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("shift must be 0 to 1"), "{out}");

@@ -5,6 +5,8 @@
 //! | `/vqos/v1/hosts/<host>/vifs/<port>` | [`VifDoc`](crate::VifDoc): the desired policy of a port of a host |
 //! | `/vqos/v1/tenants/<tenant>` | [`TenantDoc`](crate::TenantDoc): a tenant's min and max, cluster-wide |
 //! | `/vqos/v1/status/<host>` | [`HostStatus`](crate::HostStatus): written by the host's agent under its lease |
+//! | `/vqos/v1/grants/<tenant>/<host>` | [`Grant`](crate::Grant): what the host enforces of the tenant (no lease) |
+//! | `/vqos/v1/raises/<tenant>` | the host that last raised its grant of the tenant; its `version` counts the raises |
 
 /// The root of every key.
 pub const ROOT: &str = "/vqos/v1/";
@@ -17,6 +19,34 @@ pub const TENANTS: &str = "/vqos/v1/tenants/";
 
 /// The prefix of the hosts' status.
 pub const STATUS: &str = "/vqos/v1/status/";
+
+/// The prefix of the hosts' grants.
+pub const GRANTS: &str = "/vqos/v1/grants/";
+
+/// The prefix of the tenants' raise counts.
+pub const RAISES: &str = "/vqos/v1/raises/";
+
+/// The key whose `version` counts `tenant`'s raises (a raise compares it).
+pub fn raises(tenant: &str) -> String {
+    format!("{RAISES}{tenant}")
+}
+
+/// The prefix of `tenant`'s grants.
+pub fn tenant_grants(tenant: &str) -> String {
+    format!("{GRANTS}{tenant}/")
+}
+
+/// The key of `host`'s grant of `tenant`.
+pub fn grant(tenant: &str, host: &str) -> String {
+    format!("{}{host}", tenant_grants(tenant))
+}
+
+/// The (tenant, host) of a grant key (`None` for any other key).
+pub fn tenant_host(key: &str) -> Option<(&str, &str)> {
+    let (t, h) = key.strip_prefix(GRANTS)?.split_once('/')?;
+    let ok = |s: &str| !s.is_empty() && !s.contains('/');
+    (ok(t) && ok(h)).then_some((t, h))
+}
 
 /// The prefix of `host`'s desired vif policies.
 pub fn host_vifs(host: &str) -> String {
@@ -82,6 +112,9 @@ mod tests {
         assert_eq!(name_under(TENANTS, "/vqos/v1/tenants/a/b"), None);
         assert_eq!(name_under(TENANTS, TENANTS), None);
         assert_eq!(host_vif(&vif("h1", "vm3")), Some(("h1", "vm3")));
+        assert_eq!(grant("acme", "h1"), "/vqos/v1/grants/acme/h1");
+        assert_eq!(tenant_host(&grant("acme", "h1")), Some(("acme", "h1")));
+        assert_eq!(tenant_host("/vqos/v1/grants/acme/"), None);
         for other in [
             "/vqos/v1/hosts/h1/vifs/",
             "/vqos/v1/hosts/h1/vifs/a/b",

@@ -4,7 +4,8 @@
 //! the JSON documents stored there ([`model`]: a vif's policy, a tenant's policy, a host's
 //! status), the tenant split ([`mod@split`]: a tenant's max and min divided among its vifs on every
 //! host with the reference allocator, demand-aware; [`shares`]: every tenant's split over the
-//! hosts' statuses), and the connection to etcd (`etcd`, with the default feature `etcd`).
+//! hosts' statuses), the grants that keep the hosts' shares in force within each tenant's max
+//! while demands move and hosts are cut off ([`grants`], [`guard`]), and the connection to etcd (`etcd`, with the default feature `etcd`).
 //!
 //! The vqosd agent (crates/vqosd/src/cluster/) and the `vqos cluster` commands both use this
 //! crate; it links neither the daemon nor the data plane. The scale simulation (vqos-sim) uses
@@ -13,6 +14,8 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod grants;
+pub mod guard;
 pub mod keys;
 pub mod model;
 pub mod shares;
@@ -23,6 +26,8 @@ pub use etcd::{EtcdError, EtcdSettings};
 /// The etcd client this crate connects with, for its users' calls.
 #[cfg(feature = "etcd")]
 pub use etcd_client;
+pub use grants::Grant;
+pub use guard::{Guard, Ledger, View};
 pub use model::{HostStatus, ModelError, TenantDoc, VifDoc, VifStatus};
 pub use shares::{all_shares, fit_floors, local_shares, Declarations, Declared};
 pub use split::{estimate_demand, fills_floor, is_idle, split, Member, Share, TenantLimits};

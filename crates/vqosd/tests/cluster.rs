@@ -186,11 +186,38 @@ fn a_tenant_is_split_across_hosts_and_a_dead_hosts_share_moves() {
         (h1.get("/v1/health")["status"] == "ok" && share(&etcd, "h2") == Some(50_000_000))
             .then_some(())
     });
-    // h2 dies: its lease expires (2 s) and h1 takes the tenant's whole max.
+    // Each host publishes what it enforces (docs/cluster.md, "Never above the max").
+    for h in ["h1", "h2"] {
+        let g = grant(&etcd, h).unwrap();
+        assert_eq!(g["max_bps"], 50_000_000, "{h}: {g}");
+        assert_eq!(g["fallback_max_bps"], 50_000_000, "{h}: {g}");
+        assert_eq!(g["lease_ms"], 2000, "{h}: {g}");
+    }
+    // h2 dies: its status expires (2 s), but h1 cannot tell a dead host from a cut-off one,
+    // which may still hold its fallback: it keeps counting h2's 50 and stays at 50 (before
+    // the grants it took the whole max at once, and a cut-off h2 made 150).
     h2.kill9();
-    wait("h1 alone with the whole max", &h1, || {
-        (status(&etcd, "h2").is_none() && share(&etcd, "h1") == Some(100_000_000)).then_some(())
+    wait("h2's status expired", &h1, || {
+        status(&etcd, "h2").is_none().then_some(())
     });
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert_eq!(share(&etcd, "h1"), Some(50_000_000));
+    // The operator removes h2's vif: its grant no longer counts, and h1 takes the whole max.
+    etcd.ctl(&["del", "/vqos/v1/hosts/h2/vifs/vm1"]);
+    wait("h1 alone with the whole max", &h1, || {
+        (share(&etcd, "h1") == Some(100_000_000)).then_some(())
+    });
+    assert_eq!(grant(&etcd, "h1").unwrap()["max_bps"], 100_000_000);
+}
+
+/// `host`'s grant of acme, if there is one.
+fn grant(etcd: &Etcd, host: &str) -> Option<serde_json::Value> {
+    let out = etcd.ctl(&[
+        "get",
+        &format!("/vqos/v1/grants/acme/{host}"),
+        "--print-value-only",
+    ]);
+    serde_json::from_str(out.trim()).ok()
 }
 
 /// etcd serving TLS only, with a server certificate of a CA made by the test: the agent given

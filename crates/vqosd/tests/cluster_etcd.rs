@@ -174,3 +174,68 @@ fn large_statuses_are_read_in_pages_and_fail_no_agent() {
     assert_eq!(health["cluster"]["syncs"], 1, "{health}");
     assert!(status(&etcd, "h1").is_some());
 }
+
+/// The share h1's status says is in force on vm1, bit/s.
+fn share_max(etcd: &Etcd, host: &str) -> Option<u64> {
+    status(etcd, host)?["vifs"]["vm1"]["share_max_bps"].as_u64()
+}
+
+/// Issue 24: a host raised its share as soon as its own split said so, while another host
+/// still held what it was about to release. Here h9 (written by the test, a host that is never
+/// silent long enough to be counted at its fallback, which is as large) publishes that it
+/// enforces 90 of acme's 100 Mbit/s: h1, whose split says 50, holds 10 until h9 releases
+/// down to 50, then raises to 50 by a transaction.
+#[test]
+fn a_raise_waits_until_the_holder_has_published_its_release() {
+    if skip("a_raise_waits_until_the_holder_has_published_its_release") {
+        return;
+    }
+    let etcd = Etcd::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let put = |k: &str, v: &str| {
+        etcd.ctl(&["put", k, v]);
+    };
+    put("/vqos/v1/tenants/acme", r#"{"max":"100Mbit"}"#);
+    put("/vqos/v1/hosts/h1/vifs/vm1", r#"{"tenant":"acme"}"#);
+    put("/vqos/v1/hosts/h9/vifs/vm1", r#"{"tenant":"acme"}"#);
+    let h9 = |max: u64| {
+        format!(
+            r#"{{"epoch":1,"max_bps":{max},"min_bps":0,"fallback_max_bps":{max},"fallback_min_bps":0,"lease_ms":2000}}"#
+        )
+    };
+    put("/vqos/v1/grants/acme/h9", &h9(90_000_000));
+    let h9_status = r#"{"health":"ok","updated_unix_ms":0,"period_ms":100,"vifs":{"vm1":{"tenant":"acme","weight":1,"min_bps":0,"max_bps":null,"rate_bps":0,"demand_bps":1000000}}}"#;
+    put("/vqos/v1/status/h9", h9_status);
+    let h1 = daemon(dir.path(), "h1", &etcd, "");
+    wait("h1 holds what h9 leaves", &h1, || {
+        (share_max(&etcd, "h1") == Some(10_000_000)).then_some(())
+    });
+    let g = |h: &str| {
+        let out = etcd.ctl(&[
+            "get",
+            &format!("/vqos/v1/grants/acme/{h}"),
+            "--print-value-only",
+        ]);
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    assert_eq!(g("h1")["max_bps"], 10_000_000);
+    // A while on, it has not taken more (its split says 50).
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(share_max(&etcd, "h1"), Some(10_000_000));
+    // h9 publishes its release (and a status): h1 raises to 50 by compare-and-put.
+    put("/vqos/v1/grants/acme/h9", &h9(50_000_000));
+    put("/vqos/v1/status/h9", h9_status);
+    wait("h1 raised into the release", &h1, || {
+        (share_max(&etcd, "h1") == Some(50_000_000)).then_some(())
+    });
+    assert_eq!(g("h1")["max_bps"], 50_000_000);
+    assert!(g("h1")["epoch"].as_u64().unwrap() >= 2);
+    // A grant that does not parse counts as its last valid version (50): h1 keeps 50, says so.
+    put("/vqos/v1/grants/acme/h9", "not json");
+    wait("the problem reported", &h1, || {
+        let p = h1.get("/v1/health")["cluster"]["problems"].to_string();
+        p.contains("/vqos/v1/grants/acme/h9").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(share_max(&etcd, "h1"), Some(50_000_000));
+}

@@ -11,11 +11,12 @@ use vqos_cluster::etcd::{self, deadline, get_prefix, Compactor};
 use vqos_cluster::etcd_client::{
     Client, EventType, KvClient, PutOptions, WatchOptions, WatchResponse, WatchStream,
 };
-use vqos_cluster::{etcd_client, keys, local_shares, EtcdError, HostStatus};
+use vqos_cluster::{etcd_client, keys, EtcdError, HostStatus};
 
 use super::config::ClusterConfig;
 use super::desired::Desired;
-use super::period::{fit_to_host, own_status, Meter};
+use super::grants::{self, Grants, PeriodInput};
+use super::period::{own_status, Meter};
 use super::saved::SavedShares;
 use crate::api::Api;
 
@@ -54,7 +55,12 @@ pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
         .spawn(move || {
             let mut state = State::new(config, api);
             state.restore_shares();
-            runtime.block_on(state.run(stopped));
+            let watchdog = grants::watchdog(state.grants.clone(), state.api.clone());
+            runtime.block_on(async {
+                let dog = tokio::spawn(watchdog);
+                state.run(stopped).await;
+                dog.abort();
+            });
         })?;
     Ok(Agent {
         stop,
@@ -126,6 +132,8 @@ struct State {
     compactor: Compactor,
     /// Sessions failed in a row (the backoff before the next one).
     failures: u32,
+    /// The grants: what this host publishes it enforces of each tenant, and its lease.
+    grants: Grants,
 }
 
 impl State {
@@ -136,7 +144,12 @@ impl State {
             ..Default::default()
         };
         api.set_cluster_health(health.clone());
+        // The others wait a call's deadline and a period beyond this host's lease before they
+        // count its fallback: its last status may be written that long after its period began.
+        let lease = Duration::from_secs(config.lease_ttl_s as u64);
+        let grants = Grants::new(&config.host, lease, config.timeout + config.period);
         State {
+            grants,
             saved: SavedShares::new(api.cluster_shares_file()),
             compactor: Compactor::new(config.compact_every),
             config,
@@ -149,8 +162,9 @@ impl State {
         }
     }
 
-    /// Puts the shares saved by the last run in force, before etcd answers: a restart while
-    /// etcd is unreachable keeps every cap.
+    /// Puts the fallbacks of the shares saved by the last run in force, before etcd answers: a
+    /// restart while etcd is unreachable keeps every cap, within what the others count for
+    /// this host once its lease has surely expired.
     fn restore_shares(&mut self) {
         match self.saved.load() {
             Ok(Some(shares)) => match self.api.set_cluster_shares(&shares) {
@@ -345,6 +359,8 @@ impl State {
     async fn period(&mut self, kv: &mut KvClient, lease: i64) -> Result<(), End> {
         let t = self.config.timeout;
         let host = self.config.host.clone();
+        // The view this period confirms starts before its status is written.
+        let start_ns = self.grants.ns(Instant::now());
         // A port added since the last event gets its etcd policy now.
         self.desired.apply(&self.api);
         self.meter.measure(&self.api);
@@ -361,26 +377,35 @@ impl State {
         let put = deadline("put", t, kv.put(keys::status(&host), body, Some(opts))).await?;
         let (all, rev) = get_prefix(kv, keys::STATUS, 0, None, t).await?;
         let mut statuses = BTreeMap::new();
+        // Each live host's heartbeat: its status key's revision.
+        let mut beats = BTreeMap::new();
         for kv in &all {
             let Ok(key) = kv.key_str() else { continue };
             let Some(h) = keys::name_under(keys::STATUS, key) else {
                 continue;
             };
+            beats.insert(h.to_string(), kv.mod_revision().max(0) as u64);
             // A status that does not parse counts as a host without vifs.
             if let Ok(s) = serde_json::from_slice::<HostStatus>(kv.value()) {
                 statuses.insert(h.to_string(), s);
             }
         }
         statuses.insert(host.clone(), own);
-        let tenants = self.desired.tenant_limits();
-        let shares = local_shares(&host, &statuses, &self.desired.declared, &tenants);
-        let shares = fit_to_host(&self.api, shares);
-        if let Err(e) = self.api.set_cluster_shares(&shares) {
-            self.desired
-                .problems
-                .push(format!("Tenant shares refused by the switch: {e}"));
-        }
-        if let Err(e) = self.saved.save(&self.api.cluster_shares()) {
+        let mut problems = Vec::new();
+        let view = grants::read_view(&self.grants, &host, kv, rev, beats, t, &mut problems).await?;
+        let input = PeriodInput {
+            host: &host,
+            api: &self.api,
+            desired: &self.desired,
+            statuses: &statuses,
+            view: &view,
+            start_ns,
+            timeout: t,
+        };
+        problems.extend(grants::run_period(&self.grants, kv, &input).await?);
+        self.desired.problems.extend(problems);
+        let shares = self.api.cluster_shares();
+        if let Err(e) = self.saved.save(&shares, &self.grants.fallback(&shares)) {
             tracing::warn!("Cluster agent: {e}");
         }
         // Compaction: every agent keeps the schedule, the live host of the lowest name acts.

@@ -75,7 +75,9 @@ pub(super) fn own_status(
         let share = shares.get(&v.name);
         let rate_bps = meter.rate_bps(&v.name);
         let share_max = share.and_then(|s| s.max_bps);
-        let demand_bps = estimate_demand(rate_bps, share_max.or(v.policy.max_bps), probe_bps);
+        // A vif held at 0 (its host waits for a grant) shows no demand: not greedy.
+        let held = share_max.filter(|&s| s > 0);
+        let demand_bps = estimate_demand(rate_bps, held.or(v.policy.max_bps), probe_bps);
         vifs.insert(
             v.name.clone(),
             VifStatus {

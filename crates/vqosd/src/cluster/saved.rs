@@ -1,5 +1,7 @@
-//! The tenant shares in force, saved next to the state file so that a restart while etcd is
-//! unreachable keeps every cap (docs/cluster.md, "Failure behaviour").
+//! The tenant shares in force and their fallbacks, saved next to the state file so that a
+//! restart while etcd is unreachable keeps every cap (docs/cluster.md, "Failure behaviour"):
+//! the next start holds the fallbacks (a restarted agent's view has lapsed; what the others
+//! count for it once they are sure is its fallback), or the shares of a file from before them.
 //!
 //! The file is `<state file>.cluster-shares.json`, written when the shares change: the JSON goes
 //! to `.<name>.tmp` in the same directory, which is fsynced and renamed over the file, and the
@@ -23,7 +25,14 @@ struct File {
     version: u32,
     /// The shares by vif name.
     shares: BTreeMap<String, Share>,
+    /// Their fallbacks (`vqos_cluster::grants::fall_back`), by vif name (absent: a file from
+    /// before the grants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fallback: Option<BTreeMap<String, Share>>,
 }
+
+/// What the file holds: the shares and their fallbacks.
+type Saved = (BTreeMap<String, Share>, Option<BTreeMap<String, Share>>);
 
 /// The shares' file, and what it holds (so an unchanged set is not written again).
 #[derive(Debug)]
@@ -31,7 +40,7 @@ pub(super) struct SavedShares {
     /// The file.
     path: PathBuf,
     /// What it holds (`None`: not known yet).
-    written: Option<BTreeMap<String, Share>>,
+    written: Option<Saved>,
 }
 
 impl SavedShares {
@@ -48,7 +57,8 @@ impl SavedShares {
         &self.path
     }
 
-    /// The saved shares (`None`: no file).
+    /// The shares to hold at start: the saved fallbacks, or the saved shares of a file without
+    /// them (`None`: no file).
     pub fn load(&mut self) -> Result<Option<BTreeMap<String, Share>>, String> {
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
@@ -64,18 +74,24 @@ impl SavedShares {
                 file.version
             ));
         }
-        self.written = Some(file.shares.clone());
-        Ok(Some(file.shares))
+        self.written = Some((file.shares.clone(), file.fallback.clone()));
+        Ok(Some(file.fallback.unwrap_or(file.shares)))
     }
 
-    /// Saves `shares` if they are not what the file holds.
-    pub fn save(&mut self, shares: &BTreeMap<String, Share>) -> Result<(), String> {
-        if self.written.as_ref() == Some(shares) {
+    /// Saves `shares` and their `fallback` if they are not what the file holds.
+    pub fn save(
+        &mut self,
+        shares: &BTreeMap<String, Share>,
+        fallback: &BTreeMap<String, Share>,
+    ) -> Result<(), String> {
+        let saved = (shares.clone(), Some(fallback.clone()));
+        if self.written.as_ref() == Some(&saved) {
             return Ok(());
         }
         let file = File {
             version: VERSION,
             shares: shares.clone(),
+            fallback: Some(fallback.clone()),
         };
         let body = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
         write_atomically(&self.path, &body).map_err(|e| {
@@ -84,7 +100,7 @@ impl SavedShares {
                 self.path.display()
             )
         })?;
-        self.written = Some(shares.clone());
+        self.written = Some(saved);
         Ok(())
     }
 }
@@ -123,10 +139,17 @@ mod tests {
                 max_bps: Some(100_000_000),
             },
         )]);
-        s.save(&shares).unwrap();
-        // The next start reads them back; no temporary file is left.
+        let fallback = BTreeMap::from([(
+            "vm1".to_string(),
+            Share {
+                min_bps: 500_000,
+                max_bps: Some(50_000_000),
+            },
+        )]);
+        s.save(&shares, &fallback).unwrap();
+        // The next start holds the fallbacks; no temporary file is left.
         let mut again = SavedShares::new(path.clone());
-        assert_eq!(again.load(), Ok(Some(shares.clone())));
+        assert_eq!(again.load(), Ok(Some(fallback.clone())));
         let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -134,8 +157,12 @@ mod tests {
         assert_eq!(names, ["state.json.cluster-shares.json"]);
         // Unchanged: not written (a file removed behind its back stays removed).
         fs::remove_file(&path).unwrap();
-        again.save(&shares).unwrap();
+        again.save(&shares, &fallback).unwrap();
         assert!(!path.exists());
+        // A file from before the fallbacks: its shares.
+        let old = r#"{"version": 1, "shares": {"vm1": {"min_bps": 1, "max_bps": 2}}}"#;
+        fs::write(&path, old).unwrap();
+        assert_eq!(again.load().unwrap().unwrap()["vm1"].max_bps, Some(2));
         // A file of another version or not JSON is an error, not shares.
         fs::write(&path, br#"{"version": 2, "shares": {}}"#).unwrap();
         assert!(again.load().unwrap_err().contains("version 2"));
