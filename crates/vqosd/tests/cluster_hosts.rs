@@ -2,7 +2,8 @@
 //! two TAP vifs whose VMs are network namespaces, all three uplinks go to one sink namespace,
 //! and greedy iperf3 TCP streams make the demand. Tenant acme has VMs on every host; its
 //! aggregate is held at its cluster max while the demand moves between hosts, its floor holds
-//! against tenant bulk, a SIGKILLed host's share moves to the others once its lease expires,
+//! against tenant bulk, a SIGKILLed host's share moves to the others once its vifs are
+//! removed (never while it may still hold its fallback),
 //! and the agents stay fail-static while etcd is down and resync when it is back.
 //!
 //! Rates are the vifs' `rx_bytes` over one window read from every daemon (a vif the engine
@@ -338,8 +339,9 @@ fn a_tenant_across_three_hosts_follows_demand_floor_host_death_and_etcd_restart(
     );
     flows.clear();
 
-    // 4. h2 dies under traffic (SIGKILL: no lease revoked). Until its lease expires h3 keeps
-    // its half; then h3 takes the whole max (less the two probes of idle h1 and h3 vifs).
+    // 4. h2 dies under traffic (SIGKILL: no lease revoked). h3 keeps counting what h2 may
+    // still hold until the operator removes h2's vifs; then h3 takes the whole max (less the
+    // two probes of idle h1 and h3 vifs).
     let on = [(1, 0), (2, 0)];
     for k in on {
         flows.insert(k, c.send(k.0, k.1));
@@ -349,11 +351,34 @@ fn a_tenant_across_three_hosts_follows_demand_floor_host_death_and_etcd_restart(
     });
     let mut h2 = c.hosts[1].take().unwrap();
     h2.daemon.kill9();
+    // h3 cannot tell a dead h2 from one cut off from etcd that still holds its fallback
+    // (docs/cluster.md, "Never above the max"): once h2's status is gone it keeps counting
+    // h2's fallback (a third of the max), so h3 never takes more than the rest.
+    let h2_fallback = MAX_BPS / 3;
+    let expired = poll(LEASE * 4, || {
+        std::thread::sleep(Duration::from_millis(50));
+        (!statuses(&c.etcd).contains_key(&name(1))).then_some(())
+    });
+    assert!(expired.is_some(), "h2's status never expired");
+    for _ in 0..3 {
+        std::thread::sleep(LEASE);
+        let v = c.vifs();
+        let h3 = v[&(2, 0)]["share_max_bps"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            h3 <= MAX_BPS - h2_fallback,
+            "h3 took {h3} bit/s while dead h2 may hold {h2_fallback}: {v:?}"
+        );
+    }
+    // The operator removes h2's vifs: h3 takes the whole max.
+    for vm in 0..2 {
+        let key = format!("/vqos/v1/hosts/{}/vifs/{}", name(1), h2.tap(vm));
+        c.etcd.ctl(&["del", &key]);
+    }
     c.settle(
-        "h2's lease expired, h3 took its share",
+        "h2's vifs removed, h3 took its share",
         SETTLE_PERIODS,
         LEASE,
-        |v| !v.contains_key(&(1, 0)) && shares_are(v, &[(2, 0)], greedy_share(MAX_BPS, 1, 2)),
+        |v| shares_are(v, &[(2, 0)], greedy_share(MAX_BPS, 1, 2)),
     );
     flows.remove(&(1, 0));
     drop(h2);
