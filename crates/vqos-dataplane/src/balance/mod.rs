@@ -251,9 +251,9 @@ impl Switch {
     }
 
     /// The set this shard's downlink runs for `policies` (vif `i` in slot `vif_slots[i]`):
-    /// every vif turned inbound and run as the last division says this shard runs it, at
-    /// this shard's part of `capacity_in` (the engine at least at its floors); and the rate
-    /// of the downlink's shaper (the part itself). Before a division for these vifs and this
+    /// every vif turned inbound and run as the last division says this shard runs it (the
+    /// engine at the whole `capacity_in`, at least its floors); and the rate of the
+    /// downlink's shaper, this shard's part of `capacity_in`. Before a division for these vifs and this
     /// capacity: an even part, each vif run by shard 0 and a sliver elsewhere.
     pub(crate) fn downlink_set(
         &self,
@@ -288,8 +288,13 @@ impl Switch {
             Some(d) => d.plan.parts[self.shard],
             None => c / shards as u64,
         });
+        // The engine keeps the whole capacity: only the shaper follows this shard's part. A
+        // part that moves every period would otherwise configure the engine every period,
+        // and its restarts disturbed what it paces (TCP's ACKs: a VM's uplink share, measured
+        // ±7 % off on two threads). Caps and floors are the engine's, divided above; weights
+        // share whatever rate the shaper lets through.
         let floors: u64 = set.vifs.iter().map(|v| v.policy.min_bps).sum();
-        set.capacity_bps = part.map(|p| p.max(floors));
+        set.capacity_bps = set.capacity_bps.map(|c| c.max(floors));
         (set, part)
     }
 }
