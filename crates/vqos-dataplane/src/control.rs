@@ -54,6 +54,13 @@ pub(crate) enum Op {
     },
     /// Forget first-come locks another shard's new port took (address, slot).
     Unlock { taken: Vec<(AddrKey, u16)> },
+    /// Shard `reader` reads vif `name` too, on `port` (given to `reader` only; the others
+    /// learn that it does): [`crate::spread`].
+    Read {
+        name: String,
+        reader: usize,
+        port: Option<Arc<PortIo>>,
+    },
     /// Remove a vif port.
     RemovePort { name: String },
     /// Replace the policy set.
@@ -123,6 +130,18 @@ impl Switch {
             Op::Unlock { taken } => {
                 self.unlock(&taken);
                 Ok(())
+            }
+            Op::Read { name, reader, port } => {
+                let reads = reader == self.shard && port.is_some();
+                self.read_queue(&name, reader, port, now_ns)
+                    .map(|(slot, old)| {
+                        released = old;
+                        // The runner watches what this shard now reads.
+                        added = reads.then(|| Added {
+                            slot,
+                            taken: Vec::new(),
+                        });
+                    })
             }
             Op::RemovePort { name } => self.remove_shared(&name, now_ns).map(|p| {
                 released = p;
@@ -383,9 +402,12 @@ impl Switch {
             ..policies.clone()
         };
         let mut slots = Vec::new();
-        for (spec, &slot) in policies.vifs.iter().zip(vif_slots) {
+        for (i, (spec, &slot)) in policies.vifs.iter().zip(vif_slots).enumerate() {
             if Some(slot) != removed && self.ports.get(slot).is_some_and(|s| s.local) {
-                local.vifs.push(spec.clone());
+                local.vifs.push(VifSpec {
+                    name: spec.name.clone(),
+                    policy: self.up_policy(policies, vif_slots, i),
+                });
                 slots.push(slot);
             }
         }
@@ -414,6 +436,7 @@ impl Switch {
             self.share_bps = policies.capacity_bps.map(|c| c / shards as u64);
         }
         let (local, local_slots) = self.local_set(&policies, &vif_slots, None);
+        let local_vifs = local.vifs.clone();
         let (down, down_bps) = self.downlink_set(&policies, &vif_slots);
         if let Some(d) = &mut self.downlink {
             if let Err(e) = d.configure(&down, down_bps, &vif_slots, now_ns) {
@@ -430,6 +453,7 @@ impl Switch {
             }
             return Err(e.into());
         }
+        self.up_vifs = local_vifs;
         self.ports.assign(&vif_slots, local_slots, &policies);
         for (id, spec) in policies.vifs.iter().enumerate() {
             let Some(slot) = self.ports.get_mut(vif_slots[id]) else {
@@ -547,6 +571,7 @@ impl Switch {
             next_age_ns: now_ns,
             balanced_at_ns: now_ns,
             handovers_seen: 0,
+            up_vifs: Vec::new(),
         };
         sw.apply_policies(self.policies.clone(), now_ns)?;
         Ok(sw)

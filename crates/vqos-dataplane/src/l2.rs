@@ -28,8 +28,10 @@ use crate::frame::{format_mac, is_group, MacKey};
 use crate::guard::{is_group_ip, key_ip, IpKey};
 
 pub(crate) mod handover;
+mod locks;
 
 pub(crate) use handover::Handover;
+pub(crate) use locks::SharedLocks;
 
 /// A source address a table can hold.
 pub trait Addr: Copy + Ord + Hash {
@@ -397,6 +399,8 @@ pub(crate) struct Addresses {
     /// Hand-overs finished so far (completed, or ended by a port's removal): a shard that
     /// reads a source port looks at the list again when this grows.
     pub finished: u64,
+    /// The first-come locks of ports read on several shards ([`locks`]).
+    pub locks: SharedLocks,
 }
 
 impl Addresses {
@@ -408,6 +412,7 @@ impl Addresses {
             handovers: Vec::new(),
             done: Vec::new(),
             finished: 0,
+            locks: SharedLocks::default(),
         }
     }
 
@@ -416,6 +421,7 @@ impl Addresses {
     pub fn purge_slot(&mut self, slot: u16) {
         self.macs.purge_slot(slot);
         self.ips.purge_slot(slot);
+        self.locks.forget(slot);
         let before = self.handovers.len();
         self.handovers.retain(|h| h.src != slot && h.dst != slot);
         self.done.retain(|h| h.src != slot && h.dst != slot);
@@ -476,7 +482,10 @@ impl Addresses {
         {
             match self.macs.pin(mac, slot, true, now_ns) {
                 Learnt::Yes => {}
-                Learnt::Taken(from) => done.taken.push((AddrKey::Mac(mac), from)),
+                Learnt::Taken(from) => {
+                    self.locks.unlock(from, AddrKey::Mac(mac));
+                    done.taken.push((AddrKey::Mac(mac), from));
+                }
                 refused if configured => {
                     return Err(("MAC", format_mac(mac), owner_of(refused)));
                 }
@@ -493,7 +502,10 @@ impl Addresses {
         {
             match self.ips.pin(ip, slot, true, now_ns) {
                 Learnt::Yes => {}
-                Learnt::Taken(from) => done.taken.push((AddrKey::Ip(ip), from)),
+                Learnt::Taken(from) => {
+                    self.locks.unlock(from, AddrKey::Ip(ip));
+                    done.taken.push((AddrKey::Ip(ip), from));
+                }
                 refused if configured => {
                     return Err(("IP", key_ip(ip).to_string(), owner_of(refused)));
                 }

@@ -85,6 +85,7 @@ mod ports;
 mod runner;
 pub mod shaper;
 pub mod shards;
+mod spread;
 pub mod stats;
 pub mod switch;
 pub mod sys;

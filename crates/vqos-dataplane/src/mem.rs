@@ -40,6 +40,8 @@ pub struct MemPort {
     name: String,
     /// Queues shared with the peer.
     shared: Arc<Shared>,
+    /// Further receive queues ([`MemPort::multi`]) not lent yet ([`Port::rx_queue`]).
+    more: std::cell::RefCell<Vec<Arc<Shared>>>,
     /// I/O counters.
     counters: PortIoCounters,
 }
@@ -65,10 +67,30 @@ impl MemPort {
             MemPort {
                 name: name.to_string(),
                 shared: shared.clone(),
+                more: Default::default(),
                 counters: PortIoCounters::default(),
             },
             MemPortPeer { shared },
         )
+    }
+
+    /// A port with `queues` queue pairs (at least one) and a peer for each: what a peer
+    /// injects waits on its queue; the port reads every queue it has not lent to another
+    /// shard ([`Port::rx_queue`] lends the last), a lent queue is read and sent on by its
+    /// borrower.
+    pub fn multi(
+        name: &str,
+        queues: usize,
+        tx_capacity_frames: usize,
+    ) -> (MemPort, Vec<MemPortPeer>) {
+        let (mut port, first) = MemPort::pair(name, tx_capacity_frames);
+        let mut peers = vec![first];
+        for _ in 1..queues {
+            let (q, peer) = MemPort::pair(name, tx_capacity_frames);
+            port.more.get_mut().push(q.shared);
+            peers.push(peer);
+        }
+        (port, peers)
     }
 }
 
@@ -96,17 +118,20 @@ impl Port for MemPort {
     }
 
     fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
-        let mut q = lock(&self.shared.to_switch);
         let mut n = 0;
-        while n < max_frames && !batch.is_full() {
-            let Some(f) = q.pop_front() else { break };
-            self.counters.rx_frames += 1;
-            self.counters.rx_bytes += f.len() as u64;
-            batch.push(&f);
-            n += 1;
-        }
-        if q.is_empty() {
-            self.shared.event.clear();
+        let more = self.more.get_mut();
+        for shared in std::iter::once(&self.shared).chain(more.iter()) {
+            let mut q = lock(&shared.to_switch);
+            while n < max_frames && !batch.is_full() {
+                let Some(f) = q.pop_front() else { break };
+                self.counters.rx_frames += 1;
+                self.counters.rx_bytes += f.len() as u64;
+                batch.push(&f);
+                n += 1;
+            }
+            if q.is_empty() {
+                shared.event.clear();
+            }
         }
         Ok(n)
     }
@@ -134,5 +159,16 @@ impl Port for MemPort {
 
     fn counters(&self) -> PortIoCounters {
         self.counters
+    }
+
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(self.more.borrow_mut().pop().map(|shared| {
+            Box::new(MemPort {
+                name: self.name.clone(),
+                shared,
+                more: Default::default(),
+                counters: PortIoCounters::default(),
+            }) as Box<dyn Port>
+        }))
     }
 }

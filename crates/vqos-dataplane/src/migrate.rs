@@ -66,6 +66,20 @@ impl Switch {
             return Err(refused(src, dst, "a port cannot be migrated to itself"));
         }
         for (i, name) in [(s, src), (d, dst)] {
+            if self
+                .ports
+                .get(i)
+                .is_some_and(|p| p.carriers.count_ones() > 1)
+            {
+                return Err(refused(
+                    src,
+                    dst,
+                    format!(
+                        "'{name}' is read on several threads (its queues are spread): its \
+                         identity cannot move on every thread at once"
+                    ),
+                ));
+            }
             let busy = self.ports.iter().any(|(j, p)| {
                 (j == i && p.heir.is_some_and(|(_, done)| !done))
                     || p.heir.is_some_and(|(h, done)| h == i && !done)

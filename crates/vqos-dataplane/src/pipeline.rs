@@ -26,7 +26,7 @@ use crate::addrs::AddrView;
 use crate::downlink::Downlink;
 use crate::frame::{self, is_group, mac_key, FrameError, MacKey, VNET_HDR_LEN};
 use crate::guard;
-use crate::l2::Learnt;
+use crate::l2::{AddrKey, Learnt};
 use crate::port::{Batch, BATCH_FRAMES};
 use crate::ports::{PortEntry, PortTable, Security};
 use crate::shaper::UplinkShaper;
@@ -258,8 +258,8 @@ impl Pipeline {
                 Some(_) => {}
                 None => {
                     let mut t = addrs.lock();
-                    let claimed = Self::claim(&mut s.security, src_mac, || {
-                        t.macs.pin(src_mac, slot, false, now)
+                    let claimed = Self::claim(&mut s.security, src_mac, |max| {
+                        t.claim(AddrKey::Mac(src_mac), slot, max, now)
                     });
                     let learnt = claimed.then(|| t.macs.learn(src_mac, slot, now));
                     if learnt == Some(Learnt::Inherited) {
@@ -289,26 +289,26 @@ impl Pipeline {
     }
 
     /// May a port under `security` claim `addr`? Yes if configured for it or already locked
-    /// to it, or (learning) if its lock has room and `pin` (the shared table's first-come pin)
-    /// says yes, the address then joining the lock. One rule for MACs and IP addresses; the
-    /// table is asked only for an address the port's own lists cannot answer.
+    /// to it, or (learning) if its lock has room and `pin` (the shared tables' first-come
+    /// claim, [`crate::l2::Addresses::claim`], given the lock's size) says yes, the address
+    /// then joining the lock. One rule for MACs and IP addresses; the tables are asked only
+    /// for an address the port's own lists cannot answer (for a port read on several shards
+    /// the lists are a cache, and the tables count the whole port's locks).
     #[inline]
     fn claim<K: PartialEq + Ord + Copy>(
         security: &mut Security<K>,
         addr: K,
-        pin: impl FnOnce() -> Learnt,
+        pin: impl FnOnce(usize) -> bool,
     ) -> bool {
         match security {
             Security::Any => true,
             Security::Fixed(list) => list.binary_search(&addr).is_ok(),
             Security::Learn { max, locked } => {
                 locked.contains(&addr)
-                    || (locked.len() < *max
-                        && matches!(pin(), Learnt::Yes | Learnt::Inherited)
-                        && {
-                            locked.push(addr);
-                            true
-                        })
+                    || (locked.len() < *max && pin(*max) && {
+                        locked.push(addr);
+                        true
+                    })
             }
         }
     }
@@ -345,8 +345,8 @@ impl Pipeline {
                 .iter()
                 .find(|&(ip, _)| {
                     guard::is_group_ip(ip)
-                        || !Self::claim(g.family(ip), ip, || {
-                            addrs.lock().ips.pin(ip, src as u16, false, now)
+                        || !Self::claim(g.family(ip), ip, |max| {
+                            addrs.lock().claim(AddrKey::Ip(ip), src as u16, max, now)
                         })
                 })
                 .map(|(_, reason)| reason),

@@ -212,6 +212,9 @@ pub(crate) struct PortEntry {
     pub port: Arc<PortIo>,
     /// The shard that reads the port.
     pub home: usize,
+    /// The shards that read it, a bit each (`home`'s, and those its receive queues were
+    /// spread to: [`crate::Switch::read_queue`]); known on every shard.
+    pub carriers: u64,
     /// This shard reads the port (owns its receive side, its vif's engine state and its
     /// source-address locks); other shards hold the entry to send to it.
     pub local: bool,
@@ -285,6 +288,7 @@ impl PortEntry {
             fd: fd.filter(|_| local),
             port,
             home,
+            carriers: 1 << home.min(63),
             local,
             own_queue: false,
             role,

@@ -156,6 +156,10 @@ impl Placement {
             let a = self.call(c, home, op);
             result = a.result.map(|()| a.added);
         }
+        if let Ok(done) = result {
+            // Its other receive queues go to the next shards (`crate::spread`).
+            result = self.spread(c, &io, &name, home).map(|()| done);
+        }
         match result {
             Ok(done) => {
                 let taken = done.map(|a| a.taken).unwrap_or_default();
@@ -174,12 +178,43 @@ impl Placement {
                 Ok(())
             }
             Err(e) => {
-                for i in added {
+                for i in std::iter::once(home).chain(added) {
                     let _ = self.call(c, i, Op::RemovePort { name: name.clone() });
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Lends the receive queues of `name` (read by `home`) beyond its first to the next
+    /// shards round-robin, one each, while the port has any: each goes to its reader, and
+    /// every shard (the home first, whose locks then become the port's shared list) learns
+    /// who reads it. Refused on one shard: the caller removes the port.
+    fn spread(
+        &mut self,
+        c: &mut dyn Caller,
+        io: &Arc<PortIo>,
+        name: &str,
+        home: usize,
+    ) -> Result<(), SwitchError> {
+        for k in 1..self.shards.min(64) {
+            let reader = (home + k) % self.shards;
+            let Ok(Some(queue)) = io.lock().rx_queue() else {
+                break;
+            };
+            let mut queue = Some(PortIo::new(queue));
+            let order = std::iter::once(home).chain((0..self.shards).filter(|&i| i != home));
+            for i in order {
+                let port = if i == reader { queue.take() } else { None };
+                let op = Op::Read {
+                    name: name.to_string(),
+                    reader,
+                    port,
+                };
+                self.call(c, i, op).result?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes `name` from every shard, its own first; returns the last hold on it (the

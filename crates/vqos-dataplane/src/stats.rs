@@ -375,6 +375,11 @@ impl SwitchStats {
                 {
                     // The uplink read by several shards (fanout): one socket each.
                     a.add(b);
+                } else if let (Some(PortStatus::Tap(a)), Some(PortStatus::Tap(b))) =
+                    (&mut o.status, &p.status)
+                {
+                    // A TAP whose queues are read on several shards: each counts its own.
+                    a.add(b);
                 } else if p.shard == i {
                     // A port's state is its home shard's.
                     o.engine = p.engine;

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use vqos_sched::{Engine, EngineKind, PolicySet, Scheduler, Step, Usage};
+use vqos_sched::{Engine, EngineKind, PolicySet, Scheduler, Step, Usage, VifSpec};
 
 use crate::addrs::{AddrView, SharedAddrs};
 use crate::balance::Balance;
@@ -109,6 +109,9 @@ pub struct Switch {
     /// The address tables' finished hand-overs this shard has applied to its ports
     /// ([`crate::migrate`]).
     pub(crate) handovers_seen: u64,
+    /// The vifs this shard's engine last ran, as given to it (their parts, for those read on
+    /// several shards: [`crate::spread`]).
+    pub(crate) up_vifs: Vec<VifSpec>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -189,6 +192,7 @@ impl Switch {
             next_age_ns: now_ns.saturating_add(1_000_000_000),
             balanced_at_ns: now_ns,
             handovers_seen: 0,
+            up_vifs: Vec::new(),
         };
         if config.threads > 1 {
             // Until shard 0 first divides it: an even part each.
@@ -477,7 +481,7 @@ impl Switch {
         let heirs: Vec<(usize, String)> = (self.ports.iter())
             .filter_map(|(_, s)| s.heir.map(|(h, _)| (h, self.port_name(h))))
             .collect();
-        for s in self.ports.iter_mut() {
+        for (slot, s) in self.ports.iter_mut_slots() {
             if s.local && s.rx_failed {
                 s.rx_failed = false;
                 s.ready = true;
@@ -516,10 +520,13 @@ impl Switch {
                 tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
                 io,
                 status,
-                locked: if s.local {
-                    s.locks()
-                } else {
-                    Default::default()
+                locked: match (s.local, s.carriers.count_ones() > 1) {
+                    (false, _) => Default::default(),
+                    (true, false) => s.locks(),
+                    // Read on several shards: the port's list is the shared one.
+                    (true, true) => (self.addrs.lock().locks.get(slot as u16))
+                        .cloned()
+                        .unwrap_or_default(),
                 },
                 shard: s.home,
                 handover: s

@@ -103,6 +103,9 @@ pub struct TapPort {
     owned: bool,
     /// Made, re-attached or attached.
     origin: TapOrigin,
+    /// A queue lent to another shard ([`Port::rx_queue`]): its index among the TAP's
+    /// queues, and how many there are (what its status reports under).
+    lent_as: Option<(usize, usize)>,
 }
 
 /// A multiqueue TAP's queues, for operators (`{"tap": {...}}` in a port's stats).
@@ -110,6 +113,18 @@ pub struct TapPort {
 pub struct TapStatus {
     /// Frames read from each queue, by queue index: how the kernel spread them.
     pub queue_rx_frames: Vec<u64>,
+}
+
+impl TapStatus {
+    /// Adds another shard's counts of the same TAP's queues (a queue lent to it), by index.
+    pub fn add(&mut self, o: &TapStatus) {
+        if self.queue_rx_frames.len() < o.queue_rx_frames.len() {
+            self.queue_rx_frames.resize(o.queue_rx_frames.len(), 0);
+        }
+        for (a, b) in self.queue_rx_frames.iter_mut().zip(&o.queue_rx_frames) {
+            *a += b;
+        }
+    }
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -380,6 +395,7 @@ impl TapPort {
             lent: Cell::new(0),
             owned: mode != TapMode::Attach,
             origin,
+            lent_as: None,
         })
     }
 
@@ -490,6 +506,12 @@ impl Port for TapPort {
     }
 
     fn status(&self) -> Option<PortStatus> {
+        if let (Some((i, n)), Some(q)) = (self.lent_as, self.queues.first()) {
+            // A lent queue: its count at its index, for the shards' stats to add up.
+            let mut queue_rx_frames = vec![0; n];
+            queue_rx_frames[i] = q.counters.rx_frames;
+            return Some(PortStatus::Tap(TapStatus { queue_rx_frames }));
+        }
         (self.queues.len() > 1).then(|| {
             PortStatus::Tap(TapStatus {
                 queue_rx_frames: self.queues.iter().map(|q| q.counters.rx_frames).collect(),
@@ -546,6 +568,7 @@ impl Port for TapPort {
             // The interface is this port's to keep or delete, not the reader's.
             owned: false,
             origin: TapOrigin::Attached,
+            lent_as: Some((own - 1, self.queues.len())),
         })))
     }
 }

@@ -40,9 +40,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use vqos_sched::PolicySet;
+use vqos_sched::{PolicySet, VifPolicy};
 
-use plan::{plan, VifIn, SLIVER_BPS};
+use plan::{plan, undivided, VifIn};
 pub(crate) use plan::{Local, Plan, Want};
 
 use crate::switch::Switch;
@@ -127,25 +127,18 @@ impl Balance {
     }
 
     /// Divides `dir`'s `capacity` for `policies` (the direction's policies; vif `i` in slot
-    /// `slots[i]`, its home shard `homes[i]`; `everywhere`: any shard may carry any vif).
-    fn divide(
-        &self,
-        dir: Dir,
-        policies: &PolicySet,
-        slots: &[usize],
-        homes: &[usize],
-        everywhere: bool,
-    ) {
+    /// `slots[i]`, its home shard and the shards that may carry it in `carriers[i]`).
+    fn divide(&self, dir: Dir, policies: &PolicySet, slots: &[usize], carriers: &[(usize, u64)]) {
         let mut wants = self.wants_by_slot(dir);
         let vifs: Vec<VifIn> = policies
             .vifs
             .iter()
             .zip(slots)
-            .zip(homes)
-            .map(|((v, slot), &home)| VifIn {
+            .zip(carriers)
+            .map(|((v, slot), &(home, carriers))| VifIn {
                 policy: &v.policy,
                 home,
-                everywhere,
+                carriers,
                 wants: wants.remove(slot).unwrap_or_default(),
             })
             .collect();
@@ -154,6 +147,32 @@ impl Balance {
             slots: slots.to_vec(),
             plan,
         }));
+    }
+
+    /// The last division of `dir` if it was made for `capacity` and these vif slots.
+    fn division_for(
+        &self,
+        dir: Dir,
+        capacity: Option<u64>,
+        slots: &[usize],
+    ) -> Option<Arc<Division>> {
+        self.division(dir)
+            .filter(|d| d.plan.capacity == capacity && d.slots == slots)
+    }
+
+    /// How `shard` runs vif `i` of `division` (`None`: none yet for this set), whose home is
+    /// `home` and which `carriers` shards carry ([`plan::undivided`] before a division).
+    pub(crate) fn local(
+        division: Option<&Division>,
+        shard: usize,
+        i: usize,
+        (home, carriers): (usize, u32),
+        capped: bool,
+    ) -> Local {
+        match division {
+            Some(d) => d.plan.locals[i][shard],
+            None => undivided(shard == home, carriers, capped),
+        }
     }
 
     /// Forgets what was said about a slot whose port went away.
@@ -182,20 +201,21 @@ impl Switch {
                 .publish(Dir::Down, self.shard, wants.into_iter());
         }
         if self.shard == 0 {
-            let homes: Vec<usize> = self
-                .vif_slots
-                .iter()
-                .map(|&slot| self.ports.get(slot).map_or(0, |s| s.home))
+            let carriers: Vec<(usize, u64)> = (self.vif_slots.iter())
+                .map(|&slot| {
+                    self.ports
+                        .get(slot)
+                        .map_or((0, 1), |s| (s.home, s.carriers))
+                })
                 .collect();
-            if self.policies.capacity_bps.is_some() {
+            if self.up_divided() {
                 let b = &self.balance;
-                b.divide(Dir::Up, &self.policies, &self.vif_slots, &homes, false);
+                b.divide(Dir::Up, &self.policies, &self.vif_slots, &carriers);
             }
             if self.downlink.is_some() {
                 let set = self.policies.downlink(self.downlink_max);
-                let zeros = vec![0; homes.len()];
-                self.balance
-                    .divide(Dir::Down, &set, &self.vif_slots, &zeros, true);
+                let all = vec![(0, u64::MAX); carriers.len()];
+                self.balance.divide(Dir::Down, &set, &self.vif_slots, &all);
             }
         }
         self.take_up_share(now_ns);
@@ -210,9 +230,16 @@ impl Switch {
         }
     }
 
+    /// The uplink direction is divided: under a finite capacity, or while some vif is read
+    /// on several shards (its floor and cap are divided among them).
+    fn up_divided(&self) -> bool {
+        self.policies.capacity_bps.is_some()
+            || (self.ports.iter()).any(|(_, s)| s.carriers.count_ones() > 1)
+    }
+
     /// Publishes what this shard's vifs send (uplink direction).
     fn publish_up(&mut self, dt: u64) {
-        if self.policies.capacity_bps.is_none() {
+        if !self.up_divided() {
             return;
         }
         let wants: Vec<(usize, Want)> = self
@@ -233,21 +260,57 @@ impl Switch {
         self.balance.publish(Dir::Up, self.shard, wants.into_iter());
     }
 
-    /// Takes this shard's part of the uplink capacity when shard 0 divided it anew.
+    /// Takes this shard's part of the uplink capacity when shard 0 divided it anew, and the
+    /// parts of the vifs it reads with other shards ([`crate::spread`]) when they moved.
     fn take_up_share(&mut self, now_ns: u64) {
-        let Some(capacity) = self.policies.capacity_bps else {
-            return;
-        };
-        let share = self.balance.share(self.shard, capacity);
-        if share.is_some() && share != self.share_bps {
+        let share = (self.policies.capacity_bps).and_then(|c| self.balance.share(self.shard, c));
+        let moved = share.is_some() && share != self.share_bps;
+        if moved {
             self.share_bps = share;
-            let (local, _) = self.local_set(&self.policies, &self.vif_slots, None);
+        }
+        let spread = (self.ports.iter()).any(|(_, s)| s.local && s.carriers.count_ones() > 1);
+        if !moved && !spread {
+            return;
+        }
+        let (local, _) = self.local_set(&self.policies, &self.vif_slots, None);
+        if moved || local.vifs != self.up_vifs {
             // The floors were validated with the whole set and the local capacity is at
             // least this shard's floors: a refusal here would be a bug; keep the old engine
             // capacity then, the shaper still holds the shard to its part.
             let _ = self.sched.configure(&local, now_ns);
+            self.up_vifs = local.vifs;
+        }
+        if moved {
             self.shaper.retarget(share, now_ns);
         }
+    }
+
+    /// The policy this shard's engine runs vif `i` (in slot `slot`) of `policies` under:
+    /// its own, or its part of it where other shards read it too.
+    pub(crate) fn up_policy(
+        &self,
+        policies: &PolicySet,
+        vif_slots: &[usize],
+        i: usize,
+    ) -> VifPolicy {
+        let policy = &policies.vifs[i].policy;
+        let Some(s) = self.ports.get(vif_slots[i]) else {
+            return policy.clone();
+        };
+        let n = s.carriers.count_ones();
+        if n <= 1 {
+            return policy.clone();
+        }
+        let division = (self.balance).division_for(Dir::Up, policies.capacity_bps, vif_slots);
+        let at = (s.home, n);
+        Balance::local(
+            division.as_deref(),
+            self.shard,
+            i,
+            at,
+            policy.max_bps.is_some(),
+        )
+        .apply(policy)
     }
 
     /// The set this shard's downlink runs for `policies` (vif `i` in slot `vif_slots[i]`):
@@ -266,22 +329,11 @@ impl Switch {
             let c = set.capacity_bps;
             return (set, c);
         }
-        let division = self
-            .balance
-            .division(Dir::Down)
-            .filter(|d| d.plan.capacity == set.capacity_bps && d.slots == vif_slots);
+        let division = (self.balance).division_for(Dir::Down, set.capacity_bps, vif_slots);
         for (i, v) in set.vifs.iter_mut().enumerate() {
-            let local = match &division {
-                Some(d) => d.plan.locals[i][self.shard],
-                None if self.shard == 0 => Local::Own {
-                    cut: if v.policy.max_bps.is_some() {
-                        SLIVER_BPS * (shards as u64 - 1)
-                    } else {
-                        0
-                    },
-                },
-                None => Local::Sliver,
-            };
+            let everywhere = (0, shards as u32);
+            let capped = v.policy.max_bps.is_some();
+            let local = Balance::local(division.as_deref(), self.shard, i, everywhere, capped);
             v.policy = local.apply(&v.policy);
         }
         let part = set.capacity_bps.map(|c| match &division {

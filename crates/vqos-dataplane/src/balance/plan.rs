@@ -102,8 +102,9 @@ pub(crate) struct VifIn<'a> {
     pub policy: &'a VifPolicy,
     /// The shard that runs it when it is active nowhere (or its only carrier).
     pub home: usize,
-    /// Every shard may carry it (the downlink); else only `home` (the uplink: one reader).
-    pub everywhere: bool,
+    /// The shards that may carry it, a bit each (`u64::MAX`: every shard, the downlink; the
+    /// uplink: the shards that read it, [`crate::spread`]); `home` always may.
+    pub carriers: u64,
     /// What each shard said, `(shard, want)`.
     pub wants: Vec<(usize, Want)>,
 }
@@ -117,11 +118,10 @@ impl VifIn<'_> {
     }
 
     fn carriers(&self, shards: usize) -> Vec<usize> {
-        if self.everywhere {
-            (0..shards).collect()
-        } else {
-            vec![self.home.min(shards - 1)]
-        }
+        let home = self.home.min(shards - 1);
+        (0..shards)
+            .filter(|&s| s == home || (s < 64 && self.carriers & (1 << s) != 0))
+            .collect()
     }
 
     /// Its demand over every shard (`None`: greedy; also before any shard said anything).
@@ -186,6 +186,19 @@ pub(crate) fn plan(capacity: Option<u64>, vifs: &[VifIn], shards: usize) -> Plan
         capacity,
         parts,
         locals,
+    }
+}
+
+/// How a shard runs a vif carried by `carriers` shards before a division for it exists:
+/// at its home (`at_home`) under its own policy, its max lowered by a sliver for each other
+/// carrier; elsewhere a sliver.
+pub(crate) fn undivided(at_home: bool, carriers: u32, capped: bool) -> Local {
+    match (at_home, capped) {
+        (true, true) => Local::Own {
+            cut: SLIVER_BPS * u64::from(carriers.saturating_sub(1)),
+        },
+        (true, false) => Local::Own { cut: 0 },
+        (false, _) => Local::Sliver,
     }
 }
 
@@ -302,7 +315,7 @@ mod tests {
         VifIn {
             policy,
             home: 0,
-            everywhere: true,
+            carriers: u64::MAX,
             wants: wants.to_vec(),
         }
     }
@@ -407,7 +420,7 @@ mod tests {
         let up = |policy, home, want| VifIn {
             policy,
             home,
-            everywhere: false,
+            carriers: 1 << home,
             wants: vec![(home, want)],
         };
         let vifs = [

@@ -1,0 +1,165 @@
+//! A vif whose receive queues are read on several shards (`crate::spread`), stepped in
+//! virtual time on in-memory ports: its frames are read on both shards and counted once, its
+//! first-come lock is the whole port's, and its cap and its weight hold across the shards
+//! that read it.
+
+mod common;
+
+use common::*;
+use vqos_dataplane::frame::{build_frame, VnetHdr};
+use vqos_dataplane::{DropReason, MacPolicy, MemPort, MemPortPeer, PortSpec, Shards, SwitchConfig};
+use vqos_sched::{EngineKind, VifPolicy};
+
+const MAC_X: u64 = 0x02_00_00_00_00_0e;
+
+/// Two shards; vif a with two queues read by shard 0 (queue 0) and shard 1 (queue 1), under
+/// `a`; vif b (one queue, shard 1) under `b`. Returns the shards, the uplink's peer, a's
+/// queues' peers and b's.
+fn rig(
+    config: impl FnOnce(&mut SwitchConfig),
+    a: VifPolicy,
+    a_macs: MacPolicy,
+    b: VifPolicy,
+) -> (Shards, MemPortPeer, Vec<MemPortPeer>, MemPortPeer) {
+    let (up, u) = MemPort::pair("up", 1 << 20);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    cfg.threads = 2;
+    config(&mut cfg);
+    let mut sh = Shards::new(cfg, 0).unwrap();
+    let (pa, qa) = MemPort::multi("a", 2, 1 << 20);
+    let spec = PortSpec::custom(Box::new(pa)).with_mac_policy(a_macs);
+    sh.add_port(spec, a, Some(0), 0).unwrap();
+    let (pb, qb) = MemPort::pair("b", 1 << 20);
+    sh.add_port(PortSpec::custom(Box::new(pb)), b, Some(1), 0)
+        .unwrap();
+    // The uplink's station is known (frames to it are unicast).
+    u.inject(frame(BCAST, MAC_U, 0));
+    run_switch(&mut sh, 0);
+    let flooded: usize = qa.iter().chain([&qb]).map(|q| q.take_sent().len()).sum();
+    assert_eq!(flooded, 2, "the broadcast reached a once and b once");
+    (sh, u, qa, qb)
+}
+
+#[test]
+fn both_shards_read_the_vif_and_count_its_frames_once() {
+    let d = VifPolicy::default;
+    let (mut sh, u, qa, _qb) = rig(|_| {}, d(), MacPolicy::default(), d());
+    for i in 0..300u32 {
+        qa[0].inject(frame(MAC_U, MAC_A, i as u8));
+        qa[1].inject(frame(MAC_U, MAC_A, i as u8));
+    }
+    run_switch(&mut sh, 1);
+    assert_eq!(u.take_sent().len(), 600);
+    let s = sh.stats(2);
+    let a = s.port("a").unwrap();
+    assert_eq!(a.shard, 0, "its home");
+    assert_eq!(
+        a.counters.rx_frames, 600,
+        "read on both shards, summed once"
+    );
+    assert_eq!(s.port("up").unwrap().counters.tx_frames, 600);
+    assert!(
+        s.loops.iter().all(|l| l.burst_frames >= 300),
+        "each shard read its queue: {:?}",
+        s.loops.iter().map(|l| l.burst_frames).collect::<Vec<_>>()
+    );
+    // Frames to a reach it whichever shard sends them.
+    u.inject(frame(MAC_A, MAC_U, 7));
+    run_switch(&mut sh, 3);
+    let got: usize = qa.iter().map(|q| q.take_sent().len()).sum();
+    assert_eq!(got, 1);
+}
+
+#[test]
+fn a_first_come_lock_is_the_whole_ports_whichever_shard_reads_the_frame() {
+    let d = VifPolicy::default;
+    let (mut sh, u, qa, _qb) = rig(|_| {}, d(), MacPolicy::Learn { max: 1 }, d());
+    // One address locked first come, from queue 0 (shard 0)...
+    qa[0].inject(frame(MAC_U, MAC_A, 1));
+    run_switch(&mut sh, 1);
+    // ...so a second, from queue 1 (shard 1, whose own list is empty), is refused.
+    qa[1].inject(frame(MAC_U, MAC_X, 2));
+    qa[1].inject(frame(MAC_U, MAC_A, 3));
+    run_switch(&mut sh, 2);
+    assert_eq!(tags(&u.take_sent()), vec![1, 3]);
+    let s = sh.stats(3);
+    let a = s.port("a").unwrap();
+    assert_eq!(a.counters.drops[DropReason::Spoofed], 1);
+    assert_eq!(a.locked.macs, vec![MAC_A], "one lock, the whole port's");
+}
+
+/// A 1500-byte frame.
+fn big(dst: u64, src: u64) -> Vec<u8> {
+    build_frame(VnetHdr::default(), dst, src, 0x88b5, &[0; 1486])
+}
+
+/// Keeps every sender's queue full for 3 virtual seconds; returns what each source MAC of
+/// `macs` delivered to the uplink in the last second, bits.
+fn drive(
+    sh: &mut Shards,
+    u: &MemPortPeer,
+    senders: &[(&MemPortPeer, u64)],
+    macs: &[u64],
+) -> Vec<u64> {
+    let mut got = vec![0u64; macs.len()];
+    let step = 100_000u64;
+    for k in 1..=30_000u64 {
+        let now = k * step;
+        for (peer, mac) in senders {
+            while peer.pending() < 32 {
+                peer.inject(big(MAC_U, *mac));
+            }
+        }
+        run_switch(sh, now);
+        for f in u.take_sent() {
+            let src = u64::from_be_bytes([0, 0, f[18], f[19], f[20], f[21], f[22], f[23]]);
+            if now > 2_000_000_000 {
+                if let Some(i) = macs.iter().position(|&m| m == src) {
+                    got[i] += 1500 * 8;
+                }
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn a_vifs_max_holds_across_the_shards_that_read_it() {
+    let capped = VifPolicy {
+        max_bps: Some(20_000_000),
+        ..VifPolicy::default()
+    };
+    let (mut sh, u, qa, _qb) = rig(
+        |c| c.engine = EngineKind::Vqos,
+        capped,
+        MacPolicy::default(),
+        VifPolicy::default(),
+    );
+    let got = drive(&mut sh, &u, &[(&qa[0], MAC_A), (&qa[1], MAC_A)], &[MAC_A]);
+    // Each shard alone would let 20 through: 40 in all.
+    let err = (got[0] as f64 - 20e6).abs() / 20e6;
+    assert!(err <= 0.01, "a got {} bit/s, max 20 Mbit/s", got[0]);
+}
+
+#[test]
+fn weights_hold_when_a_vif_is_read_on_two_shards() {
+    let w = |weight| VifPolicy {
+        weight,
+        ..VifPolicy::default()
+    };
+    let (mut sh, u, qa, qb) = rig(
+        |c| {
+            c.engine = EngineKind::Vqos;
+            c.capacity_bps = Some(60_000_000);
+        },
+        w(1),
+        MacPolicy::default(),
+        w(2),
+    );
+    let senders = [(&qa[0], MAC_A), (&qa[1], MAC_A), (&qb, MAC_B)];
+    let got = drive(&mut sh, &u, &senders, &[MAC_A, MAC_B]);
+    for (g, want) in got.iter().zip([20e6, 40e6]) {
+        let err = (*g as f64 - want).abs() / want;
+        assert!(err <= 0.01, "got {got:?}, reference [20, 40] Mbit/s");
+    }
+}
