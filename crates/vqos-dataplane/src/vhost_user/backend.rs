@@ -112,6 +112,11 @@ pub(crate) struct Shared {
     /// The port's readiness eventfd: signalled on every guest TX kick and when the loop
     /// re-enables notifications with frames already waiting.
     pub(crate) ready: EventFd,
+    /// Queue pairs whose TX queue another shard reads ([`super::VhostUserRxQueue`]), a bit
+    /// each; the port reads the others.
+    pub(crate) lent: AtomicU64,
+    /// The readiness eventfd of pairs 1.. (`[p - 1]`), used while the pair is lent.
+    pub(crate) pair_ready: Vec<EventFd>,
     /// Set when the port is dropped.
     pub(crate) stop: AtomicBool,
     /// Signalled when the port is dropped (wakes the supervisor's poll).
@@ -151,6 +156,7 @@ pub(crate) fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 impl Shared {
     /// Fresh shared state.
     pub(crate) fn new(name: &str, config: VhostUserConfig) -> Result<Shared, crate::sys::SysError> {
+        let config_queues = config.queues;
         Ok(Shared {
             name: name.to_string(),
             pair_frames: (0..config.queues).map(|_| Default::default()).collect(),
@@ -165,11 +171,25 @@ impl Shared {
             counters: AtomicCounters::default(),
             io: Default::default(),
             ready: EventFd::new()?,
+            lent: AtomicU64::new(0),
+            pair_ready: (1..config_queues)
+                .map(|_| EventFd::new())
+                .collect::<Result<_, _>>()?,
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
             shutdown: Mutex::new(None),
             last_error: Mutex::new(None),
         })
+    }
+
+    /// The readiness eventfd of queue pair `pair`: its own while another shard reads it,
+    /// else the port's.
+    pub(crate) fn ready_of(&self, pair: usize) -> &EventFd {
+        let lent = pair < 64 && self.lent.load(Ordering::Acquire) & (1 << pair) != 0;
+        match pair.checked_sub(1).and_then(|i| self.pair_ready.get(i)) {
+            Some(e) if lent => e,
+            _ => &self.ready,
+        }
     }
 
     /// The socket role.

@@ -47,6 +47,7 @@ use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
 use super::guest::{GuestView, RingError, RingView, Slice};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
 use crate::port::{Batch, PortIoCounters};
+use crate::sys::EventFd;
 
 /// Most guest buffers one received frame may take (Linux's vhost-net has the same bound,
 /// `UIO_MAXIOV`): a guest posting 1-byte buffers cannot make one frame cost 64 K descriptor
@@ -117,9 +118,11 @@ fn log_used_ring(log: Option<&DirtyLog>, q: &Queue) {
 }
 
 /// Readiness bookkeeping over one `recv` call.
-#[derive(Debug, Default)]
-struct Wake {
-    /// The port's readiness eventfd was cleared in this call.
+#[derive(Debug)]
+struct Wake<'a> {
+    /// The readiness eventfd of the queues read (the port's, or a lent pair's).
+    ready: &'a EventFd,
+    /// The readiness eventfd was cleared in this call.
     cleared: bool,
     /// A queue still has frames (or was not read): the loop must come back.
     again: bool,
@@ -233,12 +236,15 @@ fn write_stream(dst: &Slice<'_>, hdr: &[u8], payload: &[u8], from: usize) -> boo
 }
 
 impl DataPath {
-    /// Reads frames the guest transmitted on the TX queues of its first `pairs` queue pairs
-    /// into `batch` (see the module doc).
+    /// Reads frames the guest transmitted on the TX queues of its first `pairs` queue pairs,
+    /// those of `mine` (a bit per pair: the pairs this port object reads), into `batch` (see
+    /// the module doc); `ready` is their readiness eventfd.
+    #[allow(clippy::too_many_arguments)] // one call per batch; a struct would only rename them
     pub(crate) fn recv(
         &mut self,
         cx: &Ctx<'_>,
-        pairs: usize,
+        (pairs, mine): (usize, u64),
+        ready: &EventFd,
         batch: &mut Batch,
         max_frames: usize,
         io: &mut PortIoCounters,
@@ -246,7 +252,11 @@ impl DataPath {
         let pairs = pairs.max(1);
         let first = self.next_pair % pairs;
         self.next_pair = first + 1;
-        let mut wake = Wake::default();
+        let mut wake = Wake {
+            ready,
+            cleared: false,
+            again: false,
+        };
         let (mut n, mut bytes) = (0, 0);
         for k in 0..pairs {
             if n >= max_frames || batch.is_full() {
@@ -254,6 +264,9 @@ impl DataPath {
                 break;
             }
             let pair = (first + k) % pairs;
+            if pair >= 64 || mine & (1 << pair) == 0 {
+                continue;
+            }
             let (got, got_bytes) = self.recv_queue(cx, pair, batch, max_frames - n, &mut wake);
             n += got;
             bytes += got_bytes;
@@ -262,7 +275,7 @@ impl DataPath {
             }
         }
         if wake.cleared && wake.again {
-            cx.shared.ready.signal();
+            ready.signal();
         }
         io.rx_frames += n as u64;
         io.rx_bytes += bytes;
@@ -279,7 +292,7 @@ impl DataPath {
         pair: usize,
         batch: &mut Batch,
         max_frames: usize,
-        wake: &mut Wake,
+        wake: &mut Wake<'_>,
     ) -> (usize, u64) {
         let (shared, mem, health, features) = (cx.shared, cx.mem, cx.health, cx.features);
         if health.is_quarantined() {
@@ -386,7 +399,7 @@ impl DataPath {
             // before the first queue's kicks are re-enabled, never after (a kick in between
             // would be lost).
             if !wake.cleared {
-                shared.ready.clear();
+                wake.ready.clear();
                 wake.cleared = true;
             }
             if q.enable_notification(mem).unwrap_or(true) {

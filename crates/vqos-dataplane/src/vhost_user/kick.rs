@@ -140,7 +140,8 @@ fn run(shared: &Shared, vrings: &[VringRwLock], control: &Control) {
                 };
                 if live && is_guest_tx(q - 1) {
                     bump(&shared.counters.kicks, 1);
-                    shared.ready.signal();
+                    // The shard that reads this pair's TX queue (`super::VhostUserRxQueue`).
+                    shared.ready_of((q - 1) / 2).signal();
                 }
             }
         }

@@ -78,7 +78,7 @@ use queue::QueueIo;
 
 pub use backend::MAX_QUEUE_PAIRS;
 pub use counters::VhostUserCounters;
-pub use queue::VhostUserTxQueue;
+pub use queue::{VhostUserRxQueue, VhostUserTxQueue};
 
 /// Which side of the unix socket the port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -470,5 +470,11 @@ impl Port for VhostUserPort {
     /// ([`VhostUserTxQueue`]); `None` with one (the shards share the port under its lock).
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
         Ok(VhostUserTxQueue::next(&self.shared).map(|q| Box::new(q) as Box<dyn Port>))
+    }
+
+    /// The TX queue of its highest pair not yet lent, for another shard to read
+    /// ([`VhostUserRxQueue`]); `None` when only pair 0 is left.
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        Ok(VhostUserRxQueue::lend(&self.shared).map(|q| Box::new(q) as Box<dyn Port>))
     }
 }

@@ -72,10 +72,26 @@ impl QueueIo {
         Some(f(&mut self.datapath, &cx, s.vrings.len() / 2, &mut self.io))
     }
 
-    /// Reads what the guest sent on every TX queue (see `DataPath::recv`).
+    /// Reads what the guest sent on every TX queue not lent to another shard (see
+    /// `DataPath::recv`).
     pub(crate) fn recv(&mut self, batch: &mut Batch, max_frames: usize) -> usize {
-        self.with_session(|dp, cx, pairs, io| dp.recv(cx, pairs, batch, max_frames, io))
-            .unwrap_or(0)
+        let mine = !self.shared.lent.load(Ordering::Acquire);
+        let shared = self.shared.clone();
+        self.with_session(|dp, cx, pairs, io| {
+            dp.recv(cx, (pairs, mine), &shared.ready, batch, max_frames, io)
+        })
+        .unwrap_or(0)
+    }
+
+    /// Reads what the guest sent on this object's pair's TX queue (a lent pair).
+    fn recv_own(&mut self, batch: &mut Batch, max_frames: usize) -> usize {
+        let pair = self.pair;
+        let shared = self.shared.clone();
+        self.with_session(|dp, cx, pairs, io| {
+            let ready = shared.ready_of(pair);
+            dp.recv(cx, (pairs, 1 << pair), ready, batch, max_frames, io)
+        })
+        .unwrap_or(0)
     }
 
     /// Writes frames to the guest on this object's pair (see `DataPath::send`).
@@ -143,5 +159,70 @@ impl Port for VhostUserTxQueue {
 
     fn counters(&self) -> PortIoCounters {
         self.queue.io
+    }
+}
+
+/// A receive queue of a [`super::VhostUserPort`] lent to another shard
+/// ([`crate::Port::rx_queue`]): that shard reads the TX queue of one queue pair (the highest
+/// not yet lent; pair 0 stays the port's) and writes to the same pair's RX queue. The guest
+/// spreads its flows over its pairs, so a multiqueue VM is read on as many shards as it
+/// has pairs. Its readiness is the pair's own eventfd, which the kick worker signals for
+/// that pair's kicks once it is lent.
+#[derive(Debug)]
+pub struct VhostUserRxQueue {
+    /// The port's name.
+    name: String,
+    /// The queue.
+    queue: QueueIo,
+}
+
+impl VhostUserRxQueue {
+    /// Lends the highest pair of the port behind `shared` that is not lent yet, if any but
+    /// pair 0 is left.
+    pub(crate) fn lend(shared: &Arc<Shared>) -> Option<VhostUserRxQueue> {
+        let pairs = usize::from(shared.config.queues).min(64);
+        for pair in (1..pairs).rev() {
+            let bit = 1u64 << pair;
+            if shared.lent.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+                // Kicks that came before the pair was lent woke the port: the borrower
+                // starts ready (its shard marks it so), nothing is lost.
+                return Some(VhostUserRxQueue {
+                    name: shared.name.clone(),
+                    queue: QueueIo::new(shared.clone(), pair),
+                });
+            }
+        }
+        None
+    }
+
+    /// The queue pair this queue reads and writes.
+    pub fn pair(&self) -> usize {
+        self.queue.pair
+    }
+}
+
+impl Port for VhostUserRxQueue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(&mut self, batch: &mut Batch, max_frames: usize) -> Result<usize, PortError> {
+        Ok(self.queue.recv_own(batch, max_frames))
+    }
+
+    fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {
+        Ok(self.queue.send(batch, indices))
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        Some(self.queue.shared.ready_of(self.queue.pair).raw())
+    }
+
+    fn counters(&self) -> PortIoCounters {
+        self.queue.io
+    }
+
+    fn set_busy_poll(&mut self, busy: bool) {
+        self.queue.datapath.busy_poll = busy;
     }
 }

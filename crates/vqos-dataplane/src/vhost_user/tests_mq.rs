@@ -11,7 +11,7 @@ use vhost_user_backend::VringT;
 use super::features::{F_MQ, F_VERSION_1, OFFERED_FEATURES};
 use super::test_frontend::socket_path;
 use super::tests_regions::{frame, ring, Guest, WRITE};
-use super::{VhostUserConfig, VhostUserError, VhostUserPort, VhostUserTxQueue};
+use super::{VhostUserConfig, VhostUserError, VhostUserPort, VhostUserRxQueue, VhostUserTxQueue};
 use crate::port::Batch;
 
 /// A guest with two queue pairs (queues 0..4).
@@ -183,4 +183,76 @@ fn transmit_queues_are_handed_out_over_pairs_1_and_up() {
         .map(|_| VhostUserTxQueue::next(&three.shared).unwrap().pair())
         .collect();
     assert_eq!(pairs, [1, 2, 1, 2]);
+}
+
+/// Whether `fd` is readable now.
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+#[test]
+fn a_lent_pair_is_read_by_its_borrower_alone_and_wakes_its_own_eventfd() {
+    use std::sync::atomic::Ordering;
+    let mut g = two_pairs();
+    // What `VhostUserRxQueue::lend` does for pair 1.
+    g.shared.lent.fetch_or(1 << 1, Ordering::AcqRel);
+    transmit(&mut g, 1, 1, 3);
+    transmit(&mut g, 3, 3, 3);
+    let mut b = Batch::new();
+    assert_eq!(g.recv_max(&mut b, 32), 3, "the port reads pair 0 only");
+    assert_eq!(tags(&b), [1; 3]);
+    b.clear();
+    assert_eq!(
+        g.recv_from(&mut b, 32, 1 << 1, Some(1)),
+        3,
+        "the borrower, pair 1"
+    );
+    assert_eq!(tags(&b), [3; 3]);
+    assert_eq!((g.used_idx(1), g.used_idx(3)), (3, 3));
+    // Each side's readiness is its own: pair 1's kicks wake the borrower, not the port.
+    let (port, borrower) = (g.shared.ready.raw(), g.shared.ready_of(1).raw());
+    assert_ne!(port, borrower);
+    assert_eq!(g.shared.ready_of(0).raw(), port);
+    // The borrower finds its queue drained (kicks back on): its readiness is cleared, the
+    // port's is left as it was.
+    g.shared.ready.signal();
+    g.shared.ready_of(1).signal();
+    b.clear();
+    assert_eq!(g.recv_from(&mut b, 32, 1 << 1, Some(1)), 0);
+    assert!(!readable(borrower), "drained: its own readiness cleared");
+    assert!(
+        readable(port),
+        "the port's readiness is not the borrower's to clear"
+    );
+}
+
+#[test]
+fn receive_queues_are_lent_from_the_highest_pair_and_pair_0_stays() {
+    let (_dir, path) = socket_path();
+    let one = VhostUserPort::server("one", &path).unwrap();
+    assert!(crate::Port::rx_queue(&one).unwrap().is_none());
+    drop(one);
+    let cfg = VhostUserConfig {
+        queues: 3,
+        ..VhostUserConfig::server(&path)
+    };
+    let three = VhostUserPort::with_config("three", cfg).unwrap();
+    let lent: Vec<usize> = std::iter::from_fn(|| VhostUserRxQueue::lend(&three.shared))
+        .map(|q| q.pair())
+        .collect();
+    assert_eq!(lent, [2, 1]);
+    assert_eq!(
+        three.shared.lent.load(std::sync::atomic::Ordering::Relaxed),
+        0b110
+    );
+    assert!(
+        VhostUserRxQueue::lend(&three.shared).is_none(),
+        "pair 0 stays the port's"
+    );
 }

@@ -155,9 +155,24 @@ impl Guest {
         self.recv_max(batch, 32)
     }
 
-    /// Reads up to `max` more frames into `batch`, from every TX queue.
+    /// Reads up to `max` more frames into `batch`, from every TX queue not lent (what the
+    /// port reads).
     pub(super) fn recv_max(&mut self, batch: &mut Batch, max: usize) -> usize {
+        let mine = !self.shared.lent.load(std::sync::atomic::Ordering::Relaxed);
+        self.recv_from(batch, max, mine, None)
+    }
+
+    /// Reads up to `max` more frames into `batch` from the TX queues of `mine` (a bit per
+    /// pair), waking `pair`'s readiness eventfd (`None`: the port's).
+    pub(super) fn recv_from(
+        &mut self,
+        batch: &mut Batch,
+        max: usize,
+        mine: u64,
+        pair: Option<usize>,
+    ) -> usize {
         let mem = self.mem.memory();
+        let ready = pair.map_or(&self.shared.ready, |p| self.shared.ready_of(p));
         self.dp.recv(
             &Ctx {
                 shared: &self.shared,
@@ -167,7 +182,8 @@ impl Guest {
                 features: self.features,
                 log: self.log.as_ref(),
             },
-            self.vrings.len() / 2,
+            (self.vrings.len() / 2, mine),
+            ready,
             batch,
             max,
             &mut self.io,
