@@ -462,3 +462,39 @@ fn the_downlink_capacity_is_divided_across_shards_by_the_weights() {
     assert!(got[0].abs_diff(15_000_000) <= 15_000_000 / 50, "a: {got:?}");
     assert!(c.abs_diff(45_000_000) <= 45_000_000 / 50, "c: {got:?}");
 }
+
+/// A vif whose frames wait without a new readiness event (a vhost-user guest kicks once,
+/// then waits for the switch to drain its ring) is served to the end while its shard's part
+/// of the capacity moves: configuring the engine for a new part must not forget that the vif
+/// is ready. (Without it a QEMU guest's TCP stalled on two threads after the first division.)
+#[test]
+fn a_ready_vif_stays_ready_when_its_shards_part_moves() {
+    let d = VifPolicy::default;
+    let (mut sh, u, p) = rig(
+        |c| {
+            c.engine = EngineKind::Vqos;
+            c.capacity_bps = Some(60_000_000);
+        },
+        &[("a", 0, d()), ("b", 1, d())],
+    );
+    u.inject(frame(BCAST, MAC_U, 0));
+    run(&mut sh, 0);
+    p.iter().for_each(|peer| drop(peer.take_sent()));
+    for _ in 0..2_000 {
+        p[0].inject(big(MAC_U, MAC_A));
+    }
+    // One readiness event, as one kick.
+    for sw in sh.iter_mut() {
+        sw.mark_all_ready(false);
+    }
+    let mut got = 0;
+    for k in 1..=20_000u64 {
+        let now = k * 100_000;
+        for sw in sh.iter_mut() {
+            while sw.poll(now).did_work {}
+        }
+        got += u.take_sent().len();
+    }
+    // 2,000 frames of 1,500 bytes at up to 60 Mbit/s take 0.4 s of the 2 s run.
+    assert_eq!(got, 2_000, "a's frames all read ({} left)", p[0].pending());
+}

@@ -2,7 +2,7 @@
 //! initramfs built by `scripts/guest-image.sh` into `target/guest-image`, cached) attach to two
 //! `kind = "vhost-user"` ports of the config, vm1 with vqosd in the server role (QEMU connects,
 //! with `reconnect=1`), vm2 in the client role (QEMU listens, vqosd connects); the uplink is a
-//! TAP in a sink namespace. Checked: both guests ping the sink and each other; iperf3 from both
+//! TAP in a sink namespace; the switch runs two threads (`threads = 2`). Checked: both guests ping the sink and each other; iperf3 from both
 //! guests to the sink at once under weights and a maximum set through the API, the shares
 //! measured on the switch's counters within 5 % of the reference allocation; vqosd killed with
 //! SIGKILL under those running transfers and started again: vm2's port reconnects to its QEMU,
@@ -108,7 +108,7 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
     fs::write(
         &config,
         format!(
-            "capacity = \"{}Mbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\n\
+            "threads = 2\ncapacity = \"{}Mbit\"\nengine = \"vqos\"\nremove_taps_on_exit = true\n\
              state_file = \"{}\"\n[api]\nsocket = \"{}\"\n[uplink]\nname = \"{uplink}\"\n\
              [[port]]\nname = \"vm1\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"server\"\n\
              [[port]]\nname = \"vm2\"\nkind = \"vhost-user\"\nsocket = \"{}\"\nmode = \"client\"\n\
@@ -165,6 +165,10 @@ fn qemu_guests_on_vhost_user_ports_ping_share_and_survive_a_sigkill() {
         port(&stats, "vm2")["vhost_user"]["feature_names"]
     );
     // vm2's QEMU asked for two queue pairs: the port offered MQ and QEMU's guest took it.
+    // The switch runs two threads: each guest is read by its home and written by both, and
+    // vm2's pair 1 is lent to the thread that is not its home (a one-vCPU guest sends on
+    // pair 0 only). The guests' TCP must flow while the threads' parts of the capacity move
+    // (it stalled once: a part's move made the engine forget a guest was ready).
     let vm2_status = &port(&stats, "vm2")["vhost_user"];
     assert_eq!(vm2_status["queues"], 2, "{vm2_status}");
     let mq = vm2_status["feature_names"].as_array().unwrap();

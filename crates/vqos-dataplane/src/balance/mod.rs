@@ -278,10 +278,24 @@ impl Switch {
             // least this shard's floors: a refusal here would be a bug; keep the old engine
             // capacity then, the shaper still holds the shard to its part.
             let _ = self.sched.configure(&local, now_ns);
+            self.restore_ready();
             self.up_vifs = local.vifs;
         }
         if moved {
             self.shaper.retarget(share, now_ns);
+        }
+    }
+
+    /// Tells a freshly configured engine which of this shard's vifs have frames waiting:
+    /// configuring forgets it, and a vif whose frames wait without a new readiness event (a
+    /// vhost-user guest kicks once, then waits for the switch to drain its ring) would never
+    /// be served again. (Found on a QEMU guest under two threads: its TCP stalled after the
+    /// first part moved.)
+    pub(crate) fn restore_ready(&mut self) {
+        for s in self.ports.iter_mut() {
+            if let (Some(v), true) = (s.vif, s.ready) {
+                self.sched.set_ready(v, true);
+            }
         }
     }
 
