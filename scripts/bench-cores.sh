@@ -7,6 +7,9 @@
 #              both sending to the null uplink (each thread on a transmit queue of its own)
 #   vqos-1u    vqos-1 with port_security = false on the vifs (no source checks, no address
 #              guards): like for like with OVS's in_port→output flows, which check nothing
+#   vqos-1q    one null vif (one queue) → the null uplink, one thread: one VM on one core
+#   vqos-2q    one null vif with queues = 2 on threads = 2: its second queue read by the other
+#              thread (a multiqueue VM on two cores; its policy divided between them)
 #   ovs-1      OVS-DPDK 3.1 (ovs-vswitchd-dpdk, private instance), two net_null ports
 #              (size=64), flows in_port=1→2 and 2→1, one PMD (pmd-cpu-mask 0x2)
 #   ovs-2      the same with two PMDs (pmd-cpu-mask 0x3): OVS's own scaling from 1 to 2 cores
@@ -21,7 +24,7 @@
 # Run as root:  scripts/bench-cores.sh [-t SECONDS] [-s vqos-1,ovs-1,ovs-2] [-r ROUNDS] [-o DIR]
 #   -t  seconds per run (default 8)
 #   -s  switches, in this order within each round (default vqos-1,vqos-2,ovs-1,ovs-2;
-#       vqos-1u on request)
+#       vqos-1u, vqos-1q and vqos-2q on request)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
@@ -50,7 +53,7 @@ done
 for n in "$SECS" "$ROUNDS"; do case $n in '' | *[!0-9]* | 0) usage ;; esac; done
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
-    case $s in vqos-1 | vqos-2 | vqos-1u | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+    case $s in vqos-1 | vqos-2 | vqos-1u | vqos-1q | vqos-2q | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cores.sh: run as root" >&2; exit 1; }
 PIDS=()
@@ -85,8 +88,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vqosd on null ports ----------------------------------------------------------------------
-start_vqosd() { # threads [port_security] → SWPID, VQ_SOCK
-    local threads=$1 security=${2:-true} cpus=1 cfg=$TMP/vqosd.toml
+start_vqosd() { # threads [port_security [one vif's queues]] → SWPID, VQ_SOCK
+    local threads=$1 security=${2:-true} queues=${3:-} cpus=1 cfg=$TMP/vqosd.toml
     [ "$threads" -eq 2 ] && cpus=0,1
     VQ_SOCK=$TMP/vqosd.sock
     cat >"$cfg" <<EOF
@@ -107,12 +110,13 @@ name = "vqbc$$a"
 kind = "null"
 frame_len = 64
 port_security = $security
-[[port]]
-name = "vqbc$$b"
-kind = "null"
-frame_len = 64
-port_security = $security
 EOF
+    if [ -n "$queues" ]; then
+        echo "queues = $queues" >>"$cfg"
+    else
+        printf '[[port]]\nname = "vqbc%sb"\nkind = "null"\nframe_len = 64\nport_security = %s\n' \
+            "$$" "$security" >>"$cfg"
+    fi
     rm -f "$TMP/state.json"
     taskset -c "$cpus" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
     SWPID=$!
@@ -190,6 +194,8 @@ measure() { # switch
         vqos-1) start_vqosd 1 ;;
         vqos-2) start_vqosd 2 ;;
         vqos-1u) start_vqosd 1 false ;;
+        vqos-1q) start_vqosd 1 true 1 ;;
+        vqos-2q) start_vqosd 2 true 2 ;;
         ovs-1) start_ovs 0x2 ;;
         ovs-2) start_ovs 0x3 ;;
     esac
@@ -239,9 +245,9 @@ printf '%s\n' "${ROWS[@]}" | awk -F, '
         print "|---|---|---|---|"
         for (i = 1; i <= n; i++) { split(r[i], f, ","); printf "| %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4] }
         print ""
-        print "| vqos-1 / ovs-1 (per core) | vqos-1u / ovs-1 (no guards) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | (mean Mpps of the rounds) |"
-        print "|---|---|---|---|---|---|"
-        printf "| %s | %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-1u", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2")
+        print "| vqos-1 / ovs-1 (per core) | vqos-1u / ovs-1 (no guards) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | vqos-2q / vqos-1q (one VM, 2 threads) | (mean Mpps of the rounds) |"
+        print "|---|---|---|---|---|---|---|"
+        printf "| %s | %s | %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-1u", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2"), ratio("vqos-2q", "vqos-1q")
     }' >"$MD"
 echo
 cat "$MD"

@@ -44,6 +44,8 @@ pub struct NullPort {
     event: EventFd,
     /// What it received and sent.
     counters: PortIoCounters,
+    /// Receive queues it may still lend to other shards ([`Port::rx_queue`]), beyond its own.
+    spare_queues: std::cell::Cell<usize>,
 }
 
 impl NullPort {
@@ -113,7 +115,16 @@ impl NullPort {
             template,
             event,
             counters: PortIoCounters::default(),
+            spare_queues: std::cell::Cell::new(0),
         })
+    }
+
+    /// The port with `queues` receive queues (at least 1): each further one, lent to another
+    /// shard ([`Port::rx_queue`]), generates the same frames, as a multiqueue guest whose
+    /// flows spread over its queues would send (a benchmark of one vif on several cores).
+    pub fn with_queues(self, queues: usize) -> NullPort {
+        self.spare_queues.set(queues.saturating_sub(1));
+        self
     }
 }
 
@@ -173,6 +184,20 @@ impl Port for NullPort {
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
         Ok(Some(Box::new(NullPort::sink(&self.name)?)))
     }
+
+    /// Another generator of the same frames while the port has queues to lend
+    /// ([`NullPort::with_queues`]).
+    fn rx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
+        let left = self.spare_queues.get();
+        if left == 0 || self.template.is_empty() {
+            return Ok(None);
+        }
+        self.spare_queues.set(left - 1);
+        Ok(Some(Box::new(NullPort::with_template(
+            &self.name,
+            self.template.clone(),
+        )?)))
+    }
 }
 
 #[cfg(test)]
@@ -210,5 +235,28 @@ mod tests {
             let e = NullPort::source("n", bad, 2, [10, 0, 0, 1], 1).unwrap_err();
             assert!(e.to_string().contains("frame_len"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_port_with_queues_lends_generators_of_the_same_frames_and_no_more() {
+        let p = NullPort::vif("v", 64).unwrap().with_queues(3);
+        let mut lent: Vec<Box<dyn Port>> = std::iter::from_fn(|| p.rx_queue().unwrap()).collect();
+        assert_eq!(lent.len(), 2, "queues beyond its own");
+        let (mut a, mut b) = (Batch::new(), Batch::new());
+        lent[1].recv_batch(&mut a, 1).unwrap();
+        let mut own = NullPort::vif("v", 64).unwrap();
+        own.recv_batch(&mut b, 1).unwrap();
+        assert_eq!(a.frame(0), b.frame(0), "the same frames");
+        assert!(NullPort::vif("v", 64)
+            .unwrap()
+            .rx_queue()
+            .unwrap()
+            .is_none());
+        assert!(NullPort::sink("s")
+            .unwrap()
+            .with_queues(2)
+            .rx_queue()
+            .unwrap()
+            .is_none());
     }
 }

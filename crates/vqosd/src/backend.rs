@@ -82,12 +82,16 @@ impl Port {
 fn check_kind<P>(req: &PortConfig<P>) -> Result<(), String> {
     match req.kind {
         PortKind::Null => {
-            if req.socket.is_some() || req.mode.is_some() || req.queues.is_some() || !req.create {
+            if req.socket.is_some() || req.mode.is_some() || !req.create {
                 return Err(format!(
-                    "Port '{}': a null port has no socket, mode, queues nor TAP to attach",
+                    "Port '{}': a null port has no socket, mode nor TAP to attach",
                     req.name
                 ));
             }
+            check_queues(
+                req,
+                "receive queues of the generator, read on as many threads",
+            )?;
         }
         PortKind::AfPacket => {
             return Err(format!(

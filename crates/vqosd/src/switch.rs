@@ -64,7 +64,8 @@ fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
                 name: port.config.name.clone(),
                 message: chain(&e),
             })?;
-            PortSpec::custom(Box::new(null))
+            let queues = usize::from(port.config.queues.unwrap_or(1));
+            PortSpec::custom(Box::new(null.with_queues(queues)))
         }
         PortKind::VhostUser => {
             let socket = port.config.socket.as_deref().unwrap_or_default();

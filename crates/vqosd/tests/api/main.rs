@@ -353,7 +353,7 @@ fn null_ports_take_a_frame_length_and_nothing_of_other_kinds() {
         ),
         (
             json!({"name": "n3", "kind": "null", "socket": "/tmp/x"}),
-            "Port 'n3': a null port has no socket, mode, queues nor TAP to attach",
+            "Port 'n3': a null port has no socket, mode nor TAP to attach",
         ),
         (
             json!({"name": "n3", "frame_len": 64}),
@@ -440,8 +440,9 @@ fn vhost_user_ports_and_taps_take_1_to_16_queues_and_null_ports_none() {
             "Port 't1': thread = 1, but the switch has 1 forwarding thread(s) (0..=0)",
         ),
         (
-            json!({"name": "nq", "kind": "null", "queues": 2}),
-            "Port 'nq': a null port has no socket, mode, queues nor TAP to attach",
+            json!({"name": "nq", "kind": "null", "queues": 17}),
+            "Port 'nq': queues = 17 is outside 1..=16 (receive queues of the generator, read on \
+             as many threads)",
         ),
     ];
     for (req, want) in cases {
