@@ -187,7 +187,15 @@ impl Switch {
 
     /// A full storm-control bucket (frames), if storm control is on.
     pub(crate) fn storm_bucket(&self, now_ns: u64) -> Option<TokenBucket> {
-        (self.storm_pps > 0).then(|| TokenBucket::new(self.storm_pps, self.storm_pps, 0, now_ns))
+        self.storm_part(1, now_ns)
+    }
+
+    /// A full storm-control bucket for one of `readers` shards that read one port: each its
+    /// part of the port's `storm_pps` (at least a frame a second), so that a port read on
+    /// several shards floods no more than on one.
+    pub(crate) fn storm_part(&self, readers: u32, now_ns: u64) -> Option<TokenBucket> {
+        let pps = (self.storm_pps / u64::from(readers.max(1))).max(1);
+        (self.storm_pps > 0).then(|| TokenBucket::new(pps, pps, 0, now_ns))
     }
 
     /// Adds an opened port as a vif with `policy`, read by this shard, validated with every

@@ -66,6 +66,14 @@ impl Switch {
             }
             _ => None,
         };
+        // Each reader floods at most its part of the port's storm budget.
+        let (readers, local) = (s.carriers.count_ones(), s.local);
+        if local {
+            let storm = self.storm_part(readers, now_ns);
+            if let Some(s) = self.ports.get_mut(slot) {
+                s.storm = storm;
+            }
+        }
         // The vif joins this shard's engine (a reader), or runs under its part (the others).
         if let Err(e) = self.apply_policies(self.policies.clone(), now_ns) {
             // The engine refused (it accepted the same set before: a bug): not read here.

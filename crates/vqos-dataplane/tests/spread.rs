@@ -163,3 +163,25 @@ fn weights_hold_when_a_vif_is_read_on_two_shards() {
         assert!(err <= 0.01, "got {got:?}, reference [20, 40] Mbit/s");
     }
 }
+
+#[test]
+fn a_vif_read_on_two_shards_floods_no_more_than_its_storm_budget() {
+    let d = VifPolicy::default;
+    let (mut sh, u, qa, _qb) = rig(|c| c.storm_pps = 100, d(), MacPolicy::default(), d());
+    drop(u.take_sent());
+    // A burst of broadcasts on both queues at once: the port's budget is 100 frames (a
+    // second's worth), split between the two shards that read it.
+    for i in 0..300u32 {
+        qa[0].inject(frame(BCAST, MAC_A, i as u8));
+        qa[1].inject(frame(BCAST, MAC_A, i as u8));
+    }
+    run_switch(&mut sh, 1);
+    let s = sh.stats(2);
+    let a = s.port("a").unwrap();
+    assert_eq!(
+        u.take_sent().len(),
+        100,
+        "one port's budget, not one per shard"
+    );
+    assert_eq!(a.counters.drops[DropReason::Storm], 500);
+}
