@@ -503,6 +503,11 @@ pub struct ClusterHealthView {
     /// policies refused, tenants without a policy).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// The agent's view lapsed (no period completed for `lease_ttl`): every tenant share is
+    /// held to its grant's fallback until a period completes (docs/cluster.md, "Never above
+    /// the max"). Absent while false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback_held: bool,
 }
 
 /// Highest valid priority, re-exported for the CLI's help text.

@@ -35,15 +35,23 @@ pub(super) fn managed_message(name: &str, key: &str) -> String {
 /// Why the health is degraded by the agent, if it is.
 pub(super) fn degraded(cluster: &Option<ClusterHealthView>) -> Option<String> {
     let c = cluster.as_ref()?;
-    (c.state != "connected").then(|| {
-        format!(
-            "etcd {}: {}; the last applied policies stay in force",
+    let held = "tenant shares held to their fallbacks (the view's lease lapsed)";
+    match (c.state != "connected", c.fallback_held) {
+        (true, fallback) => Some(format!(
+            "etcd {}: {}; the last applied policies stay in force{}",
             c.state,
             c.error
                 .as_deref()
-                .map_or("not synced yet", |e| e.strip_prefix("etcd: ").unwrap_or(e))
-        )
-    })
+                .map_or("not synced yet", |e| e.strip_prefix("etcd: ").unwrap_or(e)),
+            if fallback {
+                format!(", {held}")
+            } else {
+                String::new()
+            }
+        )),
+        (false, true) => Some(format!("etcd connected, {held} until a period completes")),
+        (false, false) => None,
+    }
 }
 
 impl Api {
@@ -132,6 +140,15 @@ impl Api {
         *self.cluster.write().unwrap_or_else(|e| e.into_inner()) = Some(health);
     }
 
+    /// Records whether the tenant shares are held to their fallbacks (the agent's view
+    /// lapsed), in the agent's state published last.
+    pub fn set_cluster_fallback(&self, held: bool) {
+        let mut c = self.cluster.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = c.as_mut() {
+            c.fallback_held = held;
+        }
+    }
+
     /// The agent's state (`None`: no agent).
     pub fn cluster_health(&self) -> Option<ClusterHealthView> {
         self.cluster
@@ -156,6 +173,12 @@ impl Api {
             "gauge",
             "1 while the etcd agent is connected and synced, 0 while it runs fail-static.",
             &one(u64::from(c.state == "connected")),
+        );
+        family(
+            "vqos_cluster_fallback",
+            "gauge",
+            "1 while the agent's view has lapsed and every tenant share is held to its fallback.",
+            &one(u64::from(c.fallback_held)),
         );
         family(
             "vqos_cluster_revision",

@@ -184,6 +184,7 @@ impl State {
         self.health.managed_vifs = self.api.managed().len();
         self.health.last_sync_age_ms = self.last_ok.map(|t| t.elapsed().as_millis() as u64);
         self.health.problems = self.desired.problems.clone();
+        self.health.fallback_held = self.grants.lock().fallen;
         self.api.set_cluster_health(self.health.clone());
     }
 

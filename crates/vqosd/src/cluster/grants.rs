@@ -340,5 +340,6 @@ pub(super) async fn watchdog(g: Grants, api: Arc<Api>) {
             Err(e) => tracing::warn!("Cluster agent: fallback shares refused by the switch: {e}"),
         }
         l.fallen = true;
+        api.set_cluster_fallback(true);
     }
 }
