@@ -1,150 +1,11 @@
 //! What the loop publishes: [`SwitchStats`], a snapshot taken at least every 50 ms.
 
 use serde::Serialize;
+pub use vqos_api::stats::{DropCounters, DropReason};
 use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
 
 use crate::config::Locks;
 use crate::port::{PortIoCounters, PortStatus};
-
-/// Why a frame was dropped. Ingress reasons are counted on the port the frame came from,
-/// egress reasons (`rate_limited`, `tx_error`) on the port it was going to. This enum is the
-/// one list of reasons: the daemon's API, its metrics and the CLI take their names from
-/// [`DropReason::ALL`], so a new reason is one variant here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DropReason {
-    /// Shorter than the virtio-net header plus an Ethernet header.
-    Truncated,
-    /// Longer than 64 KiB plus headers.
-    Oversized,
-    /// Inconsistent virtio-net header (GSO type, flags, offsets).
-    BadVnetHdr,
-    /// A source MAC the port may not use: a group address, one outside its configured list
-    /// or beyond its learning lock, or one that lives on another port.
-    Spoofed,
-    /// The engine's `admit` said drop (policers).
-    Policed,
-    /// Over the destination vif's maximum on the uplink→vif direction.
-    RateLimited,
-    /// The destination port refused the frame (ring full, link down).
-    TxError,
-    /// The destination was learnt on the port the frame came from.
-    Hairpin,
-    /// Broadcast, multicast or unknown-unicast frames beyond the port's storm-control rate.
-    Storm,
-    /// An IPv4 or IPv6 source address the vif may not use (another's, a group address, or
-    /// the unspecified address outside DHCP and neighbour discovery).
-    IpSpoofed,
-    /// ARP whose sender IP the vif may not use, or whose sender hardware address is not the
-    /// frame's source.
-    ArpSpoofed,
-    /// An IPv6 neighbour advertisement for a target address the vif may not use.
-    NdSpoofed,
-    /// An IPv6 router advertisement or redirect from a vif that is not a router.
-    RogueRouter,
-    /// A DHCPv4 or DHCPv6 server message from a vif that is not a DHCP server.
-    RogueDhcp,
-    /// IEEE 802.1D reserved multicast (01:80:c2:00:00:0x: STP, PAUSE, LACP, EAPOL, LLDP) or
-    /// MAC control frames, which a bridge never forwards.
-    Reserved,
-    /// An 802.1Q or 802.1ad tagged frame from a vif (an access port).
-    Tagged,
-    /// The destination vif's downlink queue (or the shard's queue memory) was full.
-    QueueFull,
-    /// The downlink's AQM (CoDel) signalled a frame that is not ECN-capable.
-    Aqm,
-}
-
-impl DropReason {
-    /// Every reason, in counter order.
-    pub const ALL: [DropReason; 18] = [
-        DropReason::Truncated,
-        DropReason::Oversized,
-        DropReason::BadVnetHdr,
-        DropReason::Spoofed,
-        DropReason::Policed,
-        DropReason::RateLimited,
-        DropReason::TxError,
-        DropReason::Hairpin,
-        DropReason::Storm,
-        DropReason::IpSpoofed,
-        DropReason::ArpSpoofed,
-        DropReason::NdSpoofed,
-        DropReason::RogueRouter,
-        DropReason::RogueDhcp,
-        DropReason::Reserved,
-        DropReason::Tagged,
-        DropReason::QueueFull,
-        DropReason::Aqm,
-    ];
-
-    /// The name used in the API, the metrics' `reason` label and the CLI.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DropReason::Truncated => "truncated",
-            DropReason::Oversized => "oversized",
-            DropReason::BadVnetHdr => "bad_vnet_hdr",
-            DropReason::Spoofed => "spoofed",
-            DropReason::Policed => "policed",
-            DropReason::RateLimited => "rate_limited",
-            DropReason::TxError => "tx_error",
-            DropReason::Hairpin => "hairpin",
-            DropReason::Storm => "storm",
-            DropReason::IpSpoofed => "ip_spoofed",
-            DropReason::ArpSpoofed => "arp_spoofed",
-            DropReason::NdSpoofed => "nd_spoofed",
-            DropReason::RogueRouter => "rogue_router",
-            DropReason::RogueDhcp => "rogue_dhcp",
-            DropReason::Reserved => "reserved",
-            DropReason::Tagged => "tagged",
-            DropReason::QueueFull => "queue_full",
-            DropReason::Aqm => "aqm",
-        }
-    }
-}
-
-/// Frames dropped, one counter per [`DropReason`]; serialised as a map from reason name to
-/// count, every reason present.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DropCounters([u64; DropReason::ALL.len()]);
-
-impl DropCounters {
-    /// All drops.
-    pub fn total(&self) -> u64 {
-        self.0.iter().sum()
-    }
-
-    /// Every reason with its count, in [`DropReason::ALL`] order.
-    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL.iter().map(|&r| (r, self[r]))
-    }
-}
-
-impl std::ops::Index<DropReason> for DropCounters {
-    type Output = u64;
-    #[inline]
-    fn index(&self, r: DropReason) -> &u64 {
-        &self.0[r as usize]
-    }
-}
-
-impl std::ops::IndexMut<DropReason> for DropCounters {
-    #[inline]
-    fn index_mut(&mut self, r: DropReason) -> &mut u64 {
-        &mut self.0[r as usize]
-    }
-}
-
-impl Serialize for DropCounters {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(DropReason::ALL.len()))?;
-        for (r, n) in self.iter() {
-            m.serialize_entry(r.name(), &n)?;
-        }
-        m.end()
-    }
-}
 
 /// A port's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -300,9 +161,7 @@ impl PortCounters {
         self.rx_bytes += o.rx_bytes;
         self.tx_frames += o.tx_frames;
         self.tx_bytes += o.tx_bytes;
-        for (r, n) in o.drops.iter() {
-            self.drops[r] += n;
-        }
+        self.drops.add(&o.drops);
         self.ecn_marked += o.ecn_marked;
         self.ecn_not_ect += o.ecn_not_ect;
         self.rx_errors += o.rx_errors;

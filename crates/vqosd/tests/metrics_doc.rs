@@ -186,7 +186,8 @@ fn every_documented_family_is_emitted_and_every_emitted_one_documented() {
         .filter(|s| s.name == "vqos_port_drops_total" && s.labels[0].1 == "vm1")
         .map(|s| s.labels[1].1.as_str())
         .collect();
-    assert_eq!(reasons, vqosd::backend::DROP_REASONS.into_iter().collect());
+    let all = vqos_api::stats::DropReason::ALL.map(|r| r.name());
+    assert_eq!(reasons, all.into_iter().collect());
 }
 
 #[cfg(feature = "switch")]

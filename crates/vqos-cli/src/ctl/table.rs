@@ -188,7 +188,7 @@ pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
             ),
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
-        let drops: u64 = p.stats.drops.values().sum();
+        let drops = p.stats.drops.total();
         writeln!(
             out,
             "{:<16} {:>10} {:>5.1}% {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
@@ -210,8 +210,8 @@ pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
             p.stats
                 .drops
                 .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(move |(r, n)| format!("{} {r}={n}", p.stats.name))
+                .filter(|&(_, n)| n > 0)
+                .map(move |(r, n)| format!("{} {}={n}", p.stats.name, r.name()))
         })
         .collect();
     if !dropping.is_empty() {

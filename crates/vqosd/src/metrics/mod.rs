@@ -91,7 +91,7 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
         "vqos_port_drops_total" => s
             .drops
             .iter()
-            .map(|(reason, n)| (format!(",reason=\"{}\"", esc(reason)), n.to_string()))
+            .map(|(reason, n)| (format!(",reason=\"{}\"", reason.name()), n.to_string()))
             .collect(),
         // No bucket, no level to graph or alert on: no sample rather than a sentinel.
         "vqos_port_credit" => s.credit.map(|c| c.to_string()).map_or_else(Vec::new, one),
@@ -244,7 +244,7 @@ mod tests {
     use crate::backend::{LoopStats, PortStats};
     use crate::wire::{PolicyView, PortStatsView};
     use std::collections::BTreeMap;
-    use vqos_api::stats::{PortStatus, VhostUserStatus};
+    use vqos_api::stats::{DropCounters, DropReason, PortStatus, VhostUserStatus};
     use vqos_sched::VifPolicy;
 
     /// A switch where every metric has something to say.
@@ -257,9 +257,8 @@ mod tests {
             max_in_bps: Some(4_000),
             burst_bytes: Some(1_500),
         };
-        let mut drops = std::collections::BTreeMap::new();
-        drops.insert("mac_spoof".to_string(), 3);
-        drops.insert("malformed".to_string(), 0);
+        let mut drops = DropCounters::default();
+        drops[DropReason::Spoofed] = 3;
         StatsView {
             engine: "vqos".into(),
             capacity_bps: Some(940_000_000),
@@ -349,7 +348,7 @@ mod tests {
         }
         let drop = samples
             .iter()
-            .find(|s| s.name == "vqos_port_drops_total" && s.labels[1].1 == "mac_spoof")
+            .find(|s| s.name == "vqos_port_drops_total" && s.labels[1].1 == "spoofed")
             .unwrap();
         assert_eq!(drop.labels[0], ("port".to_string(), "vm\"1".to_string()));
         assert_eq!(drop.value, 3.0);

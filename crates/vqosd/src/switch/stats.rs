@@ -88,10 +88,7 @@ fn port_stats(p: &vqos_dataplane::PortStats) -> PortStats {
         rx_bytes: *rx_bytes,
         tx_frames: *tx_frames,
         tx_bytes: *tx_bytes,
-        drops: drops
-            .iter()
-            .map(|(r, n)| (r.name().to_string(), n))
-            .collect(),
+        drops: *drops,
         ecn_marked: *ecn_marked,
         ecn_not_ect: *ecn_not_ect,
         rx_errors: *rx_errors,

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::{HandoverView, LockedAddrs, VhostUserRole};
 
+mod drops;
+
+pub use drops::{DropCounters, DropReason};
+
 /// Counters and gauges of one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortStats {
@@ -22,7 +26,7 @@ pub struct PortStats {
     /// Bytes written to the port.
     pub tx_bytes: u64,
     /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
-    pub drops: BTreeMap<String, u64>,
+    pub drops: DropCounters,
     /// Frames of the port marked ECN CE: on their way to it, or from it to the uplink.
     pub ecn_marked: u64,
     /// Frames chosen for CE marking but not ECN-capable (left unmarked).
@@ -228,31 +232,6 @@ pub struct SwitchStats {
     #[serde(default)]
     pub mac_entries: u64,
 }
-
-/// Drop reasons of the data plane; every port reports each of them (zero included), so each
-/// `drops{reason}` series exists from the start. The data plane's `DropReason::ALL` is the
-/// source; vqosd's tests check that this list names exactly those (this crate does not link
-/// the data plane).
-pub const DROP_REASONS: [&str; 18] = [
-    "truncated",
-    "oversized",
-    "bad_vnet_hdr",
-    "spoofed",
-    "policed",
-    "rate_limited",
-    "tx_error",
-    "hairpin",
-    "storm",
-    "ip_spoofed",
-    "arp_spoofed",
-    "nd_spoofed",
-    "rogue_router",
-    "rogue_dhcp",
-    "reserved",
-    "tagged",
-    "queue_full",
-    "aqm",
-];
 
 #[cfg(test)]
 mod tests {
