@@ -114,10 +114,11 @@ pub use stats::{
     SwitchStats,
 };
 pub use switch::{Poll, Switch};
-pub use tap::{TapMode, TapOrigin, TapPort, TapStatus, MAX_TAP_QUEUES};
+pub use tap::{TapMode, TapOrigin, TapPort, MAX_TAP_QUEUES};
 pub use tap_queue::TapTxQueue;
 pub use tap_uring::TapIo;
 pub use vhost_user::{
-    VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,
-    VhostUserPort, VhostUserStatus,
+    VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserPort,
+    VhostUserRole, VhostUserStatus,
 };
+pub use vqos_api::stats::TapStatus;

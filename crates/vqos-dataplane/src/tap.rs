@@ -44,12 +44,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use serde::Serialize;
-
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use crate::tap_queue::TapQueue;
 use crate::tap_uring::TapIo;
+use vqos_api::stats::TapStatus;
 
 /// Most queues of a TAP port (the kernel allows 256; 16 is what a guest's virtio-net offers
 /// at most here, as for vhost-user ports).
@@ -103,13 +102,6 @@ pub struct TapPort {
     owned: bool,
     /// Made, re-attached or attached.
     origin: TapOrigin,
-}
-
-/// A multiqueue TAP's queues, for operators (`{"tap": {...}}` in a port's stats).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TapStatus {
-    /// Frames read from each queue, by queue index: how the kernel spread them.
-    pub queue_rx_frames: Vec<u64>,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {

@@ -22,8 +22,6 @@ use vqos_api::chain;
 
 mod stats;
 
-pub use stats::port_status;
-
 /// The data plane's switch behind the [`Backend`] trait.
 pub struct SwitchBackend {
     /// The running switch.

@@ -2,15 +2,15 @@
 //! The daemon fills them from its switch (the data plane's own stats types are converted), so
 //! clients need nothing of the data plane.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{HandoverView, LockedAddrs, VhostUserRole};
+use crate::wire::{HandoverView, LockedAddrs};
 
 mod drops;
+mod status;
 
 pub use drops::{DropCounters, DropReason};
+pub use status::{AfPacketStatus, PortStatus, TapStatus, VhostUserCounters, VhostUserStatus};
 
 /// Counters and gauges of one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,106 +75,6 @@ pub struct PortStats {
     pub handover: Option<HandoverView>,
 }
 
-/// What a port kind reports beyond its counters ([`PortStats::status`]), serialised under the
-/// kind's name: `"vhost_user": {...}`, `"af_packet": {...}` or `"tap": {...}` beside the port's counters. (A
-/// status that does not parse, from another version of the daemon, reads as none.)
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PortStatus {
-    /// A vhost-user port.
-    VhostUser(Box<VhostUserStatus>),
-    /// An `AF_PACKET` port (the uplink on an existing interface).
-    AfPacket(AfPacketStatus),
-    /// A multiqueue TAP (`queues` above 1).
-    Tap(TapStatus),
-}
-
-impl PortStatus {
-    /// The vhost-user status, `None` for another kind.
-    pub fn vhost_user(&self) -> Option<&VhostUserStatus> {
-        match self {
-            PortStatus::VhostUser(s) => Some(s),
-            PortStatus::AfPacket(_) | PortStatus::Tap(_) => None,
-        }
-    }
-}
-
-/// A multiqueue TAP's queues (the data plane's `TapStatus`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TapStatus {
-    /// Frames read from each queue, by queue index: how the kernel spread what the guest's
-    /// side sent.
-    pub queue_rx_frames: Vec<u64>,
-}
-
-/// A vhost-user port's session: connection, features, the guest's misbehaviour counters (the
-/// data plane's `VhostUserStatus`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VhostUserStatus {
-    /// Port name.
-    pub name: String,
-    /// Socket role.
-    pub mode: VhostUserRole,
-    /// Socket path.
-    pub socket: String,
-    /// A frontend is connected.
-    pub connected: bool,
-    /// The session is quarantined (the guest's rings ignored until it reconnects).
-    pub quarantined: bool,
-    /// Virtio feature bits the frontend acknowledged (0 when not connected).
-    #[serde(default)]
-    pub negotiated_features: u64,
-    /// Their names (`VERSION_1`, `MRG_RXBUF`, ...).
-    #[serde(default)]
-    pub feature_names: Vec<String>,
-    /// Frames read from the guest.
-    #[serde(default)]
-    pub rx_frames: u64,
-    /// Bytes read from the guest, virtio-net headers included.
-    #[serde(default)]
-    pub rx_bytes: u64,
-    /// Frames written to the guest.
-    #[serde(default)]
-    pub tx_frames: u64,
-    /// Bytes written to the guest, virtio-net headers included.
-    #[serde(default)]
-    pub tx_bytes: u64,
-    /// Why the last session ended or the last connection attempt failed; `None` after clean
-    /// disconnects.
-    #[serde(default)]
-    pub last_error: Option<String>,
-    /// Queue pairs offered.
-    #[serde(default)]
-    pub queues: u16,
-    /// Per queue pair: `[frames read from its TX queue, frames written to its RX queue]`.
-    #[serde(default)]
-    pub pair_frames: Vec<[u64; 2]>,
-    /// The session and misbehaviour counters by name (`sessions`, `connect_failures`,
-    /// `chain_loop`, ...: the data plane's `VhostUserCounters`).
-    #[serde(default)]
-    pub counters: BTreeMap<String, u64>,
-}
-
-/// An `AF_PACKET` port's socket (the data plane's `AfPacketStatus`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AfPacketStatus {
-    /// The interface's index.
-    pub ifindex: u32,
-    /// Bytes of the virtio-net header the kernel uses: 12, or 10 on kernels before 6.2.
-    pub vnet_hdr_bytes: u64,
-    /// Frames skip the qdisc.
-    pub qdisc_bypass: bool,
-    /// Frames the kernel dropped because the socket's receive buffer was full.
-    pub kernel_drops: u64,
-    /// Frames addressed to the interface's own MAC (the host's), not read.
-    pub skipped_host: u64,
-    /// Frames the host sent on the interface, not read.
-    pub skipped_outgoing: u64,
-    /// Sockets reading the interface: one per shard that reads the uplink (fanout).
-    #[serde(default)]
-    pub readers: u32,
-}
-
 /// Counters of one poll loop.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoopStats {
@@ -236,7 +136,7 @@ pub struct SwitchStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::PortStatsView;
+    use crate::wire::{PortStatsView, VhostUserRole};
 
     #[test]
     fn a_port_status_is_read_under_its_kinds_name_beside_the_counters() {
@@ -252,7 +152,7 @@ mod tests {
         let s = s.expect("a vhost-user status");
         assert_eq!(s.mode, VhostUserRole::Client);
         assert_eq!(s.last_error.as_deref(), Some("Connection refused"));
-        assert_eq!(s.counters["connect_failures"], 2);
+        assert_eq!(s.counters.connect_failures, 2);
         assert_eq!(v.stats.rx_frames, 3);
         let back: PortStatsView =
             serde_json::from_value(serde_json::to_value(&v).unwrap()).unwrap();

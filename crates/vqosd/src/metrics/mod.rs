@@ -30,7 +30,7 @@ pub use process::FAMILIES as PROCESS_FAMILIES;
 /// Content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Reads one counter out of a port's or a loop's stats.
+/// Reads one counter out of a port's, a loop's or a vhost-user session's stats.
 type Counter<T> = fn(&T) -> u64;
 
 /// The per-port counters: family and value.
@@ -243,8 +243,9 @@ mod tests {
     use super::*;
     use crate::backend::{LoopStats, PortStats};
     use crate::wire::{PolicyView, PortStatsView};
-    use std::collections::BTreeMap;
-    use vqos_api::stats::{DropCounters, DropReason, PortStatus, VhostUserStatus};
+    use vqos_api::stats::{
+        DropCounters, DropReason, PortStatus, VhostUserCounters, VhostUserStatus,
+    };
     use vqos_sched::VifPolicy;
 
     /// A switch where every metric has something to say.
@@ -273,7 +274,10 @@ mod tests {
                         status: Some(PortStatus::VhostUser(Box::new(VhostUserStatus {
                             socket: "/run/vqos/vm1.sock".into(),
                             connected: true,
-                            counters: BTreeMap::from([("chain_loop".to_string(), 2)]),
+                            counters: VhostUserCounters {
+                                chain_loop: 2,
+                                ..Default::default()
+                            },
                             pair_frames: vec![[5, 6]],
                             ..Default::default()
                         }))),
