@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use vqos_api::stats::PortStatus;
+use vqos_api::stats::{PortCounters, PortStatus};
 use vqosd::api::Api;
 use vqosd::backend::{Backend, MockBackend, PortStats};
 use vqosd::client::{Client, Endpoint};
@@ -122,10 +122,13 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
     let (server, api, client) = serve(&text, mock.clone());
     mock.set_port_stats(PortStats {
         name: "vm1".into(),
-        ecn_marked: 3,
-        ecn_not_ect: 1,
-        rx_errors: 2,
-        mac_learn_refused: 5,
+        counters: PortCounters {
+            ecn_marked: 3,
+            ecn_not_ect: 1,
+            rx_errors: 2,
+            mac_learn_refused: 5,
+            ..Default::default()
+        },
         credit: Some(0),
         status: vhost_status(true, false, serde_json::json!({})).status,
         ..Default::default()

@@ -1,6 +1,20 @@
-//! The statistics the API reports (`GET /v1/stats`, `/metrics`): per port and per poll loop.
-//! The daemon fills them from its switch (the data plane's own stats types are converted), so
-//! clients need nothing of the data plane.
+//! The statistics of the switch: per port ([`PortStats`]: [`PortCounters`], drops by
+//! [`DropReason`], rates, engine state, the port kind's [`PortStatus`]) and per forwarding loop
+//! ([`LoopStats`]), in one snapshot ([`SwitchStats`]).
+//!
+//! These are the one definition of the statistics. The data plane (`vqos-dataplane`) counts
+//! into [`PortCounters`] and [`LoopStats`] on its hot path and fills the rest when it publishes
+//! a snapshot; the daemon serves the snapshot as it is (`GET /v1/stats`, wrapped with what only
+//! the daemon knows in `wire::PortStatsView`), `/metrics` reads it, and the CLI and the lab
+//! read it back. They live here, not in the data plane, because the API's clients must build
+//! without the data plane (this crate needs only serde and `vqos-sched`); the data plane
+//! depends on this crate instead. What only the data plane needs (its per-port tables, rate
+//! history, the port's own I/O counters, the applied policies and ECN thresholds) stays in the
+//! data plane's own types and is not published here.
+//!
+//! The JSON is the API's contract (docs/api.md): the fields keep their order and names, maps
+//! that were sorted by name (drops, vhost-user counters) still are, and a field added later
+//! has a default so that an older daemon's answer still reads.
 
 use serde::{Deserialize, Serialize};
 
@@ -8,44 +22,74 @@ use crate::wire::{HandoverView, LockedAddrs};
 
 mod drops;
 mod status;
+#[cfg(test)]
+mod tests;
 
 pub use drops::{DropCounters, DropReason};
 pub use status::{AfPacketStatus, PortStatus, TapStatus, VhostUserCounters, VhostUserStatus};
 
-/// Counters and gauges of one port.
+/// What went through a port, as the data plane counts it per frame (flattened into
+/// [`PortStats`]). Each shard counts what it read from a port and what it wrote to it; a
+/// snapshot adds them up ([`PortCounters::add`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounters {
+    /// Frames read from the port (sent by the VM; dropped ones included).
+    pub rx_frames: u64,
+    /// Bytes read from the port as they are on the wire (Ethernet headers counted per GSO
+    /// segment; virtio-net header, preamble, IFG and FCS not counted).
+    pub rx_bytes: u64,
+    /// Frames written to the port (delivered to the VM).
+    pub tx_frames: u64,
+    /// Bytes written to the port as they are on the wire (as `rx_bytes`).
+    pub tx_bytes: u64,
+    /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
+    pub drops: DropCounters,
+    /// Frames marked ECN CE: by the engine on ingress, or with the vif's ECN probability on
+    /// either of its directions (frames to the vif, frames from it to the uplink). A GSO
+    /// super-frame counts once; every segment cut from it carries CE.
+    pub ecn_marked: u64,
+    /// Frames chosen for CE marking but not ECN-capable (Not-ECT, or not IP): left unmarked.
+    #[serde(default)]
+    pub ecn_not_ect: u64,
+    /// Reads from the port that failed (retried every stats interval).
+    #[serde(default)]
+    pub rx_errors: u64,
+    /// Source MAC addresses from this port not learnt because the port's share of the MAC
+    /// table (or the table) was full; frames to them are flooded. Not a drop.
+    #[serde(default)]
+    pub mac_learn_refused: u64,
+}
+
+impl PortCounters {
+    /// Adds `o`'s counts to these (one port's counters from every shard).
+    pub fn add(&mut self, o: &PortCounters) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        self.drops.add(&o.drops);
+        self.ecn_marked += o.ecn_marked;
+        self.ecn_not_ect += o.ecn_not_ect;
+        self.rx_errors += o.rx_errors;
+        self.mac_learn_refused += o.mac_learn_refused;
+    }
+}
+
+/// One port's counters, gauges and state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortStats {
     /// Interface name.
     pub name: String,
-    /// Frames read from the port (sent by the VM).
-    pub rx_frames: u64,
-    /// Bytes read from the port.
-    pub rx_bytes: u64,
-    /// Frames written to the port (delivered to the VM).
-    pub tx_frames: u64,
-    /// Bytes written to the port.
-    pub tx_bytes: u64,
-    /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
-    pub drops: DropCounters,
-    /// Frames of the port marked ECN CE: on their way to it, or from it to the uplink.
-    pub ecn_marked: u64,
-    /// Frames chosen for CE marking but not ECN-capable (left unmarked).
-    #[serde(default)]
-    pub ecn_not_ect: u64,
-    /// Reads from the port that failed.
-    #[serde(default)]
-    pub rx_errors: u64,
-    /// Source MACs from the port not learnt because its share of the MAC table was full
-    /// (frames to them are flooded; not a drop).
-    #[serde(default)]
-    pub mac_learn_refused: u64,
+    /// What went through the port and what was dropped.
+    #[serde(flatten)]
+    pub counters: PortCounters,
     /// A TAP under `tap_io = "uring"`: 1 once its io_uring failed and it went back to one
-    /// system call per frame for good (0 otherwise).
+    /// system call per frame for good (0 otherwise; every queue of the port added up).
     #[serde(default)]
     pub uring_failures: u64,
-    /// Recent rate read from the port (what the VM sends), bit/s.
+    /// Receive rate over the data plane's last ~100 ms (what the VM sends), bit/s.
     pub rate_bps: u64,
-    /// Recent rate written to the port (what the VM receives), bit/s.
+    /// Transmit rate over the last ~100 ms (what the VM receives), bit/s.
     pub tx_rate_bps: u64,
     /// Credit or tokens left in the engine's cost unit (negative: debt); `null` for a vif the
     /// engine keeps no bucket for (a `vqos` vif without a max).
@@ -58,16 +102,18 @@ pub struct PortStats {
     /// multiqueue TAP); absent for single-queue TAPs and null ports.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PortStatus>,
-    /// Addresses port security locked to it first come.
+    /// Addresses port security locked to it first come (not its configured ones): what the
+    /// daemon persists so that a restart gives them back before the port forwards.
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
     pub locked: LockedAddrs,
     /// The forwarding loop (`loops[]`, shard) that reads the port.
     #[serde(default)]
     pub shard: usize,
-    /// Frames waiting in the vif's downlink queue now (scheduled downlink; 0 otherwise).
+    /// Frames waiting in the vif's downlink queue now (a gauge; every shard's queue added up;
+    /// 0 without the scheduled downlink).
     #[serde(default)]
     pub queued_frames: u64,
-    /// Their bytes on the wire.
+    /// Their bytes on the wire (a gauge).
     #[serde(default)]
     pub queued_bytes: u64,
     /// Its identity handed over to another port (`vqos port migrate`), while it exists.
@@ -75,16 +121,16 @@ pub struct PortStats {
     pub handover: Option<HandoverView>,
 }
 
-/// Counters of one poll loop.
+/// Counters of one forwarding loop (a shard's poll loop).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoopStats {
-    /// Loop name (e.g. `pmd0`).
+    /// Loop name: `loop0`, `loop1`, ... by shard.
     pub name: String,
-    /// Cycles spent in bursts that moved frames.
+    /// Cycles spent in iterations that did work.
     pub busy_cycles: u64,
-    /// Cycles spent polling without work.
+    /// Cycles spent in iterations that found nothing to do (waiting included).
     pub idle_cycles: u64,
-    /// Bursts served.
+    /// Batches read (from vifs and from the uplink).
     pub bursts: u64,
     /// Unit of the cycle counters: `tsc` (x86_64 time-stamp counter) or `ns`.
     #[serde(default)]
@@ -107,16 +153,33 @@ pub struct LoopStats {
     /// Control commands applied (policy snapshots, port changes, ...).
     #[serde(default)]
     pub commands: u64,
-    /// Epoll waits that failed.
+    /// Epoll waits that failed (each returned no event; the loop goes round again).
     #[serde(default)]
     pub epoll_errors: u64,
-    /// The kernel refused `epoll_pwait2`: the loop waits with `epoll_wait` and millisecond
-    /// timeouts (rounded up) instead.
+    /// The kernel refused `epoll_pwait2` (< 5.11, seccomp): the loop waits with `epoll_wait`
+    /// and millisecond timeouts (rounded up) instead.
     #[serde(default)]
     pub epoll_wait_fallback: bool,
 }
 
-/// Everything the switch reports.
+impl LoopStats {
+    /// Adds `o`'s counts to these (loops added up; the name and unit stay these).
+    pub fn add(&mut self, o: &LoopStats) {
+        self.busy_cycles += o.busy_cycles;
+        self.idle_cycles += o.idle_cycles;
+        self.bursts += o.bursts;
+        self.iterations += o.iterations;
+        self.burst_frames += o.burst_frames;
+        self.engine_ticks += o.engine_ticks;
+        self.engine_refusals += o.engine_refusals;
+        self.capacity_waits += o.capacity_waits;
+        self.commands += o.commands;
+        self.epoll_errors += o.epoll_errors;
+        self.epoll_wait_fallback |= o.epoll_wait_fallback;
+    }
+}
+
+/// A snapshot of the whole switch.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwitchStats {
     /// When the switch took this snapshot, ns on the switch's own monotonic clock (`None`: the
@@ -124,51 +187,35 @@ pub struct SwitchStats {
     /// this time, so the publication delay does not distort their windows.
     #[serde(default)]
     pub time_ns: Option<u64>,
-    /// Per port (vifs and the uplink).
+    /// Every port (vifs and the uplink), the uplink first.
     pub ports: Vec<PortStats>,
-    /// Per poll loop.
+    /// Each loop (shard) on its own, shard 0 first.
     pub loops: Vec<LoopStats>,
     /// Learnt MAC addresses (0 for a backend without a MAC table, as the mock).
     #[serde(default)]
     pub mac_entries: u64,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::{PortStatsView, VhostUserRole};
+impl SwitchStats {
+    /// The port called `name`.
+    pub fn port(&self, name: &str) -> Option<&PortStats> {
+        self.ports.iter().find(|p| p.name == name)
+    }
 
-    #[test]
-    fn a_port_status_is_read_under_its_kinds_name_beside_the_counters() {
-        let counters = r#""rx_frames":3,"rx_bytes":0,"tx_frames":0,"tx_bytes":0,"drops":{},
-            "ecn_marked":0,"rate_bps":0,"tx_rate_bps":0,"throttled":false"#;
-        let vif = r#"{"name":"vm1","role":"vif","policy":null,COUNTERS,
-            "vhost_user":{"name":"vm1","mode":"client","socket":"/run/vqos/vm1.sock",
-                "connected":false,"quarantined":false,"last_error":"Connection refused",
-                "counters":{"connect_failures":2}}}"#
-            .replace("COUNTERS", counters);
-        let v: PortStatsView = serde_json::from_str(&vif).unwrap();
-        let s = v.stats.status.as_ref().and_then(PortStatus::vhost_user);
-        let s = s.expect("a vhost-user status");
-        assert_eq!(s.mode, VhostUserRole::Client);
-        assert_eq!(s.last_error.as_deref(), Some("Connection refused"));
-        assert_eq!(s.counters.connect_failures, 2);
-        assert_eq!(v.stats.rx_frames, 3);
-        let back: PortStatsView =
-            serde_json::from_value(serde_json::to_value(&v).unwrap()).unwrap();
-        assert_eq!(back, v);
-        let up = r#"{"name":"up0","role":"uplink","policy":null,COUNTERS,
-            "af_packet":{"ifindex":2,"vnet_hdr_bytes":12,"qdisc_bypass":true,"kernel_drops":1,
-                "skipped_host":0,"skipped_outgoing":0,"readers":1}}"#
-            .replace("COUNTERS", counters);
-        let v: PortStatsView = serde_json::from_str(&up).unwrap();
-        match v.stats.status {
-            Some(PortStatus::AfPacket(a)) => assert_eq!(a.kernel_drops, 1),
-            other => panic!("{other:?}"),
+    /// The loops added up ([`LoopStats::add`]), named `all`.
+    pub fn loops_total(&self) -> LoopStats {
+        let mut all = LoopStats {
+            name: "all".into(),
+            cycles_unit: self
+                .loops
+                .first()
+                .map(|l| l.cycles_unit.clone())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        for l in &self.loops {
+            all.add(l);
         }
-        // An older daemon put the uplink's AF_PACKET status under `vhost_user`: it is none.
-        let old = up.replace("af_packet", "vhost_user");
-        let v: PortStatsView = serde_json::from_str(&old).unwrap();
-        assert_eq!(v.stats.status, None);
+        all
     }
 }

@@ -291,7 +291,10 @@ fn stats_table_shows_rate_share_policy_and_drops() {
     mock.set_port_stats(PortStats {
         name: "vm2".into(),
         rate_bps: 250_000_000,
-        drops,
+        counters: vqos_api::stats::PortCounters {
+            drops,
+            ..Default::default()
+        },
         throttled: true,
         ..Default::default()
     });

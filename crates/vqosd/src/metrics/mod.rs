@@ -35,14 +35,16 @@ type Counter<T> = fn(&T) -> u64;
 
 /// The per-port counters: family and value.
 const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
-    ("vqos_port_rx_frames_total", |s| s.rx_frames),
-    ("vqos_port_rx_bytes_total", |s| s.rx_bytes),
-    ("vqos_port_tx_frames_total", |s| s.tx_frames),
-    ("vqos_port_tx_bytes_total", |s| s.tx_bytes),
-    ("vqos_port_ecn_marked_total", |s| s.ecn_marked),
-    ("vqos_port_ecn_not_ect_total", |s| s.ecn_not_ect),
-    ("vqos_port_rx_errors_total", |s| s.rx_errors),
-    ("vqos_port_mac_learn_refused_total", |s| s.mac_learn_refused),
+    ("vqos_port_rx_frames_total", |s| s.counters.rx_frames),
+    ("vqos_port_rx_bytes_total", |s| s.counters.rx_bytes),
+    ("vqos_port_tx_frames_total", |s| s.counters.tx_frames),
+    ("vqos_port_tx_bytes_total", |s| s.counters.tx_bytes),
+    ("vqos_port_ecn_marked_total", |s| s.counters.ecn_marked),
+    ("vqos_port_ecn_not_ect_total", |s| s.counters.ecn_not_ect),
+    ("vqos_port_rx_errors_total", |s| s.counters.rx_errors),
+    ("vqos_port_mac_learn_refused_total", |s| {
+        s.counters.mac_learn_refused
+    }),
     ("vqos_port_queued_frames", |s| s.queued_frames),
     ("vqos_port_queued_bytes", |s| s.queued_bytes),
 ];
@@ -89,6 +91,7 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
     match name {
         "vqos_port_info" => vec![(format!(",role=\"{}\"", esc(&p.role)), "1".into())],
         "vqos_port_drops_total" => s
+            .counters
             .drops
             .iter()
             .map(|(reason, n)| (format!(",reason=\"{}\"", reason.name()), n.to_string()))
@@ -244,7 +247,7 @@ mod tests {
     use crate::backend::{LoopStats, PortStats};
     use crate::wire::{PolicyView, PortStatsView};
     use vqos_api::stats::{
-        DropCounters, DropReason, PortStatus, VhostUserCounters, VhostUserStatus,
+        DropCounters, DropReason, PortCounters, PortStatus, VhostUserCounters, VhostUserStatus,
     };
     use vqos_sched::VifPolicy;
 
@@ -267,8 +270,11 @@ mod tests {
                 PortStatsView {
                     stats: PortStats {
                         name: "vm\"1".into(),
-                        rx_frames: 10,
-                        drops,
+                        counters: PortCounters {
+                            rx_frames: 10,
+                            drops,
+                            ..Default::default()
+                        },
                         credit: Some(-5),
                         throttled: true,
                         status: Some(PortStatus::VhostUser(Box::new(VhostUserStatus {
