@@ -2,9 +2,10 @@
 //!
 //! The vqos control API as its clients see it, in the manner of Cloud Hypervisor's
 //! `api_client`: the request and answer types ([`wire`]), the statistics the daemon reports
-//! ([`stats`]), the HTTP/1.1 subset both ends speak ([`http`]) and a small [`client`] over the
-//! unix socket or loopback TCP. The daemon (`vqosd`) serves these types; the `vqos` CLI and the
-//! lab use them without linking the daemon or the data plane.
+//! ([`stats`], which the data plane fills itself), the HTTP/1.1 subset both ends speak
+//! ([`http`]) and a small [`client`] over the unix socket or loopback TCP. The daemon (`vqosd`)
+//! serves these types; the `vqos` CLI and the lab use them without linking the daemon or the
+//! data plane.
 //!
 //! ## API
 //! - [`client::Client`]`::new(`[`client::Endpoint`]`)` / `from_url`, then `call::<T>(method,
@@ -19,8 +20,10 @@
 //!   `POST /v1/calibrate`).
 //! - [`access`]: `Account`, `FileMode` (a vhost-user server socket's owner, group and mode).
 //! - [`migrate`]: `MigrateRequest`, `MigratedView`, `HandoverView` (`vqos port migrate`).
-//! - [`stats`]: `PortStats`, `PortStatus` (`VhostUserStatus`, `AfPacketStatus`, `TapStatus`), `LoopStats`,
-//!   `SwitchStats`, [`stats::DROP_REASONS`].
+//! - [`stats`]: `SwitchStats` (`PortStats` with its `PortCounters`, `DropCounters` by
+//!   `DropReason`, and `PortStatus`: `VhostUserStatus`, `AfPacketStatus`, `TapStatus`;
+//!   `LoopStats`): the one definition of the statistics, which the data plane fills and the
+//!   daemon serves as they are.
 //! - [`DEFAULT_SOCKET`]: where the daemon listens by default.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

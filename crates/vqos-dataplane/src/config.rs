@@ -2,6 +2,8 @@
 //! of frames ([`Readiness`]) and the experiments' [`EmulatedWork`].
 
 use serde::Serialize;
+use vqos_api::port::LockedAddrs;
+use vqos_api::wire::MacAddr;
 use vqos_sched::{CostModel, Engine, EngineKind};
 
 use crate::afpacket::AfPacketPort;
@@ -97,25 +99,29 @@ impl Locks {
     pub fn is_empty(&self) -> bool {
         self.macs.is_empty() && self.ips.is_empty()
     }
-}
 
-impl Serialize for Locks {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("Locks", 2)?;
-        let macs: Vec<String> = self
-            .macs
-            .iter()
-            .map(|&m| crate::frame::format_mac(m))
-            .collect();
-        let ips: Vec<String> = self
-            .ips
-            .iter()
-            .map(|&k| crate::guard::key_ip(k).to_string())
-            .collect();
-        st.serialize_field("macs", &macs)?;
-        st.serialize_field("ips", &ips)?;
-        st.end()
+    /// The same addresses as the API has them (a port's stats, the daemon's state file).
+    pub fn addrs(&self) -> LockedAddrs {
+        LockedAddrs {
+            macs: (self.macs.iter())
+                .map(|&m| MacAddr(crate::frame::mac_octets(m)))
+                .collect(),
+            ips: self.ips.iter().map(|&k| crate::guard::key_ip(k)).collect(),
+        }
+    }
+
+    /// The locks `addrs` gives back (a port restored from the daemon's state file).
+    pub fn from_addrs(addrs: &LockedAddrs) -> Locks {
+        Locks {
+            macs: (addrs.macs.iter())
+                .map(|m| crate::frame::mac_key(&m.0))
+                .collect(),
+            ips: addrs
+                .ips
+                .iter()
+                .map(|&ip| crate::guard::ip_key(ip))
+                .collect(),
+        }
     }
 }
 

@@ -571,7 +571,8 @@ impl Switch {
             storm_pps: self.storm_pps,
             flood_unknown_to_vifs: self.flood_unknown_to_vifs,
             counters: LoopStats {
-                cycles_unit: self.counters.cycles_unit,
+                name: format!("loop{index}"),
+                cycles_unit: self.counters.cycles_unit.clone(),
                 ..Default::default()
             },
             cost_samples: Arc::new(crate::calib::CostSamples::new()),

@@ -211,12 +211,19 @@ pub fn is_group(mac: MacKey) -> bool {
     mac & (1 << 40) != 0
 }
 
+/// The six octets of a [`MacKey`] (the inverse of [`mac_key`]).
+#[inline]
+pub fn mac_octets(mac: MacKey) -> [u8; 6] {
+    let o = mac.to_be_bytes();
+    [o[2], o[3], o[4], o[5], o[6], o[7]]
+}
+
 /// Formats a [`MacKey`] as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: MacKey) -> String {
-    let o = mac.to_be_bytes();
+    let o = mac_octets(mac);
     format!(
         "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        o[2], o[3], o[4], o[5], o[6], o[7]
+        o[0], o[1], o[2], o[3], o[4], o[5]
     )
 }
 

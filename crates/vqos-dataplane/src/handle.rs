@@ -427,7 +427,7 @@ impl SwitchHandle {
     }
 
     /// The latest stats: every shard's last snapshot (each publishes every
-    /// `stats_interval_ns`), merged ([`SwitchStats::merge`]).
+    /// `stats_interval_ns`), merged ([`crate::stats::merge`]).
     pub fn stats(&self) -> Arc<SwitchStats> {
         let control = lock(&self.control);
         let snaps: Vec<Arc<SwitchStats>> = control
@@ -440,8 +440,8 @@ impl SwitchHandle {
             1 => snaps
                 .into_iter()
                 .next()
-                .unwrap_or_else(|| Arc::new(SwitchStats::merge(&[]))),
-            _ => Arc::new(SwitchStats::merge(&snaps)),
+                .unwrap_or_else(|| Arc::new(crate::stats::merge(&[]))),
+            _ => Arc::new(crate::stats::merge(&snaps)),
         }
     }
 
@@ -460,7 +460,8 @@ impl SwitchHandle {
         let now_ns = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         LoopHealth {
             running,
-            stats_age_ns: now_ns.saturating_sub(self.stats().time_ns),
+            // No snapshot yet: as old as the switch.
+            stats_age_ns: now_ns.saturating_sub(self.stats().time_ns.unwrap_or(0)),
         }
     }
 

@@ -25,11 +25,12 @@
 //! - [`SwitchHandle::set_ecn_probabilities`]`(Vec<(name, f64)>)`: per-vif CE marking
 //!   probability on the vif's data direction (the PID-ECN controller's output), by vif name
 //!   (others get 0; an unknown name refuses the call).
-//! - [`SwitchHandle::stats`]`() -> Arc<`[`SwitchStats`]`>` (serde `Serialize`): per port rx/tx
-//!   frames and bytes, [`DropCounters`] by [`DropReason`], ECN marks, engine state, rx/tx rate
-//!   over the last ~100 ms, the policy; per loop busy/idle cycles, bursts, iterations.
-//!   Published every 25 ms and right after every change. [`SwitchHandle::loop_health`]: is the
-//!   loop alive, how old are its stats.
+//! - [`SwitchHandle::stats`]`() -> Arc<`[`SwitchStats`]`>`: per port rx/tx frames and bytes,
+//!   [`DropCounters`] by [`DropReason`], ECN marks, engine state, rx/tx rate over the last
+//!   ~100 ms, the port kind's status; per loop busy/idle cycles, bursts, iterations. The types
+//!   are the API's (`vqos_api::stats`, re-exported here): the daemon serves them as they are
+//!   ([`stats`] says why they live there). Published every 25 ms and right after every change.
+//!   [`SwitchHandle::loop_health`]: is the loop alive, how old are its stats.
 //! - [`SwitchHandle::stop`]`()`; dropping the handle stops too.
 //! - [`SwitchConfig::threads`] / [`SwitchConfig::cpus`]: several loop threads (shards), each
 //!   reading its own ports with its own engine, sharing the address tables, the ports' I/O
@@ -111,14 +112,15 @@ pub use null::NullPort;
 pub use port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 pub use shards::Shards;
 pub use stats::{
-    DropCounters, DropReason, HandoverStats, LoopStats, PortCounters, PortRole, PortStats,
+    DropCounters, DropReason, HandoverView, LoopStats, PortCounters, PortRole, PortStats,
     SwitchStats,
 };
 pub use switch::{Poll, Switch};
-pub use tap::{TapMode, TapOrigin, TapPort, TapStatus, MAX_TAP_QUEUES};
+pub use tap::{TapMode, TapOrigin, TapPort, MAX_TAP_QUEUES};
 pub use tap_queue::TapTxQueue;
 pub use tap_uring::TapIo;
 pub use vhost_user::{
-    VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserMode,
-    VhostUserPort, VhostUserStatus,
+    VhostUserConfig, VhostUserCounters, VhostUserError, VhostUserHandle, VhostUserPort,
+    VhostUserRole, VhostUserStatus,
 };
+pub use vqos_api::stats::TapStatus;

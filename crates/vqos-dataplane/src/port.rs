@@ -8,10 +8,8 @@ use serde::Serialize;
 use thiserror::Error;
 use vqos_sched::MAX_BURST;
 
-use crate::afpacket::AfPacketStatus;
 use crate::frame::FRAME_BUF_BYTES;
-use crate::tap::TapStatus;
-use crate::vhost_user::VhostUserStatus;
+pub use vqos_api::stats::PortStatus;
 
 /// Frames one [`Batch`] holds (the engine's burst limit).
 pub const BATCH_FRAMES: usize = MAX_BURST as usize;
@@ -100,19 +98,6 @@ impl PortIoCounters {
         self.tx_errors += o.tx_errors;
         self.uring_failures += o.uring_failures;
     }
-}
-
-/// What a port kind reports beyond its counters ([`Port::status`]), serialised under the
-/// kind's name: `{"vhost_user": {...}}`, `{"af_packet": {...}}` or `{"tap": {...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PortStatus {
-    /// A vhost-user port: connection, features, the guest's misbehaviour counters.
-    VhostUser(Box<VhostUserStatus>),
-    /// An `AF_PACKET` port (the uplink on an existing interface).
-    AfPacket(AfPacketStatus),
-    /// A multiqueue TAP: frames read per queue.
-    Tap(TapStatus),
 }
 
 /// Up to [`BATCH_FRAMES`] frame buffers of [`FRAME_BUF_BYTES`] each, allocated once.

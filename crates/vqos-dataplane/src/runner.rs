@@ -119,9 +119,10 @@ impl Runner {
 
     fn publish(&mut self, now: u64) {
         let mut stats = self.sw.stats(now);
-        stats.loop_stats.epoll_errors = self.epoll.as_ref().map_or(0, Epoll::errors);
-        stats.loop_stats.epoll_wait_fallback =
-            self.epoll.as_ref().is_some_and(Epoll::uses_fallback);
+        for l in &mut stats.loops {
+            l.epoll_errors = self.epoll.as_ref().map_or(0, Epoll::errors);
+            l.epoll_wait_fallback = self.epoll.as_ref().is_some_and(Epoll::uses_fallback);
+        }
         *self.stats_out.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(stats);
     }
 

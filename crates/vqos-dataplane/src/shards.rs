@@ -496,13 +496,13 @@ impl Shards {
         self.placement.set_policies(&mut c, policies)
     }
 
-    /// One snapshot of every shard, merged ([`SwitchStats::merge`]).
+    /// One snapshot of every shard, merged ([`crate::stats::merge`]).
     pub fn stats(&mut self, now_ns: u64) -> SwitchStats {
         let snaps: Vec<Arc<SwitchStats>> = self
             .switches
             .iter_mut()
             .map(|s| Arc::new(s.stats(now_ns)))
             .collect();
-        SwitchStats::merge(&snaps)
+        crate::stats::merge(&snaps)
     }
 }

@@ -1,154 +1,32 @@
-//! What the loop publishes: [`SwitchStats`], a snapshot taken at least every 50 ms.
+//! What the loops publish: a [`SwitchStats`] per shard, every stats interval and right after a
+//! change, and [`merge`], which makes one snapshot of them.
+//!
+//! The statistics types are the API's (`vqos_api::stats`, re-exported here): one definition
+//! that the data plane fills, the daemon serves, `/metrics` exports and the CLI reads, with no
+//! conversion on the way. They live in `vqos-api` because the API's clients build without the
+//! data plane; this crate depends on `vqos-api` for them. The loop counts straight into
+//! [`PortCounters`] (its port table) and [`LoopStats`] (its own counters); the rest of a
+//! [`PortStats`] (rates, engine state, the port kind's status, locks, queue depths) is filled
+//! when a snapshot is taken ([`crate::Switch::stats`]). What only the data plane needs stays in
+//! its own types and out of the snapshot: the ports' own I/O counters
+//! ([`crate::PortIoCounters`], of which `uring_failures` is published), the applied policies
+//! ([`crate::Switch::policies`]), the ECN thresholds ([`crate::Switch::ecn_probability`]) and
+//! the count of applied snapshots ([`crate::Switch::policy_epoch`]).
 
-use serde::Serialize;
-use vqos_sched::{EngineKind, VifEngineState, VifPolicy};
+use std::sync::Arc;
+
+pub use vqos_api::stats::{
+    DropCounters, DropReason, LoopStats, PortCounters, PortStats, SwitchStats,
+};
+pub use vqos_api::wire::HandoverView;
 
 use crate::config::Locks;
-use crate::port::{PortIoCounters, PortStatus};
-
-/// Why a frame was dropped. Ingress reasons are counted on the port the frame came from,
-/// egress reasons (`rate_limited`, `tx_error`) on the port it was going to. This enum is the
-/// one list of reasons: the daemon's API, its metrics and the CLI take their names from
-/// [`DropReason::ALL`], so a new reason is one variant here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DropReason {
-    /// Shorter than the virtio-net header plus an Ethernet header.
-    Truncated,
-    /// Longer than 64 KiB plus headers.
-    Oversized,
-    /// Inconsistent virtio-net header (GSO type, flags, offsets).
-    BadVnetHdr,
-    /// A source MAC the port may not use: a group address, one outside its configured list
-    /// or beyond its learning lock, or one that lives on another port.
-    Spoofed,
-    /// The engine's `admit` said drop (policers).
-    Policed,
-    /// Over the destination vif's maximum on the uplink→vif direction.
-    RateLimited,
-    /// The destination port refused the frame (ring full, link down).
-    TxError,
-    /// The destination was learnt on the port the frame came from.
-    Hairpin,
-    /// Broadcast, multicast or unknown-unicast frames beyond the port's storm-control rate.
-    Storm,
-    /// An IPv4 or IPv6 source address the vif may not use (another's, a group address, or
-    /// the unspecified address outside DHCP and neighbour discovery).
-    IpSpoofed,
-    /// ARP whose sender IP the vif may not use, or whose sender hardware address is not the
-    /// frame's source.
-    ArpSpoofed,
-    /// An IPv6 neighbour advertisement for a target address the vif may not use.
-    NdSpoofed,
-    /// An IPv6 router advertisement or redirect from a vif that is not a router.
-    RogueRouter,
-    /// A DHCPv4 or DHCPv6 server message from a vif that is not a DHCP server.
-    RogueDhcp,
-    /// IEEE 802.1D reserved multicast (01:80:c2:00:00:0x: STP, PAUSE, LACP, EAPOL, LLDP) or
-    /// MAC control frames, which a bridge never forwards.
-    Reserved,
-    /// An 802.1Q or 802.1ad tagged frame from a vif (an access port).
-    Tagged,
-    /// The destination vif's downlink queue (or the shard's queue memory) was full.
-    QueueFull,
-    /// The downlink's AQM (CoDel) signalled a frame that is not ECN-capable.
-    Aqm,
-}
-
-impl DropReason {
-    /// Every reason, in counter order.
-    pub const ALL: [DropReason; 18] = [
-        DropReason::Truncated,
-        DropReason::Oversized,
-        DropReason::BadVnetHdr,
-        DropReason::Spoofed,
-        DropReason::Policed,
-        DropReason::RateLimited,
-        DropReason::TxError,
-        DropReason::Hairpin,
-        DropReason::Storm,
-        DropReason::IpSpoofed,
-        DropReason::ArpSpoofed,
-        DropReason::NdSpoofed,
-        DropReason::RogueRouter,
-        DropReason::RogueDhcp,
-        DropReason::Reserved,
-        DropReason::Tagged,
-        DropReason::QueueFull,
-        DropReason::Aqm,
-    ];
-
-    /// The name used in the API, the metrics' `reason` label and the CLI.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DropReason::Truncated => "truncated",
-            DropReason::Oversized => "oversized",
-            DropReason::BadVnetHdr => "bad_vnet_hdr",
-            DropReason::Spoofed => "spoofed",
-            DropReason::Policed => "policed",
-            DropReason::RateLimited => "rate_limited",
-            DropReason::TxError => "tx_error",
-            DropReason::Hairpin => "hairpin",
-            DropReason::Storm => "storm",
-            DropReason::IpSpoofed => "ip_spoofed",
-            DropReason::ArpSpoofed => "arp_spoofed",
-            DropReason::NdSpoofed => "nd_spoofed",
-            DropReason::RogueRouter => "rogue_router",
-            DropReason::RogueDhcp => "rogue_dhcp",
-            DropReason::Reserved => "reserved",
-            DropReason::Tagged => "tagged",
-            DropReason::QueueFull => "queue_full",
-            DropReason::Aqm => "aqm",
-        }
-    }
-}
-
-/// Frames dropped, one counter per [`DropReason`]; serialised as a map from reason name to
-/// count, every reason present.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DropCounters([u64; DropReason::ALL.len()]);
-
-impl DropCounters {
-    /// All drops.
-    pub fn total(&self) -> u64 {
-        self.0.iter().sum()
-    }
-
-    /// Every reason with its count, in [`DropReason::ALL`] order.
-    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL.iter().map(|&r| (r, self[r]))
-    }
-}
-
-impl std::ops::Index<DropReason> for DropCounters {
-    type Output = u64;
-    #[inline]
-    fn index(&self, r: DropReason) -> &u64 {
-        &self.0[r as usize]
-    }
-}
-
-impl std::ops::IndexMut<DropReason> for DropCounters {
-    #[inline]
-    fn index_mut(&mut self, r: DropReason) -> &mut u64 {
-        &mut self.0[r as usize]
-    }
-}
-
-impl Serialize for DropCounters {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(DropReason::ALL.len()))?;
-        for (r, n) in self.iter() {
-            m.serialize_entry(r.name(), &n)?;
-        }
-        m.end()
-    }
-}
+use crate::port::PortStatus;
+use crate::ports::RATE_SAMPLES;
+use crate::switch::Switch;
 
 /// A port's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PortRole {
     /// The shared link to the outside.
     Uplink,
@@ -156,244 +34,160 @@ pub enum PortRole {
     Vif,
 }
 
-/// What went through a port, as the loop counts it (one definition for the loop's own table
-/// and for [`PortStats`]).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PortCounters {
-    /// Frames read from the port (dropped ones included).
-    pub rx_frames: u64,
-    /// Bytes read from the port as they are on the wire (`frame::wire_bytes`: Ethernet headers
-    /// counted per GSO segment, virtio-net header, preamble, IFG and FCS not counted).
-    pub rx_bytes: u64,
-    /// Frames written to the port.
-    pub tx_frames: u64,
-    /// Bytes written to the port as they are on the wire (as `rx_bytes`).
-    pub tx_bytes: u64,
-    /// Drops by reason.
-    pub drops: DropCounters,
-    /// Frames marked ECN CE: by the engine on ingress, or with the vif's ECN probability on
-    /// either of its directions (frames to the vif, frames from it to the uplink). A GSO
-    /// super-frame counts once; every segment cut from it carries CE.
-    pub ecn_marked: u64,
-    /// Frames chosen for CE marking but not ECN-capable (Not-ECT, or not IP): left unmarked.
-    pub ecn_not_ect: u64,
-    /// Reads from the port that failed (retried every stats interval).
-    pub rx_errors: u64,
-    /// Source MAC addresses from this port not learnt because the port's share of the MAC
-    /// table (or the table) was full; frames to them are flooded. Not a drop.
-    pub mac_learn_refused: u64,
-    /// Frames waiting in the vif's downlink queue now (a gauge; every shard's queue added
-    /// up; 0 without the scheduled downlink).
-    pub queued_frames: u64,
-    /// Their bytes on the wire (a gauge).
-    pub queued_bytes: u64,
-}
-
-/// One port's counters and state.
-#[derive(Debug, Clone, Serialize)]
-pub struct PortStats {
-    /// Port name.
-    pub name: String,
-    /// Uplink or vif.
-    pub role: PortRole,
-    /// Vif id in the current policy set (vifs only).
-    pub vif: Option<usize>,
-    /// The vif's policy (vifs only).
-    pub policy: Option<VifPolicy>,
-    /// What went through the port and what was dropped.
-    #[serde(flatten)]
-    pub counters: PortCounters,
-    /// Probability of CE marking of the vif's data, to it from the uplink and from it to the
-    /// uplink (vifs only).
-    pub ecn_probability: f64,
-    /// The engine's view of the vif (credit, throttled).
-    pub engine: Option<VifEngineState>,
-    /// Receive rate over the last ~100 ms, bits per second.
-    pub rx_rate_bps: u64,
-    /// Transmit rate over the last ~100 ms, bits per second.
-    pub tx_rate_bps: u64,
-    /// The port's own I/O counters.
-    pub io: PortIoCounters,
-    /// The port kind's own status ([`crate::Port::status`]; vhost-user: connection, features,
-    /// the guest's misbehaviour counters), under the kind's name (`vhost_user`, `af_packet`);
-    /// absent for TAPs.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub status: Option<PortStatus>,
-    /// The addresses port security locked to it first come (not its configured ones): what
-    /// the daemon persists so that a restart gives them back before the port forwards.
-    #[serde(skip_serializing_if = "Locks::is_empty")]
-    pub locked: Locks,
-    /// The shard (forwarding thread) that reads the port.
-    pub shard: usize,
-    /// The hand-over of its identity to another port (`vqos port migrate`), if one was made
-    /// and the port is still there.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub handover: Option<HandoverStats>,
-}
-
-/// A source port's hand-over ([`PortStats::handover`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HandoverStats {
-    /// The port its identity goes to.
-    pub to: String,
-    /// The destination carried its first frame: the addresses are its own, this port may
-    /// claim none.
-    pub complete: bool,
-}
-
-/// The poll loop's counters.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct LoopStats {
-    /// Loop iterations.
-    pub iterations: u64,
-    /// Batches read (from vifs and from the uplink).
-    pub bursts: u64,
-    /// Frames read in those batches.
-    pub burst_frames: u64,
-    /// Cycles spent in iterations that did work.
-    pub busy_cycles: u64,
-    /// Cycles spent in iterations that found nothing to do (waiting included).
-    pub idle_cycles: u64,
-    /// Unit of the cycle counters: `tsc` (x86_64 rdtsc) or `ns`.
-    pub cycles_unit: &'static str,
-    /// Engine ticks run.
-    pub engine_ticks: u64,
-    /// Times the engine refused every ready vif.
-    pub engine_refusals: u64,
-    /// Times the uplink capacity bucket held vif traffic back.
-    pub capacity_waits: u64,
-    /// Control commands applied.
-    pub commands: u64,
-    /// Epoll waits that failed (each returned no event; the loop goes round again).
-    pub epoll_errors: u64,
-    /// The kernel refused `epoll_pwait2` (< 5.11, seccomp): `epoll_wait` with millisecond
-    /// timeouts (rounded up) is used instead.
-    pub epoll_wait_fallback: bool,
-}
-
-/// A snapshot of the whole switch.
-#[derive(Debug, Clone, Serialize)]
-pub struct SwitchStats {
-    /// Loop clock when taken, ns since the switch started.
-    pub time_ns: u64,
-    /// Counts applied policy snapshots (port changes included); grows by one per change.
-    pub policy_epoch: u64,
-    /// The engine.
-    pub engine: EngineKind,
-    /// Uplink capacity, bits per second (`None` = unlimited).
-    pub capacity_bps: Option<u64>,
-    /// Learnt MAC addresses.
-    pub mac_entries: usize,
-    /// Every port, uplink first.
-    pub ports: Vec<PortStats>,
-    /// The loops' counters added up.
-    #[serde(rename = "loop")]
-    pub loop_stats: LoopStats,
-    /// Each loop (shard) on its own, shard 0 first.
-    pub loops: Vec<LoopStats>,
-}
-
-impl PortCounters {
-    /// Adds `o`'s counts to these (one port's counters from every shard).
-    pub fn add(&mut self, o: &PortCounters) {
-        self.rx_frames += o.rx_frames;
-        self.rx_bytes += o.rx_bytes;
-        self.tx_frames += o.tx_frames;
-        self.tx_bytes += o.tx_bytes;
-        for (r, n) in o.drops.iter() {
-            self.drops[r] += n;
-        }
-        self.ecn_marked += o.ecn_marked;
-        self.ecn_not_ect += o.ecn_not_ect;
-        self.rx_errors += o.rx_errors;
-        self.mac_learn_refused += o.mac_learn_refused;
-        self.queued_frames += o.queued_frames;
-        self.queued_bytes += o.queued_bytes;
-    }
-}
-
-impl LoopStats {
-    /// Adds `o`'s counts to these (the loops added up).
-    fn add(&mut self, o: &LoopStats) {
-        self.iterations += o.iterations;
-        self.bursts += o.bursts;
-        self.burst_frames += o.burst_frames;
-        self.busy_cycles += o.busy_cycles;
-        self.idle_cycles += o.idle_cycles;
-        self.engine_ticks += o.engine_ticks;
-        self.engine_refusals += o.engine_refusals;
-        self.capacity_waits += o.capacity_waits;
-        self.commands += o.commands;
-        self.epoll_errors += o.epoll_errors;
-        self.epoll_wait_fallback |= o.epoll_wait_fallback;
-    }
-}
-
-impl SwitchStats {
-    /// One snapshot of a switch from its shards' (shard 0 first): each port's counters added
-    /// up over the shards (every shard counts what it sent to a port, the shard that reads it
-    /// what it read), its I/O counters added up over its queues, its engine state, status and
-    /// locks from the shard that reads it; the loops side by side and added up; the oldest
-    /// time.
-    pub fn merge(shards: &[std::sync::Arc<SwitchStats>]) -> SwitchStats {
-        let Some(first) = shards.first() else {
-            return SwitchStats {
-                time_ns: 0,
-                policy_epoch: 0,
-                engine: EngineKind::Rr,
-                capacity_bps: None,
-                mac_entries: 0,
-                ports: Vec::new(),
-                loop_stats: LoopStats::default(),
-                loops: Vec::new(),
+/// One snapshot of a switch from its shards' (shard 0 first): each port's counters, rates,
+/// `uring_failures` and queue depths added up over the shards (every shard counts what it sent
+/// to a port and holds its own queue for it, the shard that reads it what it read; the I/O
+/// counters of a port's queues are its shards'), its engine state, status and locks from the
+/// shard that reads it (an `AF_PACKET` uplink read by several shards: each reader's counts
+/// added up); the loops side by side; the oldest time; the MAC table's size from shard 0 (the
+/// table is shared).
+pub fn merge(shards: &[Arc<SwitchStats>]) -> SwitchStats {
+    let Some(first) = shards.first() else {
+        return SwitchStats::default();
+    };
+    let mut out = (**first).clone();
+    for (i, s) in shards.iter().enumerate().skip(1) {
+        out.time_ns = out.time_ns.min(s.time_ns);
+        out.loops.extend(s.loops.iter().cloned());
+        for (k, p) in s.ports.iter().enumerate() {
+            // Every shard lists the ports in slot order: the same position, unless a
+            // control call is half-way through the shards.
+            let at = match out.ports.get(k) {
+                Some(o) if o.name == p.name => Some(k),
+                _ => out.ports.iter().position(|o| o.name == p.name),
             };
-        };
-        if shards.len() == 1 {
-            return (**first).clone();
-        }
-        let mut out = (**first).clone();
-        out.loops = shards.iter().map(|s| s.loop_stats.clone()).collect();
-        for (i, s) in shards.iter().enumerate().skip(1) {
-            out.time_ns = out.time_ns.min(s.time_ns);
-            out.loop_stats.add(&s.loop_stats);
-            for (k, p) in s.ports.iter().enumerate() {
-                // Every shard lists the ports in slot order: the same position, unless a
-                // control call is half-way through the shards.
-                let at = match out.ports.get(k) {
-                    Some(o) if o.name == p.name => Some(k),
-                    _ => out.ports.iter().position(|o| o.name == p.name),
-                };
-                let Some(o) = at.and_then(|k| out.ports.get_mut(k)) else {
-                    continue;
-                };
-                o.counters.add(&p.counters);
-                o.io.add(&p.io);
-                o.rx_rate_bps += p.rx_rate_bps;
-                o.tx_rate_bps += p.tx_rate_bps;
-                if let (Some(PortStatus::AfPacket(a)), Some(PortStatus::AfPacket(b))) =
-                    (&mut o.status, &p.status)
-                {
-                    // The uplink read by several shards (fanout): one socket each.
-                    a.add(b);
-                } else if let (Some(PortStatus::Tap(a)), Some(PortStatus::Tap(b))) =
-                    (&mut o.status, &p.status)
-                {
-                    // A TAP whose queues are read on several shards: each counts its own.
-                    a.add(b);
-                } else if p.shard == i {
-                    // A port's state is its home shard's.
-                    o.engine = p.engine;
-                    o.status = p.status.clone();
-                    o.locked = p.locked.clone();
-                    o.handover = p.handover.clone();
-                }
+            let Some(o) = at.and_then(|k| out.ports.get_mut(k)) else {
+                continue;
+            };
+            o.counters.add(&p.counters);
+            o.uring_failures += p.uring_failures;
+            o.rate_bps += p.rate_bps;
+            o.tx_rate_bps += p.tx_rate_bps;
+            o.queued_frames += p.queued_frames;
+            o.queued_bytes += p.queued_bytes;
+            if let (Some(PortStatus::AfPacket(a)), Some(PortStatus::AfPacket(b))) =
+                (&mut o.status, &p.status)
+            {
+                // The uplink read by several shards (fanout): one socket each.
+                a.add(b);
+            } else if let (Some(PortStatus::Tap(a)), Some(PortStatus::Tap(b))) =
+                (&mut o.status, &p.status)
+            {
+                // A TAP whose queues are read on several shards: each counts its own.
+                a.add(b);
+            } else if p.shard == i {
+                // A port's state is its home shard's.
+                o.credit = p.credit;
+                o.throttled = p.throttled;
+                o.status = p.status.clone();
+                o.locked = p.locked.clone();
+                o.handover = p.handover.clone();
             }
         }
-        out
+    }
+    out
+}
+
+impl Switch {
+    /// Policy snapshots applied so far (port changes included): grows by one per change.
+    pub fn policy_epoch(&self) -> u64 {
+        self.policy_epoch
     }
 
-    /// The port called `name`.
-    pub fn port(&self, name: &str) -> Option<&PortStats> {
-        self.ports.iter().find(|p| p.name == name)
+    /// The CE-marking probability this shard applies to the frames of the vif called `name`
+    /// (0 until one is set; [`Switch::set_ecn_probabilities`]); `None` for the uplink and for
+    /// a port it does not know.
+    pub fn ecn_probability(&self, name: &str) -> Option<f64> {
+        let s = self.ports.get(self.slot_of(name)?)?;
+        s.global_vif?;
+        // The threshold is the probability scaled to 2^32 (exact for 0 and 1).
+        Some(s.ecn_threshold as f64 / 4_294_967_296.0)
+    }
+
+    /// True when a stats snapshot is due (every `stats_interval_ns`, and right after a
+    /// change).
+    pub fn stats_due(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_stats_ns
+    }
+
+    /// A snapshot of every port and the loop. Ports whose last read failed are retried from
+    /// here (their frames may still wait, and an edge-triggered descriptor will not say so).
+    pub fn stats(&mut self, now_ns: u64) -> SwitchStats {
+        self.next_stats_ns = now_ns + self.stats_interval_ns;
+        let mut ports = Vec::new();
+        let heirs: Vec<(usize, String)> = (self.ports.iter())
+            .filter_map(|(_, s)| s.heir.map(|(h, _)| (h, self.port_name(h))))
+            .collect();
+        for (slot, s) in self.ports.iter_mut_slots() {
+            if s.local && s.rx_failed {
+                s.rx_failed = false;
+                s.ready = true;
+                if let Some(v) = s.vif {
+                    self.sched.set_ready(v, true);
+                }
+            }
+            let oldest = s.rate_hist[s.rate_pos];
+            s.rate_hist[s.rate_pos] = (now_ns, s.c.rx_bytes, s.c.tx_bytes);
+            s.rate_pos = (s.rate_pos + 1) % RATE_SAMPLES;
+            let dt = now_ns.saturating_sub(oldest.0).max(1);
+            // bytes < 2^64, ×8e9 fits in u128.
+            let rate = |b: u64| (u128::from(b) * 8_000_000_000 / u128::from(dt)) as u64;
+            // The depth of this shard's own queue to the vif.
+            let depth = match (&self.downlink, s.global_vif) {
+                (Some(d), Some(v)) => d.depth(v),
+                _ => Default::default(),
+            };
+            // The port's own counters and status from the shard that reads it, and the
+            // counters of a transmit queue of this shard's own.
+            let (io, status) = if s.local || s.own_queue {
+                let p = s.port.lock();
+                (p.counters(), p.status())
+            } else {
+                Default::default()
+            };
+            // No engine state (the uplink, a vif another shard reads) reads as credit 0.
+            let engine = s.vif.map(|v| self.sched.vif_state(v)).unwrap_or_default();
+            ports.push(PortStats {
+                name: s.name.clone(),
+                counters: s.c,
+                uring_failures: io.uring_failures,
+                rate_bps: rate(s.c.rx_bytes - oldest.1),
+                tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
+                // The engines report i64::MAX for a vif they keep no bucket for.
+                credit: (engine.credit != i64::MAX).then_some(engine.credit),
+                throttled: engine.throttled,
+                status,
+                locked: match (s.local, s.carriers.count_ones() > 1) {
+                    (false, _) => Default::default(),
+                    (true, false) => s.locks().addrs(),
+                    // Read on several shards: the port's list is the shared one.
+                    (true, true) => (self.addrs.lock().locks.get(slot as u16))
+                        .map(Locks::addrs)
+                        .unwrap_or_default(),
+                },
+                shard: s.home,
+                queued_frames: depth.frames,
+                queued_bytes: depth.bytes,
+                handover: s
+                    .heir
+                    .filter(|_| s.local)
+                    .map(|(h, complete)| HandoverView {
+                        to: heirs
+                            .iter()
+                            .find(|(slot, _)| *slot == h)
+                            .map_or_else(String::new, |(_, n)| n.clone()),
+                        complete,
+                    }),
+            });
+        }
+        SwitchStats {
+            time_ns: Some(now_ns),
+            ports,
+            loops: vec![self.counters.clone()],
+            mac_entries: self.addrs.lock().macs.len() as u64,
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -31,9 +31,9 @@ use crate::error::SwitchError;
 use crate::l2::{Addresses, IpTable, MacTable};
 use crate::pipeline::{Admission, Parts, Pipeline};
 use crate::port::BATCH_FRAMES;
-use crate::ports::{PortIo, PortTable, RATE_SAMPLES};
+use crate::ports::{PortIo, PortTable};
 use crate::shaper::UplinkShaper;
-use crate::stats::{HandoverStats, LoopStats, PortRole, PortStats, SwitchStats};
+use crate::stats::{LoopStats, PortRole};
 use crate::sys::{cycles, CYCLES_UNIT};
 
 /// Most downlink batches one [`Switch::poll`] serves.
@@ -96,7 +96,7 @@ pub struct Switch {
     pub(crate) storm_pps: u64,
     /// Unknown unicast from a vif is flooded to the other vifs too.
     pub(crate) flood_unknown_to_vifs: bool,
-    /// Loop counters.
+    /// This loop's counters, as published (`loops[]`: named for its shard).
     pub(crate) counters: LoopStats,
     /// The last vif batches' frames, bytes and cycles, for calibration (shared with readers).
     pub(crate) cost_samples: Arc<CostSamples>,
@@ -184,7 +184,8 @@ impl Switch {
             storm_pps: config.storm_pps,
             flood_unknown_to_vifs: config.flood_unknown_to_vifs,
             counters: LoopStats {
-                cycles_unit: CYCLES_UNIT,
+                name: "loop0".into(),
+                cycles_unit: CYCLES_UNIT.into(),
                 ..Default::default()
             },
             cost_samples: Arc::new(CostSamples::new()),
@@ -465,92 +466,6 @@ impl Switch {
             .record(usage.packets, usage.bytes, usage.cycles);
         self.sched.charge(granted, usage, now_ns);
         got
-    }
-
-    /// True when a stats snapshot is due (every `stats_interval_ns`, and right after a
-    /// change).
-    pub fn stats_due(&self, now_ns: u64) -> bool {
-        now_ns >= self.next_stats_ns
-    }
-
-    /// A snapshot of every port and the loop. Ports whose last read failed are retried from
-    /// here (their frames may still wait, and an edge-triggered descriptor will not say so).
-    pub fn stats(&mut self, now_ns: u64) -> SwitchStats {
-        self.next_stats_ns = now_ns + self.stats_interval_ns;
-        let mut ports = Vec::new();
-        let heirs: Vec<(usize, String)> = (self.ports.iter())
-            .filter_map(|(_, s)| s.heir.map(|(h, _)| (h, self.port_name(h))))
-            .collect();
-        for (slot, s) in self.ports.iter_mut_slots() {
-            if s.local && s.rx_failed {
-                s.rx_failed = false;
-                s.ready = true;
-                if let Some(v) = s.vif {
-                    self.sched.set_ready(v, true);
-                }
-            }
-            let oldest = s.rate_hist[s.rate_pos];
-            s.rate_hist[s.rate_pos] = (now_ns, s.c.rx_bytes, s.c.tx_bytes);
-            s.rate_pos = (s.rate_pos + 1) % RATE_SAMPLES;
-            let dt = now_ns.saturating_sub(oldest.0).max(1);
-            // bytes < 2^64, ×8e9 fits in u128.
-            let rate = |b: u64| (u128::from(b) * 8_000_000_000 / u128::from(dt)) as u64;
-            // The port's own counters and status from the shard that reads it, and the
-            // counters of a transmit queue of this shard's own.
-            let mut counters = s.c;
-            if let (Some(d), Some(v)) = (&self.downlink, s.global_vif) {
-                let depth = d.depth(v);
-                (counters.queued_frames, counters.queued_bytes) = (depth.frames, depth.bytes);
-            }
-            let (io, status) = if s.local || s.own_queue {
-                let p = s.port.lock();
-                (p.counters(), p.status())
-            } else {
-                Default::default()
-            };
-            ports.push(PortStats {
-                name: s.name.clone(),
-                role: s.role,
-                vif: s.global_vif,
-                policy: s.policy.clone(),
-                counters,
-                ecn_probability: s.ecn_threshold as f64 / 4_294_967_296.0,
-                engine: s.vif.map(|v| self.sched.vif_state(v)),
-                rx_rate_bps: rate(s.c.rx_bytes - oldest.1),
-                tx_rate_bps: rate(s.c.tx_bytes - oldest.2),
-                io,
-                status,
-                locked: match (s.local, s.carriers.count_ones() > 1) {
-                    (false, _) => Default::default(),
-                    (true, false) => s.locks(),
-                    // Read on several shards: the port's list is the shared one.
-                    (true, true) => (self.addrs.lock().locks.get(slot as u16))
-                        .cloned()
-                        .unwrap_or_default(),
-                },
-                shard: s.home,
-                handover: s
-                    .heir
-                    .filter(|_| s.local)
-                    .map(|(h, complete)| HandoverStats {
-                        to: heirs
-                            .iter()
-                            .find(|(slot, _)| *slot == h)
-                            .map_or_else(String::new, |(_, n)| n.clone()),
-                        complete,
-                    }),
-            });
-        }
-        SwitchStats {
-            time_ns: now_ns,
-            policy_epoch: self.policy_epoch,
-            engine: self.engine_kind,
-            capacity_bps: self.policies.capacity_bps,
-            mac_entries: self.addrs.lock().macs.len(),
-            ports,
-            loop_stats: self.counters.clone(),
-            loops: vec![self.counters.clone()],
-        }
     }
 }
 

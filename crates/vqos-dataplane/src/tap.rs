@@ -44,12 +44,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use serde::Serialize;
-
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use crate::tap_queue::TapQueue;
 use crate::tap_uring::TapIo;
+use vqos_api::stats::TapStatus;
 
 /// Most queues of a TAP port (the kernel allows 256; 16 is what a guest's virtio-net offers
 /// at most here, as for vhost-user ports).
@@ -106,25 +105,6 @@ pub struct TapPort {
     /// A queue lent to another shard ([`Port::rx_queue`]): its index among the TAP's
     /// queues, and how many there are (what its status reports under).
     lent_as: Option<(usize, usize)>,
-}
-
-/// A multiqueue TAP's queues, for operators (`{"tap": {...}}` in a port's stats).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TapStatus {
-    /// Frames read from each queue, by queue index: how the kernel spread them.
-    pub queue_rx_frames: Vec<u64>,
-}
-
-impl TapStatus {
-    /// Adds another shard's counts of the same TAP's queues (a queue lent to it), by index.
-    pub fn add(&mut self, o: &TapStatus) {
-        if self.queue_rx_frames.len() < o.queue_rx_frames.len() {
-            self.queue_rx_frames.resize(o.queue_rx_frames.len(), 0);
-        }
-        for (a, b) in self.queue_rx_frames.iter_mut().zip(&o.queue_rx_frames) {
-            *a += b;
-        }
-    }
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {

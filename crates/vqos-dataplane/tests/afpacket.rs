@@ -137,7 +137,7 @@ fn one_way(from: &mut dyn Port, to: &mut AfPacketPort, rounds: u32) {
     );
 }
 
-fn both_ways(opts: AfPacketOptions, tag: &str, hdr_bytes: usize) {
+fn both_ways(opts: AfPacketOptions, tag: &str, hdr_bytes: u64) {
     let _lock = machine_lock();
     let Pair {
         mut a,

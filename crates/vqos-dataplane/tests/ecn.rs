@@ -29,10 +29,11 @@ fn ecn_probability_marks_uplink_to_vif_frames() {
     );
     let e = r.sw.set_ecn_probabilities(&named(&[("up", 0.5)]), r.now);
     assert!(e.is_err(), "the uplink has none");
-    assert_eq!(r.stats().port("b").unwrap().ecn_probability, 0.0, "refused");
+    assert_eq!(r.sw.ecn_probability("b"), Some(0.0), "refused");
+    assert_eq!(r.sw.ecn_probability("up"), None);
     r.sw.set_ecn_probabilities(&named(&[("a", 1.0)]), r.now)
         .unwrap();
-    assert_eq!(r.stats().port("a").unwrap().ecn_probability, 1.0);
+    assert_eq!(r.sw.ecn_probability("a"), Some(1.0));
     for _ in 0..10 {
         r.u.inject(ect_frame(MAC_A, MAC_U));
         r.u.inject(ect_frame(MAC_B, MAC_U));
@@ -153,9 +154,8 @@ fn ecn_probabilities_stay_with_their_vifs_when_ports_change_before_they_apply() 
         .filter(|(n, _)| n != "a")
         .collect();
     r.sw.set_ecn_probabilities(&still, r.now).unwrap();
-    let s = r.stats();
-    assert_eq!(s.port("b").unwrap().ecn_probability, 1.0, "b keeps its own");
-    assert_eq!(s.port("c").unwrap().ecn_probability, 0.0, "c gets none");
+    assert_eq!(r.sw.ecn_probability("b"), Some(1.0), "b keeps its own");
+    assert_eq!(r.sw.ecn_probability("c"), Some(0.0), "c gets none");
 }
 
 /// Probabilities by vif name.

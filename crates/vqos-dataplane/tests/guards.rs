@@ -9,11 +9,12 @@ mod common;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use common::*;
+use vqos_api::wire::MacAddr;
 use vqos_dataplane::frame::VnetHdr;
 use vqos_dataplane::guard::ip_key;
 use vqos_dataplane::{
-    DropReason, IpAddrs, IpPolicy, MemPort, PortSecurity, PortSpec, Services, Switch, SwitchConfig,
-    SwitchError, VNET_HDR_LEN,
+    DropReason, IpAddrs, IpPolicy, Locks, MemPort, PortSecurity, PortSpec, Services, Switch,
+    SwitchConfig, SwitchError, VNET_HDR_LEN,
 };
 use vqos_sched::VifPolicy;
 use vqos_testkit::frames;
@@ -247,8 +248,8 @@ fn a_persisted_lock_outranks_one_taken_while_its_owner_was_away() {
     // The first run: b locks its MAC and address; the daemon persists what stats report.
     let mut r = settled();
     let b_locks = r.stats().port("b").unwrap().locked.clone();
-    assert_eq!(b_locks.macs, vec![MAC_B]);
-    assert_eq!(b_locks.ips, vec![ip_key(IP_B.into())]);
+    assert_eq!(b_locks.macs, vec![MacAddr(mac(MAC_B))]);
+    assert_eq!(b_locks.ips, vec![std::net::IpAddr::from(IP_B)]);
     // The next run: a is back first and takes b's MAC and address while b is not.
     let (up, u) = MemPort::pair("up", 100);
     let mut sw = Switch::new(SwitchConfig::new(PortSpec::custom(Box::new(up))), 0).unwrap();
@@ -263,7 +264,7 @@ fn a_persisted_lock_outranks_one_taken_while_its_owner_was_away() {
     // b comes back with its persisted locks: they are b's again, a's grab is forgotten.
     let (pb, b) = MemPort::pair("b", 100);
     let security = PortSecurity {
-        restored: b_locks.clone(),
+        restored: Locks::from_addrs(&b_locks),
         ..PortSecurity::default()
     };
     let spec = PortSpec::custom(Box::new(pb)).with_security(PortSecurity {

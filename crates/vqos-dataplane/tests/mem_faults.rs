@@ -142,5 +142,5 @@ fn frames_read_before_a_port_error_are_forwarded_and_the_port_retried() {
     let p = s.port("fa").unwrap();
     assert_eq!(p.counters.rx_frames, 40);
     assert!(p.counters.rx_errors >= 2, "{}", p.counters.rx_errors);
-    assert_eq!(s.loop_stats.burst_frames, 40);
+    assert_eq!(s.loops_total().burst_frames, 40);
 }

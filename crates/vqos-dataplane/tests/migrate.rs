@@ -9,6 +9,7 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::*;
+use vqos_api::wire::MacAddr;
 use vqos_dataplane::frame::VnetHdr;
 use vqos_dataplane::{
     DropReason, MemPort, MemPortPeer, PortSpec, Shards, SwitchConfig, SwitchError, SwitchStats,
@@ -107,8 +108,13 @@ fn the_guest_moves(threads: usize) {
     third_tries(&mut sh, &u, (&c, MAC_C), 2, "before");
     sh.migrate_port("a", "b", 3).unwrap();
     let s = sh.stats(3);
-    assert_eq!(s.port("b").unwrap().policy, Some(guest_policy()));
-    assert_eq!(s.port("a").unwrap().policy, Some(guest_policy()), "kept");
+    let policy = |name: &str| {
+        sh.policies()
+            .policy(sh.policies().id(name).unwrap())
+            .clone()
+    };
+    assert_eq!(policy("b"), guest_policy());
+    assert_eq!(policy("a"), guest_policy(), "kept");
     let handover = s.port("a").unwrap().handover.clone().unwrap();
     assert_eq!((handover.to.as_str(), handover.complete), ("b", false));
     third_tries(&mut sh, &u, (&c, MAC_C), 4, "during");
@@ -134,7 +140,7 @@ fn the_guest_moves(threads: usize) {
         s.port("a").unwrap().locked.is_empty(),
         "the source lost them"
     );
-    assert_eq!(s.port("b").unwrap().locked.macs, vec![MAC_A]);
+    assert_eq!(s.port("b").unwrap().locked.macs, vec![MacAddr(mac(MAC_A))]);
     third_tries(&mut sh, &u, (&c, MAC_C), 9, "completed");
     // The source can claim nothing any more, MAC or IP.
     let spoofed = drops(&s, "a", DropReason::Spoofed);

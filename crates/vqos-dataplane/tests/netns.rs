@@ -261,7 +261,7 @@ fn tcp_flows_through_the_switch_and_counters_move() {
     }
     let up = s.port(lab.sw().uplink_name()).unwrap();
     assert!(up.counters.tx_bytes > 20_000_000);
-    assert!(s.loop_stats.bursts > 100 && s.loop_stats.busy_cycles > 0);
+    assert!(s.loops_total().bursts > 100 && s.loops_total().busy_cycles > 0);
 }
 
 /// TCP payload per byte the switch counts: it charges every segment's Ethernet, IPv4 and TCP
@@ -383,11 +383,7 @@ fn vqos_weights_1_to_3_split_200_mbit_on_io_uring_taps() {
     let s = lab.sw().stats();
     for p in &s.ports {
         assert_eq!(p.counters.rx_errors, 0, "{}: {p:?}", p.name);
-        assert_eq!(
-            p.io.uring_failures, 0,
-            "{}: fell back to system calls",
-            p.name
-        );
+        assert_eq!(p.uring_failures, 0, "{}: fell back to system calls", p.name);
         // Both ways, in TSO super-frames (a weight-1 VM sent 915 of them in one run).
         assert!(
             p.counters.rx_frames > 100 && p.counters.tx_frames > 100,
@@ -430,7 +426,7 @@ fn vqos_weights_1_to_3_split_200_mbit_on_an_af_packet_uplink() {
     println!("uplink: {up:?}");
     // Only the uplink's: a vif's TAP may refuse a frame flooded to it while the lab is still
     // bringing it up in its namespace (seen once: the sink's first multicast frames).
-    assert_eq!(up.io.tx_errors, 0, "{up:?}");
+    assert_eq!(up.counters.drops[DropReason::TxError], 0, "{up:?}");
     assert!(
         up.counters.tx_bytes / up.counters.tx_frames > 3000,
         "super-frames out: {up:?}"

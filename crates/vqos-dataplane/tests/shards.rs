@@ -111,7 +111,7 @@ fn frames_cross_shards_and_addresses_bind_every_shard() {
     }
     assert_eq!(s.loops.len(), 2);
     assert_eq!(
-        s.loop_stats.burst_frames,
+        s.loops_total().burst_frames,
         s.loops.iter().map(|l| l.burst_frames).sum::<u64>()
     );
 }
@@ -140,7 +140,7 @@ fn ports_come_and_go_while_frames_flow() {
         .unwrap();
     let s = sh.stats(3);
     assert_eq!(port(&s, "c").shard, 1);
-    assert_eq!(s.policy_epoch, s.policy_epoch.max(1));
+    assert!(sh.iter_mut().all(|s| s.policy_epoch() >= 1));
     c.inject(frame(MAC_A, MAC_C, 7));
     run(&mut sh, 4);
     assert_eq!(tags(&a.take_sent()), vec![7]);
@@ -300,7 +300,6 @@ fn a_port_with_queues_of_its_own_is_sent_to_from_every_shard_and_counted_once() 
         up.counters.tx_frames, read,
         "every frame read reached the uplink"
     );
-    assert_eq!(up.io.tx_frames, read, "the uplink's queues, added up");
     assert_eq!(a.counters.drops.total() + b.counters.drops.total(), 0);
 }
 

@@ -36,6 +36,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vqos_api::client::{Client, Endpoint};
+use vqos_api::wire::StatsView;
 use vqos_sched::VifPolicy;
 use vqos_sim::scenario::{Direction, Scenario};
 
@@ -452,21 +453,21 @@ impl Topology {
     pub fn vm_bytes(&self) -> Result<Vec<u64>, LabError> {
         let upload = |i: usize| self.directions[i] == Direction::Upload;
         if let Some(client) = &self.client {
-            let v: serde_json::Value = client
+            let v: StatsView = client
                 .call("GET", "/v1/stats", None)
                 .map_err(|e| LabError::Vqosd(format!("Cannot read stats: {e}")))?;
-            let ports = v["ports"].as_array().cloned().unwrap_or_default();
             return Ok(self
                 .ports
                 .iter()
                 .enumerate()
                 .map(|(i, name)| {
-                    let key = if upload(i) { "rx_bytes" } else { "tx_bytes" };
-                    ports
-                        .iter()
-                        .find(|p| p["name"] == name.as_str())
-                        .and_then(|p| p[key].as_u64())
-                        .unwrap_or(0)
+                    let port = v.ports.iter().find(|p| p.stats.name == *name);
+                    let c = port.map(|p| p.stats.counters).unwrap_or_default();
+                    if upload(i) {
+                        c.rx_bytes
+                    } else {
+                        c.tx_bytes
+                    }
                 })
                 .collect());
         }

@@ -28,7 +28,7 @@ use thiserror::Error;
 use vqos_sched::{EngineKind, PolicyError, PolicySet, VifPolicy};
 
 use crate::backend::{
-    check_thread, configured_address_in_use, Backend, BackendError, Port, PortStats, DROP_REASONS,
+    check_thread, configured_address_in_use, Backend, BackendError, Port, PortStats,
 };
 use crate::config::Config;
 use crate::http::{Request, Response};
@@ -524,7 +524,6 @@ impl Api {
             if !raw.ports.iter().any(|p| p.name == v.name) {
                 raw.ports.push(PortStats {
                     name: v.name.clone(),
-                    drops: DROP_REASONS.iter().map(|r| (r.to_string(), 0)).collect(),
                     ..Default::default()
                 });
             }

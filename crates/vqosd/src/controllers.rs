@@ -146,11 +146,7 @@ impl Controllers {
         let names: Vec<String> = set.vifs.iter().map(|v| v.name.clone()).collect();
         let weights: Vec<u32> = set.vifs.iter().map(|v| v.policy.weight).collect();
         let counter = |name: &str, f: fn(u64, u64) -> u64| {
-            stats
-                .ports
-                .iter()
-                .find(|p| p.name == name)
-                .map_or(0, |p| f(p.rx_bytes, p.tx_bytes))
+            (stats.port(name)).map_or(0, |p| f(p.counters.rx_bytes, p.counters.tx_bytes))
         };
         let uplink_bound: Vec<u64> = names.iter().map(|n| counter(n, |rx, _| rx)).collect();
         let both: Vec<u64> = names
@@ -397,8 +393,8 @@ mod tests {
                 name: name.into(),
                 ..Default::default()
             });
-        s.rx_bytes += (rx_bps * dt_ns as f64 / 8e9) as u64;
-        s.tx_bytes += (tx_bps * dt_ns as f64 / 8e9) as u64;
+        s.counters.rx_bytes += (rx_bps * dt_ns as f64 / 8e9) as u64;
+        s.counters.tx_bytes += (tx_bps * dt_ns as f64 / 8e9) as u64;
         mock.set_port_stats(s);
     }
 
@@ -442,7 +438,7 @@ mod tests {
             add_bytes(&r.mock, "vm1", r1, 0.0, step);
             add_bytes(&r.mock, "vm2", r2, 500e6, step);
             let st = r.mock.stats();
-            let rx = |n: &str| st.ports.iter().find(|p| p.name == n).unwrap().rx_bytes;
+            let rx = |n: &str| st.port(n).unwrap().counters.rx_bytes;
             if now == 10_000 * MS {
                 // The first 10 s window, as the paper's iperf reports.
                 first_window = Some((rx("vm1"), rx("vm2")));
@@ -452,7 +448,7 @@ mod tests {
             }
         }
         let st = r.mock.stats();
-        let rx = |n: &str| st.ports.iter().find(|p| p.name == n).unwrap().rx_bytes;
+        let rx = |n: &str| st.port(n).unwrap().counters.rx_bytes;
         let rates = [
             (rx("vm1") - window_start.0) * 8 / 10,
             (rx("vm2") - window_start.1) * 8 / 10,

@@ -188,7 +188,7 @@ pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
             ),
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
-        let drops: u64 = p.stats.drops.values().sum();
+        let drops = p.stats.counters.drops.total();
         writeln!(
             out,
             "{:<16} {:>10} {:>5.1}% {:>6} {:>10} {:>10} {:>4} {:>8} {:>9}",
@@ -208,10 +208,11 @@ pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
         .iter()
         .flat_map(|p| {
             p.stats
+                .counters
                 .drops
                 .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(move |(r, n)| format!("{} {r}={n}", p.stats.name))
+                .filter(|&(_, n)| n > 0)
+                .map(move |(r, n)| format!("{} {}={n}", p.stats.name, r.name()))
         })
         .collect();
     if !dropping.is_empty() {

@@ -286,12 +286,15 @@ fn port_list_shows_every_policy_field() {
 fn stats_table_shows_rate_share_policy_and_drops() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, mock, c) = daemon(dir.path());
-    let mut drops = std::collections::BTreeMap::new();
-    drops.insert("spoofed".to_string(), 7);
+    let mut drops = vqos_api::stats::DropCounters::default();
+    drops[vqos_api::stats::DropReason::Spoofed] = 7;
     mock.set_port_stats(PortStats {
         name: "vm2".into(),
         rate_bps: 250_000_000,
-        drops,
+        counters: vqos_api::stats::PortCounters {
+            drops,
+            ..Default::default()
+        },
         throttled: true,
         ..Default::default()
     });

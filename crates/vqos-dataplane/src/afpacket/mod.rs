@@ -73,11 +73,10 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use serde::Serialize;
-
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus, BATCH_FRAMES};
 use crate::sys::NetNs;
+pub use vqos_api::stats::AfPacketStatus;
 
 mod socket;
 use socket::{join_fanout, op_err, sockaddr_ll_zeroed, socket};
@@ -110,36 +109,6 @@ impl Default for AfPacketOptions {
             rcvbuf_bytes: 8 << 20,
             sndbuf_bytes: 4 << 20,
         }
-    }
-}
-
-/// What an [`AfPacketPort`] reports beyond its counters ([`Port::status`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct AfPacketStatus {
-    /// The interface's index.
-    pub ifindex: u32,
-    /// Bytes of the virtio-net header the kernel uses: 12, or 10 on kernels before 6.2.
-    pub vnet_hdr_bytes: usize,
-    /// Frames skip the qdisc.
-    pub qdisc_bypass: bool,
-    /// Frames the kernel dropped because the socket's receive buffer was full.
-    pub kernel_drops: u64,
-    /// Frames addressed to the interface's own MAC (the host's), not read.
-    pub skipped_host: u64,
-    /// Frames the host sent on the interface, not read.
-    pub skipped_outgoing: u64,
-    /// Sockets reading the interface: 1 for the uplink on one shard, one per shard when its
-    /// arrivals are spread over the shards (fanout), 0 for a transmit queue.
-    pub readers: u32,
-}
-
-impl AfPacketStatus {
-    /// Adds another reader's counts (the same interface read by another shard).
-    pub fn add(&mut self, o: &AfPacketStatus) {
-        self.kernel_drops += o.kernel_drops;
-        self.skipped_host += o.skipped_host;
-        self.skipped_outgoing += o.skipped_outgoing;
-        self.readers += o.readers;
     }
 }
 
@@ -201,7 +170,7 @@ impl AfPacketPort {
             counters: PortIoCounters::default(),
             status: Cell::new(AfPacketStatus {
                 ifindex,
-                vnet_hdr_bytes,
+                vnet_hdr_bytes: vnet_hdr_bytes as u64,
                 qdisc_bypass: opts.qdisc_bypass,
                 readers: 1,
                 ..Default::default()
@@ -237,7 +206,7 @@ impl AfPacketPort {
 
     /// True when the kernel uses the legacy 10-byte header (split iovecs).
     fn legacy(&self) -> bool {
-        self.status.get().vnet_hdr_bytes == LEGACY_VNET_HDR_LEN
+        self.status.get().vnet_hdr_bytes == LEGACY_VNET_HDR_LEN as u64
     }
 }
 
@@ -501,7 +470,7 @@ impl AfPacketPort {
             counters: PortIoCounters::default(),
             status: Cell::new(AfPacketStatus {
                 ifindex: st.ifindex,
-                vnet_hdr_bytes,
+                vnet_hdr_bytes: vnet_hdr_bytes as u64,
                 qdisc_bypass: opts.qdisc_bypass,
                 readers: u32::from(receive),
                 ..Default::default()

@@ -25,7 +25,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::counters::{bump, AtomicCounters};
 use super::dirty::DirtyLog;
-use super::{VhostUserConfig, VhostUserMode};
+use super::{VhostUserConfig, VhostUserRole};
 use crate::sys::EventFd;
 
 /// Queue index of the guest's receive queue of pair 0 (frames the switch sends to the guest).
@@ -193,7 +193,7 @@ impl Shared {
     }
 
     /// The socket role.
-    pub(crate) fn mode(&self) -> VhostUserMode {
+    pub(crate) fn mode(&self) -> VhostUserRole {
         self.config.mode
     }
 

@@ -79,33 +79,14 @@ use queue::QueueIo;
 pub use backend::MAX_QUEUE_PAIRS;
 pub use counters::VhostUserCounters;
 pub use queue::{VhostUserRxQueue, VhostUserTxQueue};
-
-/// Which side of the unix socket the port is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VhostUserMode {
-    /// The port listens; the frontend (QEMU `-chardev socket,path=...`) connects. OVS's
-    /// `dpdkvhostuser`.
-    Server,
-    /// The frontend listens (QEMU `-chardev socket,...,server=on`); the port connects and
-    /// reconnects. OVS's `dpdkvhostuserclient`: lets vqosd restart under running guests.
-    Client,
-}
-
-impl std::fmt::Display for VhostUserMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            VhostUserMode::Server => "server",
-            VhostUserMode::Client => "client",
-        })
-    }
-}
+pub use vqos_api::port::VhostUserRole;
+pub use vqos_api::stats::VhostUserStatus;
 
 /// How a [`VhostUserPort`] connects, and its limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VhostUserConfig {
     /// Socket role.
-    pub mode: VhostUserMode,
+    pub mode: VhostUserRole,
     /// The unix socket's path.
     pub socket: PathBuf,
     /// Largest ring size accepted (`SET_VRING_NUM`), a power of two up to 32768; 1024 by
@@ -131,7 +112,7 @@ impl VhostUserConfig {
     /// Server role on `socket`, default limits.
     pub fn server(socket: impl AsRef<Path>) -> Self {
         VhostUserConfig {
-            mode: VhostUserMode::Server,
+            mode: VhostUserRole::Server,
             socket: socket.as_ref().to_path_buf(),
             max_queue_size: 1024,
             reconnect_min_ms: 10,
@@ -145,7 +126,7 @@ impl VhostUserConfig {
     /// Client role on `socket`, default limits.
     pub fn client(socket: impl AsRef<Path>) -> Self {
         VhostUserConfig {
-            mode: VhostUserMode::Client,
+            mode: VhostUserRole::Client,
             ..Self::server(socket)
         }
     }
@@ -192,43 +173,6 @@ pub enum VhostUserError {
     },
 }
 
-/// What an operator sees of a vhost-user port (`vqos port list`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct VhostUserStatus {
-    /// Port name.
-    pub name: String,
-    /// Socket role.
-    pub mode: VhostUserMode,
-    /// Socket path.
-    pub socket: String,
-    /// A frontend is connected.
-    pub connected: bool,
-    /// The session is quarantined.
-    pub quarantined: bool,
-    /// Virtio feature bits the frontend acknowledged (0 when not connected).
-    pub negotiated_features: u64,
-    /// Their names (`VERSION_1`, `MRG_RXBUF`, ...).
-    pub feature_names: Vec<&'static str>,
-    /// Frames the switch read from the guest.
-    pub rx_frames: u64,
-    /// Bytes the switch read from the guest, virtio-net headers included.
-    pub rx_bytes: u64,
-    /// Frames the switch wrote to the guest.
-    pub tx_frames: u64,
-    /// Bytes the switch wrote to the guest, virtio-net headers included.
-    pub tx_bytes: u64,
-    /// Why the last session ended, if the vhost-user library reported an error (a message it
-    /// refused, a mapping that failed), or, in the client role, why the last connection
-    /// attempt failed; `None` after clean disconnects.
-    pub last_error: Option<String>,
-    /// Queue pairs offered.
-    pub queues: u16,
-    /// Per queue pair: `[frames read from its TX queue, frames written to its RX queue]`.
-    pub pair_frames: Vec<[u64; 2]>,
-    /// Counters.
-    pub counters: VhostUserCounters,
-}
-
 /// A cloneable view of a [`VhostUserPort`], usable from any thread.
 #[derive(Debug, Clone)]
 pub struct VhostUserHandle {
@@ -258,7 +202,7 @@ impl VhostUserHandle {
     }
 
     /// Socket role.
-    pub fn mode(&self) -> VhostUserMode {
+    pub fn mode(&self) -> VhostUserRole {
         self.shared.config.mode
     }
 
@@ -278,7 +222,9 @@ impl VhostUserHandle {
             connected: self.is_connected(),
             quarantined: self.is_quarantined(),
             negotiated_features: features,
-            feature_names: features::names(features),
+            feature_names: (features::names(features).into_iter())
+                .map(String::from)
+                .collect(),
             rx_frames: io(0),
             rx_bytes: io(1),
             tx_frames: io(2),
@@ -342,8 +288,8 @@ impl VhostUserPort {
             source,
         };
         let listener = match config.mode {
-            VhostUserMode::Server => Some(bind(name, &config.socket, config.socket_mode)?),
-            VhostUserMode::Client => None,
+            VhostUserRole::Server => Some(bind(name, &config.socket, config.socket_mode)?),
+            VhostUserRole::Client => None,
         };
         let shared = Shared::new(name, config).map_err(|e| {
             let crate::sys::SysError::Call(_, source) = e;

@@ -37,7 +37,7 @@ use super::counters::bump;
 use super::kick::KickWorker;
 use super::protocol::NetHandler;
 use super::rarp;
-use super::VhostUserMode;
+use super::VhostUserRole;
 
 /// The `vhost` crate's request parser over our handler.
 type Requests = BackendReqHandler<Mutex<NetHandler>>;
@@ -51,7 +51,7 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name(name)
         .spawn(move || match (shared.mode(), listener) {
-            (VhostUserMode::Server, Some(l)) => run_server(&shared, l),
+            (VhostUserRole::Server, Some(l)) => run_server(&shared, l),
             _ => run_client(&shared),
         })
 }

@@ -9,7 +9,6 @@ use vqos_sched::{PolicySet, VifPolicy};
 
 use super::{
     Backend, BackendError, LoopHealth, LoopStats, Port, PortOpened, PortStats, SwitchStats,
-    DROP_REASONS,
 };
 
 /// A call the mock received, for tests that check what reached the switch.
@@ -224,9 +223,6 @@ impl Backend for MockBackend {
             .map(|(p, _)| {
                 let mut st = s.counters.get(&p.config.name).cloned().unwrap_or_default();
                 st.name = p.config.name.clone();
-                for r in DROP_REASONS {
-                    st.drops.entry(r.to_string()).or_insert(0);
-                }
                 st
             })
             .collect();

@@ -27,7 +27,7 @@ impl Meter {
         let stats = api.stats();
         let mut last = BTreeMap::new();
         for p in stats.ports {
-            let (name, bytes) = (p.stats.name, p.stats.rx_bytes);
+            let (name, bytes) = (p.stats.name, p.stats.counters.rx_bytes);
             if let Some((before, t)) = self.last.get(&name) {
                 let ns = now.duration_since(*t).as_nanos();
                 let bits = u128::from(bytes.saturating_sub(*before)) * 8;

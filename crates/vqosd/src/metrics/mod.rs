@@ -30,19 +30,21 @@ pub use process::FAMILIES as PROCESS_FAMILIES;
 /// Content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Reads one counter out of a port's or a loop's stats.
+/// Reads one counter out of a port's, a loop's or a vhost-user session's stats.
 type Counter<T> = fn(&T) -> u64;
 
 /// The per-port counters: family and value.
 const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
-    ("vqos_port_rx_frames_total", |s| s.rx_frames),
-    ("vqos_port_rx_bytes_total", |s| s.rx_bytes),
-    ("vqos_port_tx_frames_total", |s| s.tx_frames),
-    ("vqos_port_tx_bytes_total", |s| s.tx_bytes),
-    ("vqos_port_ecn_marked_total", |s| s.ecn_marked),
-    ("vqos_port_ecn_not_ect_total", |s| s.ecn_not_ect),
-    ("vqos_port_rx_errors_total", |s| s.rx_errors),
-    ("vqos_port_mac_learn_refused_total", |s| s.mac_learn_refused),
+    ("vqos_port_rx_frames_total", |s| s.counters.rx_frames),
+    ("vqos_port_rx_bytes_total", |s| s.counters.rx_bytes),
+    ("vqos_port_tx_frames_total", |s| s.counters.tx_frames),
+    ("vqos_port_tx_bytes_total", |s| s.counters.tx_bytes),
+    ("vqos_port_ecn_marked_total", |s| s.counters.ecn_marked),
+    ("vqos_port_ecn_not_ect_total", |s| s.counters.ecn_not_ect),
+    ("vqos_port_rx_errors_total", |s| s.counters.rx_errors),
+    ("vqos_port_mac_learn_refused_total", |s| {
+        s.counters.mac_learn_refused
+    }),
     ("vqos_port_queued_frames", |s| s.queued_frames),
     ("vqos_port_queued_bytes", |s| s.queued_bytes),
 ];
@@ -89,9 +91,10 @@ fn port_samples(name: &str, p: &PortStatsView) -> Vec<(String, String)> {
     match name {
         "vqos_port_info" => vec![(format!(",role=\"{}\"", esc(&p.role)), "1".into())],
         "vqos_port_drops_total" => s
+            .counters
             .drops
             .iter()
-            .map(|(reason, n)| (format!(",reason=\"{}\"", esc(reason)), n.to_string()))
+            .map(|(reason, n)| (format!(",reason=\"{}\"", reason.name()), n.to_string()))
             .collect(),
         // No bucket, no level to graph or alert on: no sample rather than a sentinel.
         "vqos_port_credit" => s.credit.map(|c| c.to_string()).map_or_else(Vec::new, one),
@@ -243,8 +246,9 @@ mod tests {
     use super::*;
     use crate::backend::{LoopStats, PortStats};
     use crate::wire::{PolicyView, PortStatsView};
-    use std::collections::BTreeMap;
-    use vqos_api::stats::{PortStatus, VhostUserStatus};
+    use vqos_api::stats::{
+        DropCounters, DropReason, PortCounters, PortStatus, VhostUserCounters, VhostUserStatus,
+    };
     use vqos_sched::VifPolicy;
 
     /// A switch where every metric has something to say.
@@ -257,9 +261,8 @@ mod tests {
             max_in_bps: Some(4_000),
             burst_bytes: Some(1_500),
         };
-        let mut drops = std::collections::BTreeMap::new();
-        drops.insert("mac_spoof".to_string(), 3);
-        drops.insert("malformed".to_string(), 0);
+        let mut drops = DropCounters::default();
+        drops[DropReason::Spoofed] = 3;
         StatsView {
             engine: "vqos".into(),
             capacity_bps: Some(940_000_000),
@@ -267,14 +270,20 @@ mod tests {
                 PortStatsView {
                     stats: PortStats {
                         name: "vm\"1".into(),
-                        rx_frames: 10,
-                        drops,
+                        counters: PortCounters {
+                            rx_frames: 10,
+                            drops,
+                            ..Default::default()
+                        },
                         credit: Some(-5),
                         throttled: true,
                         status: Some(PortStatus::VhostUser(Box::new(VhostUserStatus {
                             socket: "/run/vqos/vm1.sock".into(),
                             connected: true,
-                            counters: BTreeMap::from([("chain_loop".to_string(), 2)]),
+                            counters: VhostUserCounters {
+                                chain_loop: 2,
+                                ..Default::default()
+                            },
                             pair_frames: vec![[5, 6]],
                             ..Default::default()
                         }))),
@@ -349,7 +358,7 @@ mod tests {
         }
         let drop = samples
             .iter()
-            .find(|s| s.name == "vqos_port_drops_total" && s.labels[1].1 == "mac_spoof")
+            .find(|s| s.name == "vqos_port_drops_total" && s.labels[1].1 == "spoofed")
             .unwrap();
         assert_eq!(drop.labels[0], ("port".to_string(), "vm\"1".to_string()));
         assert_eq!(drop.value, 3.0);

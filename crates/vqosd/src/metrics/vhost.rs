@@ -1,65 +1,79 @@
 //! The vhost-user families: whether a port's guest is connected, whether its session is
 //! quarantined, and the guest's misbehaviour counters, from the port's `vhost_user` status
-//! ([`VhostUserStatus`]; other port kinds have none). A test of
-//! crates/vqosd/tests/metrics_doc.rs serialises the data plane's own type and checks that
-//! every counter it has reaches the exposition.
+//! ([`VhostUserStatus`], which the data plane fills; other port kinds have none). A counter
+//! the status did not carry (an older daemon's JSON) reads as 0: a series from the start, never
+//! a gap. A test of crates/vqosd/tests/metrics_doc.rs gives every field of
+//! [`VhostUserCounters`] its own value and checks that each reaches the exposition.
 
-use vqos_api::stats::VhostUserStatus;
+use vqos_api::stats::{VhostUserCounters, VhostUserStatus};
 
+use super::Counter;
 use crate::backend::PortStats;
 
-/// The counters: field of `VhostUserCounters`, family, the label that tells the field apart
-/// within a family that has several (empty: none).
-const COUNTERS: &[(&str, &str, &str)] = &[
-    ("sessions", "vqos_vhost_user_sessions_total", ""),
-    ("disconnects", "vqos_vhost_user_disconnects_total", ""),
+/// The counters: how to read it out of [`VhostUserCounters`], family, the label that tells the
+/// field apart within a family that has several (empty: none).
+const COUNTERS: &[(Counter<VhostUserCounters>, &str, &str)] = &[
+    (|c| c.sessions, "vqos_vhost_user_sessions_total", ""),
+    (|c| c.disconnects, "vqos_vhost_user_disconnects_total", ""),
     (
-        "connect_failures",
+        |c| c.connect_failures,
         "vqos_vhost_user_connect_failures_total",
         "",
     ),
-    ("quarantines", "vqos_vhost_user_quarantines_total", ""),
-    ("kicks", "vqos_vhost_user_kicks_total", ""),
-    ("interrupts", "vqos_vhost_user_interrupts_total", ""),
+    (|c| c.quarantines, "vqos_vhost_user_quarantines_total", ""),
+    (|c| c.kicks, "vqos_vhost_user_kicks_total", ""),
+    (|c| c.interrupts, "vqos_vhost_user_interrupts_total", ""),
     (
-        "refused_messages",
+        |c| c.refused_messages,
         "vqos_vhost_user_refused_messages_total",
         "",
     ),
-    ("dirty_logs", "vqos_vhost_user_dirty_logs_total", ""),
-    ("rarp_announces", RARP, "result=\"announced\""),
-    ("rarp_refused", RARP, "result=\"refused\""),
-    ("bad_avail_index", ERRORS, "error=\"bad_avail_index\""),
-    ("bad_ring_address", ERRORS, "error=\"bad_ring_address\""),
-    ("head_out_of_range", ERRORS, "error=\"head_out_of_range\""),
-    ("next_out_of_range", ERRORS, "error=\"next_out_of_range\""),
-    ("chain_loop", ERRORS, "error=\"chain_loop\""),
-    ("zero_length_desc", ERRORS, "error=\"zero_length_desc\""),
-    ("bad_desc_address", ERRORS, "error=\"bad_desc_address\""),
+    (|c| c.dirty_logs, "vqos_vhost_user_dirty_logs_total", ""),
+    (|c| c.rarp_announces, RARP, "result=\"announced\""),
+    (|c| c.rarp_refused, RARP, "result=\"refused\""),
+    (|c| c.bad_avail_index, ERRORS, "error=\"bad_avail_index\""),
+    (|c| c.bad_ring_address, ERRORS, "error=\"bad_ring_address\""),
     (
-        "wrong_direction_desc",
+        |c| c.head_out_of_range,
+        ERRORS,
+        "error=\"head_out_of_range\"",
+    ),
+    (
+        |c| c.next_out_of_range,
+        ERRORS,
+        "error=\"next_out_of_range\"",
+    ),
+    (|c| c.chain_loop, ERRORS, "error=\"chain_loop\""),
+    (|c| c.zero_length_desc, ERRORS, "error=\"zero_length_desc\""),
+    (|c| c.bad_desc_address, ERRORS, "error=\"bad_desc_address\""),
+    (
+        |c| c.wrong_direction_desc,
         ERRORS,
         "error=\"wrong_direction_desc\"",
     ),
-    ("indirect_desc", ERRORS, "error=\"indirect_desc\""),
-    ("oversized_chain", ERRORS, "error=\"oversized_chain\""),
-    ("short_chain", ERRORS, "error=\"short_chain\""),
+    (|c| c.indirect_desc, ERRORS, "error=\"indirect_desc\""),
+    (|c| c.oversized_chain, ERRORS, "error=\"oversized_chain\""),
+    (|c| c.short_chain, ERRORS, "error=\"short_chain\""),
     (
-        "guest_rx_no_buffers_frames",
+        |c| c.guest_rx_no_buffers_frames,
         RX_DROPS,
         "reason=\"no_buffers\"",
     ),
     (
-        "guest_rx_buffer_too_small_frames",
+        |c| c.guest_rx_buffer_too_small_frames,
         RX_DROPS,
         "reason=\"buffer_too_small\"",
     ),
     (
-        "guest_offload_unsupported_frames",
+        |c| c.guest_offload_unsupported_frames,
         RX_DROPS,
         "reason=\"offload_unsupported\"",
     ),
-    ("disconnected_frames", RX_DROPS, "reason=\"disconnected\""),
+    (
+        |c| c.disconnected_frames,
+        RX_DROPS,
+        "reason=\"disconnected\"",
+    ),
 ];
 
 /// The family of the frontend's `SEND_RARP` requests.
@@ -101,16 +115,13 @@ pub fn port_samples(name: &str, p: &PortStats) -> Vec<(String, String)> {
         _ => COUNTERS
             .iter()
             .filter(|(_, family, _)| *family == name)
-            .map(|(field, _, label)| {
+            .map(|(get, _, label)| {
                 let labels = if label.is_empty() {
                     String::new()
                 } else {
                     format!(",{label}")
                 };
-                // A counter the status does not carry (an older data plane) is 0, as it would
-                // be at the port's start: a series from the start, never a gap.
-                let n = s.counters.get(*field).copied().unwrap_or(0);
-                (labels, n.to_string())
+                (labels, get(&s.counters).to_string())
             })
             .collect(),
     }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use vqos_api::stats::{DropCounters, DropReason, PortCounters};
 use vqosd::api::Api;
 use vqosd::backend::{LoopHealth, MockBackend, MockCall, PortStats};
 use vqosd::client::{Client, ClientError, Endpoint};
@@ -650,16 +651,19 @@ fn bad_requests_get_the_right_status_and_message_and_change_nothing() {
 fn stats_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    let mut drops = BTreeMap::new();
-    drops.insert("spoofed".to_string(), 4);
+    let mut drops = DropCounters::default();
+    drops[DropReason::Spoofed] = 4;
     d.mock.set_port_stats(PortStats {
         name: "vm2".into(),
-        rx_frames: 100,
-        rx_bytes: 150_000,
-        tx_frames: 90,
-        tx_bytes: 120_000,
-        drops,
-        ecn_marked: 2,
+        counters: PortCounters {
+            rx_frames: 100,
+            rx_bytes: 150_000,
+            tx_frames: 90,
+            tx_bytes: 120_000,
+            drops,
+            ecn_marked: 2,
+            ..Default::default()
+        },
         rate_bps: 480_000_000,
         tx_rate_bps: 1_000,
         credit: Some(-1200),
@@ -672,7 +676,7 @@ fn stats_and_metrics() {
     let vm2 = stats.ports.iter().find(|p| p.stats.name == "vm2").unwrap();
     assert_eq!(vm2.role, "vif");
     assert_eq!(vm2.stats.rate_bps, 480_000_000);
-    assert_eq!(vm2.stats.drops["spoofed"], 4);
+    assert_eq!(vm2.stats.counters.drops[DropReason::Spoofed], 4);
     assert_eq!(vm2.policy.as_ref().unwrap().max, "500Mbit");
     // An inbound max and a burst on vm2, so that their families have a sample to check.
     let (status, body) = d.send(
