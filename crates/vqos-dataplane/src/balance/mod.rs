@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use vqos_sched::{PolicySet, VifPolicy};
+use vqos_sched::{PolicySet, VifPolicy, VifSpec};
 
 use plan::{plan, undivided, VifIn};
 pub(crate) use plan::{Local, Plan, Want};
@@ -297,6 +297,38 @@ impl Switch {
                 self.sched.set_ready(v, true);
             }
         }
+    }
+
+    /// This shard's part of `policies` (vif slots `vif_slots`, slot `removed` gone): its own
+    /// vifs, in order, with the capacity it was given (at least their floors: the shaper
+    /// holds the shard to its share, the engine must accept its floors); and their slots.
+    pub(crate) fn local_set(
+        &self,
+        policies: &PolicySet,
+        vif_slots: &[usize],
+        removed: Option<usize>,
+    ) -> (PolicySet, Vec<usize>) {
+        let mut local = PolicySet {
+            vifs: Vec::new(),
+            ..policies.clone()
+        };
+        let mut slots = Vec::new();
+        for (i, (spec, &slot)) in policies.vifs.iter().zip(vif_slots).enumerate() {
+            if Some(slot) != removed && self.ports.get(slot).is_some_and(|s| s.local) {
+                local.vifs.push(VifSpec {
+                    name: spec.name.clone(),
+                    policy: self.up_policy(policies, vif_slots, i),
+                });
+                slots.push(slot);
+            }
+        }
+        if self.balance.shards() > 1 {
+            let floors: u64 = local.vifs.iter().map(|v| v.policy.min_bps).sum();
+            local.capacity_bps = policies
+                .capacity_bps
+                .map(|c| self.share_bps.unwrap_or(c).max(floors));
+        }
+        (local, slots)
     }
 
     /// The policy this shard's engine runs vif `i` (in slot `slot`) of `policies` under:
