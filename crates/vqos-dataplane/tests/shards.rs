@@ -215,13 +215,9 @@ fn three_vifs_then(threads: usize, b_bps: Option<u64>, then_bps: Option<u64>) ->
             }
         }
         run(&mut sh, now);
-        for f in u.take_sent() {
-            let src = u64::from_be_bytes([0, 0, f[18], f[19], f[20], f[21], f[22], f[23]]);
-            if now > 2_000_000_000 {
-                if let Some(i) = macs.iter().position(|&m| m == src) {
-                    got[i] += 1500 * 8;
-                }
-            }
+        let sent = u.take_sent();
+        if now > 2_000_000_000 {
+            count_by_source(sent, &macs, &mut got, 1500 * 8);
         }
     }
     got

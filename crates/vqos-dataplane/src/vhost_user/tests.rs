@@ -193,7 +193,7 @@ fn without_event_idx_kicks_are_suppressed_while_the_loop_polls() {
 }
 
 /// Whether `fd` is readable now.
-fn readable(fd: std::os::fd::RawFd) -> bool {
+pub(super) fn readable(fd: std::os::fd::RawFd) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,

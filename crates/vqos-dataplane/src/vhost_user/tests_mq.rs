@@ -10,6 +10,7 @@ use vhost_user_backend::VringT;
 
 use super::features::{F_MQ, F_VERSION_1, OFFERED_FEATURES};
 use super::test_frontend::socket_path;
+use super::tests::readable;
 use super::tests_regions::{frame, ring, Guest, WRITE};
 use super::{VhostUserConfig, VhostUserError, VhostUserPort, VhostUserRxQueue, VhostUserTxQueue};
 use crate::port::Batch;
@@ -37,13 +38,7 @@ fn tags(b: &Batch) -> Vec<u8> {
 
 /// Whether the port's readiness eventfd is set.
 fn ready(g: &Guest) -> bool {
-    let mut p = libc::pollfd {
-        fd: g.shared.ready.raw(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    readable(g.shared.ready.raw())
 }
 
 #[test]
@@ -183,17 +178,6 @@ fn transmit_queues_are_handed_out_over_pairs_1_and_up() {
         .map(|_| VhostUserTxQueue::next(&three.shared).unwrap().pair())
         .collect();
     assert_eq!(pairs, [1, 2, 1, 2]);
-}
-
-/// Whether `fd` is readable now.
-fn readable(fd: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 #[test]

@@ -46,6 +46,17 @@ pub fn tags(frames: &[Vec<u8>]) -> Vec<u8> {
     frames.iter().map(|f| tag_of(f)).collect()
 }
 
+/// Adds `bits` to `got[i]` for each frame of `frames` sent from `macs[i]` (the source MAC
+/// after the virtio-net header).
+pub fn count_by_source(frames: Vec<Vec<u8>>, macs: &[u64], got: &mut [u64], bits: u64) {
+    for f in frames {
+        let src = u64::from_be_bytes([0, 0, f[18], f[19], f[20], f[21], f[22], f[23]]);
+        if let Some(i) = macs.iter().position(|&m| m == src) {
+            got[i] += bits;
+        }
+    }
+}
+
 /// A TCPv4 super-frame from `src`: IPv4 + TCP (20 bytes each) + `data` bytes, cut by the
 /// receiver into segments of `gso_size`. Each station has its own IPv4 source address
 /// (10.0.0.x, x the MAC's last byte), as real ones do.
