@@ -115,7 +115,7 @@ fn drive(
         run_switch(sh, now);
         let sent = u.take_sent();
         if now > 2_000_000_000 {
-            count_by_source(sent, &macs, &mut got, 1500 * 8);
+            count_by_source(sent, macs, &mut got, 1500 * 8);
         }
     }
     got
