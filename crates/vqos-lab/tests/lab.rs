@@ -257,17 +257,20 @@ fn download_weights_and_a_min_hold_on_two_threads() {
         .iter()
         .find(|p| p["role"] == "uplink")
         .expect("the uplink's stats");
-    let by_shard0: u64 = up["tap"]["queue_rx_frames"]
+    // Queue 0 is thread 0's, queue 1 is lent to thread 1; the stats add the threads' counts
+    // up by queue.
+    let per_queue: Vec<u64> = up["tap"]["queue_rx_frames"]
         .as_array()
         .expect("a multiqueue uplink TAP")
         .iter()
         .map(|n| n.as_u64().unwrap())
-        .sum();
+        .collect();
     let all = up["rx_frames"].as_u64().unwrap();
     assert!(
-        all > by_shard0 && by_shard0 > 0,
-        "both threads read the uplink: {all} frames, {by_shard0} by thread 0"
+        per_queue.len() == 2 && per_queue.iter().all(|&n| n > 0),
+        "both threads read the uplink, a queue each: {per_queue:?}"
     );
+    assert_eq!(per_queue.iter().sum::<u64>(), all, "{per_queue:?}");
 }
 
 /// Runs `tests/download-weights.toml` (on `threads` forwarding threads, `None`: the
