@@ -3,7 +3,7 @@
 //! vqos across hosts, on etcd (docs/cluster.md): the [`keys`] of the layout under `/vqos/v1/`,
 //! the JSON documents stored there ([`model`]: a vif's policy, a tenant's policy, a host's
 //! status), the tenant split ([`mod@split`]: a tenant's max and min divided among its vifs on every
-//! host with the reference allocator, demand-aware; [`shares`]: every tenant's split over the
+//! host with the reference allocator, demand-aware, over the demands of [`demand`]; [`shares`]: every tenant's split over the
 //! hosts' statuses), the grants that keep the hosts' shares in force within each tenant's max
 //! while demands move and hosts are cut off ([`grants`], [`guard`]), and the connection to etcd (`etcd`, with the default feature `etcd`).
 //!
@@ -12,6 +12,7 @@
 //! it without the `etcd` feature: the same split, without the etcd client.
 #![deny(missing_docs)]
 
+pub mod demand;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod grants;
@@ -21,6 +22,9 @@ pub mod model;
 pub mod shares;
 pub mod split;
 
+pub use demand::{
+    estimate, estimate_demand, fills_floor, is_idle, window_periods, Estimate, RateWindow,
+};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdError, EtcdSettings};
 /// The etcd client this crate connects with, for its users' calls.
@@ -30,4 +34,4 @@ pub use grants::Grant;
 pub use guard::{Guard, Ledger, View};
 pub use model::{HostStatus, ModelError, TenantDoc, VifDoc, VifStatus};
 pub use shares::{all_shares, fit_floors, local_shares, Declarations, Declared};
-pub use split::{estimate_demand, fills_floor, is_idle, split, Member, Share, TenantLimits};
+pub use split::{split, Member, Share, TenantLimits};

@@ -29,7 +29,8 @@
 //! An idle vif whose traffic fills its pooled share counts as greedy the next period and gets
 //! its weighted share from then on.
 //!
-//! [`estimate_demand`] turns a vif's measured rate into the demand it publishes: a vif that uses
+//! [`estimate_demand`] turns a vif's measured rate (the peak of a short window of them,
+//! [`crate::demand`]) into the demand it publishes: a vif that uses
 //! at least 95 % of its share is greedy (`None`: it would take more), one below wants its rate
 //! plus 10 %, and never less than a small probe so an idle vif keeps a foothold.
 //! [`fills_floor`] marks a vif that uses at least 95 % of its floor share: the floor split counts
@@ -40,6 +41,9 @@
 
 use serde::{Deserialize, Serialize};
 use vqos_sched::{allocate, Claim};
+
+#[cfg(doc)]
+use crate::demand::{estimate_demand, fills_floor, is_idle};
 
 /// A tenant's cluster-wide limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,14 +79,6 @@ pub struct Share {
     /// Cap, bit/s (`None` only when neither the tenant nor the vif has a cap).
     pub max_bps: Option<u64>,
 }
-
-/// Share of measured use at or above which a vif counts as greedy, in percent.
-///
-/// It must be above 100 / 110 (90.9 %): a light vif given exactly its estimate (rate plus
-/// 10 %) uses 90.9 % of it, and with a mark at 90 % it would count as greedy, take a greedy
-/// share it does not use, count as light again, and so on, the tenant's other vifs losing
-/// that share every other period (found by the scale simulation, vqos-sim's `cluster`).
-pub const GREEDY_PERCENT: u64 = 95;
 
 /// The most of a tenant's max (and of its min) the idle vifs share before the others, percent.
 pub const IDLE_POOL_PERCENT: u64 = 5;
@@ -181,37 +177,6 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
         .collect()
 }
 
-/// The demand a vif publishes: `None` (greedy) when its measured `rate_bps` is at least
-/// [`GREEDY_PERCENT`] of the share max in force, else its rate plus 10 %, at least `probe_bps`.
-pub fn estimate_demand(rate_bps: u64, share_max_bps: Option<u64>, probe_bps: u64) -> Option<u64> {
-    if let Some(s) = share_max_bps {
-        if u128::from(rate_bps) * 100 >= u128::from(s) * u128::from(GREEDY_PERCENT) {
-            return None;
-        }
-    }
-    Some(rate_bps.saturating_add(rate_bps / 10).max(probe_bps))
-}
-
-/// Whether a vif is idle: it is not greedy (`demand_bps` is `Some`) and its measured rate plus
-/// 10 % is below the probe, so the demand it publishes is the probe, not what it sends.
-pub fn is_idle(rate_bps: u64, demand_bps: Option<u64>, probe_bps: u64) -> bool {
-    demand_bps.is_some() && rate_bps.saturating_add(rate_bps / 10) < probe_bps
-}
-
-/// Whether a vif fills its floor share: its measured `rate_bps` is at least [`GREEDY_PERCENT`]
-/// of a non-zero floor share in force.
-///
-/// Such a vif may be held there by the switch (another tenant's heavier vif on its host's
-/// link), so the floor split counts it greedy. At a steady rate it does not flap: a vif that
-/// wants `r` and is given its estimate `1.1 r` uses 1/1.1 = 90.9 % of it, below the mark; one
-/// whose weighted floor `w` is below `r / 0.95` fills `w` whether it is counted greedy or not
-/// (docs/cluster.md, "Filling the floor", for a moving rate and mixed agent versions).
-pub fn fills_floor(rate_bps: u64, share_min_bps: Option<u64>) -> bool {
-    share_min_bps.is_some_and(|s| {
-        s > 0 && u128::from(rate_bps) * 100 >= u128::from(s) * u128::from(GREEDY_PERCENT)
-    })
-}
-
 #[cfg(test)]
 #[path = "../../vqos-sched/src/proptest_config.rs"]
 mod proptest_config;
@@ -219,6 +184,7 @@ mod proptest_config;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::demand::{estimate_demand, fills_floor, is_idle};
     use proptest::prelude::*;
 
     const M: u64 = 1_000_000;
@@ -341,42 +307,6 @@ mod tests {
         let mut light = vec![member(1, None, Some(1)); 999];
         light.push(member(1, None, None));
         assert_eq!(split(&tenant(0, Some(1000)), &light)[999].max_bps, Some(M));
-    }
-
-    #[test]
-    fn idleness_is_a_rate_below_the_probe() {
-        assert!(is_idle(0, Some(M), M));
-        assert!(is_idle(900_000, Some(M), M));
-        assert!(!is_idle(910_000, Some(M + 1000), M));
-        // A vif that fills even a tiny share is greedy, not idle.
-        assert!(!is_idle(48_000, None, M));
-    }
-
-    #[test]
-    fn demand_estimate() {
-        // At or above 95 % of the share: greedy.
-        assert_eq!(estimate_demand(95 * M, Some(100 * M), M), None);
-        // A light vif given its estimate uses 1 / 1.1 of it: still light (no flapping).
-        assert_eq!(estimate_demand(20 * M, Some(22 * M), M), Some(22 * M));
-        assert_eq!(estimate_demand(120 * M, Some(100 * M), M), None);
-        // Below: the rate plus 10 %, never below the probe.
-        assert_eq!(estimate_demand(50 * M, Some(100 * M), M), Some(55 * M));
-        assert_eq!(estimate_demand(0, Some(100 * M), M), Some(M));
-        assert_eq!(estimate_demand(70 * M, None, M), Some(77 * M));
-        assert_eq!(estimate_demand(u64::MAX, None, M), Some(u64::MAX));
-    }
-
-    #[test]
-    fn filling_the_floor() {
-        // No floor share, or a zero one: never.
-        assert!(!fills_floor(50 * M, None));
-        assert!(!fills_floor(0, Some(0)));
-        // At or above 95 % of the floor share.
-        assert!(fills_floor(95 * M, Some(100 * M)));
-        assert!(fills_floor(300 * M, Some(100 * M)));
-        // A light vif given its estimate (rate + 10 %) as its floor does not fill it.
-        assert!(!fills_floor(20 * M, Some(22 * M)));
-        assert!(fills_floor(u64::MAX, Some(u64::MAX)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! Every period, as every agent does: each vif sends what it wants within the share in force
 //! (its rate), each host publishes a [`HostStatus`] (the demand estimate of
-//! [`vqos_cluster::estimate_demand`]), and the shares for the next period are
+//! [`vqos_cluster::estimate`] over the peak of a window of its rates), and the shares for the next period are
 //! [`vqos_cluster::all_shares`] of every status: the grouping and the split every agent runs
 //! in `local_shares`, for every host at once. The model is synchronous (every agent reads the
 //! statuses of the same period) and a vif fills a new share within one period (TCP at data
@@ -28,7 +28,7 @@ use serde::Serialize;
 use thiserror::Error;
 use vqos_cluster::shares::declared_by_statuses;
 use vqos_cluster::{
-    all_shares, estimate_demand, fills_floor, is_idle, local_shares, split, HostStatus, Member,
+    all_shares, estimate, local_shares, split, window_periods, HostStatus, Member, RateWindow,
     Share, TenantLimits, VifStatus,
 };
 
@@ -163,6 +163,8 @@ pub struct World {
     pub shares: Vec<Option<Share>>,
     /// What each vif sent over the last period, bit/s.
     pub rates_bps: Vec<u64>,
+    /// Each vif's window of rates, whose peak its estimate reads (as the agent's).
+    windows: Vec<RateWindow>,
     /// The random state.
     rng: u64,
 }
@@ -232,14 +234,24 @@ impl World {
             })
             .collect();
         let n = vifs.len();
+        let window = window_periods(config.period_ms, config.probe_bps);
         Ok(World {
             config: config.clone(),
             vifs,
             tenants,
             shares: vec![None; n],
             rates_bps: vec![0; n],
+            windows: vec![RateWindow::new(window); n],
             rng,
         })
+    }
+
+    /// Rates are sent `per_period` times a period (the asynchronous model's ticks): each
+    /// window spans as many samples as the agent's spans periods.
+    pub fn sample_per_period(&mut self, per_period: u32) {
+        let window = window_periods(self.config.period_ms, self.config.probe_bps);
+        let samples = window.saturating_mul(per_period.max(1) as usize);
+        self.windows = vec![RateWindow::new(samples); self.vifs.len()];
     }
 
     /// A part `shift` of the vifs draws a new demand.
@@ -276,21 +288,18 @@ impl World {
             .collect();
         for (i, v) in self.vifs.iter().enumerate() {
             let share = self.shares[i];
-            let share_max = share.and_then(|s| s.max_bps);
-            let rate_bps = self.rates_bps[i];
-            // As the agent: a vif held at 0 (waiting for a grant) shows no demand.
-            let held = share_max.filter(|&s| s > 0);
-            let demand_bps = estimate_demand(rate_bps, held.or(v.max_bps), self.config.probe_bps);
+            let peak = self.windows[i].peak();
+            let e = estimate(peak, share.as_ref(), v.max_bps, self.config.probe_bps);
             let status = VifStatus {
                 tenant: Some(tenant_name(v.tenant)),
                 weight: v.weight,
                 min_bps: 0,
                 max_bps: v.max_bps,
-                rate_bps,
-                demand_bps,
-                floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
-                idle: is_idle(rate_bps, demand_bps, self.config.probe_bps),
-                share_max_bps: share_max,
+                rate_bps: self.rates_bps[i],
+                demand_bps: e.demand_bps,
+                floor_greedy: e.floor_greedy,
+                idle: e.idle,
+                share_max_bps: share.and_then(|s| s.max_bps),
                 share_min_bps: share.map(|s| s.min_bps),
             };
             if let Some(h) = all.get_mut(&host_name(v.host)) {
@@ -309,6 +318,7 @@ impl World {
                 Want::Light(x) => x.min(cap),
                 Want::Greedy => cap,
             };
+            self.windows[i].push(self.rates_bps[i]);
         }
     }
 

@@ -147,7 +147,8 @@ impl AsyncWorld {
                 "ticks ≥ 1 and lease_periods ≥ 2".into(),
             ));
         }
-        let world = World::new(base)?;
+        let mut world = World::new(base)?;
+        world.sample_per_period(config.ticks);
         let all = world.statuses();
         let declared = declared_by_statuses(&all);
         let mut members: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

@@ -84,6 +84,9 @@ fn when_the_light_vif_turns_greedy_they_split_the_max_in_two_periods() {
 
 #[test]
 fn small_clusters_converge_to_the_reference_and_never_exceed_a_tenant_max() {
+    // A fall of demand is seen once the higher rate has left the window (docs/cluster.md,
+    // "Convergence"), and what it frees is taken in the 2 periods of a rise.
+    let window = window_periods(small(1).period_ms, small(1).probe_bps) as u32;
     for seed in 1..=8 {
         let r = simulate_cluster(&small(seed)).unwrap();
         assert!(
@@ -92,7 +95,7 @@ fn small_clusters_converge_to_the_reference_and_never_exceed_a_tenant_max() {
             r.start_periods
         );
         assert!(
-            r.shift_periods.is_some_and(|p| p <= 4),
+            r.shift_periods.is_some_and(|p| p <= window + 2),
             "seed {seed}: shift {:?} {:?}",
             r.shift_periods,
             r.shift_distance

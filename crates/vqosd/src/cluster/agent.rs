@@ -11,7 +11,7 @@ use vqos_cluster::etcd::{self, deadline, get_prefix, Compactor};
 use vqos_cluster::etcd_client::{
     Client, EventType, KvClient, PutOptions, WatchOptions, WatchResponse, WatchStream,
 };
-use vqos_cluster::{etcd_client, keys, EtcdError, HostStatus};
+use vqos_cluster::{etcd_client, keys, window_periods, EtcdError, HostStatus};
 
 use super::config::ClusterConfig;
 use super::desired::Desired;
@@ -148,6 +148,10 @@ impl State {
         // count its fallback: its last status may be written that long after its period began.
         let lease = Duration::from_secs(config.lease_ttl_s as u64);
         let grants = Grants::new(&config.host, lease, config.timeout + config.period);
+        let meter = Meter::new(window_periods(
+            config.period.as_millis() as u64,
+            config.probe_bps,
+        ));
         State {
             grants,
             saved: SavedShares::new(api.cluster_shares_file()),
@@ -155,7 +159,7 @@ impl State {
             config,
             api,
             desired: Desired::default(),
-            meter: Meter::default(),
+            meter,
             health,
             last_ok: None,
             failures: 0,

@@ -234,6 +234,16 @@ fn plan(
         }
     }
     let enforced = i.api.cluster_shares();
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for (h, s) in i.statuses {
+            let vifs: Vec<_> = s
+                .vifs
+                .iter()
+                .map(|(p, v)| (p, v.demand_bps, v.idle))
+                .collect();
+            tracing::debug!(revision = i.view.revision, host = %h, ?vifs, "Cluster agent: demands read");
+        }
+    }
     let mut l = g.lock();
     l.guard.observe(i.start_ns, i.view);
     let split_limits = l
@@ -267,6 +277,17 @@ pub(super) async fn run_period(
     i: &PeriodInput<'_>,
 ) -> Result<Vec<String>, EtcdError> {
     let (steps, tenant_of) = plan(g, i);
+    for (t, st) in &steps {
+        tracing::debug!(
+            tenant = %t,
+            raise = st.raise,
+            hold = ?vqos_cluster::grants::totals(st.hold.values()),
+            raised = ?vqos_cluster::grants::totals(st.raised.values()),
+            grant = ?st.grant.as_ref().map(|g| (g.max_bps, g.min_bps)),
+            revision = i.view.revision,
+            "Cluster agent: tenant step"
+        );
+    }
     let mut problems = Vec::new();
     let mut shares = BTreeMap::new();
     for (t, st) in &steps {

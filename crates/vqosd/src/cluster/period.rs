@@ -4,23 +4,33 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use vqos_cluster::{
-    estimate_demand, fills_floor, fit_floors, is_idle, HostStatus, Share, VifStatus,
-};
+use vqos_cluster::{estimate, fit_floors, HostStatus, RateWindow, Share, VifStatus};
 
 use super::desired::Desired;
 use crate::api::Api;
 
-/// Measures what each vif sends into the switch, from its byte counter.
-#[derive(Debug, Default)]
+/// Measures what each vif sends into the switch, from its byte counter, and keeps each vif's
+/// last rates for its demand estimate (`vqos_cluster::demand`: the peak of a window).
+#[derive(Debug)]
 pub(super) struct Meter {
     /// The last reading per vif: bytes read from the port and when.
     last: BTreeMap<String, (u64, Instant)>,
-    /// The rate over the last interval per vif, bit/s.
-    rates_bps: BTreeMap<String, u64>,
+    /// The rate over the last interval per vif, bit/s, and the window of its last rates.
+    rates: BTreeMap<String, (u64, RateWindow)>,
+    /// The periods a window spans.
+    window: usize,
 }
 
 impl Meter {
+    /// A meter whose windows span `window` periods (`vqos_cluster::window_periods`).
+    pub fn new(window: usize) -> Meter {
+        Meter {
+            last: BTreeMap::new(),
+            rates: BTreeMap::new(),
+            window,
+        }
+    }
+
     /// Takes a reading of every port.
     pub fn measure(&mut self, api: &Api) {
         let now = Instant::now();
@@ -32,19 +42,30 @@ impl Meter {
                 let ns = now.duration_since(*t).as_nanos();
                 let bits = u128::from(bytes.saturating_sub(*before)) * 8;
                 if let Some(bps) = (bits * 1_000_000_000).checked_div(ns) {
-                    self.rates_bps
-                        .insert(name.clone(), u64::try_from(bps).unwrap_or(u64::MAX));
+                    let bps = u64::try_from(bps).unwrap_or(u64::MAX);
+                    let window = self.window;
+                    let (rate, w) = self
+                        .rates
+                        .entry(name.clone())
+                        .or_insert_with(|| (0, RateWindow::new(window)));
+                    *rate = bps;
+                    w.push(bps);
                 }
             }
             last.insert(name, (bytes, now));
         }
-        self.rates_bps.retain(|n, _| last.contains_key(n));
+        self.rates.retain(|n, _| last.contains_key(n));
         self.last = last;
     }
 
     /// The last measured rate of `port`, bit/s (0 before two readings).
     pub fn rate_bps(&self, port: &str) -> u64 {
-        self.rates_bps.get(port).copied().unwrap_or(0)
+        self.rates.get(port).map_or(0, |r| r.0)
+    }
+
+    /// The peak of `port`'s window of rates, bit/s (what its estimate reads).
+    pub fn peak_bps(&self, port: &str) -> u64 {
+        self.rates.get(port).map_or(0, |r| r.1.peak())
     }
 }
 
@@ -73,11 +94,7 @@ pub(super) fn own_status(
             continue;
         }
         let share = shares.get(&v.name);
-        let rate_bps = meter.rate_bps(&v.name);
-        let share_max = share.and_then(|s| s.max_bps);
-        // A vif held at 0 (its host waits for a grant) shows no demand: not greedy.
-        let held = share_max.filter(|&s| s > 0);
-        let demand_bps = estimate_demand(rate_bps, held.or(v.policy.max_bps), probe_bps);
+        let e = estimate(meter.peak_bps(&v.name), share, v.policy.max_bps, probe_bps);
         vifs.insert(
             v.name.clone(),
             VifStatus {
@@ -85,11 +102,11 @@ pub(super) fn own_status(
                 weight: v.policy.weight,
                 min_bps: v.policy.min_bps,
                 max_bps: v.policy.max_bps,
-                rate_bps,
-                demand_bps,
-                floor_greedy: fills_floor(rate_bps, share.map(|s| s.min_bps)),
-                idle: is_idle(rate_bps, demand_bps, probe_bps),
-                share_max_bps: share_max,
+                rate_bps: meter.rate_bps(&v.name),
+                demand_bps: e.demand_bps,
+                floor_greedy: e.floor_greedy,
+                idle: e.idle,
+                share_max_bps: share.and_then(|s| s.max_bps),
                 share_min_bps: share.map(|s| s.min_bps),
             },
         );
