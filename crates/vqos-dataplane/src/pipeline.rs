@@ -80,6 +80,8 @@ pub(crate) struct Pipeline {
     out: Vec<Vec<u8>>,
     /// Slots with a non-empty `out` list in the current batch.
     touched: Vec<usize>,
+    /// Frames of the batch flooded (bit `i`): their buffer is shared by every copy.
+    shared: u64,
     /// xorshift64 state for ECN marking decisions (seeded: runs are reproducible).
     rng: u64,
 }
@@ -91,6 +93,7 @@ impl Default for Pipeline {
             wire_bytes: [0; BATCH_FRAMES],
             out: Vec::new(),
             touched: Vec::with_capacity(64),
+            shared: 0,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
@@ -140,6 +143,7 @@ impl Pipeline {
                 .resize_with(ports.slot_count(), || Vec::with_capacity(BATCH_FRAMES));
         }
         addrs.begin_batch();
+        self.shared = 0;
         let mut packets = 0u32;
         let mut bytes = 0u64;
         let mut policed = (0u32, 0u64);
@@ -199,7 +203,7 @@ impl Pipeline {
             packets += 1;
             bytes += wire;
         }
-        self.flush(ports, shaper, now);
+        self.flush(ports, shaper, downlink, now);
         // Everything read costs its sender but what the engine itself refused (a policer's
         // drop is its own decision, already metered): malformed, spoofed, guarded, hairpin
         // and storm frames are paid for, so a capped tenant cannot buy the core with frames
@@ -461,7 +465,13 @@ impl Pipeline {
             };
             if d != 0 {
                 if let (Some(dl), Some(v)) = (downlink.as_deref_mut(), slot.global_vif) {
-                    if let Err(reason) = dl.enqueue(v, &mut self.batch, i, wire, false, now) {
+                    if dl.open() || !self.out[d].is_empty() {
+                        // Cut through at the flush, or queued there behind this batch's
+                        // earlier frames for the vif.
+                        self.shared |= 1 << i;
+                        self.push_out(d, i);
+                    } else if let Err(reason) = dl.enqueue(v, &mut self.batch, i, wire, false, now)
+                    {
                         slot.c.drops[reason] += 1;
                     }
                     continue;
@@ -514,6 +524,11 @@ impl Pipeline {
             self.mark_with(slot, i);
         }
         if let Some((dl, v)) = queue {
+            if dl.open() || !self.out[d].is_empty() {
+                // Cut through at the flush ([`Downlink::cut_through`]).
+                self.push_out(d, i);
+                return true;
+            }
             // The frame goes nowhere else: a large one's buffer is taken, not copied.
             return match dl.enqueue(v, &mut self.batch, i, wire, true, now) {
                 Ok(()) => true,
@@ -528,12 +543,30 @@ impl Pipeline {
     }
 
     /// Sends each output port its frames (one `send_batch` per port), counts what was sent and
-    /// what was lost, and charges the uplink's bytes to its shaper.
-    fn flush(&mut self, ports: &mut PortTable, shaper: &mut UplinkShaper, now: u64) {
+    /// what was lost, and charges the uplink's bytes to its shaper; a vif's frames under the
+    /// scheduled downlink are cut through or queued ([`Downlink::cut_through`]).
+    fn flush(
+        &mut self,
+        ports: &mut PortTable,
+        shaper: &mut UplinkShaper,
+        mut downlink: Option<&mut Downlink>,
+        now: u64,
+    ) {
         for k in 0..self.touched.len() {
             let d = self.touched[k];
             let idx = &self.out[d];
-            if let Some(slot) = ports.get_mut(d) {
+            let Some(slot) = ports.get_mut(d) else {
+                self.out[d].clear();
+                continue;
+            };
+            let scheduled = downlink
+                .as_deref_mut()
+                .zip(slot.global_vif)
+                .filter(|_| d != 0);
+            if let Some((dl, v)) = scheduled {
+                let (batch, wire) = (&mut self.batch, &self.wire_bytes);
+                dl.cut_through(v, slot, batch, idx, wire, self.shared, now);
+            } else {
                 let sent = slot.port.lock().send_batch(&self.batch, idx).unwrap_or(0);
                 let sent_bytes: u64 = idx[..sent]
                     .iter()

@@ -317,3 +317,61 @@ fn priority_shortens_the_wait_of_a_vif_within_its_share() {
     println!("a's mean delay: {urgent:.0} µs at priority 0, {same:.0} µs at b's priority");
     assert!(urgent < 0.8 * same, "{urgent:.0} µs against {same:.0} µs");
 }
+
+/// A 1500-byte (on the wire) frame to `dst` carrying `seq` in its first payload bytes.
+fn numbered(dst: u64, seq: u32) -> Vec<u8> {
+    let mut p = [7u8; 1486];
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    build_frame(VnetHdr::default(), dst, MAC_U, 0x88b5, &p)
+}
+
+/// The sequence number of a frame made by [`numbered`] (virtio-net header, Ethernet header).
+fn seq_of(f: &[u8]) -> u32 {
+    u32::from_le_bytes(f[12 + 14..12 + 18].try_into().unwrap())
+}
+
+/// Cut-through (docs/dataplane.md, "The scheduled downlink"): while no queue holds a frame,
+/// what the uplink has for a vif leaves at once, counted `tx_cut_through`; past the capacity a
+/// queue forms, arrivals wait behind it, and every frame leaves in the order it came.
+#[test]
+fn an_idle_downlink_cuts_through_and_a_queue_keeps_the_order() {
+    let mut r = rig(100, DownlinkConfig::default());
+    let before = r.stats().port("a").unwrap().counters;
+    // Four frames (6 KB, within the shaper's burst): sent as they are read, none queued.
+    for seq in 0..4 {
+        r.u.inject(numbered(MAC_A, seq));
+    }
+    r.run();
+    let c = r.stats().port("a").unwrap().counters;
+    assert_eq!(c.tx_frames - before.tx_frames, 4);
+    assert_eq!(c.tx_cut_through - before.tx_cut_through, 4);
+    let mut seen: Vec<u32> = r.a.take_sent().iter().map(|f| seq_of(f)).collect();
+    // 600 frames (900 KB) at once, then 10 a millisecond (120 Mbit/s) over a 100 Mbit/s
+    // downlink: the first go through, then a queue forms and the rest wait in it.
+    let mut next = 4;
+    for _ in 0..600 {
+        r.u.inject(numbered(MAC_A, next));
+        next += 1;
+    }
+    for _ in 0..200 {
+        for _ in 0..10 {
+            r.u.inject(numbered(MAC_A, next));
+            next += 1;
+        }
+        r.advance(MS);
+        seen.extend(r.a.take_sent().iter().map(|f| seq_of(f)));
+    }
+    let s = r.stats();
+    let p = s.port("a").unwrap();
+    let c = p.counters;
+    assert!(p.queued_frames > 0, "a queue formed");
+    assert!(c.tx_cut_through - before.tx_cut_through < c.tx_frames - before.tx_frames);
+    assert_eq!(seen.len() as u64, c.tx_frames - before.tx_frames);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {:?}",
+        seen.windows(2).find(|w| w[0] >= w[1])
+    );
+    let lost = c.drops[DropReason::QueueFull] + c.drops[DropReason::Aqm];
+    assert_eq!(u64::from(next), seen.len() as u64 + lost + p.queued_frames);
+}

@@ -40,6 +40,10 @@ pub struct PortCounters {
     pub rx_bytes: u64,
     /// Frames written to the port (delivered to the VM).
     pub tx_frames: u64,
+    /// Of `tx_frames`, those the scheduled downlink sent without queueing them (cut-through:
+    /// no queue of the shard held a frame and the engine granted the vif at once).
+    #[serde(default)]
+    pub tx_cut_through: u64,
     /// Bytes written to the port as they are on the wire (as `rx_bytes`).
     pub tx_bytes: u64,
     /// Frames dropped, by reason (`truncated`, `spoofed`, `policed`, ...).
@@ -66,6 +70,7 @@ impl PortCounters {
         self.rx_frames += o.rx_frames;
         self.rx_bytes += o.rx_bytes;
         self.tx_frames += o.tx_frames;
+        self.tx_cut_through += o.tx_cut_through;
         self.tx_bytes += o.tx_bytes;
         self.drops.add(&o.drops);
         self.ecn_marked += o.ecn_marked;

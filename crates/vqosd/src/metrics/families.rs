@@ -69,6 +69,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Bytes written to the port.",
     ),
     (
+        "vqos_port_tx_cut_through_total",
+        "counter",
+        "Frames the scheduled downlink sent to the vif without queueing them (cut-through).",
+    ),
+    (
         "vqos_port_drops_total",
         "counter",
         "Frames dropped, by reason.",

@@ -39,6 +39,9 @@ const PORT_COUNTERS: &[(&str, Counter<PortStats>)] = &[
     ("vqos_port_rx_bytes_total", |s| s.counters.rx_bytes),
     ("vqos_port_tx_frames_total", |s| s.counters.tx_frames),
     ("vqos_port_tx_bytes_total", |s| s.counters.tx_bytes),
+    ("vqos_port_tx_cut_through_total", |s| {
+        s.counters.tx_cut_through
+    }),
     ("vqos_port_ecn_marked_total", |s| s.counters.ecn_marked),
     ("vqos_port_ecn_not_ect_total", |s| s.counters.ecn_not_ect),
     ("vqos_port_rx_errors_total", |s| s.counters.rx_errors),
