@@ -166,6 +166,9 @@ impl Switch {
                         .unwrap_or_default(),
                 },
                 shard: s.home,
+                readers: std::iter::once(s.home)
+                    .chain((0..64).filter(|&t| t != s.home && s.carriers & (1 << t) != 0))
+                    .collect(),
                 queued_frames: depth.frames,
                 queued_bytes: depth.bytes,
                 handover: s

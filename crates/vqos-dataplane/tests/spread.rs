@@ -54,6 +54,16 @@ fn both_shards_read_the_vif_and_count_its_frames_once() {
     let a = s.port("a").unwrap();
     assert_eq!(a.shard, 0, "its home");
     assert_eq!(
+        a.readers,
+        [0, 1],
+        "its home, then the shard its second queue is lent to"
+    );
+    assert_eq!(
+        s.port("b").unwrap().readers,
+        [1],
+        "one queue: its home alone"
+    );
+    assert_eq!(
         a.counters.rx_frames, 600,
         "read on both shards, summed once"
     );

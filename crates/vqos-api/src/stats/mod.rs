@@ -111,9 +111,15 @@ pub struct PortStats {
     /// daemon persists so that a restart gives them back before the port forwards.
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
     pub locked: LockedAddrs,
-    /// The forwarding loop (`loops[]`, shard) that reads the port.
+    /// The forwarding loop (`loops[]`, shard) that reads the port: its home thread.
     #[serde(default)]
     pub shard: usize,
+    /// Every loop that reads one of its receive queues, home first: more than one for a vif
+    /// whose queues are spread over the threads (docs/dataplane.md, "A vif read on several
+    /// shards"). The uplink's readers are its kind's (`af_packet.readers`, `tap`). Absent in
+    /// snapshots from before it was added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<usize>,
     /// Frames waiting in the vif's downlink queue now (a gauge; every shard's queue added up;
     /// 0 without the scheduled downlink).
     #[serde(default)]

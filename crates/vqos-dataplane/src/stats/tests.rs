@@ -41,6 +41,7 @@ fn port(name: &str, home: usize, shard: usize, status: Option<PortStatus>) -> Po
             ..Default::default()
         },
         shard: home,
+        readers: vec![home],
         queued_frames: 1,
         queued_bytes: 1,
         handover: Some(HandoverView {
