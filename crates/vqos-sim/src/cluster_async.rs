@@ -215,7 +215,7 @@ impl AsyncWorld {
             if let Some(s) = shares(i) {
                 out.entry(tenant_of(&self.world, i))
                     .or_default()
-                    .insert(format!("v{i}"), s);
+                    .insert(self.world.port(i).to_string(), s);
             }
         }
         out
@@ -242,10 +242,17 @@ impl AsyncWorld {
             }
         };
         let name = self.hosts[h].name.clone();
-        let target = |i: usize| split.get(&(name.clone(), format!("v{i}"))).copied();
+        let world = &self.world;
+        let target = |i: usize| {
+            split
+                .get(&(name.clone(), world.port(i).to_string()))
+                .copied()
+        };
         if !self.config.guarded {
-            for &i in &self.hosts[h].vifs.clone() {
-                self.world.shares[i] = target(i);
+            let got: Vec<(usize, Option<Share>)> =
+                self.hosts[h].vifs.iter().map(|&i| (i, target(i))).collect();
+            for (i, s) in got {
+                self.world.shares[i] = s;
             }
             return;
         }
@@ -281,7 +288,7 @@ impl AsyncWorld {
             }
         }
         for &i in &host.vifs {
-            self.world.shares[i] = hold.get(&format!("v{i}")).copied();
+            self.world.shares[i] = hold.get(self.world.port(i)).copied();
         }
         host.guard.confirm(now);
         host.fallen = false;
@@ -336,16 +343,16 @@ impl AsyncWorld {
             let enforced: BTreeMap<String, Share> = host
                 .vifs
                 .iter()
-                .filter_map(|&i| Some((format!("v{i}"), self.world.shares[i]?)))
+                .filter_map(|&i| Some((self.world.port(i).to_string(), self.world.shares[i]?)))
                 .collect();
             let tenants = host
                 .vifs
                 .iter()
-                .map(|&i| (format!("v{i}"), tenant_of(&self.world, i)))
+                .map(|&i| (self.world.port(i).to_string(), tenant_of(&self.world, i)))
                 .collect();
             let fb = host.guard.fallback(&enforced, &tenants);
             for &i in &host.vifs {
-                self.world.shares[i] = fb.get(&format!("v{i}")).copied();
+                self.world.shares[i] = fb.get(self.world.port(i)).copied();
             }
             self.hosts[h].fallen = true;
         }
