@@ -416,6 +416,10 @@ impl Shards {
         }
         let placement = Placement::new(n, first.policies().clone());
         switches.insert(0, first);
+        let readers = switches.iter().filter(|s| s.reads_uplink()).count() as u32;
+        for s in &mut switches {
+            s.split_uplink_storm(readers, now_ns);
+        }
         Ok(Shards {
             switches,
             placement,

@@ -14,10 +14,13 @@
 //!   whichever shards its frames arrive on;
 //! - its counters are written by each reader and summed when read.
 //!
+//!
+//! The uplink read on several shards (the scheduled downlink, an uplink with a receive queue
+//! per shard) splits its storm budget the same way ([`Switch::split_uplink_storm`]).
+//!
 //! ## Limitations
 //! A vif read on several shards cannot be handed over (`vqos port migrate`): its identity
-//! would have to move on every shard at once. vhost-user ports are read on one shard (their
-//! queue pairs' TX rings are not lent yet).
+//! would have to move on every shard at once.
 
 use std::sync::Arc;
 
@@ -86,5 +89,24 @@ impl Switch {
             return Err(e);
         }
         Ok((slot, old))
+    }
+
+    /// Whether this shard reads the uplink (shard 0 always; another when the uplink lent it a
+    /// receive queue: the scheduled downlink on several threads).
+    pub(crate) fn reads_uplink(&self) -> bool {
+        self.ports.get(0).is_some_and(|s| s.local)
+    }
+
+    /// The uplink is read by `readers` shards: this shard's storm bucket on it holds its part
+    /// of `storm_pps`, so the network floods the vifs no more through several readers than
+    /// through one (as a vif read on several shards: [`Switch::read_queue`]).
+    pub(crate) fn split_uplink_storm(&mut self, readers: u32, now_ns: u64) {
+        if !self.reads_uplink() {
+            return;
+        }
+        let storm = self.storm_part(readers, now_ns);
+        if let Some(s) = self.ports.get_mut(0) {
+            s.storm = storm;
+        }
     }
 }

@@ -193,3 +193,38 @@ fn a_vif_read_on_two_shards_floods_no_more_than_its_storm_budget() {
     );
     assert_eq!(a.counters.drops[DropReason::Storm], 500);
 }
+
+/// The uplink read on two shards (the scheduled downlink, an uplink with two receive
+/// queues): broadcasts from the network arriving on both queues pass no more than one
+/// `storm_pps` budget in all, each reader holding its half.
+#[test]
+fn the_uplink_read_on_two_shards_floods_no_more_than_its_storm_budget() {
+    let (up, uq) = MemPort::multi("up", 2, 1 << 20);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    cfg.threads = 2;
+    cfg.storm_pps = 100;
+    cfg.downlink = Some(vqos_dataplane::DownlinkConfig::default());
+    let mut sh = Shards::new(cfg, 0).unwrap();
+    let (pa, qa) = MemPort::pair("a", 1 << 20);
+    sh.add_port(
+        PortSpec::custom(Box::new(pa)),
+        VifPolicy::default(),
+        Some(0),
+        0,
+    )
+    .unwrap();
+    for i in 0..300u32 {
+        uq[0].inject(frame(BCAST, MAC_U, i as u8));
+        uq[1].inject(frame(BCAST, MAC_U, i as u8));
+    }
+    run_switch(&mut sh, 1);
+    let s = sh.stats(2);
+    let up = s.port("up").unwrap();
+    assert_eq!(up.counters.rx_frames, 600, "both queues read");
+    assert_eq!(
+        qa.take_sent().len(),
+        100,
+        "one uplink's budget, not one per reader"
+    );
+    assert_eq!(up.counters.drops[DropReason::Storm], 500);
+}
