@@ -218,5 +218,33 @@ pub(crate) fn write_stats(out: &mut impl Write, s: &StatsView) -> Result<()> {
     if !dropping.is_empty() {
         writeln!(out, "drops: {}", dropping.join(", "))?;
     }
+    if s.loops.len() > 1 {
+        writeln!(out, "threads: {}", readers_by_loop(s))?;
+    }
     Ok(())
+}
+
+/// Which vifs each forwarding loop reads (`loop0 reads vm1, vm2; loop1 reads vm2`): a vif
+/// whose queues are spread over the threads is under each loop that reads one.
+fn readers_by_loop(s: &StatsView) -> String {
+    (0..s.loops.len())
+        .map(|l| {
+            let vifs: Vec<&str> = s
+                .ports
+                .iter()
+                .filter(|p| p.role == "vif")
+                .filter(|p| match p.stats.readers.as_slice() {
+                    [] => p.stats.shard == l,
+                    r => r.contains(&l),
+                })
+                .map(|p| p.stats.name.as_str())
+                .collect();
+            let name = s.loops[l].name.as_str();
+            match vifs.is_empty() {
+                true => format!("{name} reads no vif"),
+                false => format!("{name} reads {}", vifs.join(", ")),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -312,6 +312,34 @@ fn stats_table_shows_rate_share_policy_and_drops() {
     assert!(text.starts_with("engine vqos, capacity 1Gbit, vifs sending 250Mbit"));
 }
 
+/// With several forwarding threads the table says which vifs each reads; a vif whose
+/// queues are spread is under each (a snapshot from before `readers`: its `shard` alone).
+#[test]
+fn stats_table_says_which_thread_reads_each_vif() {
+    let served = include_str!("../../../vqos-api/tests/data/stats-v1.json");
+    let mut s: StatsView = serde_json::from_str(served).unwrap();
+    let mut out = Vec::new();
+    write_stats(&mut out, &s).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.ends_with("threads: loop0 reads vm2; loop1 reads vm1\n"),
+        "{text}"
+    );
+    s.ports[1].stats.readers = vec![1, 0];
+    s.ports[2].stats.readers = vec![0];
+    let mut out = Vec::new();
+    write_stats(&mut out, &s).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.ends_with("threads: loop0 reads vm1, vm2; loop1 reads vm1\n"),
+        "{text}"
+    );
+    s.loops.truncate(1);
+    let mut out = Vec::new();
+    write_stats(&mut out, &s).unwrap();
+    assert!(!String::from_utf8(out).unwrap().contains("threads:"));
+}
+
 #[test]
 fn connection_options() {
     let conn = ConnArgs {
