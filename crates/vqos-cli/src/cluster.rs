@@ -32,6 +32,12 @@ pub struct ClusterArgs {
     /// CA certificate (PEM) of https:// endpoints.
     #[arg(long, value_name = "FILE", global = true)]
     ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for an etcd that asks for one (mutual TLS); with --key-file.
+    #[arg(long, value_name = "FILE", global = true)]
+    cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", global = true)]
+    key_file: Option<PathBuf>,
     #[command(subcommand)]
     command: ClusterCommand,
 }
@@ -165,9 +171,15 @@ impl ClusterArgs {
                 usage("No etcd endpoints: give --endpoints URL[,URL] or set VQOS_ETCD_ENDPOINTS")
             })?,
         };
-        let mut s = EtcdSettings::from_list(&list).map_err(|e| usage(e.to_string()))?;
-        s.user = self.user.clone();
-        s.ca_file = self.ca_file.clone();
+        // Checked once, whole: a list of https:// URLs is valid only with the CA given.
+        let s = EtcdSettings {
+            endpoints: EtcdSettings::endpoints(&list),
+            user: self.user.clone(),
+            password_file: None,
+            ca_file: self.ca_file.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+        };
         s.validate().map_err(|e| usage(e.to_string()))?;
         Ok(s)
     }
@@ -228,17 +240,28 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         ClusterCommand::Status { .. } | ClusterCommand::Simulate(_) => {}
     }
     let settings = args.settings()?;
+    let hint_of = settings.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("Cannot start the runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let mut c = settings.connect(TIMEOUT).await?;
         match args.command {
             ClusterCommand::Tenant { command } => tenant(&mut c, command).await,
             ClusterCommand::Vif { command } => vif(&mut c, command).await,
             ClusterCommand::Status { json } => status(&mut c, json).await,
             ClusterCommand::Simulate(a) => crate::cluster_sim::run(&a),
+        }
+    });
+    // What to check, ahead of what etcd said (the exit status still comes from the latter).
+    result.map_err(|e| {
+        let hint = e
+            .downcast_ref::<vqos_cluster::EtcdError>()
+            .and_then(|x| hint_of.hint(x));
+        match hint {
+            Some(h) => e.context(format!("Cannot use etcd: {h}")),
+            None => e,
         }
     })
 }

@@ -245,3 +245,67 @@ fn simulate_needs_no_etcd_and_reports_convergence_and_traffic() {
     assert_eq!(code, 0);
     assert!(out.contains("--hosts"), "{out}");
 }
+
+/// Issue 24, item 4: the CLI could not show a client certificate, so it could not reach an
+/// etcd with mutual TLS. Without one it exits 3 and says what to give; with `--cert-file` and
+/// `--key-file` of user `ops` (role: read and write under `/vqos/v1/`) it sets a tenant.
+#[test]
+fn the_cli_shows_a_client_certificate_to_an_etcd_that_asks_for_one() {
+    let name = "the_cli_shows_a_client_certificate_to_an_etcd_that_asks_for_one";
+    if let Some(why) = etcd_missing().or_else(vqos_testkit::openssl_missing) {
+        println!("SKIP {name}: {why}");
+        return;
+    }
+    let etcd = Etcd::start_mtls(1);
+    for args in [
+        &["role", "add", "ops"][..],
+        &[
+            "role",
+            "grant-permission",
+            "ops",
+            "--prefix=true",
+            "readwrite",
+            "/vqos/v1/",
+        ],
+        &["user", "add", "ops", "--no-password"],
+        &["user", "grant-role", "ops", "ops"],
+    ] {
+        etcd.ctl(args);
+    }
+    let (cert, key) = etcd.client_cert("ops");
+    let ca = etcd.ca_file().unwrap();
+    let (ca, cert, key) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let set = ["tenant", "set", "acme", "--max", "1Gbit"];
+    let url = etcd.url();
+
+    let mut args = vec!["cluster", "--ca-file", ca];
+    args.extend(set);
+    let (code, _, out) = vqos(Some(&url), &args);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("--cert-file and --key-file"), "{out}");
+
+    let mut half = vec!["cluster", "--ca-file", ca, "--cert-file", cert];
+    half.extend(set);
+    let (code, _, out) = vqos(Some(&url), &half);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("cert_file and key_file go together"), "{out}");
+
+    let mut args = vec![
+        "cluster",
+        "--ca-file",
+        ca,
+        "--cert-file",
+        cert,
+        "--key-file",
+        key,
+    ];
+    args.extend(set);
+    let (code, _, out) = vqos(Some(&url), &args);
+    assert_eq!(code, 0, "{out}");
+    let doc = etcd.ctl(&["get", "/vqos/v1/tenants/acme", "--print-value-only"]);
+    assert!(doc.contains("1Gbit"), "{doc}");
+}

@@ -137,19 +137,24 @@ pub async fn deadline<T>(
 }
 
 impl EtcdSettings {
-    /// Settings with only these endpoints (a comma-separated list).
+    /// Settings with only these endpoints (a comma-separated list), checked: plain `http://`
+    /// ones (TLS needs [`EtcdSettings::endpoints`] and the certificate fields).
     pub fn from_list(list: &str) -> Result<EtcdSettings, EtcdError> {
         let s = EtcdSettings {
-            endpoints: list
-                .split(',')
-                .map(str::trim)
-                .filter(|e| !e.is_empty())
-                .map(String::from)
-                .collect(),
+            endpoints: EtcdSettings::endpoints(list),
             ..Default::default()
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// The URLs of a comma-separated list (blanks trimmed, empty items dropped), unchecked.
+    pub fn endpoints(list: &str) -> Vec<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect()
     }
 
     /// Checks the settings on their own (files are read at connect).
@@ -207,6 +212,38 @@ impl EtcdSettings {
             o = o.with_tls(tls);
         }
         Ok(o)
+    }
+
+    /// What to check when `e` came from etcd under these settings, for an operator's eyes: a
+    /// TLS connection ended by the server while no client certificate is set (etcd with
+    /// `--client-cert-auth` closes the handshake and the client sees only a broken
+    /// connection), or a user etcd refuses (authentication on, a role without vqos's keys).
+    pub fn hint(&self, e: &EtcdError) -> Option<&'static str> {
+        let EtcdError::Client(c) = e else {
+            return None;
+        };
+        // gRPC's codes: CANCELLED 1, UNKNOWN 2, PERMISSION_DENIED 7, UNAVAILABLE 14
+        // (etcd-client does not re-export tonic's `Code`). The connection's end comes as a
+        // transport error or, on a call, as one of 1, 2 or 14 around it.
+        let code = match c {
+            etcd_client::Error::GRpcStatus(s) => Some(i32::from(s.code())),
+            _ => None,
+        };
+        let broken =
+            matches!(c, etcd_client::Error::TransportError(_)) || matches!(code, Some(1 | 2 | 14));
+        if broken && self.ca_file.is_some() && self.cert_file.is_none() {
+            Some(
+                "an etcd that asks for client certificates (--client-cert-auth) needs cert_file \
+                 and key_file (the CLI's --cert-file and --key-file)",
+            )
+        } else if code == Some(7) {
+            Some(
+                "the etcd user needs to read /vqos/v1/ and write /vqos/v1/status/, grants/ and \
+                 raises/ (docs/cluster.md, \"Security\")",
+            )
+        } else {
+            None
+        }
     }
 
     /// Connects, every call of the client bounded by `timeout`.

@@ -1,6 +1,8 @@
 //! A private single-node etcd for a test: loopback ports derived from the PID, a data
 //! directory of its own, killed by PID and removed on drop; optionally serving its clients
-//! over TLS with a certificate of a CA made for the test ([`Etcd::start_tls`], `openssl`).
+//! over TLS with a certificate of a CA made for the test ([`Etcd::start_tls`], `openssl`), or
+//! also asking its clients for a certificate of that CA, with authentication on
+//! ([`Etcd::start_mtls`]: each client is the etcd user its certificate's CN names).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -98,6 +100,76 @@ fn make_certificates(dir: &std::path::Path) {
     );
 }
 
+/// Makes `NAME.pem` / `NAME.key` in `dir`: a client certificate for CN `name`, signed by the
+/// CA of [`make_certificates`] (client use only).
+fn make_client_certificate(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
+    let (key, csr, pem, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+        format!("{name}.ext"),
+    );
+    let subject = format!("/CN={name}");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &subject,
+        ],
+    );
+    std::fs::write(
+        dir.join(&ext),
+        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature\n\
+         extendedKeyUsage = clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &pem,
+            "-extfile",
+            &ext,
+        ],
+    );
+    (dir.join(pem), dir.join(key))
+}
+
+/// How a test's etcd talks to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Security {
+    /// `http://`.
+    Plain,
+    /// `https://`, a server certificate only.
+    Tls,
+    /// `https://`, and every client shows a certificate of the test's CA
+    /// (`--client-cert-auth`); authentication is on, `etcdctl` is user `root` by its
+    /// certificate.
+    Mutual,
+}
+
 /// A running etcd; see the module doc.
 pub struct Etcd {
     /// The process (`None` while killed).
@@ -110,8 +182,8 @@ pub struct Etcd {
     client_port: u16,
     /// Peer port on 127.0.0.1.
     peer_port: u16,
-    /// Whether clients connect over TLS (the files are in `dir`).
-    tls: bool,
+    /// How clients connect (certificate files are in `dir`).
+    security: Security,
 }
 
 fn free(port: u16) -> bool {
@@ -122,16 +194,34 @@ impl Etcd {
     /// Starts etcd number `index` of this process and waits until it answers (panics after
     /// 30 s, with its log).
     pub fn start(index: u16) -> Etcd {
-        Etcd::start_with(index, false)
+        Etcd::start_with(index, Security::Plain)
     }
 
     /// [`Etcd::start`] serving its clients over TLS only (`https://`): a CA and a server
     /// certificate for 127.0.0.1 are made for it (see [`Etcd::ca_file`]; needs `openssl`).
     pub fn start_tls(index: u16) -> Etcd {
-        Etcd::start_with(index, true)
+        Etcd::start_with(index, Security::Tls)
     }
 
-    fn start_with(index: u16, tls: bool) -> Etcd {
+    /// [`Etcd::start_tls`] that also asks every client for a certificate of its CA
+    /// (`--client-cert-auth`; [`Etcd::client_cert`] makes one), with authentication enabled:
+    /// user `root` (passwordless, by certificate: what [`Etcd::ctl`] uses) holds role `root`,
+    /// and a client is the user its certificate's CN names. Needs `openssl`.
+    pub fn start_mtls(index: u16) -> Etcd {
+        let e = Etcd::start_with(index, Security::Mutual);
+        e.ctl(&["user", "add", "root", "--no-password"]);
+        e.ctl(&["user", "grant-role", "root", "root"]);
+        e.ctl(&["auth", "enable"]);
+        e
+    }
+
+    /// A client certificate and its key for CN `name`, signed by the CA of a TLS etcd.
+    pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        assert!(self.security != Security::Plain, "a plain etcd has no CA");
+        make_client_certificate(&self.dir, name)
+    }
+
+    fn start_with(index: u16, security: Security) -> Etcd {
         let pid = std::process::id();
         // 8 etcds per process (16 ports) before the next PID's range; a port in use is skipped.
         let slot = (pid % 2500) as u16 * 16 + (index % 8) * 2;
@@ -152,10 +242,13 @@ impl Etcd {
             name,
             client_port: base,
             peer_port: base + 1,
-            tls,
+            security,
         };
-        if tls {
+        if security != Security::Plain {
             make_certificates(&e.dir);
+        }
+        if security == Security::Mutual {
+            make_client_certificate(&e.dir, "root");
         }
         e.spawn();
         e
@@ -163,21 +256,30 @@ impl Etcd {
 
     /// The client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
+        let scheme = match self.security {
+            Security::Plain => "http",
+            Security::Tls | Security::Mutual => "https",
+        };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The CA certificate (PEM) of a TLS etcd's server certificate.
     pub fn ca_file(&self) -> Option<PathBuf> {
-        self.tls.then(|| self.dir.join("ca.pem"))
+        (self.security != Security::Plain).then(|| self.dir.join("ca.pem"))
     }
 
-    /// `etcdctl`'s TLS arguments.
+    /// `etcdctl`'s TLS arguments (user `root` by its certificate with mutual TLS).
     fn ctl_tls(&self) -> Vec<String> {
-        match self.ca_file() {
-            Some(ca) => vec![format!("--cacert={}", ca.display())],
-            None => Vec::new(),
+        let mut args: Vec<String> = self
+            .ca_file()
+            .map(|ca| format!("--cacert={}", ca.display()))
+            .into_iter()
+            .collect();
+        if self.security == Security::Mutual {
+            args.push(format!("--cert={}", self.dir.join("root.pem").display()));
+            args.push(format!("--key={}", self.dir.join("root.key").display()));
         }
+        args
     }
 
     /// Its log so far.
@@ -194,11 +296,16 @@ impl Etcd {
             .open(self.dir.join("etcd.log"))
             .unwrap();
         let mut tls = Vec::new();
-        if self.tls {
+        if self.security != Security::Plain {
             tls.push("--cert-file".to_string());
             tls.push(self.dir.join("server.pem").display().to_string());
             tls.push("--key-file".to_string());
             tls.push(self.dir.join("server.key").display().to_string());
+        }
+        if self.security == Security::Mutual {
+            tls.push("--client-cert-auth".to_string());
+            tls.push("--trusted-ca-file".to_string());
+            tls.push(self.dir.join("ca.pem").display().to_string());
         }
         let child = Command::new("etcd")
             .args(["--name", &self.name])
@@ -252,6 +359,30 @@ impl Etcd {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Runs `etcdctl` against a mutual-TLS etcd as the user of client certificate `cert`
+    /// (and its key): its stdout, or its stderr when it fails.
+    pub fn ctl_as(
+        &self,
+        (cert, key): &(PathBuf, PathBuf),
+        args: &[&str],
+    ) -> Result<String, String> {
+        let ca = self.ca_file().expect("a TLS etcd");
+        let out = Command::new("etcdctl")
+            .args(["--endpoints", &self.url()])
+            .arg(format!("--cacert={}", ca.display()))
+            .arg(format!("--cert={}", cert.display()))
+            .arg(format!("--key={}", key.display()))
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .unwrap_or_else(|e| panic!("etcdctl: {e}"));
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
     }
 
     /// Runs `etcdctl` against it with `args`; its stdout, panicking if it fails.

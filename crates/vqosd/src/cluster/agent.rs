@@ -198,7 +198,10 @@ impl State {
             match end {
                 End::Stop => return,
                 End::Failed(e) => {
-                    let msg = e.to_string();
+                    let msg = match self.config.etcd.hint(&e) {
+                        Some(hint) => format!("{e} ({hint})"),
+                        None => e.to_string(),
+                    };
                     if self.health.error.as_deref() != Some(&msg) {
                         tracing::warn!("Cluster agent fail-static: {msg}");
                     }

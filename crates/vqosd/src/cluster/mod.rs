@@ -28,8 +28,8 @@
 //!
 //! ## Limitations
 //! - etcd sets policies of ports that exist; it does not create or delete ports.
-//! - TLS is tested (a server certificate); authentication and client certificates are passed
-//!   to the client but not tested here.
+//! - TLS, mutual TLS and authentication by certificate are tested, but etcd's roles cannot
+//!   confine a host to its own keys with this key layout (docs/cluster.md, "Security").
 //! - Every agent holds every host's tenant vif declarations: memory and the first read grow
 //!   with the cluster's vifs (docs/cluster.md, "Where it stops scaling"); it reads every
 //!   status and every grant each period.
