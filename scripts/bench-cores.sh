@@ -10,21 +10,28 @@
 #   vqos-1q    one null vif (one queue) → the null uplink, one thread: one VM on one core
 #   vqos-2q    one null vif with queues = 2 on threads = 2: its second queue read by the other
 #              thread (a multiqueue VM on two cores; its policy divided between them)
+#   vqos-d1    downloads: the null uplink sends 64-byte frames to two null vifs that only
+#              receive (frame_len = 0), one after the other, through the scheduled downlink
+#              (engine rr, weights equal); one thread
+#   vqos-d2    the same on threads = 2: every thread reads a queue of the uplink (as the
+#              AF_PACKET uplink's fanout) and the vifs are one per thread
 #   ovs-1      OVS-DPDK 3.1 (ovs-vswitchd-dpdk, private instance), two net_null ports
 #              (size=64), flows in_port=1→2 and 2→1, one PMD (pmd-cpu-mask 0x2)
 #   ovs-2      the same with two PMDs (pmd-cpu-mask 0x3): OVS's own scaling from 1 to 2 cores
 #
 # Both forward what two zero-cost ports generate, as fast as one core (or two) can. vqosd is
 # pinned to CPU 1 (the whole process; with two threads, CPUs 0 and 1); OVS's PMDs to CPU 1
-# (and 0). Per run: Mpps forwarded (vqosd: frames its uplink was sent; OVS: packets its two
-# ports transmitted), and cycles per packet (vqosd's own rdtsc busy cycles, every loop's, per
-# frame read; OVS's "avg processing cycles per packet").
+# (and 0). Per run: Mpps forwarded (vqosd: frames its uplink was sent, or for downloads the
+# frames its vifs were sent; OVS: packets its two ports transmitted), and cycles per packet
+# (vqosd's own rdtsc busy cycles, every loop's, per frame read; OVS's "avg processing cycles
+# per packet"). The download rows read as many frames as the loops ask for and drop what the
+# vifs' queues cannot take, so their cycles per packet count the dropped frames' reads too.
 # Results: lab-out/bench-cores-DATE.md and .csv.
 #
 # Run as root:  scripts/bench-cores.sh [-t SECONDS] [-s vqos-1,ovs-1,ovs-2] [-r ROUNDS] [-o DIR]
 #   -t  seconds per run (default 8)
 #   -s  switches, in this order within each round (default vqos-1,vqos-2,ovs-1,ovs-2;
-#       vqos-1u, vqos-1q and vqos-2q on request)
+#       vqos-1u, vqos-1q, vqos-2q, vqos-d1 and vqos-d2 on request)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
@@ -53,7 +60,7 @@ done
 for n in "$SECS" "$ROUNDS"; do case $n in '' | *[!0-9]* | 0) usage ;; esac; done
 IFS=, read -r -a SWITCH_LIST <<<"$SWITCHES"
 for s in "${SWITCH_LIST[@]}"; do
-    case $s in vqos-1 | vqos-2 | vqos-1u | vqos-1q | vqos-2q | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
+    case $s in vqos-1 | vqos-2 | vqos-1u | vqos-1q | vqos-2q | vqos-d1 | vqos-d2 | ovs-1 | ovs-2) ;; *) echo "unknown switch '$s'" >&2; usage ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cores.sh: run as root" >&2; exit 1; }
 PIDS=()
@@ -88,8 +95,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vqosd on null ports ----------------------------------------------------------------------
-start_vqosd() { # threads [port_security [one vif's queues]] → SWPID, VQ_SOCK
-    local threads=$1 security=${2:-true} queues=${3:-} cpus=1 cfg=$TMP/vqosd.toml
+start_vqosd() { # threads [port_security [one vif's queues | "dl"]] → SWPID, VQ_SOCK
+    local threads=$1 security=${2:-true} queues=${3:-} cpus=1 cfg=$TMP/vqosd.toml up=
+    local len=64
+    if [ "$queues" = dl ]; then # downloads: the uplink sends, the vifs only receive
+        up=$(printf 'to = ["vqbc%sa", "vqbc%sb"]\nframe_len = 64' "$$" "$$")
+        queues= len=0
+    fi
     [ "$threads" -eq 2 ] && cpus=0,1
     VQ_SOCK=$TMP/vqosd.sock
     cat >"$cfg" <<EOF
@@ -105,17 +117,18 @@ socket = "$VQ_SOCK"
 [uplink]
 name = "vqbc$$u"
 kind = "null"
+$up
 [[port]]
 name = "vqbc$$a"
 kind = "null"
-frame_len = 64
+frame_len = $len
 port_security = $security
 EOF
     if [ -n "$queues" ]; then
         echo "queues = $queues" >>"$cfg"
     else
-        printf '[[port]]\nname = "vqbc%sb"\nkind = "null"\nframe_len = 64\nport_security = %s\n' \
-            "$$" "$security" >>"$cfg"
+        printf '[[port]]\nname = "vqbc%sb"\nkind = "null"\nframe_len = %s\nport_security = %s\n' \
+            "$$" "$len" "$security" >>"$cfg"
     fi
     rm -f "$TMP/state.json"
     taskset -c "$cpus" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
@@ -124,9 +137,12 @@ EOF
     for _ in $(seq 100); do [ -S "$VQ_SOCK" ] && break; sleep 0.1; done
     [ -S "$VQ_SOCK" ] || { cat "$TMP/vqosd.log" >&2; return 1; }
 }
-vqosd_sample() { # → "uplink_tx_frames busy_cycles frames_read"
+vqosd_sample() { # → "frames_forwarded busy_cycles frames_read" (forwarded: to the uplink, or
+    # with "dl" to the vifs)
+    local to='select(.name == $up)'
+    [ "${1:-}" = dl ] && to='select(.name != $up)'
     "$VQOS" stats --json --socket "$VQ_SOCK" |
-        jq -r --arg up "vqbc$$u" '"\([.ports[] | select(.name == $up) | .tx_frames] | add) \([.loops[].busy_cycles] | add) \([.ports[] | .rx_frames] | add)"'
+        jq -r --arg up "vqbc$$u" '"\([.ports[] | '"$to"' | .tx_frames] | add) \([.loops[].busy_cycles] | add) \([.ports[] | .rx_frames] | add)"'
 }
 
 # --- OVS-DPDK on net_null ports ---------------------------------------------------------------
@@ -196,12 +212,16 @@ measure() { # switch
         vqos-1u) start_vqosd 1 false ;;
         vqos-1q) start_vqosd 1 true 1 ;;
         vqos-2q) start_vqosd 2 true 2 ;;
+        vqos-d1) start_vqosd 1 true dl ;;
+        vqos-d2) start_vqosd 2 true dl ;;
         ovs-1) start_ovs 0x2 ;;
         ovs-2) start_ovs 0x3 ;;
     esac
     sleep 3 # warm
+    local dir=
+    case $sw in vqos-d*) dir=dl ;; esac
     case $sw in
-        vqos-*) a=$(vqosd_sample) ;;
+        vqos-*) a=$(vqosd_sample $dir) ;;
         *) ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" dpif-netdev/pmd-stats-clear >/dev/null; a=$(ovs_tx) ;;
     esac
     t0=$(date +%s%N)
@@ -209,7 +229,7 @@ measure() { # switch
     t1=$(date +%s%N)
     case $sw in
         vqos-*)
-            b=$(vqosd_sample)
+            b=$(vqosd_sample $dir)
             read -r mpps cpp < <(awk -v a="$a" -v b="$b" -v t0="$t0" -v t1="$t1" 'BEGIN {
                 split(a, x, " "); split(b, y, " "); f = y[3] - x[3]
                 printf "%.2f %s\n", (y[1] - x[1]) / ((t1 - t0) / 1e9) / 1e6,
@@ -245,9 +265,9 @@ printf '%s\n' "${ROWS[@]}" | awk -F, '
         print "|---|---|---|---|"
         for (i = 1; i <= n; i++) { split(r[i], f, ","); printf "| %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4] }
         print ""
-        print "| vqos-1 / ovs-1 (per core) | vqos-1u / ovs-1 (no guards) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | vqos-2q / vqos-1q (one VM, 2 threads) | (mean Mpps of the rounds) |"
-        print "|---|---|---|---|---|---|---|"
-        printf "| %s | %s | %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-1u", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2"), ratio("vqos-2q", "vqos-1q")
+        print "| vqos-1 / ovs-1 (per core) | vqos-1u / ovs-1 (no guards) | vqos-2 / vqos-1 (vqos scaling) | ovs-2 / ovs-1 (OVS scaling) | vqos-2 / ovs-2 | vqos-2q / vqos-1q (one VM, 2 threads) | vqos-d2 / vqos-d1 (downloads, 2 threads) | (mean Mpps of the rounds) |"
+        print "|---|---|---|---|---|---|---|---|"
+        printf "| %s | %s | %s | %s | %s | %s | %s | |\n", ratio("vqos-1", "ovs-1"), ratio("vqos-1u", "ovs-1"), ratio("vqos-2", "vqos-1"), ratio("ovs-2", "ovs-1"), ratio("vqos-2", "ovs-2"), ratio("vqos-2q", "vqos-1q"), ratio("vqos-d2", "vqos-d1")
     }' >"$MD"
 echo
 cat "$MD"

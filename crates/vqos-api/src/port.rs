@@ -34,8 +34,9 @@ pub enum PortKind {
     #[serde(rename = "af-packet")]
     AfPacket,
     /// A port that costs nothing, for benchmarks and load tests (DPDK's `net_null`): a vif
-    /// generates `frame_len`-byte frames to the uplink as fast as the switch reads them, the
-    /// uplink discards what it is sent.
+    /// generates `frame_len`-byte frames to the uplink as fast as the switch reads them (none
+    /// with `frame_len = 0`); the uplink discards what it is sent and, with `[uplink] to`,
+    /// generates frames to those null vifs in turn.
     #[serde(rename = "null")]
     Null,
 }
@@ -104,7 +105,8 @@ pub struct PortConfig<P = ()> {
     /// vhost-user: the unix socket's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
-    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64).
+    /// Null ports: the frames' length on the wire, FCS included (64 to 1518; default 64), or 0
+    /// for a vif that sends nothing and only receives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frame_len: Option<u32>,
     /// vhost-user: `server` (default) or `client`.

@@ -266,19 +266,13 @@ impl SwitchHandle {
         let cpus = placement(&config)?;
         let readiness = config.readiness;
         let origin = Instant::now();
-        let sw = Switch::new(config, 0)?;
-        let mut siblings = Vec::new();
-        for i in 1..cpus.len() {
-            siblings.push(sw.shard(i, 0)?);
-        }
-        let uplink = sw.uplink_name().to_string();
-        let policies = sw.policies().clone();
-        let cost_samples: Vec<Arc<CostSamples>> = std::iter::once(&sw)
-            .chain(&siblings)
-            .map(|s| s.cost_samples().clone())
-            .collect();
+        let switches = crate::shards::build(config, cpus.len(), 0)?;
+        let uplink = switches[0].uplink_name().to_string();
+        let policies = switches[0].policies().clone();
+        let cost_samples: Vec<Arc<CostSamples>> =
+            switches.iter().map(|s| s.cost_samples().clone()).collect();
         let mut shards = Vec::new();
-        for (sw, cpu) in std::iter::once(sw).chain(siblings).zip(cpus) {
+        for (sw, cpu) in switches.into_iter().zip(cpus) {
             match spawn(sw, readiness, origin, cpu) {
                 Ok(s) => shards.push(s),
                 Err(e) => {

@@ -405,21 +405,35 @@ impl std::fmt::Debug for Shards {
     }
 }
 
+/// The `n` shards of `config` (at least one; shard 0 first, the others made from it), each
+/// told which of them read the uplink ([`Switch::set_uplink_readers`]). What [`Shards`] and
+/// the threaded [`crate::SwitchHandle`] both start from.
+pub(crate) fn build(
+    config: SwitchConfig,
+    n: usize,
+    now_ns: u64,
+) -> Result<Vec<Switch>, SwitchError> {
+    let first = Switch::new(config, now_ns)?;
+    let mut switches = Vec::with_capacity(n.max(1));
+    for i in 1..n {
+        switches.push(first.shard(i, now_ns)?);
+    }
+    switches.insert(0, first);
+    let readers = (switches.iter().enumerate())
+        .filter(|(_, s)| s.reads_uplink())
+        .fold(0u64, |m, (i, _)| m | 1 << i.min(63));
+    for s in &mut switches {
+        s.set_uplink_readers(readers, now_ns);
+    }
+    Ok(switches)
+}
+
 impl Shards {
     /// `config.threads` shards (shard 0 reads the uplink); time starts at `now_ns`.
     pub fn new(config: SwitchConfig, now_ns: u64) -> Result<Shards, SwitchError> {
         let n = config.threads.max(1);
-        let first = Switch::new(config, now_ns)?;
-        let mut switches = Vec::with_capacity(n);
-        for i in 1..n {
-            switches.push(first.shard(i, now_ns)?);
-        }
-        let placement = Placement::new(n, first.policies().clone());
-        switches.insert(0, first);
-        let readers = switches.iter().filter(|s| s.reads_uplink()).count() as u32;
-        for s in &mut switches {
-            s.split_uplink_storm(readers, now_ns);
-        }
+        let switches = build(config, n, now_ns)?;
+        let placement = Placement::new(n, switches[0].policies().clone());
         Ok(Shards {
             switches,
             placement,

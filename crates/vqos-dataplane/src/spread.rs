@@ -16,7 +16,7 @@
 //!
 //!
 //! The uplink read on several shards (the scheduled downlink, an uplink with a receive queue
-//! per shard) splits its storm budget the same way ([`Switch::split_uplink_storm`]).
+//! per shard) splits its storm budget the same way ([`Switch::set_uplink_readers`]).
 //!
 //! ## Limitations
 //! A vif read on several shards cannot be handed over (`vqos port migrate`): its identity
@@ -97,16 +97,18 @@ impl Switch {
         self.ports.get(0).is_some_and(|s| s.local)
     }
 
-    /// The uplink is read by `readers` shards: this shard's storm bucket on it holds its part
-    /// of `storm_pps`, so the network floods the vifs no more through several readers than
+    /// The uplink is read by the shards of `carriers` (a bit per shard): every shard's entry
+    /// says so (the stats' `readers`), and on a reader the storm bucket holds its part of
+    /// `storm_pps`, so the network floods the vifs no more through several readers than
     /// through one (as a vif read on several shards: [`Switch::read_queue`]).
-    pub(crate) fn split_uplink_storm(&mut self, readers: u32, now_ns: u64) {
-        if !self.reads_uplink() {
-            return;
-        }
-        let storm = self.storm_part(readers, now_ns);
+    pub(crate) fn set_uplink_readers(&mut self, carriers: u64, now_ns: u64) {
+        let reads = self.reads_uplink();
+        let storm = self.storm_part(carriers.count_ones(), now_ns);
         if let Some(s) = self.ports.get_mut(0) {
-            s.storm = storm;
+            s.carriers = carriers;
+            if reads {
+                s.storm = storm;
+            }
         }
     }
 }

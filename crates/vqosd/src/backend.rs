@@ -167,7 +167,8 @@ pub const NULL_MAX_FRAME: u32 = 1518;
 /// `MAX_QUEUE_PAIRS` and `MAX_TAP_QUEUES`; a test in `switch.rs` checks they agree).
 pub const MAX_QUEUES: u16 = 16;
 
-/// A port's `frame_len`: null ports only, within what a null port generates (default 64).
+/// A port's `frame_len`: null ports only, within what a null port generates (default 64), or
+/// 0 for a null vif that sends nothing and only receives (download benchmarks).
 pub fn check_frame_len(
     name: &str,
     kind: PortKind,
@@ -175,10 +176,11 @@ pub fn check_frame_len(
 ) -> Result<Option<u32>, String> {
     match (kind, len) {
         (PortKind::Null, None) => Ok(Some(NULL_MIN_FRAME)),
+        (PortKind::Null, Some(0)) => Ok(Some(0)),
         (PortKind::Null, Some(l)) if (NULL_MIN_FRAME..=NULL_MAX_FRAME).contains(&l) => Ok(Some(l)),
         (PortKind::Null, Some(l)) => Err(format!(
             "Port '{name}': frame_len {l} is outside {NULL_MIN_FRAME}..={NULL_MAX_FRAME} (bytes \
-             on the wire, FCS included)"
+             on the wire, FCS included), or 0 (it only receives)"
         )),
         (_, None) => Ok(None),
         (_, Some(_)) => Err(format!("Port '{name}': frame_len is for kind = \"null\"")),
@@ -269,6 +271,7 @@ impl std::fmt::Display for PortOpened {
                 write!(f, "TAP re-attached in network namespace {ns}")
             }
             PortOpened::TapAttached => f.write_str("attached to an existing TAP"),
+            PortOpened::Null { frame_len: 0 } => write!(f, "null port, receiving only"),
             PortOpened::Null { frame_len } => write!(f, "null port, {frame_len}-byte frames"),
             PortOpened::VhostUser {
                 role: VhostUserRole::Server,

@@ -40,6 +40,9 @@
 //! create = true
 //! # kind = "af-packet"        # attach to an existing interface (a NIC, no TAP): "tap" (default)
 //! #                           # or "af-packet" (then no `create`)
+//! # kind = "null"             # benchmarks: discards what it is sent; with `to`, it also sends
+//! # to = ["vm1", "vm2"]       # frame_len-byte frames to those null vifs in turn (downloads)
+//! # frame_len = 64
 //!
 //! [[port]]
 //! name = "vm1"
@@ -102,8 +105,9 @@ mod cost_model;
 mod downlink;
 mod emulate;
 mod threads;
+mod uplink;
 
-use crate::wire::{check_port_name, PortConfig, PortKind, PortRequest, PortState, Rate, WireError};
+use crate::wire::{check_port_name, PortRequest, Rate, WireError};
 pub use controller_keys::ControllersConfig;
 use controller_keys::{controllers, RawFairness, RawPid};
 pub use emulate::EmulatedWork;
@@ -221,7 +225,7 @@ struct RawConfig {
     api: RawApi,
     #[serde(default)]
     metrics: RawMetrics,
-    uplink: Option<RawUplink>,
+    uplink: Option<uplink::RawUplink>,
     #[serde(default)]
     port: Vec<PortRequest>,
     #[serde(default)]
@@ -246,20 +250,6 @@ struct RawApi {
 #[serde(deny_unknown_fields)]
 struct RawMetrics {
     listen: Option<SocketAddr>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUplink {
-    name: String,
-    /// Default true (TAPs only).
-    create: Option<bool>,
-    /// `tap` (default) or `af-packet`.
-    #[serde(default)]
-    kind: PortKind,
-    /// A TAP uplink's queues (default 1): with several forwarding threads, each reads one
-    /// (the kernel spreads the host's flows over them), so downloads use every thread.
-    queues: Option<u16>,
 }
 
 /// The optional TCP listener.
@@ -323,6 +313,9 @@ pub struct Config {
     pub max_ports: usize,
     /// The uplink port, if any.
     pub uplink: Option<Port>,
+    /// A null uplink's destinations: the null vifs it sends `frame_len`-byte frames to in
+    /// turn (`[uplink] to`; empty: it sends nothing).
+    pub uplink_to: Vec<String>,
     /// The initial vif ports and their policies, in order.
     pub ports: Vec<(Port, VifPolicy)>,
     /// The controllers run beside the switch (none by default).
@@ -388,52 +381,8 @@ impl Config {
         if let Some(f) = controllers.fairness.as_mut() {
             f.variant = variant;
         }
-        let uplink = match raw.uplink {
-            Some(u) => {
-                check_port_name(&u.name)?;
-                if ports.iter().any(|(p, _)| p.config.name == u.name) {
-                    return Err(ConfigError::Policy(PolicyError::DuplicateVif(u.name)));
-                }
-                match (u.kind, u.create) {
-                    (PortKind::Tap, _) => {}
-                    (PortKind::AfPacket | PortKind::Null, _) if u.queues.is_some() => {
-                        return Err(ConfigError::Port(format!(
-                            "Uplink '{}': queues is for TAP uplinks (an af-packet uplink is \
-                             read by every thread through fanout; a null one has no queues)",
-                            u.name
-                        )));
-                    }
-                    (PortKind::AfPacket | PortKind::Null, None) => {}
-                    (PortKind::AfPacket | PortKind::Null, Some(_)) => {
-                        return Err(ConfigError::Port(format!(
-                            "Uplink '{}': create is for TAPs (kind = \"af-packet\" attaches to \
-                             an existing interface, kind = \"null\" has none)",
-                            u.name
-                        )));
-                    }
-                    (PortKind::VhostUser, _) => {
-                        return Err(ConfigError::Port(format!(
-                            "Uplink '{}': kind must be \"tap\", \"af-packet\" or \"null\"",
-                            u.name
-                        )));
-                    }
-                }
-                let config = PortConfig {
-                    kind: u.kind,
-                    create: u.create.unwrap_or(u.kind != PortKind::AfPacket),
-                    port_security: false,
-                    queues: u.queues,
-                    ..PortConfig::tap(&u.name)
-                };
-                crate::backend::check_queues(&config, "queues of the uplink TAP")
-                    .map_err(|e| ConfigError::Port(e.replacen("Port", "Uplink", 1)))?;
-                Some(Port {
-                    config,
-                    state: PortState::default(),
-                })
-            }
-            None => None,
-        };
+        let names: Vec<&str> = ports.iter().map(|(p, _)| p.config.name.as_str()).collect();
+        let (uplink, uplink_to) = uplink::parse(raw.uplink, &names)?;
         let tcp = match raw.api.tcp {
             None => {
                 if raw.api.token_file.is_some() || raw.api.token_env.is_some() {
@@ -484,6 +433,7 @@ impl Config {
             expect_state: raw.expect_state.unwrap_or(false),
             max_ports,
             uplink,
+            uplink_to,
             ports,
             controllers,
             emulated_work,
@@ -540,6 +490,7 @@ impl Config {
             expect_state,
             max_ports: _,
             uplink,
+            uplink_to,
             ports: _,
             controllers,
             emulated_work,
@@ -575,7 +526,10 @@ impl Config {
         differ(*metrics_listen == next.metrics_listen, "metrics.listen");
         differ(*state_file == next.state_file, "state_file");
         differ(*expect_state == next.expect_state, "expect_state");
-        differ(*uplink == next.uplink, "uplink");
+        differ(
+            *uplink == next.uplink && *uplink_to == next.uplink_to,
+            "uplink",
+        );
         differ(*controllers == next.controllers, "controllers");
         differ(*emulated_work == next.emulated_work, "emulate");
         // The etcd agent is a thread started with the daemon, with its own session and lease.

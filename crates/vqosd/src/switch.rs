@@ -45,52 +45,55 @@ fn tap_io(io: config::TapIo) -> TapIo {
 /// vhost-user port is made here (its server socket is bound at once: a path that cannot be
 /// used fails the call).
 fn spec(port: &Port, io: TapIo) -> Result<PortSpec, BackendError> {
-    let spec = match port.config.kind {
-        PortKind::Tap if port.config.create => {
-            PortSpec::tap_owned(&port.config.name).with_tap_queues(port.config.queues.unwrap_or(1))
-        }
-        PortKind::Tap => {
-            PortSpec::tap_attach(&port.config.name).with_tap_queues(port.config.queues.unwrap_or(1))
-        }
-        // The uplink only (the config and the API refuse vifs of this kind).
-        PortKind::AfPacket => PortSpec::af_packet(&port.config.name),
-        PortKind::Null => {
-            let len = port.config.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
-            let null = NullPort::vif(&port.config.name, len).map_err(|e| BackendError::Port {
-                name: port.config.name.clone(),
-                message: chain(&e),
-            })?;
-            let queues = usize::from(port.config.queues.unwrap_or(1));
-            PortSpec::custom(Box::new(null.with_queues(queues)))
-        }
-        PortKind::VhostUser => {
-            let socket = port.config.socket.as_deref().unwrap_or_default();
-            let config = VhostUserConfig {
-                queues: port.config.queues.unwrap_or(1),
-                ..match port.config.mode.unwrap_or_default() {
-                    VhostUserRole::Server => VhostUserConfig {
-                        socket_mode: port.config.socket_mode.map(|m| m.0),
-                        ..VhostUserConfig::server(socket)
-                    },
-                    VhostUserRole::Client => VhostUserConfig::client(socket),
+    let spec =
+        match port.config.kind {
+            PortKind::Tap if port.config.create => PortSpec::tap_owned(&port.config.name)
+                .with_tap_queues(port.config.queues.unwrap_or(1)),
+            PortKind::Tap => PortSpec::tap_attach(&port.config.name)
+                .with_tap_queues(port.config.queues.unwrap_or(1)),
+            // The uplink only (the config and the API refuse vifs of this kind).
+            PortKind::AfPacket => PortSpec::af_packet(&port.config.name),
+            PortKind::Null => {
+                let len = port.config.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
+                let null = match len {
+                    0 => NullPort::sink(&port.config.name),
+                    _ => NullPort::vif(&port.config.name, len),
                 }
-            };
-            let fail = |message| BackendError::Port {
-                name: port.config.name.clone(),
-                message,
-            };
-            let vhu = VhostUserPort::with_config(&port.config.name, config)
-                .map_err(|e| fail(chain(&e)))?;
-            // The socket is bound (and its mode set): now its owner and group. On failure the
-            // port is dropped, which removes the socket.
-            if port.config.mode.unwrap_or_default() == VhostUserRole::Server {
-                SocketAccess::of(&port.config)
-                    .apply(std::path::Path::new(socket))
-                    .map_err(fail)?;
+                .map_err(|e| BackendError::Port {
+                    name: port.config.name.clone(),
+                    message: chain(&e),
+                })?;
+                let queues = usize::from(port.config.queues.unwrap_or(1));
+                PortSpec::custom(Box::new(null.with_queues(queues)))
             }
-            PortSpec::custom(Box::new(vhu))
-        }
-    };
+            PortKind::VhostUser => {
+                let socket = port.config.socket.as_deref().unwrap_or_default();
+                let config = VhostUserConfig {
+                    queues: port.config.queues.unwrap_or(1),
+                    ..match port.config.mode.unwrap_or_default() {
+                        VhostUserRole::Server => VhostUserConfig {
+                            socket_mode: port.config.socket_mode.map(|m| m.0),
+                            ..VhostUserConfig::server(socket)
+                        },
+                        VhostUserRole::Client => VhostUserConfig::client(socket),
+                    }
+                };
+                let fail = |message| BackendError::Port {
+                    name: port.config.name.clone(),
+                    message,
+                };
+                let vhu = VhostUserPort::with_config(&port.config.name, config)
+                    .map_err(|e| fail(chain(&e)))?;
+                // The socket is bound (and its mode set): now its owner and group. On failure the
+                // port is dropped, which removes the socket.
+                if port.config.mode.unwrap_or_default() == VhostUserRole::Server {
+                    SocketAccess::of(&port.config)
+                        .apply(std::path::Path::new(socket))
+                        .map_err(fail)?;
+                }
+                PortSpec::custom(Box::new(vhu))
+            }
+        };
     Ok(spec
         .with_security(security(port))
         .with_tap_io(io)
@@ -113,6 +116,10 @@ fn security(port: &Port) -> PortSecurity {
     }
     let macs = if !port.config.macs.is_empty() {
         MacPolicy::Fixed(port.config.macs.iter().map(|m| mac_key(&m.0)).collect())
+    } else if port.config.port_security && port.config.kind == PortKind::Null {
+        // A null vif's one station, known before it sends: a null uplink can reach a vif
+        // that only receives.
+        MacPolicy::Fixed(vec![NullPort::station(&port.config.name).0])
     } else if port.config.port_security {
         MacPolicy::default()
     } else {
@@ -165,12 +172,18 @@ impl SwitchBackend {
         })?;
         let io = tap_io(config.tap_io);
         let uplink_spec = if uplink.config.kind == PortKind::Null {
-            // Discards what it is sent; its station is the one null vifs send to.
-            let sink = NullPort::sink(&uplink.config.name).map_err(|e| BackendError::Port {
-                name: uplink.config.name.clone(),
-                message: chain(&e),
-            })?;
-            PortSpec::custom(Box::new(sink))
+            // Discards what it is sent, and sends to the null vifs of `to`; its station is the
+            // one null vifs send to. Every thread reads a queue of its own (as the AF_PACKET
+            // uplink's fanout), when the downlink is scheduled.
+            let len = uplink.config.frame_len.unwrap_or(NULL_MIN_FRAME) as usize;
+            let null =
+                NullPort::uplink(&uplink.config.name, len, &config.uplink_to).map_err(|e| {
+                    BackendError::Port {
+                        name: uplink.config.name.clone(),
+                        message: chain(&e),
+                    }
+                })?;
+            PortSpec::custom(Box::new(null.with_queues(config.threads)))
                 .with_mac_policy(MacPolicy::Fixed(vec![NULL_UPLINK_MAC]))
         } else {
             spec(uplink, io)?

@@ -1,7 +1,7 @@
 //! The config parser's unit tests.
 
 use super::*;
-use crate::wire::{Account, FileMode};
+use crate::wire::{Account, FileMode, PortKind};
 use vqos_sched::controllers::pid_ecn::PidParams;
 
 const FULL: &str = r#"
@@ -66,6 +66,38 @@ fn an_af_packet_uplink_attaches_and_is_the_uplinks_only() {
         err("[uplink]\nname = \"n0\"\nkind = \"null\"\ncreate = true")
             .contains("Uplink 'n0': create is for TAPs")
     );
+    // A sending null uplink (downloads): `to` names null vifs, `frame_len` only with it.
+    let sends = Config::parse(
+        "[uplink]\nname = \"n0\"\nkind = \"null\"\nto = [\"vm1\", \"vm2\"]\nframe_len = 1518",
+        env,
+    )
+    .unwrap();
+    assert_eq!(sends.uplink_to, ["vm1", "vm2"]);
+    assert_eq!(sends.uplink.unwrap().config.frame_len, Some(1518));
+    let defaults = Config::parse(
+        "[uplink]\nname = \"n0\"\nkind = \"null\"\nto = [\"vm1\"]",
+        env,
+    );
+    assert_eq!(defaults.unwrap().uplink.unwrap().config.frame_len, Some(64));
+    for (bad, why) in [
+        ("kind = \"null\"\nframe_len = 64", "frame_len without to"),
+        (
+            "kind = \"null\"\nto = [\"vm1\"]\nframe_len = 0",
+            "frame_len 0 is for a null vif",
+        ),
+        (
+            "kind = \"null\"\nto = [\"vm1\"]\nframe_len = 9000",
+            "frame_len 9000 is outside",
+        ),
+        ("kind = \"null\"\nto = [\"a b\"]", "a b"),
+        (
+            "kind = \"tap\"\nto = [\"vm1\"]",
+            "to and frame_len are for kind = \"null\"",
+        ),
+    ] {
+        let e = err(&format!("[uplink]\nname = \"n0\"\n{bad}"));
+        assert!(e.contains(why), "{bad}: {e}");
+    }
     assert!(err("[[port]]\nname = \"vm1\"\nkind = \"af-packet\"")
         .contains("Port 'vm1': kind = \"af-packet\" is for the uplink only"));
     assert!(err("[uplink]\nname = \"eth1\"\nkind = \"nic\"").contains("unknown variant `nic`"));

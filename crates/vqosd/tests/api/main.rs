@@ -350,7 +350,7 @@ fn null_ports_take_a_frame_length_and_nothing_of_other_kinds() {
     let cases = [
         (
             json!({"name": "n3", "kind": "null", "frame_len": 63}),
-            "Port 'n3': frame_len 63 is outside 64..=1518 (bytes on the wire, FCS included)",
+            "Port 'n3': frame_len 63 is outside 64..=1518 (bytes on the wire, FCS included), or 0 (it only receives)",
         ),
         (
             json!({"name": "n3", "kind": "null", "socket": "/tmp/x"}),
