@@ -54,8 +54,16 @@ enum ClusterCommand {
         #[command(subcommand)]
         command: VifCommand,
     },
-    /// Per host and tenant: policy, share, measured rate.
+    /// Per host and tenant: policy, share, measured rate; stale and dead hosts.
+    #[command(
+        after_help = "A host is stale when its status is older than 3 of its periods (by \
+        the clocks of this machine and of the host), dead when its status is gone (its lease \
+        expired) while it still holds a grant: the others count its grant's fallback for it."
+    )]
     Status {
+        /// Only this tenant's vifs, hosts and limits.
+        #[arg(long)]
+        tenant: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -237,6 +245,9 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         } => {
             host_port(vif)?;
         }
+        ClusterCommand::Status {
+            tenant: Some(t), ..
+        } => name("tenant", t)?,
         ClusterCommand::Status { .. } | ClusterCommand::Simulate(_) => {}
     }
     let settings = args.settings()?;
@@ -250,7 +261,9 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         match args.command {
             ClusterCommand::Tenant { command } => tenant(&mut c, command).await,
             ClusterCommand::Vif { command } => vif(&mut c, command).await,
-            ClusterCommand::Status { json } => status(&mut c, json).await,
+            ClusterCommand::Status { tenant, json } => {
+                status(&mut c, tenant.as_deref(), json).await
+            }
             ClusterCommand::Simulate(a) => crate::cluster_sim::run(&a),
         }
     });
@@ -369,7 +382,23 @@ struct TenantView {
     vifs: Vec<String>,
 }
 
-async fn status(c: &mut Client, json_out: bool) -> Result<()> {
+/// Hosts whose status is more than this many of their periods old are stale.
+const STALE_PERIODS: u64 = 3;
+
+/// A host whose status says little: stale (old) or dead (gone, a grant left).
+#[derive(Debug, Serialize)]
+struct HostNote {
+    /// The host.
+    host: String,
+    /// Age of its status, ms (stale hosts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    age_ms: Option<u64>,
+    /// The tenants it holds a grant of (dead hosts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    grants: Vec<String>,
+}
+
+async fn status(c: &mut Client, only: Option<&str>, json_out: bool) -> Result<()> {
     let prefix = || Some(GetOptions::new().with_prefix());
     let st = deadline("get", TIMEOUT, c.get(keys::STATUS, prefix())).await?;
     let mut hosts: BTreeMap<String, HostStatus> = BTreeMap::new();
@@ -397,6 +426,27 @@ async fn status(c: &mut Client, json_out: bool) -> Result<()> {
             );
         }
     }
+    let gk = deadline(
+        "get",
+        TIMEOUT,
+        c.get(keys::GRANTS, prefix().map(|o| o.with_keys_only())),
+    );
+    let mut dead: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for kv in gk.await?.kvs() {
+        let Some((t, h)) = kv.key_str().ok().and_then(keys::tenant_host) else {
+            continue;
+        };
+        if !hosts.contains_key(h) && only.is_none_or(|o| o == t) {
+            dead.entry(h.to_string()).or_default().push(t.to_string());
+        }
+    }
+    if let Some(t) = only {
+        tenants.retain(|name, _| name == t);
+        for s in hosts.values_mut() {
+            s.vifs.retain(|_, v| v.tenant.as_deref() == Some(t));
+        }
+        hosts.retain(|_, s| !s.vifs.is_empty());
+    }
     for (h, s) in &hosts {
         for (p, v) in &s.vifs {
             let Some(t) = &v.tenant else { continue };
@@ -411,11 +461,46 @@ async fn status(c: &mut Client, json_out: bool) -> Result<()> {
             tv.vifs.push(format!("{h}/{p}"));
         }
     }
+    if let Some(t) = only.filter(|_| tenants.is_empty() && dead.is_empty()) {
+        anyhow::bail!("No tenant '{t}': no policy in etcd and no vif of it on a live host");
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let stale: Vec<HostNote> = (hosts.iter())
+        .map(|(h, s)| (h, now_ms.saturating_sub(s.updated_unix_ms), s.period_ms))
+        .filter(|&(_, age, period)| age > STALE_PERIODS * period.max(1))
+        .map(|(h, age, _)| HostNote {
+            host: h.clone(),
+            age_ms: Some(age),
+            grants: Vec::new(),
+        })
+        .collect();
+    let dead: Vec<HostNote> = (dead.into_iter())
+        .map(|(host, grants)| HostNote {
+            host,
+            age_ms: None,
+            grants,
+        })
+        .collect();
     if json_out {
-        outln!("{}", json!({ "hosts": hosts, "tenants": tenants }))?;
+        let v = json!({ "hosts": hosts, "tenants": tenants, "stale": stale, "dead": dead });
+        outln!("{v}")?;
         return Ok(());
     }
-    print_status(&hosts, &tenants)
+    print_status(&hosts, &tenants)?;
+    for n in &stale {
+        let age = n.age_ms.unwrap_or(0) as f64 / 1000.0;
+        outln!("stale: {} (its status is {age:.1} s old)", n.host)?;
+    }
+    for n in &dead {
+        let held = n.grants.join(", ");
+        outln!(
+            "dead: {} (no status; it still holds a grant of {held})",
+            n.host
+        )?;
+    }
+    Ok(())
 }
 
 fn print_status(

@@ -178,6 +178,43 @@ fn a_policy_set_with_the_cli_reaches_the_hosts_api_and_status_reports_it() {
         "{table}"
     );
 
+    // Issue 24, item 5: one tenant's view, and the hosts that say little. h8's status is old
+    // (written at the epoch); h9 has no status but still holds a grant of acme.
+    etcd.ctl(&[
+        "put",
+        "/vqos/v1/status/h8",
+        r#"{"health":"ok","updated_unix_ms":0,"period_ms":100,"vifs":{"vm1":{"tenant":"other","weight":1,"min_bps":0,"max_bps":null,"rate_bps":0,"demand_bps":0}}}"#,
+    ]);
+    etcd.ctl(&[
+        "put",
+        "/vqos/v1/grants/acme/h9",
+        r#"{"epoch":1,"max_bps":1}"#,
+    ]);
+    let (code, v, out) = vqos(ep, &["cluster", "status", "--tenant", "acme", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let tenants: Vec<&String> = v["tenants"].as_object().unwrap().keys().collect();
+    assert_eq!(tenants, ["acme"], "{v}");
+    assert!(v["hosts"].get("h8").is_none(), "h8 has no vif of acme: {v}");
+    assert_eq!(v["dead"][0]["host"], "h9", "{v}");
+    assert_eq!(v["dead"][0]["grants"][0], "acme", "{v}");
+    let (_, v, _) = vqos(ep, &["cluster", "status", "--json"]);
+    assert_eq!(v["stale"][0]["host"], "h8", "{v}");
+    assert!(v["stale"][0]["age_ms"].as_u64() > Some(1_000_000), "{v}");
+    let (code, _, table) = vqos(ep, &["cluster", "status"]);
+    assert_eq!(code, 0, "{table}");
+    assert!(table.contains("stale: h8 (its status is"), "{table}");
+    assert!(
+        table.contains("dead: h9 (no status; it still holds a grant of acme)"),
+        "{table}"
+    );
+    let (code, _, out) = vqos(ep, &["cluster", "status", "--tenant", "nope"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("No tenant 'nope'"), "{out}");
+    let (code, _, out) = vqos(ep, &["cluster", "status", "--tenant", "a/b"]);
+    assert_eq!(code, 2, "{out}");
+    etcd.ctl(&["del", "/vqos/v1/status/h8"]);
+    etcd.ctl(&["del", "/vqos/v1/grants/acme/h9"]);
+
     // Deleting the key hands vm3 back to the local API.
     let (code, v, out) = vqos(ep, &["cluster", "vif", "del", "h1/vm3", "--json"]);
     assert_eq!(
