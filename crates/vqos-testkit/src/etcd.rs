@@ -49,67 +49,52 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 /// Makes `ca.pem` (a CA of its own) and `server.pem` / `server.key` (a certificate it signed
 /// for IP 127.0.0.1, server use only) in `dir`.
 fn make_certificates(dir: &std::path::Path) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-    let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-subj",
-        "/CN=vqos test CA",
-    ]);
-    openssl(dir, &ca);
-    let mut csr = vec!["req", "-new", "-nodes"];
-    csr.extend(ec);
-    csr.extend([
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("server.ext"),
-        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature, keyEncipherment\n\
-         extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1\n",
-    )
-    .unwrap();
     openssl(
         dir,
         &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
+            "req",
+            "-x509",
+            "-nodes",
             "-days",
             "2",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            "ca.key",
             "-out",
-            "server.pem",
-            "-extfile",
-            "server.ext",
+            "ca.pem",
+            "-subj",
+            "/CN=vqos test CA",
         ],
+    );
+    issue(
+        dir,
+        "server",
+        "/CN=127.0.0.1",
+        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature, keyEncipherment\n\
+         extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1\n",
     );
 }
 
 /// Makes `NAME.pem` / `NAME.key` in `dir`: a client certificate for CN `name`, signed by the
 /// CA of [`make_certificates`] (client use only).
 fn make_client_certificate(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
-    let (key, csr, pem, ext) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.pem"),
-        format!("{name}.ext"),
-    );
-    let subject = format!("/CN={name}");
+    issue(
+        dir,
+        name,
+        &format!("/CN={name}"),
+        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature\n\
+         extendedKeyUsage = clientAuth\n",
+    )
+}
+
+/// Makes `NAME.key`, and `NAME.pem` for `subject` with the extensions `ext`, signed for two
+/// days by the CA in `dir` (`ca.pem`, `ca.key`): the certificate and key files.
+fn issue(dir: &std::path::Path, name: &str, subject: &str, ext: &str) -> (PathBuf, PathBuf) {
+    let file = |suffix: &str| format!("{name}.{suffix}");
+    let (key, csr, pem, extfile) = (file("key"), file("csr"), file("pem"), file("ext"));
     openssl(
         dir,
         &[
@@ -125,15 +110,10 @@ fn make_client_certificate(dir: &std::path::Path, name: &str) -> (PathBuf, PathB
             "-out",
             &csr,
             "-subj",
-            &subject,
+            subject,
         ],
     );
-    std::fs::write(
-        dir.join(&ext),
-        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature\n\
-         extendedKeyUsage = clientAuth\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join(&extfile), ext).unwrap();
     openssl(
         dir,
         &[
@@ -151,7 +131,7 @@ fn make_client_certificate(dir: &std::path::Path, name: &str) -> (PathBuf, PathB
             "-out",
             &pem,
             "-extfile",
-            &ext,
+            &extfile,
         ],
     );
     (dir.join(pem), dir.join(key))
