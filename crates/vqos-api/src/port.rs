@@ -204,10 +204,39 @@ impl<P> PortConfig<P> {
     }
 }
 
+/// A port's stable id: given by the daemon when the port is made (from the config, a
+/// `POST /v1/ports` or a reload), kept in the state file across restarts, never given to
+/// another port of the same state file, also not to a port made again under the same name.
+/// A name says which port a user means; the id says which *incarnation* of it: the daemon's
+/// controllers and per-vif state (a controller's limit, an ECN probability) are keyed by it,
+/// so nothing of a deleted port passes to a new one that reuses its name. 0 is never given
+/// (it reads "not yet given" in state files older than ids).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct PortId(pub u64);
+
+impl PortId {
+    /// True once the daemon gave it.
+    pub fn is_given(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl std::fmt::Display for PortId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// What a port acquired while it ran, which the daemon keeps with it (state file) and shows
 /// (`GET /v1/ports`); never set by a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortState {
+    /// Its stable id ([`PortId`]); absent from state files older than ids.
+    #[serde(default, skip_serializing_if = "is_not_given")]
+    pub id: PortId,
     /// Addresses port security locked to it first come, as last seen (given back to it when it
     /// is added again after a restart).
     #[serde(default, skip_serializing_if = "LockedAddrs::is_empty")]
@@ -215,6 +244,10 @@ pub struct PortState {
     /// Its identity handed over to another port (`vqos port migrate`), until it is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<HandoverView>,
+}
+
+fn is_not_given(id: &PortId) -> bool {
+    !id.is_given()
 }
 
 /// Refuses the fields no other field of a struct took: serde's `deny_unknown_fields` does not
@@ -300,6 +333,7 @@ mod tests {
                 ..PortConfig::tap("vm1")
             },
             state: PortState {
+                id: PortId(7),
                 locked: LockedAddrs {
                     macs: vec![],
                     ips: vec!["10.0.0.9".parse().unwrap()],
@@ -318,6 +352,7 @@ mod tests {
             keys,
             [
                 "create",
+                "id",
                 "kind",
                 "locked",
                 "macs",

@@ -18,8 +18,8 @@ use vqos_sched::VifPolicy;
 pub use crate::access::{Account, FileMode};
 pub use crate::migrate::HandoverView;
 pub use crate::port::{
-    LockedAddrs, NoOtherFields, PortConfig, PortKind, PortRequest, PortState, PortView, Service,
-    VhostUserRole,
+    LockedAddrs, NoOtherFields, PortConfig, PortId, PortKind, PortRequest, PortState, PortView,
+    Service, VhostUserRole,
 };
 use crate::stats::{LoopStats, PortStats};
 
@@ -407,6 +407,9 @@ pub struct PortStatsView {
     pub stats: PortStats,
     /// `"vif"` or `"uplink"`.
     pub role: String,
+    /// The vif's port id ([`PortId`]; absent for the uplink).
+    #[serde(default, skip_serializing_if = "is_no_id")]
+    pub id: PortId,
     /// The vif's policy as the user set it (`null` for the uplink).
     pub policy: Option<PolicyView>,
     /// The fairness adjuster's current limit on the vif, bit/s (`null`: none). The switch
@@ -417,6 +420,10 @@ pub struct PortStatsView {
     /// to the uplink (`null` for the uplink; 0 without the controller).
     #[serde(default)]
     pub ecn_probability: Option<f64>,
+}
+
+fn is_no_id(id: &PortId) -> bool {
+    !id.is_given()
 }
 
 /// The body of `GET /v1/stats`.

@@ -34,8 +34,8 @@ use crate::config::Config;
 use crate::http::{Request, Response};
 use crate::state::{self, SavedPort, SavedState, StateError, STATE_VERSION};
 use crate::wire::{
-    check_port_name, PolicyPatch, PolicyView, PortRequest, PortStatsView, PortView, RemovedView,
-    StatsView,
+    check_port_name, PolicyPatch, PolicyView, PortId, PortRequest, PortStatsView, PortView,
+    RemovedView, StatsView,
 };
 use vqos_api::chain;
 use vqos_api::wire::ClusterHealthView;
@@ -94,10 +94,12 @@ struct View {
     set: PolicySet,
     /// How each vif's port was made.
     ports: Vec<Port>,
-    /// The controllers' limits by vif name, bit/s (never persisted).
-    limits: BTreeMap<String, u64>,
-    /// The ECN probabilities last pushed to the switch, by vif name.
-    ecn: BTreeMap<String, f64>,
+    /// The controllers' limits by port id, bit/s (never persisted).
+    limits: BTreeMap<PortId, u64>,
+    /// The ECN probabilities last pushed to the switch, by port id.
+    ecn: BTreeMap<PortId, f64>,
+    /// The next port id to give ([`View::give_ids`]; persisted).
+    next_id: u64,
     /// Ports of the config deleted through the API (persisted, so they stay deleted).
     removed: Vec<String>,
     /// The etcd agent's tenant shares by vif name (saved by the agent in a file of its own,
@@ -108,6 +110,17 @@ struct View {
     /// The config file as last loaded (at start or by a reload): its ports are the ones whose
     /// deletion is remembered, and a reload applies what changed since.
     file: Arc<Config>,
+}
+
+/// Gives each of `ports` without an id the next of `next` (kept above every id in `ports`,
+/// and never 0).
+pub(crate) fn give_ids(ports: &mut [Port], next: &mut u64) {
+    let top = ports.iter().map(|p| p.state.id.0).max().unwrap_or(0);
+    *next = (*next).max(top.saturating_add(1)).max(1);
+    for p in ports.iter_mut().filter(|p| !p.state.id.is_given()) {
+        p.state.id = PortId(*next);
+        *next += 1;
+    }
 }
 
 /// The policy the switch enforces for `policy` under a controller limit: max = min(user max,
@@ -129,7 +142,10 @@ impl View {
         let mut view = PolicyView::from(&own.policy);
         let by: Vec<String> = [
             (self.shares.contains_key(&own.name), "cluster"),
-            (self.limits.contains_key(&own.name), "controller"),
+            (
+                self.limits.contains_key(&self.ports[id].state.id),
+                "controller",
+            ),
         ]
         .into_iter()
         .filter(|&(on, _)| on)
@@ -144,13 +160,24 @@ impl View {
     /// The set the switch enforces: the user's policies under the controllers' limits.
     fn effective(&self) -> PolicySet {
         let mut set = self.set.clone();
-        for v in &mut set.vifs {
+        for (v, p) in set.vifs.iter_mut().zip(&self.ports) {
             if let Some(share) = self.shares.get(&v.name) {
                 v.policy = cluster::shared_policy(&v.policy, share);
             }
-            v.policy = effective_policy(&v.policy, self.limits.get(&v.name).copied());
+            v.policy = effective_policy(&v.policy, self.limits.get(&p.state.id).copied());
         }
         set
+    }
+
+    /// Gives every port without an id the next one (ports made from the config, by a request
+    /// or a reload, and ports of state files older than ids).
+    fn give_ids(&mut self) {
+        give_ids(&mut self.ports, &mut self.next_id);
+    }
+
+    /// The id of the port named `name`, if it is a vif.
+    fn port_id(&self, name: &str) -> Option<PortId> {
+        self.set.id(name).ok().map(|i| self.ports[i].state.id)
     }
 
     fn saved(&self) -> SavedState {
@@ -160,6 +187,7 @@ impl View {
                 .map(|(p, v)| SavedPort::new(p, v.policy.clone()))
                 .collect(),
             removed: self.removed.clone(),
+            next_id: self.next_id,
         }
     }
 
@@ -361,7 +389,9 @@ impl Api {
         let port = Port::checked(&req).map_err(|e| (422, e))?;
         check_thread(&port.config, v.file.threads).map_err(|e| (422, e))?;
         let name = port.config.name.clone();
-        next.ports.push(port.clone());
+        next.ports.push(port);
+        next.give_ids();
+        let port = next.ports.last().cloned().expect("just pushed");
         next.removed.retain(|n| *n != name);
         let opened = self
             .backend
@@ -387,8 +417,9 @@ impl Api {
         if v.file.ports.iter().any(|(p, _)| p.config.name == name) {
             next.removed.push(name.to_string());
         }
-        next.limits.remove(name);
-        next.ecn.remove(name);
+        let gone = v.ports[id].state.id;
+        next.limits.remove(&gone);
+        next.ecn.remove(&gone);
         next.shares.remove(name);
         next.managed.remove(name);
         // Saved first: a removed port cannot be put back as it was (a created TAP would come
@@ -466,25 +497,34 @@ impl Api {
         self.snapshot().effective()
     }
 
-    /// The controllers' limits in force, by vif name (bit/s).
-    pub fn controller_limits(&self) -> BTreeMap<String, u64> {
-        self.snapshot().limits.clone()
+    /// The vifs' policies and their ports' ids (`ids[i]` is the port of `set.vifs[i]`), from
+    /// one committed view: what the controllers index.
+    pub fn vifs(&self) -> (PolicySet, Vec<PortId>) {
+        let v = self.snapshot();
+        (v.set.clone(), v.ports.iter().map(|p| p.state.id).collect())
     }
 
-    /// Replaces the controllers' limits (by vif name, bit/s; names that are not vifs are
-    /// ignored) and, if that changes what the switch enforces, installs the effective policy set
+    /// The controllers' limits in force, by vif name (bit/s).
+    pub fn controller_limits(&self) -> BTreeMap<String, u64> {
+        let v = self.snapshot();
+        (v.set.vifs.iter().zip(&v.ports))
+            .filter_map(|(s, p)| Some((s.name.clone(), *v.limits.get(&p.state.id)?)))
+            .collect()
+    }
+
+    /// Replaces the controllers' limits (by port id, bit/s; ids of ports that are gone are
+    /// ignored, so a port made again under a deleted one's name starts without its limit)
+    /// and, if that changes what the switch enforces, installs the effective policy set
     /// through the same snapshot path as a policy change. The user's policies (stored,
     /// persisted, answered by `GET /v1/policies`) are not touched. On error nothing changes.
     pub fn set_controller_limits(
         &self,
-        limits: &BTreeMap<String, u64>,
+        limits: &BTreeMap<PortId, u64>,
     ) -> Result<(), BackendError> {
         let mut v = self.lock();
         let mut next = v.clone();
-        next.limits = limits
-            .iter()
-            .filter(|(name, _)| next.set.id(name).is_ok())
-            .map(|(n, l)| (n.clone(), *l))
+        next.limits = (next.ports.iter())
+            .filter_map(|p| Some((p.state.id, *limits.get(&p.state.id)?)))
             .collect();
         let eff = next.effective();
         if eff != v.effective() {
@@ -494,21 +534,21 @@ impl Api {
         Ok(())
     }
 
-    /// Pushes the PID-ECN controller's marking probabilities (by vif name, each in [0, 1];
-    /// vifs not named get 0) to the switch. On error nothing changes.
-    pub fn set_ecn_probabilities(&self, probs: &BTreeMap<String, f64>) -> Result<(), BackendError> {
+    /// Pushes the PID-ECN controller's marking probabilities (by port id, each in [0, 1]; vifs
+    /// not named get 0, ids of ports that are gone are ignored) to the switch. The ids are
+    /// turned into names under the lock that orders this with port changes, so a probability
+    /// never reaches another port than the one it was computed for. On error nothing changes.
+    pub fn set_ecn_probabilities(&self, probs: &BTreeMap<PortId, f64>) -> Result<(), BackendError> {
         let mut v = self.lock();
-        let list: Vec<(String, f64)> = v
-            .set
-            .vifs
-            .iter()
-            .map(|s| (s.name.clone(), probs.get(&s.name).copied().unwrap_or(0.0)))
-            .collect();
+        let (list, ecn): (Vec<(String, f64)>, BTreeMap<PortId, f64>) = (v.set.vifs.iter())
+            .zip(&v.ports)
+            .map(|(s, p)| {
+                let prob = probs.get(&p.state.id).copied().unwrap_or(0.0);
+                ((s.name.clone(), prob), (p.state.id, prob))
+            })
+            .unzip();
         self.backend.set_ecn_probabilities(&list)?;
-        let next = View {
-            ecn: list.into_iter().collect(),
-            ..v.clone()
-        };
+        let next = View { ecn, ..v.clone() };
         self.commit(&mut v, next);
         Ok(())
     }
@@ -537,12 +577,13 @@ impl Api {
                     .id(&s.name)
                     .ok()
                     .map(|i| PolicyView::from(set.policy(i)));
-                let vif = policy.is_some();
+                let id = view.port_id(&s.name);
                 PortStatsView {
                     role: if uplink { "uplink" } else { "vif" }.to_string(),
                     policy,
-                    controller_limit_bps: limits.get(&s.name).copied(),
-                    ecn_probability: vif.then(|| ecn.get(&s.name).copied().unwrap_or(0.0)),
+                    id: id.unwrap_or_default(),
+                    controller_limit_bps: id.and_then(|i| limits.get(&i).copied()),
+                    ecn_probability: id.map(|i| ecn.get(&i).copied().unwrap_or(0.0)),
                     stats: s,
                 }
             })

@@ -20,7 +20,10 @@
 //! controllers' next wake and waits for a snapshot taken at or after it.
 //!
 //! ## Port changes
-//! The controllers index vifs in the API's order. When the set of vifs changes:
+//! The controllers index vifs in the API's order and know each by its port id
+//! ([`PortId`]): limits and probabilities go to the API by id, which drops those of a port
+//! deleted meanwhile, so they never reach a port made again under its name. When the set of
+//! vifs changes (a port deleted and made again under its name is a change):
 //! - ports only added at the end: PID-ECN grows (a new vif is measured from its next slot);
 //!   otherwise it restarts (one baseline slot without marking);
 //! - any change of the vifs or of their weights restarts the fairness adjuster: its limits are
@@ -39,6 +42,7 @@ use vqos_sched::units::format_rate;
 use crate::api::Api;
 use crate::backend::{BackendError, SwitchStats};
 use crate::config::ControllersConfig;
+use crate::wire::PortId;
 
 /// A limit the fairness adjuster set (or released, `None`) in a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,8 @@ pub struct Controllers {
     started: bool,
     /// The vifs the controllers index, in the API's order.
     names: Vec<String>,
+    /// Their ports' ids.
+    ids: Vec<PortId>,
     /// Their weights (the fairness adjuster's `W_i`).
     weights: Vec<u32>,
     /// The fairness adjuster.
@@ -86,6 +92,7 @@ impl Controllers {
             config,
             started: false,
             names: Vec::new(),
+            ids: Vec::new(),
             weights: Vec::new(),
             fairness: None,
             fair_origin_ns: 0,
@@ -142,7 +149,7 @@ impl Controllers {
         if self.config.is_empty() {
             return Ok(log);
         }
-        let set = api.policies();
+        let (set, ids) = api.vifs();
         let names: Vec<String> = set.vifs.iter().map(|v| v.name.clone()).collect();
         let weights: Vec<u32> = set.vifs.iter().map(|v| v.policy.weight).collect();
         let counter = |name: &str, f: fn(u64, u64) -> u64| {
@@ -153,8 +160,8 @@ impl Controllers {
             .iter()
             .map(|n| counter(n, |rx, tx| rx.saturating_add(tx)))
             .collect();
-        if !self.started || names != self.names || weights != self.weights {
-            self.resync(now_ns, names, weights, &uplink_bound);
+        if !self.started || ids != self.ids || weights != self.weights {
+            self.resync(now_ns, (names, ids), weights, &uplink_bound);
         }
         let mut result = Ok(());
         if let Some(f) = self.fairness.as_mut() {
@@ -178,11 +185,8 @@ impl Controllers {
             }
         }
         if self.limits_dirty {
-            let map: BTreeMap<String, u64> = self
-                .names
-                .iter()
-                .zip(&self.limits)
-                .filter_map(|(n, l)| l.map(|l| (n.clone(), l)))
+            let map: BTreeMap<PortId, u64> = (self.ids.iter().zip(&self.limits))
+                .filter_map(|(id, l)| l.map(|l| (*id, l)))
                 .collect();
             match api.set_controller_limits(&map) {
                 Ok(()) => self.limits_dirty = false,
@@ -201,10 +205,7 @@ impl Controllers {
             }
         }
         if self.probs_dirty {
-            let map: BTreeMap<String, f64> = self
-                .names
-                .iter()
-                .cloned()
+            let map: BTreeMap<PortId, f64> = (self.ids.iter().copied())
                 .zip(self.probs.iter().copied())
                 .collect();
             match api.set_ecn_probabilities(&map) {
@@ -216,8 +217,14 @@ impl Controllers {
     }
 
     /// Takes a new set of vifs (or weights): see the module docs.
-    fn resync(&mut self, now_ns: u64, names: Vec<String>, weights: Vec<u32>, uplink_bound: &[u64]) {
-        let n = names.len();
+    fn resync(
+        &mut self,
+        now_ns: u64,
+        (names, ids): (Vec<String>, Vec<PortId>),
+        weights: Vec<u32>,
+        uplink_bound: &[u64],
+    ) {
+        let n = ids.len();
         if let Some(params) = &self.config.fairness {
             self.fairness = Some(FairnessAdjuster::new(params.clone(), &weights));
             self.fair_origin_ns = now_ns;
@@ -228,9 +235,8 @@ impl Controllers {
             self.limits = vec![None; n];
         }
         if let Some(params) = &self.config.pid_ecn {
-            let appended = self.started
-                && n >= self.names.len()
-                && names[..self.names.len()] == self.names[..];
+            let appended =
+                self.started && n >= self.ids.len() && ids[..self.ids.len()] == self.ids[..];
             match self.pid.as_mut() {
                 Some(p) if appended => p.resize(n),
                 _ => {
@@ -238,7 +244,7 @@ impl Controllers {
                     self.pid_origin_ns = now_ns;
                 }
             }
-            if self.names != names {
+            if self.ids != ids {
                 let keep = if appended { self.probs.len() } else { 0 };
                 self.probs.truncate(keep);
                 self.probs.resize(n, 0.0);
@@ -246,6 +252,7 @@ impl Controllers {
             }
         }
         self.names = names;
+        self.ids = ids;
         self.weights = weights;
         self.started = true;
     }
@@ -596,6 +603,50 @@ mod tests {
         assert_eq!(ctl.vifs(), ["vm2", "vm3"]);
         let p = r.mock.ecn_probabilities();
         assert_eq!(p.keys().collect::<Vec<_>>(), ["vm2", "vm3"]);
+    }
+
+    #[test]
+    fn a_port_made_again_under_a_deleted_ones_name_gets_nothing_of_it() {
+        let r = rig("");
+        let mut ctl = controllers(
+            "controllers = [\"fairness\", \"pid-ecn\"]\n[fairness]\nperiod = \"1s\"\nprobe = \"100ms\"",
+        );
+        let step = 10 * MS;
+        let mut t = 0;
+        while r.api.controller_limits().is_empty() && t < 5_000 * MS {
+            ctl.step(t, &r.api).unwrap();
+            add_bytes(&r.mock, "vm1", 90e6, 0.0, step);
+            add_bytes(&r.mock, "vm2", 10e6, 0.0, step);
+            t += step;
+        }
+        assert!(r.api.controller_limits().contains_key("vm1"));
+        let (_, old) = r.api.vifs();
+        // What the controllers computed for the old vm2 arrives after it was made again.
+        assert_eq!(request(&r.api, "DELETE", "/v1/ports/vm2", "").0, 200);
+        assert_eq!(
+            request(&r.api, "POST", "/v1/ports", r#"{"name": "vm2"}"#).0,
+            201
+        );
+        let limits = BTreeMap::from([(old[0], 50_000_000), (old[1], 1_000_000)]);
+        r.api.set_controller_limits(&limits).unwrap();
+        r.api
+            .set_ecn_probabilities(&BTreeMap::from([(old[1], 0.5)]))
+            .unwrap();
+        assert_eq!(
+            r.api.controller_limits(),
+            BTreeMap::from([("vm1".to_string(), 50_000_000)])
+        );
+        assert_eq!(r.mock.ecn_probabilities()["vm2"], 0.0);
+        let vm2 = r
+            .mock
+            .ports()
+            .into_iter()
+            .find(|(p, _)| p.config.name == "vm2");
+        assert_eq!(vm2.unwrap().1.max_bps, None);
+        // The same names in the same order, but another port: the controllers start over.
+        ctl.step(t, &r.api).unwrap();
+        assert_eq!(ctl.vifs(), ["vm1", "vm2"]);
+        assert!(r.api.controller_limits().is_empty());
     }
 
     #[test]

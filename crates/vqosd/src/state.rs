@@ -149,6 +149,15 @@ pub struct SavedState {
     /// (until added again through the API). Absent from files without any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<String>,
+    /// The next port id to give ([`crate::wire::PortId`]): kept so that an id is never given
+    /// twice, also after its port was deleted. Absent from files older than ids (the start
+    /// then gives ids above every saved one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_id: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
@@ -497,6 +506,7 @@ mod tests {
                     ..PortConfig::tap("vm1")
                 },
                 state: PortState {
+                    id: vqos_api::wire::PortId(3),
                     locked: vqos_api::wire::LockedAddrs {
                         macs: vec![],
                         ips: vec!["fe80::5".parse().unwrap()],
@@ -506,6 +516,7 @@ mod tests {
                 no_other_fields: NoOtherFields,
             }],
             removed: Vec::new(),
+            next_id: 4,
         }
     }
 

@@ -133,7 +133,8 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
         status: vhost_status(true, false, serde_json::json!({})).status,
         ..Default::default()
     });
-    api.set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
+    let vm1 = api.vifs().1[0];
+    api.set_controller_limits(&BTreeMap::from([(vm1, 200_000_000)]))
         .unwrap();
     // The etcd agent's families (docs/cluster.md) appear with an agent.
     api.set_cluster_health(vqosd::wire::ClusterHealthView {

@@ -46,8 +46,8 @@ pub(crate) fn write_ports(
 ) -> Result<()> {
     writeln!(
         out,
-        "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  MACS",
-        "PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO"
+        "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  MACS",
+        "PORT", "ID", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO"
     )?;
     for p in ports {
         let macs: Vec<String> = p.port.macs.iter().map(|m| m.to_string()).collect();
@@ -99,8 +99,9 @@ pub(crate) fn write_ports(
         let pol = &p.port.policy;
         writeln!(
             out,
-            "{:<16} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
+            "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
             p.port.name,
+            p.state.id,
             kind,
             pol.weight,
             pol.min,

@@ -266,19 +266,19 @@ fn port_list_shows_every_policy_field() {
     let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["PORT", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
+        ["PORT", "ID", "KIND", "WEIGHT", "MIN", "MAX", "MAX_IN", "BURST", "PRIO", "MACS"]
     );
     let row = |name: &str| -> Vec<String> {
         let line = list.lines().find(|l| l.starts_with(name)).unwrap();
-        line.split_whitespace().take(8).map(String::from).collect()
+        line.split_whitespace().take(9).map(String::from).collect()
     };
     assert_eq!(
         row("vm1"),
-        ["vm1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
+        ["vm1", "1", "tap", "1", "200Mbit", "200Mbit", "100Mbit", "64KiB", "1"]
     );
     assert_eq!(
         row("vm2"),
-        ["vm2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
+        ["vm2", "2", "tap", "2", "0bit", "500Mbit", "max", "default", "7"]
     );
 }
 

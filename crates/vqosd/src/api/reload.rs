@@ -121,9 +121,9 @@ impl Api {
             nv.removed.retain(|n| *n != p.config.name);
             if let Ok(id) = nv.set.id(&p.config.name) {
                 nv.set.vifs.remove(id);
-                nv.ports.remove(id);
-                nv.limits.remove(&p.config.name);
-                nv.ecn.remove(&p.config.name);
+                let gone = nv.ports.remove(id).state.id;
+                nv.limits.remove(&gone);
+                nv.ecn.remove(&gone);
                 report.removed.push(p.config.name.clone());
             }
         }
@@ -178,6 +178,7 @@ impl Api {
                 Err(_) => {}
             }
         }
+        nv.give_ids();
         nv.set.validate().map_err(|e| refused(422, e))?;
         self.check_sold(&nv.set).map_err(|(s, e)| refused(s, e))?;
         if nv.ports.len() > next.max_ports {
@@ -238,8 +239,8 @@ impl Api {
             if leaving.contains(spec.name.as_str()) {
                 spec.policy.min_bps = 0;
             } else if let Ok(id) = nv.set.id(&spec.name) {
-                spec.policy =
-                    effective_policy(nv.set.policy(id), nv.limits.get(&spec.name).copied());
+                let limit = nv.limits.get(&nv.ports[id].state.id).copied();
+                spec.policy = effective_policy(nv.set.policy(id), limit);
             }
         }
         if first != before {

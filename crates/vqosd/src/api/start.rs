@@ -23,6 +23,8 @@ pub struct StartPlan {
     pub ports: Vec<Port>,
     /// Config ports deleted through the API (they stay deleted).
     pub removed: Vec<String>,
+    /// The next port id to give (every port above has one).
+    pub next_id: u64,
     /// What reading the state file warns about (a fallback to the last-good copy, a missing
     /// file that was expected).
     pub warnings: Vec<String>,
@@ -51,6 +53,7 @@ impl Api {
         let mut set = config.policy_set();
         let mut ports: Vec<Port> = config.ports.iter().map(|(p, _)| p.clone()).collect();
         let mut removed = Vec::new();
+        let saved_next_id = saved.as_ref().map_or(0, |s| s.next_id);
         if let Some(saved) = saved {
             // Config ports deleted through the API stay deleted; a name no longer in the config
             // needs no memory.
@@ -92,6 +95,8 @@ impl Api {
                 path: config.state_file.clone(),
                 source,
             })?;
+        let mut next_id = saved_next_id;
+        crate::api::give_ids(&mut ports, &mut next_id);
         if ports.len() > config.max_ports {
             return Err(ApiError::TooManyPorts {
                 path: config.state_file.clone(),
@@ -103,6 +108,7 @@ impl Api {
             set,
             ports,
             removed,
+            next_id,
             warnings,
         })
     }
@@ -118,6 +124,7 @@ impl Api {
             set,
             ports,
             removed,
+            next_id,
             warnings,
         } = plan;
         for w in &warnings {
@@ -156,6 +163,7 @@ impl Api {
             limits: BTreeMap::new(),
             ecn: BTreeMap::new(),
             removed,
+            next_id,
             shares: BTreeMap::new(),
             managed: BTreeMap::new(),
             file: Arc::new(config.clone()),

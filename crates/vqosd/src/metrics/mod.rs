@@ -293,6 +293,7 @@ mod tests {
                         ..Default::default()
                     },
                     role: "vif".into(),
+                    id: vqos_api::wire::PortId(1),
                     policy: Some(PolicyView::from(&policy)),
                     controller_limit_bps: Some(3_000),
                     ecn_probability: Some(0.25),
@@ -303,6 +304,7 @@ mod tests {
                         ..Default::default()
                     },
                     role: "uplink".into(),
+                    id: Default::default(),
                     policy: None,
                     controller_limit_bps: None,
                     ecn_probability: None,

@@ -388,8 +388,9 @@ fn a_policy_shows_what_a_cluster_share_and_a_controller_make_the_switch_enforce(
         json!({"min": "150Mbit", "max": "300Mbit", "min_bps": 150_000_000,
                "max_bps": 300_000_000, "by": ["cluster"]})
     );
+    let vm1 = d.api.vifs().1[0];
     d.api
-        .set_controller_limits(&BTreeMap::from([("vm1".to_string(), 200_000_000)]))
+        .set_controller_limits(&BTreeMap::from([(vm1, 200_000_000)]))
         .unwrap();
     let p = policy(&d);
     assert_eq!(

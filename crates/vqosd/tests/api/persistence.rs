@@ -250,3 +250,82 @@ fn a_vhost_user_sockets_owner_group_and_mode_survive_a_restart() {
         json!(["root", 0, "0660"])
     );
 }
+
+/// The id of each port `GET /v1/ports` lists, by name.
+fn ids(d: &Daemon) -> Vec<(String, u64)> {
+    let ports = d.get("/v1/ports");
+    (ports.as_array().unwrap().iter())
+        .map(|p| {
+            let id = p["id"].as_u64().unwrap_or_else(|| panic!("no id: {p}"));
+            (p["name"].as_str().unwrap().to_string(), id)
+        })
+        .collect()
+}
+
+fn named(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|(n, i)| (n.to_string(), *i)).collect()
+}
+
+#[test]
+fn port_ids_are_stable_across_restarts_and_never_given_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let d = start(dir.path());
+        assert_eq!(ids(&d), named(&[("vm1", 1), ("vm2", 2)]));
+        let (status, body) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+        assert_eq!((status, &body["id"]), (201, &json!(3)), "{body}");
+        // Made again under the same name: another port, another id.
+        assert_eq!(d.send("DELETE", "/v1/ports/vm3", None).0, 200);
+        let (status, body) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+        assert_eq!((status, &body["id"]), (201, &json!(4)), "{body}");
+        // The stats name each vif's id, and none for the uplink.
+        let stats = d.get("/v1/stats");
+        let stat_ids: Vec<(String, Value)> = (stats["ports"].as_array().unwrap().iter())
+            .map(|p| (p["name"].as_str().unwrap().to_string(), p["id"].clone()))
+            .collect();
+        assert!(stat_ids.contains(&("vm3".into(), json!(4))), "{stat_ids:?}");
+        assert!(
+            !stat_ids.iter().any(|(_, id)| *id == json!(3)),
+            "{stat_ids:?}"
+        );
+        // The highest id given is deleted before the restart: it is not given again after.
+        assert_eq!(d.send("DELETE", "/v1/ports/vm3", None).0, 200);
+    }
+    let d = start(dir.path());
+    assert_eq!(ids(&d), named(&[("vm1", 1), ("vm2", 2)]));
+    let (status, body) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+    assert_eq!((status, &body["id"]), (201, &json!(5)), "{body}");
+}
+
+#[test]
+fn a_state_file_older_than_ids_gets_ids_above_none_and_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let d = start(dir.path());
+        let (status, _) = d.send("POST", "/v1/ports", Some(json!({"name": "vm3"})));
+        assert_eq!(status, 201);
+    }
+    // What an older build wrote: no ids, no next id.
+    let path = dir.path().join("state/state.json");
+    let mut saved: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    for p in saved["ports"].as_array_mut().unwrap() {
+        p.as_object_mut()
+            .unwrap()
+            .remove("id")
+            .expect("an id saved");
+    }
+    saved
+        .as_object_mut()
+        .unwrap()
+        .remove("next_id")
+        .expect("next_id saved");
+    fs::write(&path, serde_json::to_vec(&saved).unwrap()).unwrap();
+    let given = {
+        let d = start(dir.path());
+        let given = ids(&d);
+        assert_eq!(given, named(&[("vm1", 1), ("vm2", 2), ("vm3", 3)]));
+        given
+    };
+    let d = start(dir.path());
+    assert_eq!(ids(&d), given);
+}
