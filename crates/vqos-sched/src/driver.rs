@@ -109,6 +109,8 @@ pub struct Scheduler<E: EngineSlot = Box<dyn Engine>> {
     ready: ReadySet,
     /// What happened so far.
     counters: SchedulerCounters,
+    /// [`Engine::polices`], read once: the engine's kind never changes.
+    polices: bool,
 }
 
 impl<E: EngineSlot> std::fmt::Debug for Scheduler<E> {
@@ -134,6 +136,7 @@ impl<E: EngineSlot> Scheduler<E> {
     /// Drives `engine` (already configured) over `vifs` vifs, none ready.
     pub fn new(engine: E, vifs: usize) -> Self {
         Scheduler {
+            polices: engine.get().polices(),
             engine,
             ready: ReadySet::new(vifs),
             counters: SchedulerCounters::default(),
@@ -205,9 +208,13 @@ impl<E: EngineSlot> Scheduler<E> {
         }
     }
 
-    /// The verdict on one frame of `batch` (`len_bytes` on the wire) at `now_ns`.
+    /// The verdict on one frame of `batch` (`len_bytes` on the wire) at `now_ns`: always
+    /// [`Verdict::Forward`], without a call, for an engine that does not police.
     #[inline]
     pub fn admit(&mut self, batch: &Granted, len_bytes: u32, now_ns: u64) -> Verdict {
+        if !self.polices {
+            return Verdict::Forward;
+        }
         self.engine
             .get_mut()
             .admit(batch.grant.vif, len_bytes, now_ns)
@@ -286,6 +293,36 @@ mod tests {
         // A new snapshot clears readiness (ids may have moved).
         s.configure(&two_vifs(), 5).unwrap();
         assert!(s.ready().none());
+    }
+
+    /// The scheduler skips `admit` for engines that say they do not police: an engine that
+    /// drops or marks a frame must say it does.
+    #[test]
+    fn only_an_engine_that_says_it_polices_rules_on_frames() {
+        for kind in EngineKind::ALL {
+            let mut p = PolicySet::new(Some(10_000_000));
+            for name in ["a", "b"] {
+                p.vifs.push(VifSpec {
+                    name: name.into(),
+                    policy: VifPolicy {
+                        max_bps: Some(1_000_000),
+                        burst_bytes: Some(3_000),
+                        ..VifPolicy::default()
+                    },
+                });
+            }
+            let mut engine = crate::build(kind, &p, 0).unwrap();
+            // Far more than the cap and the burst, in a millisecond.
+            let ruled = (0..1_000u64)
+                .map(|i| engine.admit((i % 2) as usize, 1_500, i * 1_000))
+                .filter(|v| *v != Verdict::Forward)
+                .count();
+            assert_eq!(
+                engine.polices(),
+                ruled > 0,
+                "{kind:?}: ruled on {ruled} frames"
+            );
+        }
     }
 
     #[test]

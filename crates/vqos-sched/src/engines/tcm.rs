@@ -466,6 +466,10 @@ impl Engine for Tcm {
         })
     }
 
+    fn polices(&self) -> bool {
+        true
+    }
+
     fn admit(&mut self, vif: VifId, len_bytes: u32, now_ns: u64) -> Verdict {
         let Some(v) = self.vifs.get_mut(vif) else {
             return Verdict::Forward;
