@@ -42,10 +42,9 @@
 //! period by what each queue held and passed ([`crate::balance`]): a vif receiving through
 //! two shards gets its max once, not once per shard (docs/dataplane.md, "Shards").
 
-use std::collections::VecDeque;
-
 pub use vqos_sched::aqm::DownlinkConfig;
-use vqos_sched::{Codel, EngineKind, Granted, PolicySet, Scheduler, Step, Usage, Verdict};
+use vqos_sched::fq::{FlowQueues, Popped};
+use vqos_sched::{EngineKind, Granted, PolicySet, Scheduler, Step, Usage, Verdict};
 
 use crate::balance::{smooth, Want};
 use crate::error::SwitchError;
@@ -78,35 +77,38 @@ const ALL: [u8; BATCH_FRAMES] = {
 // A queue's least bound holds one largest frame's buffer.
 const _: () = assert!(FRAME_BUF_BYTES as u64 <= vqos_sched::aqm::MIN_QUEUE_BYTES);
 
-/// A frame waiting for its vif.
+/// A frame waiting for its vif (its wire bytes and arrival time are kept by its flow queue).
 struct Queued {
     /// Its buffer (virtio-net header + Ethernet frame in the first `len` bytes).
     buf: Box<[u8]>,
     /// Frame length.
     len: usize,
-    /// Bytes on the wire.
-    wire: u64,
-    /// When it was queued, ns.
-    at_ns: u64,
 }
 
 /// One vif's queue.
-#[derive(Default)]
 struct VifQueue {
-    /// The frames, oldest first.
-    frames: VecDeque<Queued>,
+    /// The frames, in flow queues, each with its CoDel.
+    frames: FlowQueues<Queued>,
     /// Buffer bytes held.
     held: u64,
-    /// Wire bytes queued.
-    wire: u64,
-    /// Its AQM.
-    codel: Codel,
     /// Wire bytes queued since the last [`Downlink::sample`].
     arrived: u64,
     /// What joined it, smoothed, bits/s.
     rate: u64,
     /// The vif's port slot.
     slot: usize,
+}
+
+impl VifQueue {
+    fn new(flows: usize) -> VifQueue {
+        VifQueue {
+            frames: FlowQueues::new(flows),
+            held: 0,
+            arrived: 0,
+            rate: 0,
+            slot: usize::MAX,
+        }
+    }
 }
 
 /// What a queue holds, for stats.
@@ -149,6 +151,8 @@ pub(crate) struct Downlink {
     small: Vec<Box<[u8]>>,
     /// Free large buffers.
     big: Vec<Box<[u8]>>,
+    /// The flow hash's seed, drawn when the downlink is made ([`crate::flow`]).
+    seed: u64,
     /// The batch being sent.
     out: Batch,
     /// Wire bytes of each frame of `out`.
@@ -177,6 +181,7 @@ impl Downlink {
             held: 0,
             small: Vec::new(),
             big: Vec::new(),
+            seed: random_seed(),
             out: Batch::new(),
             out_wire: [0; BATCH_FRAMES],
         };
@@ -251,7 +256,10 @@ impl Downlink {
         let mut old: std::collections::HashMap<String, VifQueue> =
             names.zip(self.queues.drain(..)).collect();
         for (id, spec) in set.vifs.iter().enumerate() {
-            let mut q = old.remove(&spec.name).unwrap_or_default();
+            let flows = self.config.flows;
+            let mut q = old
+                .remove(&spec.name)
+                .unwrap_or_else(|| VifQueue::new(flows));
             q.slot = slots.get(id).copied().unwrap_or(usize::MAX);
             self.sched.set_ready(id, !q.frames.is_empty());
             self.queues.push(q);
@@ -288,13 +296,16 @@ impl Downlink {
             .get(vif)
             .map_or_else(QueueDepth::default, |q| QueueDepth {
                 frames: q.frames.len() as u64,
-                bytes: q.wire,
+                bytes: q.frames.wire(),
             })
     }
 
-    /// Queues frame `i` of `batch` (`wire` bytes on the wire) for vif `vif` at `now_ns`;
-    /// `take`: the frame goes nowhere else, so a large one's buffer may be taken (the batch
-    /// gets a fresh one). Err: the bound that refused it (`queue_full`).
+    /// Queues frame `i` of `batch` (`wire` bytes on the wire) for vif `vif` at `now_ns`, on
+    /// its flow's queue; `take`: the frame goes nowhere else, so a large one's buffer may be
+    /// taken (the batch gets a fresh one). A vif's queue past its bound makes room by dropping
+    /// the oldest frames of its fattest flow, unless that is the arrival's own flow (then the
+    /// arrival is refused): Ok(frames dropped so, each a `queue_full` on the vif). Err: the
+    /// bound that refused the arrival (`queue_full`; also when the shard's memory is full).
     pub fn enqueue(
         &mut self,
         vif: usize,
@@ -303,7 +314,7 @@ impl Downlink {
         wire: u64,
         take: bool,
         now_ns: u64,
-    ) -> Result<(), DropReason> {
+    ) -> Result<u64, DropReason> {
         let Some(q) = self.queues.get_mut(vif) else {
             return Err(DropReason::QueueFull);
         };
@@ -314,11 +325,23 @@ impl Downlink {
         } else {
             FRAME_BUF_BYTES
         } as u64;
-        if q.frames.len() >= self.config.queue_frames
-            || q.held + cost > self.config.queue_bytes
-            || self.held + cost > self.config.memory_bytes
-        {
+        if self.held + cost > self.config.memory_bytes {
             return Err(DropReason::QueueFull);
+        }
+        let hash = crate::flow::flow_hash(&batch.frame(i)[VNET_HDR_LEN..], self.seed);
+        let mut evicted = 0;
+        while q.frames.len() >= self.config.queue_frames || q.held + cost > self.config.queue_bytes
+        {
+            if q.frames.fattest() == Some(q.frames.flow_of(hash)) {
+                return Err(DropReason::QueueFull);
+            }
+            let Some((f, _)) = q.frames.drop_fattest() else {
+                return Err(DropReason::QueueFull);
+            };
+            q.held -= f.buf.len() as u64;
+            self.held -= f.buf.len() as u64;
+            recycle(f.buf, &mut self.small, &mut self.big);
+            evicted += 1;
         }
         let buf = if small {
             let mut b = self
@@ -342,17 +365,11 @@ impl Downlink {
         if q.frames.is_empty() {
             self.sched.set_ready(vif, true);
         }
-        q.frames.push_back(Queued {
-            buf,
-            len,
-            wire,
-            at_ns: now_ns,
-        });
+        q.frames.push(hash, Queued { buf, len }, wire, now_ns);
         q.held += cost;
-        q.wire += wire;
         q.arrived += wire;
         self.held += cost;
-        Ok(())
+        Ok(evicted)
     }
 
     /// True when frames for a vif may be cut through ([`Downlink::cut_through`]): no queue holds
@@ -394,9 +411,7 @@ impl Downlink {
         for &i in &idx[done..] {
             let i = usize::from(i);
             let take = shared & (1 << i) == 0;
-            if let Err(reason) = self.enqueue(vif, batch, i, wire[i], take, now_ns) {
-                entry.c.drops[reason] += 1;
-            }
+            counted(self.enqueue(vif, batch, i, wire[i], take, now_ns), entry);
         }
     }
 
@@ -509,34 +524,35 @@ impl Downlink {
         let q = &mut queues[vif];
         let Some(entry) = ports.get_mut(q.slot) else {
             // The port went away before the snapshot that removes its vif: drop its frames.
-            while let Some(f) = q.frames.pop_front() {
+            for f in q.frames.drain() {
                 recycle(f.buf, small, big);
             }
             *held -= q.held;
-            (q.held, q.wire) = (0, 0);
+            q.held = 0;
             sched.set_ready(vif, false);
             sched.charge(granted, Usage::default(), now_ns);
             return Served::Batch(0);
         };
-        let avg = q.wire / (q.frames.len() as u64).max(1);
+        let avg = q.frames.wire() / (q.frames.len() as u64).max(1);
         let want = granted
             .max_packets()
             .min(BATCH_FRAMES)
             .min(shaper.frames_within(avg));
         out.clear();
         while out.len() < want {
-            let Some(mut f) = q.frames.pop_front() else {
+            let Some(Popped {
+                item: mut f,
+                wire,
+                signal,
+            }) = q.frames.pop(&config.aqm, now_ns)
+            else {
                 break;
             };
             let cost = f.buf.len() as u64;
             q.held -= cost;
             *held -= cost;
-            q.wire -= f.wire;
-            let sojourn = now_ns.saturating_sub(f.at_ns);
             let eth = &mut f.buf[VNET_HDR_LEN..f.len];
-            if q.codel
-                .on_dequeue(&config.aqm, sojourn, f.wire, q.wire, now_ns)
-            {
+            if signal {
                 if frame::mark_ce(eth) {
                     entry.c.ecn_marked += 1;
                 } else {
@@ -546,7 +562,7 @@ impl Downlink {
                 }
             }
             // wire < 2^26 (frame::wire_bytes): fits u32.
-            match sched.admit(&granted, f.wire as u32, now_ns) {
+            match sched.admit(&granted, wire as u32, now_ns) {
                 Verdict::Forward => {}
                 Verdict::MarkCe => {
                     if frame::mark_ce(eth) {
@@ -561,7 +577,7 @@ impl Downlink {
                     continue;
                 }
             }
-            out_wire[out.len()] = f.wire;
+            out_wire[out.len()] = wire;
             if f.buf.len() == FRAME_BUF_BYTES {
                 // The batch takes the buffer and gives back one of the same size.
                 out.push_buf(&mut f.buf, f.len);
@@ -583,6 +599,28 @@ impl Downlink {
         self.charge(granted, entry, (sent, n), bytes, t0, now_ns);
         Served::Batch(sent)
     }
+}
+
+/// Counts on `entry` what [`Downlink::enqueue`] dropped (the arrival, or frames of a fatter
+/// flow that made room for it); true when the arrival was queued.
+pub(crate) fn counted(r: Result<u64, DropReason>, entry: &mut PortEntry) -> bool {
+    match r {
+        Ok(evicted) => {
+            entry.c.drops[DropReason::QueueFull] += evicted;
+            true
+        }
+        Err(reason) => {
+            entry.c.drops[reason] += 1;
+            false
+        }
+    }
+}
+
+/// A seed for the flow hash, from the standard library's random hash keys (each
+/// `RandomState` has keys of its own).
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
 }
 
 /// Gives a buffer back to its pool (or frees it when the pool is full).

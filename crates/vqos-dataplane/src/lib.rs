@@ -73,6 +73,7 @@ mod control;
 pub mod downlink;
 pub mod error;
 pub mod fault;
+pub mod flow;
 pub mod frame;
 pub mod guard;
 pub mod handle;

@@ -470,9 +470,9 @@ impl Pipeline {
                         // earlier frames for the vif.
                         self.shared |= 1 << i;
                         self.push_out(d, i);
-                    } else if let Err(reason) = dl.enqueue(v, &mut self.batch, i, wire, false, now)
-                    {
-                        slot.c.drops[reason] += 1;
+                    } else {
+                        let r = dl.enqueue(v, &mut self.batch, i, wire, false, now);
+                        crate::downlink::counted(r, slot);
                     }
                     continue;
                 }
@@ -530,13 +530,8 @@ impl Pipeline {
                 return true;
             }
             // The frame goes nowhere else: a large one's buffer is taken, not copied.
-            return match dl.enqueue(v, &mut self.batch, i, wire, true, now) {
-                Ok(()) => true,
-                Err(reason) => {
-                    slot.c.drops[reason] += 1;
-                    false
-                }
-            };
+            let r = dl.enqueue(v, &mut self.batch, i, wire, true, now);
+            return crate::downlink::counted(r, slot);
         }
         self.push_out(d, i);
         true

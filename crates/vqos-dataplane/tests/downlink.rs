@@ -375,3 +375,97 @@ fn an_idle_downlink_cuts_through_and_a_queue_keeps_the_order() {
     let lost = c.drops[DropReason::QueueFull] + c.drops[DropReason::Aqm];
     assert_eq!(u64::from(next), seen.len() as u64 + lost + p.queued_frames);
 }
+
+/// A small IPv4 frame to `dst` (its own flow: not the non-IP bulk of [`numbered`]).
+fn probe(dst: u64) -> Vec<u8> {
+    let mut p = station_ipv4(MAC_U, 0, 46);
+    p.extend_from_slice(&[9; 26]);
+    build_frame(VnetHdr::default(), dst, MAC_U, 0x0800, &p)
+}
+
+fn is_probe(f: &[u8]) -> bool {
+    f[12 + 12..12 + 14] == [0x08, 0x00]
+}
+
+/// How many bulk frames vif a receives between the arrival of a probe and the probe, when
+/// the probe arrives behind a standing queue of about 200 bulk frames, with `flows` flow
+/// queues per vif.
+fn bulk_frames_before_the_probe(flows: usize) -> usize {
+    let mut r = rig(
+        100,
+        DownlinkConfig {
+            flows,
+            ..Default::default()
+        },
+    );
+    for seq in 0..300 {
+        r.u.inject(numbered(MAC_A, seq));
+    }
+    r.advance(MS);
+    r.a.take_sent();
+    assert!(r.stats().port("a").unwrap().queued_frames > 150);
+    let mut before = 0;
+    r.u.inject(probe(MAC_A));
+    for _ in 0..100 {
+        r.advance(MS);
+        let sent = r.a.take_sent();
+        if let Some(i) = sent.iter().position(|f| is_probe(f)) {
+            return before + i;
+        }
+        before += sent.len();
+    }
+    panic!("the probe never arrived");
+}
+
+/// Flow queues (docs/dataplane.md, "The scheduled downlink"): a frame of a new flow does not
+/// wait behind another flow's standing queue to the same vif; with one flow queue per vif
+/// (`flows = 1`, the FIFO of before) it does.
+#[test]
+fn a_sparse_flow_does_not_wait_behind_a_bulk_flow_to_the_same_vif() {
+    let fifo = bulk_frames_before_the_probe(1);
+    let fq = bulk_frames_before_the_probe(64);
+    assert!(
+        fifo >= 150,
+        "{fifo} bulk frames before the probe in one FIFO"
+    );
+    // At most what a batch granted before the probe came takes.
+    assert!(fq <= 32, "{fq} bulk frames before the probe in flow queues");
+}
+
+/// A vif's queue full of one flow makes room for another flow's frame by dropping the bulk
+/// flow's oldest (counted `queue_full`); the bulk flow's own arrivals are refused.
+#[test]
+fn a_full_queue_makes_room_for_a_new_flow_at_the_fattest_ones_expense() {
+    for flows in [1, 64] {
+        let mut r = rig(
+            100,
+            DownlinkConfig {
+                queue_frames: 16,
+                flows,
+                ..Default::default()
+            },
+        );
+        for seq in 0..200 {
+            r.u.inject(numbered(MAC_A, seq));
+        }
+        r.run();
+        let before = r.stats().port("a").unwrap().clone();
+        assert_eq!(before.queued_frames, 16);
+        r.u.inject(probe(MAC_A));
+        r.run();
+        let after = r.stats().port("a").unwrap().clone();
+        let full = |p: &vqos_dataplane::PortStats| p.counters.drops[DropReason::QueueFull];
+        assert_eq!(
+            full(&after),
+            full(&before) + 1,
+            "one frame dropped either way"
+        );
+        assert_eq!(after.queued_frames, 16);
+        let mut got_probe = false;
+        for _ in 0..50 {
+            r.advance(MS);
+            got_probe |= r.a.take_sent().iter().any(|f| is_probe(f));
+        }
+        assert_eq!(got_probe, flows > 1, "flows = {flows}");
+    }
+}

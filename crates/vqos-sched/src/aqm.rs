@@ -81,6 +81,13 @@ pub struct DownlinkConfig {
     pub memory_bytes: u64,
     /// The AQM's target and interval.
     pub aqm: AqmParams,
+    /// Flow queues in each vif's queue ([`crate::fq`]; 1: one FIFO per vif).
+    #[serde(default = "default_flows")]
+    pub flows: usize,
+}
+
+fn default_flows() -> usize {
+    crate::fq::DEFAULT_FLOWS
 }
 
 impl Default for DownlinkConfig {
@@ -90,6 +97,7 @@ impl Default for DownlinkConfig {
             queue_bytes: 4 << 20,
             memory_bytes: 256 << 20,
             aqm: AqmParams::default(),
+            flows: crate::fq::DEFAULT_FLOWS,
         }
     }
 }
@@ -108,6 +116,12 @@ impl DownlinkConfig {
         }
         if self.memory_bytes < self.queue_bytes {
             return Err("downlink memory must be at least queue_bytes".into());
+        }
+        if !(1..=crate::fq::MAX_FLOWS).contains(&self.flows) {
+            return Err(format!(
+                "downlink flows must be in 1..={} (1: one queue per vif, no flow queues)",
+                crate::fq::MAX_FLOWS
+            ));
         }
         self.aqm.validate()
     }

@@ -26,6 +26,7 @@ pub mod cost;
 pub mod driver;
 pub mod engine;
 pub mod engines;
+pub mod fq;
 pub mod policy;
 #[cfg(test)]
 mod proptest_config;
@@ -41,5 +42,6 @@ pub use cost::{CostError, CycleCostModel, FrameCost, Pricing};
 pub use driver::{EngineSlot, Granted, Scheduler, SchedulerCounters, Step};
 pub use engine::{Engine, EngineKind, Grant, ReadySet, Usage, Verdict, VifEngineState, MAX_BURST};
 pub use engines::build;
+pub use fq::FlowQueues;
 pub use policy::{CostModel, PolicyError, PolicySet, VifId, VifPolicy, VifSpec};
 pub use variant::Variant;

@@ -181,6 +181,11 @@ pub struct Scenario {
     /// queues with CoDel and the engine under each VM's inbound policy; `"bucket"`: only its
     /// inbound maximum acts (a bucket that drops), as before the scheduled downlink.
     pub downlink_scheduled: bool,
+    /// Flow queues in each VM's downlink queue in the lab (`downlink_flows`, default
+    /// [`vqos_sched::fq::DEFAULT_FLOWS`]; 1: one FIFO per VM). The simulator's flows are fluid
+    /// within a VM, so it does not change a prediction of rates (docs/design.md, "The
+    /// scheduled downlink").
+    pub downlink_flows: usize,
     /// Per-packet CPU cost.
     pub cost_model: CycleCostModel,
     /// `[topology].direction`: the default of every VM's [`Vm::direction`].
@@ -258,6 +263,21 @@ impl Scenario {
             Some(other) => {
                 return Err(invalid(format!(
                     "downlink: '{other}' (expected \"scheduled\" or \"bucket\")"
+                )))
+            }
+        };
+        let downlink_flows = match raw.downlink_flows {
+            None => vqos_sched::fq::DEFAULT_FLOWS,
+            Some(_) if !downlink_scheduled => {
+                return Err(invalid(
+                    "downlink_flows: the flow queues are the scheduled downlink's (downlink = \"bucket\" has no queue)",
+                ))
+            }
+            Some(n) if (1..=vqos_sched::fq::MAX_FLOWS).contains(&n) => n,
+            Some(n) => {
+                return Err(invalid(format!(
+                    "downlink_flows: {n} is outside 1..={}",
+                    vqos_sched::fq::MAX_FLOWS
                 )))
             }
         };
@@ -427,6 +447,7 @@ impl Scenario {
             threads: raw.threads.unwrap_or(1),
             capacity_in_bps,
             downlink_scheduled,
+            downlink_flows,
             cost_model: raw.cost_model.unwrap_or_default(),
             direction,
             bottleneck_bps,

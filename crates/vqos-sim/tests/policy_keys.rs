@@ -239,3 +239,28 @@ fn a_download_vm_gets_its_inbound_max_an_upload_vm_its_share_in_one_scenario() {
         assert_eq!(c.policed, 0);
     }
 }
+
+/// `downlink_flows`: the lab's flow queues per VM (the simulator's flows are fluid within a
+/// VM); the scheduled downlink's only, in 1..=1024.
+#[test]
+fn downlink_flows_is_read_and_checked() {
+    let base = scenario("download", "");
+    let with = |extra: &str| format!("{extra}\n{base}");
+    assert_eq!(Scenario::parse(&base).unwrap().downlink_flows, 64);
+    let s = Scenario::parse(&with("downlink_flows = 1")).unwrap();
+    assert_eq!(s.downlink_flows, 1);
+    for (extra, says) in [
+        (
+            "downlink_flows = 0",
+            "downlink_flows: 0 is outside 1..=1024",
+        ),
+        ("downlink_flows = 2000", "outside 1..=1024"),
+        (
+            "downlink = \"bucket\"\ndownlink_flows = 8",
+            "the flow queues are the scheduled downlink's",
+        ),
+    ] {
+        let e = full_error(&with(extra));
+        assert!(e.contains(says), "{extra}: {e}");
+    }
+}

@@ -111,6 +111,8 @@ pub fn vqosd_config(
     }
     if !sc.downlink_scheduled {
         s.push_str("\n[downlink]\nschedule = false\n");
+    } else if sc.downlink_flows != vqos_sched::fq::DEFAULT_FLOWS {
+        s.push_str(&format!("\n[downlink]\nflows = {}\n", sc.downlink_flows));
     }
     let c = &sc.controller;
     if sc.fairness {
@@ -207,6 +209,10 @@ mod tests {
         assert_eq!((c.capacity_in_bps, c.downlink), (Some(400_000_000), None));
         let c = parse("capacity_in = \"unlimited\"");
         assert_eq!(c.policy_set().downlink_capacity_bps(), None);
+        let flows = |keys: &str| parse(keys).downlink.map(|d| d.flows);
+        assert_eq!(flows(""), Some(64));
+        assert_eq!(flows("downlink_flows = 1"), Some(1));
+        assert_eq!(flows("downlink_flows = 8"), Some(8));
     }
 
     #[test]

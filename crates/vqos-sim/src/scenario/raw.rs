@@ -33,6 +33,8 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub(super) downlink: Option<String>,
     #[serde(default)]
+    pub(super) downlink_flows: Option<usize>,
+    #[serde(default)]
     pub(super) cost_model: Option<CycleCostModel>,
     #[serde(default)]
     pub(super) topology: Option<RawTopology>,

@@ -7,6 +7,7 @@
 //! schedule = true             # false: frames to a vif pass only its inbound max (a bucket)
 //! queue_frames = 1024         # per vif
 //! queue_bytes = "4MiB"        # per vif, buffer memory
+//! flows = 64                  # flow queues per vif (FQ-CoDel); 1: one FIFO per vif
 //! memory = "256MiB"           # per forwarding thread, all its queues
 //! aqm_target = "1ms"          # CoDel: acceptable standing delay
 //! aqm_interval = "10ms"       # CoDel: how long above target before signalling
@@ -28,6 +29,7 @@ pub(super) struct RawDownlink {
     queue_frames: Option<usize>,
     queue_bytes: Option<String>,
     memory: Option<String>,
+    flows: Option<usize>,
     aqm_target: Option<String>,
     aqm_interval: Option<String>,
 }
@@ -63,6 +65,7 @@ pub(super) fn downlink(raw: Option<RawDownlink>) -> Result<Option<DownlinkConfig
             target_ns: time("aqm_target", &raw.aqm_target, d.aqm.target_ns)?,
             interval_ns: time("aqm_interval", &raw.aqm_interval, d.aqm.interval_ns)?,
         },
+        flows: raw.flows.unwrap_or(d.flows),
     };
     config.validate().map_err(|e| bad(&e))?;
     Ok(raw.schedule.unwrap_or(true).then_some(config))
@@ -107,7 +110,8 @@ mod tests {
         assert_eq!(c.capacity_in_bps, None);
         let c = parse(
             "capacity = \"1Gbit\"\ncapacity_in = \"400Mbit\"\n[downlink]\nqueue_frames = 64\n\
-             queue_bytes = \"1MiB\"\nmemory = \"64MiB\"\naqm_target = \"2ms\"\naqm_interval = \"20ms\"",
+             queue_bytes = \"1MiB\"\nmemory = \"64MiB\"\naqm_target = \"2ms\"\naqm_interval = \"20ms\"\n\
+             flows = 1",
         )
         .unwrap();
         let d = c.downlink.unwrap();
@@ -118,6 +122,10 @@ mod tests {
         assert_eq!(
             (d.aqm.target_ns, d.aqm.interval_ns),
             (2_000_000, 20_000_000)
+        );
+        assert_eq!(
+            (d.flows, vqos_sched::DownlinkConfig::default().flows),
+            (1, 64)
         );
         assert_eq!(c.capacity_in_bps, Some(400_000_000));
         assert_eq!(c.policy_set().downlink_capacity_bps(), Some(400_000_000));
@@ -165,6 +173,14 @@ mod tests {
                 "memory must be at least queue_bytes",
             ),
             ("[downlink]\naqm_target = \"soon\"", "downlink.aqm_target"),
+            (
+                "[downlink]\nflows = 0",
+                "downlink flows must be in 1..=1024",
+            ),
+            (
+                "[downlink]\nflows = 4096",
+                "downlink flows must be in 1..=1024",
+            ),
             (
                 "[downlink]\naqm_target = \"20ms\"",
                 "shorter than its target",
