@@ -34,6 +34,8 @@
 #       vqos-1u, vqos-1q, vqos-2q, vqos-d1 and vqos-d2 on request)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
+# VQOSD=PATH runs another vqosd build (default target/release/vqosd), to compare two builds
+# in alternating runs.
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
 # builds target/release/vqosd if missing, reserves 1024 2-MiB hugepages for OVS-DPDK and gives
 # them back, and removes every process (by PID), socket, mount and directory it made.
@@ -70,7 +72,7 @@ SWPID=
 . scripts/bench-lib.sh
 machine_lock
 install_missing jq:jq /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk:openvswitch-switch-dpdk
-VQOSD=target/release/vqosd
+VQOSD=${VQOSD:-target/release/vqosd}
 VQOS=target/release/vqos
 if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ]; then
     log "building vqosd and vqos (release)"

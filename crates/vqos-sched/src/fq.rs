@@ -16,7 +16,8 @@
 //!   that sends one frame each round cannot stay "new" forever and starve the old ones; an
 //!   old flow that empties leaves.
 //! - **CoDel per flow.** Each frame leaving is judged by its own flow's CoDel on its sojourn
-//!   time, with its flow's backlog; the caller marks CE or drops on a signal.
+//!   time; the backlog it weighs ("more than this frame behind it") is the whole queue's, as
+//!   in Linux's fq_codel. The caller marks CE or drops on a signal.
 //! - **Overflow.** [`FlowQueues::drop_fattest`] takes the head of the flow holding the most
 //!   bytes (RFC 8290 §4.1): the flow that fills the queue pays for it, not a newcomer.
 //!
@@ -208,9 +209,13 @@ impl<T> FlowQueues<T> {
             self.len -= 1;
             self.wire -= e.wire;
             let sojourn = now_ns.saturating_sub(e.at_ns);
+            // The backlog CoDel weighs is the whole queue's, as Linux's fq_codel does: with
+            // TSO super-frames a flow often has less than one of them behind its head, and
+            // judged on its own backlog its CoDel would hardly ever signal (measured: a tenth
+            // of the marks, bigger windows, longer queues; docs/benchmarks.md).
             let signal = flow
                 .codel
-                .on_dequeue(aqm, sojourn, e.wire, flow.wire, now_ns);
+                .on_dequeue(aqm, sojourn, e.wire, self.wire, now_ns);
             return Some(Popped {
                 item: e.item,
                 wire: e.wire,
