@@ -207,3 +207,25 @@ proptest! {
         prop_assert!(q.is_empty() && q.wire() == 0 && q.pop(&aqm(), now).is_none());
     }
 }
+
+/// Two flows of TSO super-frames, each with one frame behind its head, in a queue whose
+/// frames wait 4 ms: CoDel weighs the whole queue's backlog (as fq_codel), so it signals; on
+/// each flow's own backlog (one frame, "nothing behind") it never would.
+#[test]
+fn codel_weighs_the_whole_queues_backlog_not_the_flows() {
+    let mut q = FlowQueues::new(8);
+    let (a, b) = (hash_of(1, 8), hash_of(4, 8));
+    let big = 65_536;
+    for h in [a, b, a, b] {
+        q.push(h, (), big, 0);
+    }
+    let mut signals = 0;
+    for k in 1..=40u64 {
+        let now = k * MS;
+        let p = q.pop(&aqm(), now).unwrap();
+        signals += u32::from(p.signal);
+        // One frame leaves, one joins: four in all, a frame waits about 4 ms.
+        q.push(if k % 2 == 1 { a } else { b }, (), big, now);
+    }
+    assert!(signals > 0, "never signalled a 4 ms standing queue");
+}
