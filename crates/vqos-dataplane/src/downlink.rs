@@ -6,10 +6,12 @@
 //! ## Behavior
 //! - **Enqueue** (`Downlink::enqueue`): a unicast frame's buffer is taken from the receive
 //!   batch without a copy when it is large (a fresh buffer from the pool takes its place), and
-//!   copied into a small buffer otherwise; a flooded copy is always copied. A queue past its
-//!   bound in frames or in buffer memory, or a shard past its memory bound, drops the arrival
-//!   (`queue_full`, on the destination).
-//! - **Cut-through** (`Downlink::cut_through`): while no queue of the shard holds a frame and
+//!   copied into a small buffer otherwise; a flooded copy is always copied. It joins the flow
+//!   queue of its flow ([`crate::flow`], [`vqos_sched::fq`]) inside its vif's queue. A queue
+//!   past its bound in frames or in buffer memory makes room by dropping the oldest frame of
+//!   its fattest flow, or drops the arrival when that is its own flow; a shard past its memory
+//!   bound drops the arrival (`queue_full` on the destination, either way).
+//! - **Cut-through** (`Downlink::cut_through`, `cut.rs`): while no queue of the shard holds a frame and
 //!   the shaper is not in debt, the frames a receive batch has for a vif are not queued: the
 //!   engine grants the vif a batch as it would at dequeue (the vif is the only one ready, so
 //!   the order between vifs is not at stake), its `admit` rules each frame, and they are sent
@@ -21,7 +23,9 @@
 //!   copy is one buffer shared by every copy, so the engine's CE mark is not put on it
 //!   (`ecn_not_ect`), as on the unscheduled path.
 //! - **Dequeue** (`Downlink::serve`, up to four batches per poll): the engine picks a ready vif and a
-//!   batch size; each frame leaving passes CoDel on its sojourn time ([`vqos_sched::aqm`]):
+//!   batch size; its flow queues give the frames (flows that were idle first, then the busy
+//!   ones in turn by wire bytes); each frame leaving passes its flow's CoDel on its sojourn
+//!   time ([`vqos_sched::aqm`]):
 //!   signalled, an ECN-capable frame is marked CE (`ecn_marked`), any other is dropped
 //!   (`aqm`); then the engine's `admit` (a policer's drop counts `rate_limited`). The batch is
 //!   sent with one `send_batch`; frames the port cannot take are lost (`tx_error`), as on every
@@ -54,6 +58,8 @@ use crate::ports::{PortEntry, PortTable};
 use crate::shaper::UplinkShaper;
 use crate::stats::DropReason;
 use crate::sys::cycles;
+
+mod cut;
 
 pub use vqos_sched::aqm::SMALL_BUF_BYTES;
 
@@ -370,103 +376,6 @@ impl Downlink {
         q.arrived += wire;
         self.held += cost;
         Ok(evicted)
-    }
-
-    /// True when frames for a vif may be cut through ([`Downlink::cut_through`]): no queue holds
-    /// a frame. A vif with frames already set aside in this batch keeps them in order.
-    pub fn open(&self) -> bool {
-        !self.has_work()
-    }
-
-    /// Sends frames `idx` of `batch` to vif `vif` (port `entry`) at once when the downlink is
-    /// [`open`](Downlink::open), the shaper allows and the engine grants the vif a batch; what
-    /// is not sent so is queued, in order (module docs). `wire`: each frame's wire bytes;
-    /// `shared`: the frames flooded to several ports (bit `i`), whose buffers stay in the batch
-    /// and are not CE-marked.
-    #[allow(clippy::too_many_arguments)]
-    pub fn cut_through(
-        &mut self,
-        vif: usize,
-        entry: &mut PortEntry,
-        batch: &mut Batch,
-        idx: &[u8],
-        wire: &[u64; BATCH_FRAMES],
-        shared: u64,
-        now_ns: u64,
-    ) {
-        let mut done = 0;
-        if self.open() && self.shaper.allows(now_ns) && vif < self.queues.len() {
-            self.sched.set_ready(vif, true);
-            let step = self.sched.step(now_ns);
-            self.sched.set_ready(vif, false);
-            match step {
-                Step::Serve(g) if g.vif() == vif => {
-                    done = self.send_now(g, entry, batch, idx, wire, shared, now_ns);
-                }
-                // Only `vif` was ready; were the engine to grant another, it is charged nothing.
-                Step::Serve(g) => self.sched.charge(g, Usage::default(), now_ns),
-                Step::Refused { .. } | Step::Idle { .. } => {}
-            }
-        }
-        for &i in &idx[done..] {
-            let i = usize::from(i);
-            let take = shared & (1 << i) == 0;
-            counted(self.enqueue(vif, batch, i, wire[i], take, now_ns), entry);
-        }
-    }
-
-    /// The granted part of [`Downlink::cut_through`]: admits, sends and charges; how many of
-    /// `idx` it took (the rest are queued).
-    #[allow(clippy::too_many_arguments)]
-    fn send_now(
-        &mut self,
-        granted: Granted,
-        entry: &mut PortEntry,
-        batch: &mut Batch,
-        idx: &[u8],
-        wire: &[u64; BATCH_FRAMES],
-        shared: u64,
-        now_ns: u64,
-    ) -> usize {
-        let t0 = cycles();
-        let avg = idx.iter().map(|&i| wire[usize::from(i)]).sum::<u64>() / idx.len().max(1) as u64;
-        let take = granted
-            .max_packets()
-            .min(idx.len())
-            .min(self.shaper.frames_within(avg));
-        let mut go = [0u8; BATCH_FRAMES];
-        let mut n = 0;
-        for &i in &idx[..take] {
-            let w = wire[usize::from(i)];
-            self.queues[granted.vif()].arrived += w;
-            // wire < 2^26 (frame::wire_bytes): fits u32.
-            match self.sched.admit(&granted, w as u32, now_ns) {
-                Verdict::Forward => {}
-                Verdict::MarkCe => {
-                    let eth = &mut batch.frame_mut(usize::from(i))[VNET_HDR_LEN..];
-                    if shared & (1 << i) == 0 && frame::mark_ce(eth) {
-                        entry.c.ecn_marked += 1;
-                    } else {
-                        entry.c.ecn_not_ect += 1;
-                    }
-                }
-                Verdict::Drop => {
-                    entry.c.drops[DropReason::RateLimited] += 1;
-                    continue;
-                }
-            }
-            go[n] = i;
-            n += 1;
-        }
-        let sent = if n == 0 {
-            0
-        } else {
-            entry.port.lock().send_batch(batch, &go[..n]).unwrap_or(0)
-        };
-        let bytes = go[..sent].iter().map(|&i| wire[usize::from(i)]).sum();
-        entry.c.tx_cut_through += sent as u64;
-        self.charge(granted, entry, (sent, n), bytes, t0, now_ns);
-        take
     }
 
     /// Counts a sent batch on its port and charges the engine and the shaper: `sent` of `n`
