@@ -187,7 +187,7 @@ impl Downlink {
             held: 0,
             small: Vec::new(),
             big: Vec::new(),
-            seed: random_seed(),
+            seed: config.flow_seed.unwrap_or_else(random_seed),
             out: Batch::new(),
             out_wire: [0; BATCH_FRAMES],
         };

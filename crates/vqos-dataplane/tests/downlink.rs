@@ -395,6 +395,8 @@ fn bulk_frames_before_the_probe(flows: usize) -> usize {
         100,
         DownlinkConfig {
             flows,
+            // Repeatable: the probe's and the bulk flow's queues are the same every run.
+            flow_seed: Some(1),
             ..Default::default()
         },
     );
@@ -442,6 +444,7 @@ fn a_full_queue_makes_room_for_a_new_flow_at_the_fattest_ones_expense() {
             DownlinkConfig {
                 queue_frames: 16,
                 flows,
+                flow_seed: Some(1),
                 ..Default::default()
             },
         );

@@ -84,6 +84,11 @@ pub struct DownlinkConfig {
     /// Flow queues in each vif's queue ([`crate::fq`]; 1: one FIFO per vif).
     #[serde(default = "default_flows")]
     pub flows: usize,
+    /// The flow hash's seed (`None`, the default: drawn at random by each downlink when it
+    /// is made, so that a sender cannot aim at a victim's flow queue). A fixed one makes the
+    /// flow queues' choices repeatable, for tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_seed: Option<u64>,
 }
 
 fn default_flows() -> usize {
@@ -98,6 +103,7 @@ impl Default for DownlinkConfig {
             memory_bytes: 256 << 20,
             aqm: AqmParams::default(),
             flows: crate::fq::DEFAULT_FLOWS,
+            flow_seed: None,
         }
     }
 }

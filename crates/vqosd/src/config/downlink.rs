@@ -66,6 +66,8 @@ pub(super) fn downlink(raw: Option<RawDownlink>) -> Result<Option<DownlinkConfig
             interval_ns: time("aqm_interval", &raw.aqm_interval, d.aqm.interval_ns)?,
         },
         flows: raw.flows.unwrap_or(d.flows),
+        // Drawn at random by each downlink: a fixed seed is for tests, not a daemon setting.
+        flow_seed: None,
     };
     config.validate().map_err(|e| bad(&e))?;
     Ok(raw.schedule.unwrap_or(true).then_some(config))
