@@ -35,7 +35,10 @@
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
 # VQOSD=PATH runs another vqosd build (default target/release/vqosd), to compare two builds
-# in alternating runs.
+# in alternating runs; ENGINE=KIND another engine than rr (the cost of scheduling against
+# round robin); VIFS=N that many null vifs instead of two (vqos-1 and vqos-2 only);
+# CAPACITY=RATE instead of "unlimited" and VIF_POLICY='max = "3Gbit"' (an inline table's
+# body) on every vif, so that an engine's buckets work (C2QoS's overhead, docs/experiments.md).
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
 # builds target/release/vqosd if missing, reserves 1024 2-MiB hugepages for OVS-DPDK and gives
 # them back, and removes every process (by PID), socket, mount and directory it made.
@@ -73,6 +76,11 @@ SWPID=
 machine_lock
 install_missing jq:jq /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk:openvswitch-switch-dpdk
 VQOSD=${VQOSD:-target/release/vqosd}
+ENGINE=${ENGINE:-rr}
+VIFS=${VIFS:-2}
+CAPACITY=${CAPACITY:-unlimited}
+VIF_POLICY=${VIF_POLICY:-}
+case $VIFS in '' | *[!0-9]* | 0 | 1) echo "VIFS: a number of vifs, 2 or more" >&2; exit 2 ;; esac
 VQOS=target/release/vqos
 if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ]; then
     log "building vqosd and vqos (release)"
@@ -97,6 +105,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vqosd on null ports ----------------------------------------------------------------------
+vif_policy() { # config file: VIF_POLICY on the [[port]] just written
+    if [ -n "$VIF_POLICY" ]; then echo "policy = { $VIF_POLICY }" >>"$1"; fi
+}
 start_vqosd() { # threads [port_security [one vif's queues | "dl"]] → SWPID, VQ_SOCK
     local threads=$1 security=${2:-true} queues=${3:-} cpus=1 cfg=$TMP/vqosd.toml up=
     local len=64
@@ -107,8 +118,8 @@ start_vqosd() { # threads [port_security [one vif's queues | "dl"]] → SWPID, V
     [ "$threads" -eq 2 ] && cpus=0,1
     VQ_SOCK=$TMP/vqosd.sock
     cat >"$cfg" <<EOF
-capacity = "unlimited"
-engine = "rr"
+capacity = "$CAPACITY"
+engine = "$ENGINE"
 busy_poll = true
 threads = $threads
 cpus = [$cpus]
@@ -126,13 +137,23 @@ kind = "null"
 frame_len = $len
 port_security = $security
 EOF
+    vif_policy "$cfg"
     if [ -n "$queues" ]; then
         echo "queues = $queues" >>"$cfg"
     else
         printf '[[port]]\nname = "vqbc%sb"\nkind = "null"\nframe_len = %s\nport_security = %s\n' \
             "$$" "$len" "$security" >>"$cfg"
+        vif_policy "$cfg"
+        if [ -z "$up" ]; then
+            for i in $(seq 3 "$VIFS"); do
+                printf '[[port]]\nname = "vqbc%sv%s"\nkind = "null"\nframe_len = %s\nport_security = %s\n' \
+                    "$$" "$i" "$len" "$security" >>"$cfg"
+                vif_policy "$cfg"
+            done
+        fi
     fi
     rm -f "$TMP/state.json"
+    log "vqosd: engine $ENGINE, $(grep -c '^\[\[port\]\]' "$cfg") vifs, $threads thread(s)"
     taskset -c "$cpus" "$VQOSD" --config "$cfg" >"$TMP/vqosd.log" 2>&1 &
     SWPID=$!
     PIDS+=("$SWPID")
