@@ -60,6 +60,7 @@ use crate::stats::DropReason;
 use crate::sys::cycles;
 
 mod cut;
+pub(crate) use cut::ForVif;
 
 pub use vqos_sched::aqm::SMALL_BUF_BYTES;
 

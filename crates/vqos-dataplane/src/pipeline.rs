@@ -559,8 +559,13 @@ impl Pipeline {
                 .zip(slot.global_vif)
                 .filter(|_| d != 0);
             if let Some((dl, v)) = scheduled {
-                let (batch, wire) = (&mut self.batch, &self.wire_bytes);
-                dl.cut_through(v, slot, batch, idx, wire, self.shared, now);
+                let f = crate::downlink::ForVif {
+                    batch: &mut self.batch,
+                    idx,
+                    wire: &self.wire_bytes,
+                    shared: self.shared,
+                };
+                dl.cut_through(v, slot, f, now);
             } else {
                 let sent = slot.port.lock().send_batch(&self.batch, idx).unwrap_or(0);
                 let sent_bytes: u64 = idx[..sent]

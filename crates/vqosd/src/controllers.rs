@@ -574,14 +574,15 @@ mod tests {
         assert!(r.mock.calls().contains(&MockCall::SetEcn(2)));
     }
 
-    #[test]
-    fn port_changes_resize_the_controllers_and_release_the_limits() {
+    /// Both controllers, vm1 strong and vm2 weak, stepped every 10 ms until the adjuster has
+    /// a limit on vm1: the rig, the controllers and the clock.
+    fn limited_vm1() -> (Rig, Controllers, u64) {
         let r = rig("");
-        let mut ctl = controllers("controllers = [\"fairness\", \"pid-ecn\"]\n[fairness]\nperiod = \"1s\"\nprobe = \"100ms\"",
+        let mut ctl = controllers(
+            "controllers = [\"fairness\", \"pid-ecn\"]\n[fairness]\nperiod = \"1s\"\nprobe = \"100ms\"",
         );
         let step = 10 * MS;
         let mut t = 0;
-        // vm1 alone-ish and strong; run until the adjuster has a limit on it.
         while r.api.controller_limits().is_empty() && t < 5_000 * MS {
             ctl.step(t, &r.api).unwrap();
             add_bytes(&r.mock, "vm1", 90e6, 0.0, step);
@@ -589,6 +590,13 @@ mod tests {
             t += step;
         }
         assert!(r.api.controller_limits().contains_key("vm1"));
+        (r, ctl, t)
+    }
+
+    #[test]
+    fn port_changes_resize_the_controllers_and_release_the_limits() {
+        let (r, mut ctl, mut t) = limited_vm1();
+        let step = 10 * MS;
         let (status, _) = request(&r.api, "POST", "/v1/ports", r#"{"name": "vm3"}"#);
         assert_eq!(status, 201);
         ctl.step(t, &r.api).unwrap();
@@ -607,19 +615,7 @@ mod tests {
 
     #[test]
     fn a_port_made_again_under_a_deleted_ones_name_gets_nothing_of_it() {
-        let r = rig("");
-        let mut ctl = controllers(
-            "controllers = [\"fairness\", \"pid-ecn\"]\n[fairness]\nperiod = \"1s\"\nprobe = \"100ms\"",
-        );
-        let step = 10 * MS;
-        let mut t = 0;
-        while r.api.controller_limits().is_empty() && t < 5_000 * MS {
-            ctl.step(t, &r.api).unwrap();
-            add_bytes(&r.mock, "vm1", 90e6, 0.0, step);
-            add_bytes(&r.mock, "vm2", 10e6, 0.0, step);
-            t += step;
-        }
-        assert!(r.api.controller_limits().contains_key("vm1"));
+        let (r, mut ctl, t) = limited_vm1();
         let (_, old) = r.api.vifs();
         // What the controllers computed for the old vm2 arrives after it was made again.
         assert_eq!(request(&r.api, "DELETE", "/v1/ports/vm2", "").0, 200);

@@ -10,6 +10,20 @@ use crate::ports::PortEntry;
 use crate::stats::DropReason;
 use crate::sys::cycles;
 
+/// The frames of one receive batch that go to one vif: `idx` of `batch`, each `wire[i]` bytes
+/// on the wire; `shared` has bit `i` set for a frame flooded to several ports (its buffer
+/// stays in the batch and it is not CE-marked).
+pub(crate) struct ForVif<'a> {
+    /// The receive batch.
+    pub batch: &'a mut Batch,
+    /// Which of its frames.
+    pub idx: &'a [u8],
+    /// Every frame's wire bytes.
+    pub wire: &'a [u64; BATCH_FRAMES],
+    /// The flooded ones (bit `i`).
+    pub shared: u64,
+}
+
 impl Downlink {
     /// True when frames for a vif may be cut through ([`Downlink::cut_through`]): no queue holds
     /// a frame. A vif with frames already set aside in this batch keeps them in order.
@@ -17,20 +31,14 @@ impl Downlink {
         !self.has_work()
     }
 
-    /// Sends frames `idx` of `batch` to vif `vif` (port `entry`) at once when the downlink is
+    /// Sends `f`'s frames to vif `vif` (port `entry`) at once when the downlink is
     /// [`open`](Downlink::open), the shaper allows and the engine grants the vif a batch; what
-    /// is not sent so is queued, in order (module docs). `wire`: each frame's wire bytes;
-    /// `shared`: the frames flooded to several ports (bit `i`), whose buffers stay in the batch
-    /// and are not CE-marked.
-    #[allow(clippy::too_many_arguments)]
+    /// is not sent so is queued, in order (module docs).
     pub fn cut_through(
         &mut self,
         vif: usize,
         entry: &mut PortEntry,
-        batch: &mut Batch,
-        idx: &[u8],
-        wire: &[u64; BATCH_FRAMES],
-        shared: u64,
+        mut f: ForVif<'_>,
         now_ns: u64,
     ) {
         let mut done = 0;
@@ -40,33 +48,37 @@ impl Downlink {
             self.sched.set_ready(vif, false);
             match step {
                 Step::Serve(g) if g.vif() == vif => {
-                    done = self.send_now(g, entry, batch, idx, wire, shared, now_ns);
+                    done = self.send_now(g, entry, &mut f, now_ns);
                 }
                 // Only `vif` was ready; were the engine to grant another, it is charged nothing.
                 Step::Serve(g) => self.sched.charge(g, Usage::default(), now_ns),
                 Step::Refused { .. } | Step::Idle { .. } => {}
             }
         }
-        for &i in &idx[done..] {
+        for &i in &f.idx[done..] {
             let i = usize::from(i);
-            let take = shared & (1 << i) == 0;
-            counted(self.enqueue(vif, batch, i, wire[i], take, now_ns), entry);
+            let take = f.shared & (1 << i) == 0;
+            let r = self.enqueue(vif, f.batch, i, f.wire[i], take, now_ns);
+            counted(r, entry);
         }
     }
 
     /// The granted part of [`Downlink::cut_through`]: admits, sends and charges; how many of
-    /// `idx` it took (the rest are queued).
-    #[allow(clippy::too_many_arguments)]
+    /// `f.idx` it took (the rest are queued).
     fn send_now(
         &mut self,
         granted: Granted,
         entry: &mut PortEntry,
-        batch: &mut Batch,
-        idx: &[u8],
-        wire: &[u64; BATCH_FRAMES],
-        shared: u64,
+        f: &mut ForVif<'_>,
         now_ns: u64,
     ) -> usize {
+        let ForVif {
+            batch,
+            idx,
+            wire,
+            shared,
+        } = f;
+        let (idx, wire, shared) = (*idx, *wire, *shared);
         let t0 = cycles();
         let avg = idx.iter().map(|&i| wire[usize::from(i)]).sum::<u64>() / idx.len().max(1) as u64;
         let take = granted
