@@ -34,9 +34,10 @@
 #       vqos-1u, vqos-1q, vqos-2q, vqos-d1 and vqos-d2 on request)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
-# VQOSD=PATH runs another vqosd build (default target/release/vqosd), to compare two builds
-# in alternating runs; ENGINE=KIND another engine than rr (the cost of scheduling against
-# round robin); VIFS=N that many null vifs instead of two (vqos-1 and vqos-2 only);
+# VQOSD=PATH runs another vqosd build (default target/release/vqosd; a relative path is from
+# the repository's root), to compare two builds in alternating runs; ENGINE=KIND another
+# engine than rr (the cost of scheduling against round robin); VIFS=N that many null vifs
+# instead of two (the upload runs: vqos-1, vqos-1u, vqos-2);
 # CAPACITY=RATE instead of "unlimited" and VIF_POLICY='max = "3Gbit"' (an inline table's
 # body) on every vif, so that an engine's buckets work (C2QoS's overhead, docs/experiments.md).
 # It installs openvswitch-switch-dpdk and jq with apt-get if missing (no service is started),
@@ -82,6 +83,10 @@ CAPACITY=${CAPACITY:-unlimited}
 VIF_POLICY=${VIF_POLICY:-}
 case $VIFS in '' | *[!0-9]* | 0 | 1) echo "VIFS: a number of vifs, 2 or more" >&2; exit 2 ;; esac
 VQOS=target/release/vqos
+if [ "$VQOSD" != target/release/vqosd ] && [ ! -x "$VQOSD" ]; then
+    echo "bench-cores.sh: VQOSD=$VQOSD is not an executable" >&2
+    exit 2
+fi
 if [ ! -x "$VQOSD" ] || [ ! -x "$VQOS" ]; then
     log "building vqosd and vqos (release)"
     cargo build --release -q -p vqosd -p vqos-cli

@@ -8,8 +8,8 @@
 //!   batch without a copy when it is large (a fresh buffer from the pool takes its place), and
 //!   copied into a small buffer otherwise; a flooded copy is always copied. It joins the flow
 //!   queue of its flow ([`crate::flow`], [`vqos_sched::fq`]) inside its vif's queue. A queue
-//!   past its bound in frames or in buffer memory makes room by dropping the oldest frame of
-//!   its fattest flow, or drops the arrival when that is its own flow; a shard past its memory
+//!   past its bound in frames or in buffer memory then drops the oldest frames of its fattest
+//!   flow until it is within it (Linux's fq_codel does the same); a shard past its memory
 //!   bound drops the arrival (`queue_full` on the destination, either way).
 //! - **Cut-through** (`Downlink::cut_through`, `cut.rs`): while no queue of the shard holds a frame and
 //!   the shaper is not in debt, the frames a receive batch has for a vif are not queued: the
@@ -309,10 +309,11 @@ impl Downlink {
 
     /// Queues frame `i` of `batch` (`wire` bytes on the wire) for vif `vif` at `now_ns`, on
     /// its flow's queue; `take`: the frame goes nowhere else, so a large one's buffer may be
-    /// taken (the batch gets a fresh one). A vif's queue past its bound makes room by dropping
-    /// the oldest frames of its fattest flow, unless that is the arrival's own flow (then the
-    /// arrival is refused): Ok(frames dropped so, each a `queue_full` on the vif). Err: the
-    /// bound that refused the arrival (`queue_full`; also when the shard's memory is full).
+    /// taken (the batch gets a fresh one). A vif's queue past its bound then drops the oldest
+    /// frames of its fattest flow until it is within it (the arrival's own flow when that is
+    /// the fattest; the arrival itself if it is all that flow holds): Ok(frames dropped so,
+    /// each a `queue_full` on the vif). Err: the shard's memory is full (`queue_full`), the
+    /// arrival is not queued.
     pub fn enqueue(
         &mut self,
         vif: usize,
@@ -336,20 +337,6 @@ impl Downlink {
             return Err(DropReason::QueueFull);
         }
         let hash = crate::flow::flow_hash(&batch.frame(i)[VNET_HDR_LEN..], self.seed);
-        let mut evicted = 0;
-        while q.frames.len() >= self.config.queue_frames || q.held + cost > self.config.queue_bytes
-        {
-            if q.frames.fattest() == Some(q.frames.flow_of(hash)) {
-                return Err(DropReason::QueueFull);
-            }
-            let Some((f, _)) = q.frames.drop_fattest() else {
-                return Err(DropReason::QueueFull);
-            };
-            q.held -= f.buf.len() as u64;
-            self.held -= f.buf.len() as u64;
-            recycle(f.buf, &mut self.small, &mut self.big);
-            evicted += 1;
-        }
         let buf = if small {
             let mut b = self
                 .small
@@ -369,13 +356,23 @@ impl Downlink {
             }
             b
         };
-        if q.frames.is_empty() {
-            self.sched.set_ready(vif, true);
-        }
         q.frames.push(hash, Queued { buf, len }, wire, now_ns);
         q.held += cost;
         q.arrived += wire;
         self.held += cost;
+        // Past the vif's bound: the oldest frames of the fattest flow make room, as in Linux's
+        // fq_codel (the arrival's own flow too, when it is the fattest: a drop at its head).
+        let mut evicted = 0;
+        while q.frames.len() > self.config.queue_frames || q.held > self.config.queue_bytes {
+            let Some((f, _)) = q.frames.drop_fattest() else {
+                break;
+            };
+            q.held -= f.buf.len() as u64;
+            self.held -= f.buf.len() as u64;
+            recycle(f.buf, &mut self.small, &mut self.big);
+            evicted += 1;
+        }
+        self.sched.set_ready(vif, !q.frames.is_empty());
         Ok(evicted)
     }
 

@@ -434,8 +434,9 @@ fn a_sparse_flow_does_not_wait_behind_a_bulk_flow_to_the_same_vif() {
     assert!(fq <= 32, "{fq} bulk frames before the probe in flow queues");
 }
 
-/// A vif's queue full of one flow makes room for another flow's frame by dropping the bulk
-/// flow's oldest (counted `queue_full`); the bulk flow's own arrivals are refused.
+/// A vif's queue full of one flow takes another flow's frame by dropping the bulk flow's
+/// oldest frame (counted `queue_full`), as Linux's fq_codel: with flow queues the newcomer
+/// leaves before the bulk flow's backlog; with one FIFO (a drop at its head) after it.
 #[test]
 fn a_full_queue_makes_room_for_a_new_flow_at_the_fattest_ones_expense() {
     for flows in [1, 64] {
@@ -452,23 +453,79 @@ fn a_full_queue_makes_room_for_a_new_flow_at_the_fattest_ones_expense() {
             r.u.inject(numbered(MAC_A, seq));
         }
         r.run();
+        let sent_before: Vec<u32> = r.a.take_sent().iter().map(|f| seq_of(f)).collect();
         let before = r.stats().port("a").unwrap().clone();
         assert_eq!(before.queued_frames, 16);
         r.u.inject(probe(MAC_A));
         r.run();
         let after = r.stats().port("a").unwrap().clone();
         let full = |p: &vqos_dataplane::PortStats| p.counters.drops[DropReason::QueueFull];
-        assert_eq!(
-            full(&after),
-            full(&before) + 1,
-            "one frame dropped either way"
-        );
+        assert_eq!(full(&after), full(&before) + 1, "one frame dropped");
         assert_eq!(after.queued_frames, 16);
-        let mut got_probe = false;
+        let mut order = Vec::new();
         for _ in 0..50 {
             r.advance(MS);
-            got_probe |= r.a.take_sent().iter().any(|f| is_probe(f));
+            order.extend(r.a.take_sent());
         }
-        assert_eq!(got_probe, flows > 1, "flows = {flows}");
+        let at = order
+            .iter()
+            .position(|f| is_probe(f))
+            .expect("the probe left");
+        let bulk: Vec<u32> = order
+            .iter()
+            .filter(|f| !is_probe(f))
+            .map(|f| seq_of(f))
+            .collect();
+        // 15 bulk frames were left: the oldest queued one made room.
+        assert_eq!(bulk.len(), 15, "flows = {flows}");
+        let oldest_queued = sent_before.iter().max().map_or(0, |s| s + 1);
+        assert!(bulk.iter().all(|&s| s > oldest_queued), "{bulk:?}");
+        if flows > 1 {
+            // Behind at most what was served while the probe was being read.
+            assert!(at <= 2, "flows = {flows}: the probe left {at}th");
+        } else {
+            assert_eq!(at, 15, "one FIFO: the probe leaves last");
+        }
     }
+}
+
+/// Every frame is accounted for when large frames of one flow meet a queue of small frames
+/// of another at its byte bound: each arrival is queued, and what it pushes out is counted
+/// (`queue_full`).
+#[test]
+fn evictions_across_flows_lose_no_frame_uncounted() {
+    let mut r = rig(
+        20,
+        DownlinkConfig {
+            queue_bytes: 128 << 10,
+            flow_seed: Some(3),
+            ..Default::default()
+        },
+    );
+    let mut offered = 0u64;
+    let mut delivered = 0u64;
+    for step in 0..12u8 {
+        for seq in 0..40 {
+            r.u.inject(numbered(MAC_A, u32::from(step) * 40 + seq));
+        }
+        // A TSO super-frame of a second flow each step: it holds more bytes than the first
+        // once a few are queued, so the first flow's frames go first, then its own.
+        let mut p = station_ipv4(MAC_U, 0, 20 + 20 + 8000);
+        p.extend_from_slice(&[step; 8020]);
+        r.u.inject(build_frame(VnetHdr::default(), MAC_A, MAC_U, 0x0800, &p));
+        offered += 41;
+        r.advance(MS);
+        delivered += r.a.take_sent().len() as u64;
+        let q = r.stats().port("a").unwrap().queued_bytes;
+        assert!(q <= 128 << 10, "{q} bytes queued");
+    }
+    let s = r.stats();
+    let p = s.port("a").unwrap();
+    let c = p.counters;
+    assert!(c.drops[DropReason::QueueFull] > 0, "{c:?}");
+    let lost: u64 = [DropReason::QueueFull, DropReason::Aqm, DropReason::TxError]
+        .iter()
+        .map(|&d| c.drops[d])
+        .sum();
+    assert_eq!(offered, delivered + lost + p.queued_frames, "{c:?}");
 }

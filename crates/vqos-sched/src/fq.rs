@@ -19,11 +19,16 @@
 //!   time; the backlog it weighs ("more than this frame behind it") is the whole queue's, as
 //!   in Linux's fq_codel. The caller marks CE or drops on a signal.
 //! - **Overflow.** [`FlowQueues::drop_fattest`] takes the head of the flow holding the most
-//!   bytes (RFC 8290 §4.1): the flow that fills the queue pays for it, not a newcomer.
+//!   bytes (RFC 8290 §4.1): the flow that fills the queue pays for it, not a newcomer. The
+//!   caller queues an arrival first and then drops until the queue is within its bound, as
+//!   Linux does.
 //!
 //! ## Memory
 //! The flow queues are allocated at the first arrival: `flows` × `size_of::<Flow<T>>()` (96
-//! bytes for the data plane's frames), besides the frames.
+//! bytes for the data plane's frames). Their entries (the item, its wire bytes and arrival
+//! time: 40 bytes for the data plane) take at most `16 × flows + 4 × items waiting` entries'
+//! room: a flow queue that empties or shrinks gives back what it held beyond that, so a
+//! sender that fills one flow after another cannot make every flow keep a long queue's room.
 
 use std::collections::VecDeque;
 
@@ -205,6 +210,7 @@ impl<T> FlowQueues<T> {
                 continue;
             };
             flow.wire -= e.wire;
+            trim(&mut flow.items);
             flow.deficit -= i64::try_from(e.wire).unwrap_or(i64::MAX);
             self.len -= 1;
             self.wire -= e.wire;
@@ -238,6 +244,7 @@ impl<T> FlowQueues<T> {
         let flow = &mut self.flows[f];
         let e = flow.items.pop_front()?;
         flow.wire -= e.wire;
+        trim(&mut flow.items);
         self.len -= 1;
         self.wire -= e.wire;
         Some((e.item, e.wire))
@@ -255,6 +262,19 @@ impl<T> FlowQueues<T> {
         self.len = 0;
         self.wire = 0;
         out
+    }
+}
+
+/// Entries a flow queue keeps room for however short it gets.
+const KEEP: usize = 16;
+
+/// Gives back what a flow queue's storage holds beyond twice its length (at least [`KEEP`])
+/// once it holds more than four times: a flow that was long once does not keep its room, so
+/// the room of all of a queue's flows stays within `KEEP × flows + 4 × frames` entries.
+fn trim<T>(items: &mut VecDeque<T>) {
+    let cap = items.capacity();
+    if cap > KEEP && cap > 4 * items.len() {
+        items.shrink_to((2 * items.len()).max(KEEP));
     }
 }
 

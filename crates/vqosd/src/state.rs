@@ -156,6 +156,9 @@ pub struct SavedState {
     pub next_id: u64,
 }
 
+/// Port ids stay below this (2^53: exact in any JSON reader), so giving the next never wraps.
+pub const MAX_PORT_ID: u64 = 1 << 53;
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -169,7 +172,8 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
 
 impl SavedState {
     /// Checks every entry with the API's rules: port and removed names are interface names, no
-    /// port appears twice, none is named as the uplink, each vif's policy is valid on its own.
+    /// port appears twice, none is named as the uplink, no two ports have one id and ids are
+    /// below [`MAX_PORT_ID`], each vif's policy is valid on its own.
     /// (Whether the policies fit together with the config's is checked by the caller.)
     pub fn check(&self, uplink: Option<&str>) -> Result<(), String> {
         for (i, p) in self.ports.iter().enumerate() {
@@ -181,7 +185,17 @@ impl SavedState {
             if uplink == Some(name.as_str()) {
                 return Err(format!("port '{name}' is the uplink"));
             }
+            let id = p.state.id;
+            if id.is_given() && self.ports[..i].iter().any(|q| q.state.id == id) {
+                return Err(format!("port '{name}': id {id} is another port's too"));
+            }
+            if id.0 >= MAX_PORT_ID {
+                return Err(format!("port '{name}': id {id} is out of range"));
+            }
             p.port.policy.validate(name).map_err(|e| e.to_string())?;
+        }
+        if self.next_id >= MAX_PORT_ID {
+            return Err(format!("next_id {} is out of range", self.next_id));
         }
         for name in &self.removed {
             check_port_name(name).map_err(|e| format!("removed port: {e}"))?;
@@ -551,6 +565,28 @@ mod tests {
             load(&path, None),
             Err(StateError::Version { version: 99, .. })
         ));
+    }
+
+    #[test]
+    fn duplicate_and_out_of_range_port_ids_are_refused() {
+        let mut two = sample();
+        let mut vm2 = two.ports[0].clone();
+        vm2.port.name = "vm2".into();
+        two.ports.push(vm2);
+        assert_eq!(
+            two.check(None).unwrap_err(),
+            "port 'vm2': id 3 is another port's too"
+        );
+        two.ports[1].state.id = vqos_api::wire::PortId(0);
+        two.check(None).unwrap();
+        two.ports[1].state.id = vqos_api::wire::PortId(MAX_PORT_ID);
+        assert!(two.check(None).unwrap_err().contains("out of range"));
+        let mut next = sample();
+        next.next_id = u64::MAX;
+        assert_eq!(
+            next.check(None).unwrap_err(),
+            format!("next_id {} is out of range", u64::MAX)
+        );
     }
 
     #[test]

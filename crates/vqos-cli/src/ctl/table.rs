@@ -101,7 +101,12 @@ pub(crate) fn write_ports(
             out,
             "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8} {:>4}  {}",
             p.port.name,
-            p.state.id,
+            // A daemon older than ids gives none.
+            if p.state.id.is_given() {
+                p.state.id.to_string()
+            } else {
+                "-".to_string()
+            },
             kind,
             pol.weight,
             pol.min,

@@ -229,3 +229,30 @@ fn codel_weighs_the_whole_queues_backlog_not_the_flows() {
     }
     assert!(signals > 0, "never signalled a 4 ms standing queue");
 }
+
+/// A sender that fills one flow after another: each flow's room is given back as it drains,
+/// so the queue's room stays within 16 per flow plus four per waiting item.
+#[test]
+fn flows_that_were_long_once_give_their_room_back() {
+    let mut q = FlowQueues::new(64);
+    for f in 0..64 {
+        for i in 0..1024 {
+            q.push(hash_of(f, 64), i, 1538, 0);
+            if q.len() > 1024 {
+                q.drop_fattest();
+            }
+        }
+    }
+    let room: usize = q.flows.iter().map(|f| f.items.capacity()).sum();
+    assert!(
+        room <= 16 * 64 + 4 * q.len(),
+        "room for {room} entries, {} waiting",
+        q.len()
+    );
+    while q.pop(&aqm(), 0).is_some() {}
+    let room: usize = q.flows.iter().map(|f| f.items.capacity()).sum();
+    assert!(
+        room <= 16 * 64,
+        "room for {room} entries with nothing waiting"
+    );
+}

@@ -179,6 +179,11 @@ impl Api {
             }
         }
         nv.give_ids();
+        for (p, _) in &mut added {
+            if let Some(q) = nv.ports.iter().find(|q| q.config.name == p.config.name) {
+                p.state.id = q.state.id;
+            }
+        }
         nv.set.validate().map_err(|e| refused(422, e))?;
         self.check_sold(&nv.set).map_err(|(s, e)| refused(s, e))?;
         if nv.ports.len() > next.max_ports {
