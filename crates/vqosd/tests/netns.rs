@@ -65,7 +65,7 @@ fn weights_then_live_policies() {
     let clients: Vec<Proc> = (0..5).map(|i| lab.client(i, 5201 + i as u16, 25)).collect();
     let t0 = Instant::now();
     sleep_until(t0, 3.0);
-    let phase1 = mbit(rx_rates(&lab.daemon, &names, 8.5));
+    let phase1 = mbit(rx_rates_median(&lab.daemon, &names, 8.0));
 
     sleep_until(t0, 12.2);
     let vm5 = set_and_watch(
@@ -83,7 +83,7 @@ fn weights_then_live_policies() {
         json!(200_000_000),
     );
     sleep_until(t0, 15.0);
-    let phase2 = mbit(rx_rates(&lab.daemon, &names, 9.0));
+    let phase2 = mbit(rx_rates_median(&lab.daemon, &names, 9.0));
     // Every stream ran to its end (an iperf3 failure is not a policy result).
     for s in servers {
         Report::of(s, Duration::from_secs(40));
@@ -653,7 +653,7 @@ fn weights_hold_on_two_threads() {
     let clients: Vec<Proc> = (0..3).map(|i| lab.client(i, 5201 + i as u16, 14)).collect();
     let t0 = Instant::now();
     sleep_until(t0, 3.0);
-    let rates = mbit(rx_rates(&lab.daemon, &names, 9.0));
+    let rates = mbit(rx_rates_median(&lab.daemon, &names, 9.0));
     for s in servers {
         Report::of(s, Duration::from_secs(30));
     }
