@@ -29,6 +29,8 @@
 //! checksum for guests without the offloads (such frames are dropped, counted).
 
 mod backend;
+#[cfg(test)]
+mod bench_log;
 mod chain;
 mod counters;
 mod datapath;

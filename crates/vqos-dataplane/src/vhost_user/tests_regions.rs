@@ -4,7 +4,9 @@
 //! split buffer, one used-index publication per burst, and TX kicks under busy polling.
 
 use vhost_user_backend::{VringRwLock, VringT};
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
+};
 
 use super::backend::{Health, Shared};
 use super::datapath::{Ctx, DataPath};
@@ -114,6 +116,15 @@ impl Guest {
         .unwrap();
         *idx = idx.wrapping_add(1);
         m.write_obj(idx.to_le(), GuestAddress(a + 2)).unwrap();
+    }
+
+    /// Where guest-physical `gpa` is mapped in this process (benchmarks write the rings
+    /// through it, without `vm-memory`'s per-access lookups).
+    pub(super) fn host_ptr(&self, gpa: u64) -> *mut u8 {
+        self.mem
+            .memory()
+            .get_host_address(GuestAddress(gpa))
+            .unwrap()
     }
 
     /// Writes `bytes` at `addr` (across regions if need be).

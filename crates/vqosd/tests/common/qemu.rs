@@ -50,6 +50,34 @@ impl Guest {
             Role::Server => format!("socket,id=c,path={},reconnect=1", socket.display()),
             Role::Client => format!("socket,id=c,path={},server=on,wait=off", socket.display()),
         };
+        let net = [
+            "-chardev".to_string(),
+            chardev,
+            "-netdev".to_string(),
+            format!("vhost-user,id=n,chardev=c,queues={queues}"),
+        ];
+        let mq = if queues > 1 { ",mq=on" } else { "" };
+        Self::launch(image, name, &net, mac, mq, ip, extra)
+    }
+
+    /// A guest on QEMU's built-in user network (slirp: the guest is 10.0.2.15/24, QEMU
+    /// answers as 10.0.2.2): the reference the migration benchmark measures vhost-user
+    /// against. `extra` as in [`Guest::start_with`].
+    pub fn start_user_net(image: &Path, name: &str, mac: &str, extra: &[String]) -> Guest {
+        let net = ["-netdev".to_string(), "user,id=n".to_string()];
+        Self::launch(image, name, &net, mac, "", "10.0.2.15/24", extra)
+    }
+
+    /// QEMU with the netdev arguments `net` (netdev id `n`) behind a virtio-net device.
+    fn launch(
+        image: &Path,
+        name: &str,
+        net: &[String],
+        mac: &str,
+        device_extra: &str,
+        ip: &str,
+        extra: &[String],
+    ) -> Guest {
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args([
             "-machine",
@@ -62,18 +90,12 @@ impl Guest {
             "256",
         ])
         .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
-        .args(["-numa", "node,memdev=mem", "-chardev", &chardev])
-        .args([
-            "-netdev",
-            &format!("vhost-user,id=n,chardev=c,queues={queues}"),
-        ])
+        .args(["-numa", "node,memdev=mem"])
+        .args(net)
         // vectors=0: MSI-X under TCG crashes QEMU 7.2 when vhost starts (docs/vhost-user.md).
         .args([
             "-device",
-            &format!(
-                "virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0{}",
-                if queues > 1 { ",mq=on" } else { "" }
-            ),
+            &format!("virtio-net-pci,netdev=n,mac={mac},romfile=,vectors=0{device_extra}"),
         ])
         .arg("-kernel")
         .arg(image.join("vmlinuz"))
