@@ -42,7 +42,7 @@ use vm_memory::GuestMemoryMmap;
 use super::backend::{rx_queue, tx_queue, Health, Shared, RX_QUEUE};
 use super::chain::{walk, Segment};
 use super::counters::{bump, AtomicCounters};
-use super::dirty::DirtyLog;
+use super::dirty::{DirtyLog, LogCache};
 use super::features::{guest_accepts, guest_hdr_len, F_MRG_RXBUF};
 use super::guest::{GuestView, RingError, RingView, Slice};
 use crate::frame::{VnetHdr, MAX_FRAME_BYTES, VNET_HDR_LEN};
@@ -89,6 +89,8 @@ pub(crate) struct DataPath {
     pub(crate) busy_poll: bool,
     /// The pair whose TX queue the next `recv` reads first.
     next_pair: usize,
+    /// The dirty log's marks of the current batch (a live migration).
+    log_cache: LogCache,
 }
 
 /// What one batch of a port works on: the session's state, read once per batch.
@@ -109,11 +111,13 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// Marks the used ring of `q` dirty (its index, entries and `avail_event`: 6 + 8 × size
-/// bytes), after a batch that may have written it. The whole ring rather than each entry: a
-/// page or two per batch, and marking too much only makes QEMU copy a page again.
-fn log_used_ring(log: Option<&DirtyLog>, q: &Queue) {
+/// bytes), after a batch that may have written it, and writes out the batch's other marks
+/// (`cache`). The whole ring rather than each entry: a page or two per batch, and marking too
+/// much only makes QEMU copy a page again.
+fn log_used_ring(log: Option<&DirtyLog>, cache: &mut LogCache, q: &Queue) {
     if let Some(log) = log {
-        log.mark(q.used_ring(), 6 + 8 * u64::from(q.size()));
+        cache.mark(log, q.used_ring(), 6 + 8 * u64::from(q.size()));
+        cache.flush(log);
     }
 }
 
@@ -409,7 +413,7 @@ impl DataPath {
             // (With EVENT_IDX kicks stop by themselves: `avail_event` is not moved.)
             let _ = q.disable_notification(mem);
         }
-        log_used_ring(cx.log, st.get_queue());
+        log_used_ring(cx.log, &mut self.log_cache, st.get_queue());
         if published {
             interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
@@ -566,7 +570,7 @@ impl DataPath {
                         .slice(seg.addr, n)
                         .is_some_and(|d| write_stream(&d, hdr, payload, off));
                     if let Some(log) = cx.log.filter(|_| written) {
-                        log.mark(seg.addr, n as u64);
+                        self.log_cache.mark(log, seg.addr, n as u64);
                     }
                     if !written {
                         bump(&c.bad_desc_address, 1);
@@ -608,7 +612,7 @@ impl DataPath {
             // (the trait's "exactly the first n written").
             None => bump(&c.guest_offload_unsupported_frames, lost),
         }
-        log_used_ring(cx.log, q);
+        log_used_ring(cx.log, &mut self.log_cache, q);
         if published {
             interrupt(&ring, &st, event_idx, first_used, next_used, c);
         }
