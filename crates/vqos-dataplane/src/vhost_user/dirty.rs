@@ -3,8 +3,9 @@
 //! with `SET_LOG_BASE`: one bit per 4 KiB page of guest-physical memory, bit `p % 8` of byte
 //! `p / 8` for page `p`. While the frontend has `LOG_ALL` acknowledged, every write the port
 //! makes into guest memory (received frames, used ring entries and index, the ring's event
-//! index) sets the bits of the pages it touched, after the write and with release ordering,
-//! so that a page QEMU finds marked holds what the port wrote; QEMU copies marked pages again
+//! index) sets the bits of the pages it touched, after the write and with release ordering
+//! (gathered per batch in a [`LogCache`], written out when the batch ends), so that a page
+//! QEMU finds marked holds what the port wrote; QEMU copies marked pages again
 //! before the guest runs on the destination. Written here (not with `vm-memory`'s bitmap
 //! feature): that bitmap tracks writes through `vm-memory`'s own accessors into a bitmap the
 //! process owns, while this log is the frontend's memory with the layout the vhost-user
