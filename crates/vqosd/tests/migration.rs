@@ -23,6 +23,9 @@
 //! destination port deleted: the guest runs on at its source port, its stream ends well, none
 //! of its frames is refused.
 //!
+//! `restart.rs`: vqosd killed and started again mid-copy; the migration completes whole.
+//! `bench.rs`: the downtime benchmark (scripts/bench-migration.sh; ignored by `cargo test`).
+//!
 //! Needs root, `qemu-system-x86_64` and iperf3 (SKIP otherwise); takes the real-traffic lock.
 
 mod common;
@@ -476,3 +479,7 @@ fn half_way(how: Ends) {
 /// The downtime benchmark (scripts/bench-migration.sh).
 #[path = "migration/bench.rs"]
 mod bench;
+
+/// vqosd restarted while a migration copies memory.
+#[path = "migration/restart.rs"]
+mod restart;
