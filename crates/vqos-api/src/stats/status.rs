@@ -123,6 +123,10 @@ pub struct VhostUserCounters {
     /// Dirty logs the frontend handed over (`SET_LOG_BASE`): live migrations of the guest
     /// started from this port.
     pub dirty_logs: u64,
+    /// Dirty logs refused (`SET_LOG_BASE` before the memory table, or a log that is empty,
+    /// too large or longer than its file): the session ended.
+    #[serde(default)]
+    pub dirty_logs_refused: u64,
     /// Frames for the guest lost because no guest was connected, its receive ring was not
     /// started, or the session was quarantined.
     pub disconnected_frames: u64,

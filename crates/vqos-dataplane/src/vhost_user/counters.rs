@@ -44,6 +44,7 @@ atomic_counters!(
     interrupts,
     refused_messages,
     dirty_logs,
+    dirty_logs_refused,
     rarp_announces,
     rarp_refused,
     bad_avail_index,

@@ -351,9 +351,20 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
 
     /// The dirty log of a live migration: mapped now, written while `LOG_ALL` is
     /// acknowledged ([`super::dirty`]); a new one replaces the old.
+    /// Refused (`dirty_logs_refused`, the session ends with the reason as its last error)
+    /// before any memory table (a log of no memory: QEMU always sends the table first), and
+    /// for a log that is empty, larger than 256 MiB, or longer than its file.
     fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
-        let map =
-            DirtyLog::map(&file, log.mmap_size, log.mmap_offset).map_err(Error::ReqHandlerError)?;
+        let map = if self.mappings.is_empty() {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "dirty log before the memory table",
+            ))
+        } else {
+            DirtyLog::map(&file, log.mmap_size, log.mmap_offset)
+        };
+        // Counted by the session's loop, which also sees the `vhost` crate's own refusals.
+        let map = map.map_err(Error::ReqHandlerError)?;
         *lock(&self.shared.log) = Some(Arc::new(map));
         super::counters::bump(&self.shared.counters.dirty_logs, 1);
         Ok(())

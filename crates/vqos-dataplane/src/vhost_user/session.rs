@@ -142,7 +142,13 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
             }
             Err(Error::Disconnected) | Err(Error::PartialMessage) => break None,
             Err(Error::SocketBroken(_)) => break None,
-            Err(e) => break Some(e.to_string()),
+            Err(e) => {
+                if matches!(peeked, Some(Peeked::LogBase)) {
+                    bump(&shared.counters.dirty_logs_refused, 1);
+                    break Some(format!("dirty log refused: {e}"));
+                }
+                break Some(e.to_string());
+            }
         }
     };
     if let Some(e) = error.filter(|_| !shared.stop.load(Ordering::Acquire)) {
@@ -156,6 +162,8 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
 
 /// `VHOST_USER_SET_VRING_ENABLE` (request 18).
 const SET_VRING_ENABLE: u32 = 18;
+/// `VHOST_USER_SET_LOG_BASE` (request 6).
+const SET_LOG_BASE: u32 = 6;
 
 /// A message the request loop applies itself when the `vhost` crate refuses it.
 #[derive(Debug, Clone, Copy)]
@@ -164,16 +172,23 @@ enum Peeked {
     VringEnable(u32, bool),
     /// `SEND_RARP`.
     Rarp(rarp::SendRarp),
+    /// `SET_LOG_BASE` (its refusals are counted: some are the `vhost` crate's, before the
+    /// handler sees the message).
+    LogBase,
 }
 
-/// The `SET_VRING_ENABLE` or `SEND_RARP` message at the head of the connection `fd`, without
-/// consuming it (`MSG_PEEK`; blocks until a message arrives, as the request loop would). Both
-/// are 20 bytes: a header of 12 and a payload of 8, waited for whole once the header says so.
+/// The `SET_VRING_ENABLE`, `SEND_RARP` or `SET_LOG_BASE` message at the head of the
+/// connection `fd`, without consuming it (`MSG_PEEK`; blocks until a message arrives, as the
+/// request loop would). The first two are 20 bytes: a header of 12 and a payload of 8, waited
+/// for whole once the header says so; the third is known by its header.
 fn peek(fd: RawFd) -> Option<Peeked> {
     let mut buf = [0u8; 20];
     // SAFETY: peeks at most 12 bytes into a live buffer.
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), 12, libc::MSG_PEEK) };
     let word = |b: &[u8; 20], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    if n == 12 && word(&buf, 0) == SET_LOG_BASE {
+        return Some(Peeked::LogBase);
+    }
     if n != 12 || word(&buf, 8) != 8 {
         return None;
     }

@@ -68,17 +68,39 @@ fn every_page_the_port_writes_is_marked_and_no_page_it_only_reads() {
     assert_eq!(marked(&f), [1, 2, 12, 48]);
 }
 
-#[test]
-fn the_frontend_hands_over_the_log_and_log_all_turns_marking_on() {
-    let (_dir, path) = socket_path();
-    let port = VhostUserPort::server("mig", &path).unwrap();
-    let mut fe = Frontend::connect(&path, 2).unwrap();
+/// A frontend at `path` that negotiated every offered feature and `LOG_SHMFD`.
+fn log_frontend(path: &std::path::Path) -> Frontend {
+    let mut fe = Frontend::connect(path, 2).unwrap();
     fe.set_owner().unwrap();
     assert_ne!(fe.get_features().unwrap() & F_LOG_ALL, 0, "LOG_ALL offered");
     fe.set_features(OFFERED_FEATURES).unwrap();
     let p = fe.get_protocol_features().unwrap();
     assert!(p.contains(VhostUserProtocolFeatures::LOG_SHMFD));
-    fe.set_protocol_features(p).unwrap();
+    fe.set_protocol_features(p & VhostUserProtocolFeatures::LOG_SHMFD)
+        .unwrap();
+    fe
+}
+
+/// Gives `fe`'s backend 1 MiB of memory (the file, kept by the caller while it is used).
+fn memory_table(fe: &mut Frontend) -> File {
+    let m = memfd(1 << 20);
+    let region = vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: 1 << 20,
+        userspace_addr: 0x7000_0000,
+        mmap_offset: 0,
+        mmap_handle: m.as_raw_fd(),
+    };
+    fe.set_mem_table(&[region]).unwrap();
+    m
+}
+
+#[test]
+fn the_frontend_hands_over_the_log_and_log_all_turns_marking_on() {
+    let (_dir, path) = socket_path();
+    let port = VhostUserPort::server("mig", &path).unwrap();
+    let mut fe = log_frontend(&path);
+    let _mem = memory_table(&mut fe);
     let log = memfd(LOG_PAGE);
     let region = VhostUserDirtyLogRegion {
         mmap_size: LOG_BYTES,
@@ -100,4 +122,48 @@ fn the_frontend_hands_over_the_log_and_log_all_turns_marking_on() {
     wait_until("the session ended", || {
         super::backend::lock(&shared.log).is_none()
     });
+}
+
+/// A hostile frontend's `SET_LOG_BASE`: before any memory table, of size zero, or running
+/// past its file. Each is refused and counted (`dirty_logs_refused`), the session ends with
+/// the reason as its last error, no log is kept, and the port serves the next frontend.
+#[test]
+fn hostile_dirty_logs_are_refused_counted_and_the_port_serves_on() {
+    let (_dir, path) = socket_path();
+    let mut port = VhostUserPort::server("hostile-log", &path).unwrap();
+    let h = port.handle();
+    let short = memfd(LOG_PAGE);
+    // (what, the log's size and offset, a memory table first)
+    let cases: [(&str, u64, u64, bool); 3] = [
+        ("before the memory table", LOG_BYTES, 0, false),
+        ("of size zero", 0, 0, true),
+        ("past its file", 8, LOG_PAGE - 4, true),
+    ];
+    for (n, (what, size, offset, with_mem)) in cases.into_iter().enumerate() {
+        let mut fe = log_frontend(&path);
+        let _mem = with_mem.then(|| memory_table(&mut fe));
+        let region = VhostUserDirtyLogRegion {
+            mmap_size: size,
+            mmap_offset: offset,
+            mmap_handle: short.as_raw_fd(),
+        };
+        assert!(
+            fe.set_log_base(0, Some(region)).is_err(),
+            "a log {what} was answered as taken"
+        );
+        wait_until(&format!("the refusal of a log {what} counted"), || {
+            port.vhost_counters().dirty_logs_refused == n as u64 + 1
+        });
+        wait_until("the session ended", || !h.is_connected());
+        assert_eq!(port.vhost_counters().dirty_logs, 0, "{what}");
+        assert!(super::backend::lock(&port.shared.log).is_none(), "{what}");
+        let err = h.status().last_error.unwrap_or_default();
+        assert!(err.contains("dirty log"), "{what}: last error {err:?}");
+    }
+    // A well-behaved frontend is served as before.
+    let mut fe = super::test_frontend::TestFrontend::connect(&path, OFFERED_FEATURES);
+    super::test_frontend::wait_ready(&h);
+    fe.send(&frame(3, 60));
+    let mut b = Batch::new();
+    assert_eq!(super::test_frontend::recv_n(&mut port, &mut b, 1), 1);
 }

@@ -170,6 +170,12 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Dirty-page logs the frontend handed over: live migrations started from the port.",
     ),
     (
+        "vqos_vhost_user_dirty_logs_refused_total",
+        "counter",
+        "Dirty-page logs refused (before the memory table, empty, too large or longer than \
+         their file); the session ended.",
+    ),
+    (
         "vqos_vhost_user_rarp_requests_total",
         "counter",
         "SEND_RARP requests after a live migration, by result: announced (a RARP from the \

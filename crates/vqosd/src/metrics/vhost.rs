@@ -29,6 +29,11 @@ const COUNTERS: &[(Counter<VhostUserCounters>, &str, &str)] = &[
         "",
     ),
     (|c| c.dirty_logs, "vqos_vhost_user_dirty_logs_total", ""),
+    (
+        |c| c.dirty_logs_refused,
+        "vqos_vhost_user_dirty_logs_refused_total",
+        "",
+    ),
     (|c| c.rarp_announces, RARP, "result=\"announced\""),
     (|c| c.rarp_refused, RARP, "result=\"refused\""),
     (|c| c.bad_avail_index, ERRORS, "error=\"bad_avail_index\""),

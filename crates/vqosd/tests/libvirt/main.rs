@@ -24,6 +24,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod migrate;
 mod virt;
 
 use std::fs;

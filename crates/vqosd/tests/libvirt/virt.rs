@@ -86,10 +86,16 @@ impl Libvirtd {
         }
         fs::create_dir_all(root.join("sock")).unwrap();
         let conf = root.join("libvirtd.conf");
+        // A host UUID of its own: two of the test's libvirtds are two hosts to a migration
+        // (libvirt refuses to migrate a guest to the host it runs on, by this UUID).
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let host_uuid = format!("7e57da7a-{seq:04x}-4000-8000-{:012x}", std::process::id());
         fs::write(
             &conf,
             format!(
-                "{LIBVIRTD_CONF}unix_sock_dir = \"{}\"\nlog_outputs = \"3:file:{}\"\n",
+                "{LIBVIRTD_CONF}unix_sock_dir = \"{}\"\nlog_outputs = \"3:file:{}\"\n\
+                 host_uuid = \"{host_uuid}\"\n",
                 root.join("sock").display(),
                 root.join("libvirtd.log").display()
             ),
@@ -197,6 +203,15 @@ impl Libvirtd {
         text
     }
 
+    /// The domain `name` this libvirtd runs without having defined it (one migrated in):
+    /// destroyed (and undefined) on drop like the others.
+    pub fn adopt(&self, name: &str) -> Domain<'_> {
+        Domain {
+            libvirtd: self,
+            name: name.to_string(),
+        }
+    }
+
     /// Defines domain `xml` (named `name`) and starts it.
     pub fn start_domain(&self, name: &str, xml: &str) -> Domain<'_> {
         let path = self.dir.join(format!("{name}.xml"));
@@ -291,6 +306,17 @@ impl Console {
             log,
             input: None,
             sent: 0,
+        }
+    }
+
+    /// The same guest's console after a migration: the destination's `socket` and `log`; its
+    /// commands go on numbering where the source's stopped.
+    pub fn moved_to(self, socket: PathBuf, log: PathBuf) -> Console {
+        Console {
+            socket,
+            log,
+            input: None,
+            ..self
         }
     }
 
