@@ -132,9 +132,11 @@ struct Rig {
 
 impl Rig {
     /// The rig (see the type), `None` (SKIP printed) without QEMU, iperf3 or a guest image.
-    /// Without `load`, the guest neither writes the file nor starts the stream (`md5` is
-    /// `None`, `stream` empty) and its port has no max: the downtime benchmark's guest.
-    fn start(test: &str, load: bool) -> Option<Rig> {
+    /// The stream runs `stream_secs`; with 0 the guest neither writes the file nor starts a
+    /// stream (`md5` is `None`, `stream` empty) and its port has no max: the downtime
+    /// benchmark's guest.
+    fn start(test: &str, stream_secs: u32) -> Option<Rig> {
+        let load = stream_secs > 0;
         if let Some(why) = missing() {
             println!("SKIP {test}: {why}");
             return None;
@@ -218,7 +220,9 @@ impl Rig {
         let mut stream = String::new();
         if load {
             std::thread::sleep(Duration::from_millis(500));
-            stream = src.send(&format!("iperf3 -c {sink_ip} -p 5301 -t 20 -i 0 -f m"));
+            stream = src.send(&format!(
+                "iperf3 -c {sink_ip} -p 5301 -t {stream_secs} -i 0 -f m"
+            ));
             std::thread::sleep(Duration::from_secs(4));
         }
 
@@ -242,7 +246,8 @@ impl Rig {
         let vmb = d.get("/v1/ports/vmb");
         assert!(vmb["locked"]["macs"].to_string().contains(mac), "{vmb}");
         let mut extra = qmp_arg("qmp-b");
-        let incoming = format!("tcp:127.0.0.1:{}", 42_000 + pid % 1_000);
+        // Below Linux's ephemeral ports (32768 up): no outgoing connection holds it.
+        let incoming = format!("tcp:127.0.0.1:{}", 27_000 + pid % 1_000);
         extra.extend(["-incoming".to_string(), incoming.clone()]);
         let dst = Guest::start_with(
             &image,
@@ -280,7 +285,7 @@ impl Rig {
 #[test]
 fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     let _machine = machine_lock();
-    let Some(rig) = Rig::start("a_guest_migrates_between_two_ports", true) else {
+    let Some(rig) = Rig::start("a_guest_migrates_between_two_ports", 20) else {
         return;
     };
     let Rig {
@@ -401,7 +406,7 @@ enum Ends {
 /// A migration that ends `how` half-way; see the two tests.
 fn half_way(how: Ends) {
     let _machine = machine_lock();
-    let Some(rig) = Rig::start(&format!("half_way({how:?})"), true) else {
+    let Some(rig) = Rig::start(&format!("half_way({how:?})"), 20) else {
         return;
     };
     let Rig {

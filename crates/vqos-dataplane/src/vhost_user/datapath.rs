@@ -228,6 +228,7 @@ impl DataPath {
         max_frames: usize,
         io: &mut PortIoCounters,
     ) -> usize {
+        debug_assert!(self.log_cache.is_empty(), "marks left from a batch");
         let pairs = pairs.max(1);
         let first = self.next_pair % pairs;
         self.next_pair = first + 1;

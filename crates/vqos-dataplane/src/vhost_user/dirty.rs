@@ -113,6 +113,9 @@ impl DirtyLog {
     }
 }
 
+// A log byte's index fits the cache's u32.
+const _: () = assert!(MAX_LOG_BYTES <= u32::MAX as u64);
+
 /// Log bytes a [`LogCache`] holds before it writes them out.
 const CACHE_BYTES: usize = 16;
 
@@ -120,10 +123,12 @@ const CACHE_BYTES: usize = 16;
 /// writes are mostly neighbours (a Linux guest carves its receive buffers out of 32 KiB page
 /// fragments, eight pages, one log byte), so one atomic OR per distinct log byte replaces one
 /// per buffer and page. DPDK's vhost library keeps a log cache per queue for the same reason.
-/// Marks reach the log when the burst ends ([`LogCache::flush`], before the used index the
-/// guest sees can be migrated: QEMU syncs the log after it stopped the rings) or when the
-/// cache is full: later than the write, never lost. Written here: the rust-vmm crates have no
-/// vhost-user dirty log.
+/// Marks reach the log ([`LogCache::flush`]) before the burst publishes its used index (so a
+/// guest never sees a filled buffer whose page is unmarked, even if vqosd dies at once), the
+/// used ring's own mark right after (QEMU marks the used rings itself when it stops them), or
+/// when the cache is full: later than the write, never lost. A log replaced by `SET_LOG_BASE`
+/// is answered only after the batches that hold it ended (`protocol.rs`), so no mark lands in
+/// a log QEMU already synced. Written here: the rust-vmm crates have no vhost-user dirty log.
 #[derive(Debug, Default)]
 pub(crate) struct LogCache {
     /// (log byte, bits to set), `len` of them in use.
@@ -161,6 +166,11 @@ impl LogCache {
             self.bytes[self.len] = (byte, bit);
             self.len += 1;
         }
+    }
+
+    /// Whether no mark waits (as at the start and end of every batch).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Writes the noted marks into `log` (one atomic OR per log byte) and empties the cache.

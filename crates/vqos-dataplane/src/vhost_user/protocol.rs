@@ -25,7 +25,7 @@ use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
 
-use super::backend::{is_guest_tx, lock, Shared};
+use super::backend::{is_guest_tx, lock, write, Shared};
 use super::dirty::DirtyLog;
 use super::features::{
     offered_features, offered_protocol_features, F_EVENT_IDX, F_PROTOCOL_FEATURES,
@@ -366,6 +366,11 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         // Counted by the session's loop, which also sees the `vhost` crate's own refusals.
         let map = map.map_err(Error::ReqHandlerError)?;
         *lock(&self.shared.log) = Some(Arc::new(map));
+        // A batch under way may still hold the log this one replaces and mark it at its end;
+        // QEMU syncs and frees that log as soon as this message is answered. Batches run
+        // under the session's read lock: taking the write lock once waits for them, so the
+        // answer follows the last mark in the old log.
+        drop(write(&self.shared.session));
         super::counters::bump(&self.shared.counters.dirty_logs, 1);
         Ok(())
     }

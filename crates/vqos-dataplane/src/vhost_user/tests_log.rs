@@ -133,13 +133,20 @@ fn hostile_dirty_logs_are_refused_counted_and_the_port_serves_on() {
     let mut port = VhostUserPort::server("hostile-log", &path).unwrap();
     let h = port.handle();
     let short = memfd(LOG_PAGE);
-    // (what, the log's size and offset, a memory table first)
-    let cases: [(&str, u64, u64, bool); 3] = [
-        ("before the memory table", LOG_BYTES, 0, false),
-        ("of size zero", 0, 0, true),
-        ("past its file", 8, LOG_PAGE - 4, true),
+    // (what, the log's size and offset, a memory table first, the reason given)
+    let cases: [(&str, u64, u64, bool, &str); 3] = [
+        (
+            "before the memory table",
+            LOG_BYTES,
+            0,
+            false,
+            "before the memory table",
+        ),
+        // Refused by the `vhost` crate itself, before the handler.
+        ("of size zero", 0, 0, true, "dirty log refused"),
+        ("past its file", 8, LOG_PAGE - 4, true, "beyond its file"),
     ];
-    for (n, (what, size, offset, with_mem)) in cases.into_iter().enumerate() {
+    for (n, (what, size, offset, with_mem, reason)) in cases.into_iter().enumerate() {
         let mut fe = log_frontend(&path);
         let _mem = with_mem.then(|| memory_table(&mut fe));
         let region = VhostUserDirtyLogRegion {
@@ -158,7 +165,7 @@ fn hostile_dirty_logs_are_refused_counted_and_the_port_serves_on() {
         assert_eq!(port.vhost_counters().dirty_logs, 0, "{what}");
         assert!(super::backend::lock(&port.shared.log).is_none(), "{what}");
         let err = h.status().last_error.unwrap_or_default();
-        assert!(err.contains("dirty log"), "{what}: last error {err:?}");
+        assert!(err.contains(reason), "{what}: last error {err:?}");
     }
     // A well-behaved frontend is served as before.
     let mut fe = super::test_frontend::TestFrontend::connect(&path, OFFERED_FEATURES);

@@ -124,7 +124,10 @@ fn virsh_migrate_live_moves_a_guest_between_two_vqosd_ports() {
         .replace("/vm.console", "/vm-dst.console");
     let dst_path = p("vm-dst.xml");
     fs::write(&dst_path, &dst_xml).unwrap();
-    let migrate_uri = format!("tcp://127.0.0.1:{}", 44_000 + pid % 1_000);
+    let migrate_uri = format!("tcp://127.0.0.1:{}", 29_000 + pid % 1_000);
+    // Adopted first: whatever virsh leaves on the destination is destroyed when the test
+    // ends, also when the migration fails.
+    let _dst_domain = b.adopt(&name);
     let t = Instant::now();
     a.virsh(&[
         "migrate",
@@ -137,7 +140,6 @@ fn virsh_migrate_live_moves_a_guest_between_two_vqosd_ports() {
         dst_path.to_str().unwrap(),
     ]);
     println!("virsh migrate --live: {:.2} s", t.elapsed().as_secs_f64());
-    let _dst_domain = b.adopt(&name);
     assert_eq!(b.virsh(&["domstate", &name]).trim(), "running");
     assert_eq!(a.virsh(&["domstate", &name]).trim(), "shut off");
     let complete = poll_gently(Duration::from_secs(30), || {

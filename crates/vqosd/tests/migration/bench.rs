@@ -62,7 +62,8 @@ fn longest_answer_gaps(out: &str, before: f64) -> Option<(f64, f64)> {
         .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
         .collect();
     let longest = |s: &[f64]| s.windows(2).map(|w| (w[1] - w[0]) * 1e3).reduce(f64::max);
-    let early = stamps.partition_point(|t| *t < stamps[0] + before);
+    let first = *stamps.first()?;
+    let early = stamps.partition_point(|t| *t < first + before);
     Some((longest(&stamps[..early])?, longest(&stamps)?))
 }
 
@@ -84,7 +85,7 @@ fn user_net_pair(dir: &Path) -> Option<(Guest, Guest, String)> {
         "{}",
         src.console()
     );
-    let incoming = format!("tcp:127.0.0.1:{}", 43_000 + std::process::id() % 1_000);
+    let incoming = format!("tcp:127.0.0.1:{}", 28_000 + std::process::id() % 1_000);
     let mut extra = qmp_arg("qmp-b");
     extra.extend(["-incoming".to_string(), incoming.clone()]);
     let dst = Guest::start_user_net(&image, "dst", mac, &extra);
@@ -107,7 +108,7 @@ fn migrate_pinging(user_net: bool) -> Option<Downtime> {
         (daemon, sink, dir) = (None, None, tmp);
         (peer, guest_ip) = ("10.0.2.2".to_string(), None);
     } else {
-        let rig = Rig::start("bench_migration_downtime", false)?;
+        let rig = Rig::start("bench_migration_downtime", 0)?;
         guest_ip = Some(rig.sink_ip.replace(".254", ".1"));
         (src, dst, incoming, peer) = (rig.src, rig.dst, rig.incoming, rig.sink_ip);
         (daemon, sink, dir) = (Some(rig.d), Some(rig.keep.1), rig.keep.2);

@@ -6,7 +6,9 @@ use super::*;
 #[test]
 fn vqosd_killed_and_restarted_mid_migration_the_guest_arrives_whole() {
     let _machine = machine_lock();
-    let Some(rig) = Rig::start("vqosd_killed_and_restarted_mid_migration", true) else {
+    // A stream long enough to end on the destination after the slowed copy, the restart and
+    // the reconnections (about 10 s here, 12 s beside two busy loops).
+    let Some(rig) = Rig::start("vqosd_killed_and_restarted_mid_migration", 40) else {
         return;
     };
     let Rig {

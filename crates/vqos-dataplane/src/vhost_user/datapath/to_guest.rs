@@ -15,6 +15,7 @@ impl DataPath {
         indices: &[u8],
         io: &mut PortIoCounters,
     ) -> usize {
+        debug_assert!(self.log_cache.is_empty(), "marks left from a batch");
         let (shared, mem, health, features) = (cx.shared, cx.mem, cx.health, cx.features);
         let c = &shared.counters;
         let (st, pair) = if health.is_quarantined() {
@@ -175,6 +176,10 @@ impl DataPath {
             bytes += frame.len() as u64;
         }
         q.set_next_avail(pos);
+        // The buffers' marks reach the log before the guest can see the buffers filled.
+        if let Some(log) = cx.log {
+            self.log_cache.flush(log);
+        }
         let next_used = first_used.wrapping_add(used);
         let published = publish(&ring, q, next_used, used).unwrap_or_else(|e| {
             // Nothing written this burst reaches the guest.
