@@ -86,6 +86,21 @@ fn md5_of(out: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The guest on `g` goes on, whole: the stream started before the migration (`stream`, its
+/// marker) ends well within `limit`, its file has the MD5 it had (`md5`), and it pings the
+/// sink. `what` names the migration in the output.
+fn goes_on_whole(g: &mut Guest, stream: &str, md5: &Option<String>, sink_ip: &str, what: &str) {
+    let (out, rc) = g.finish(stream, Duration::from_secs(90));
+    println!("iperf3 across {what}:\n{out}");
+    assert_eq!(rc, 0, "{}", g.console());
+    let m = g.send("md5sum /blob");
+    let (out, _) = g.finish(&m, Duration::from_secs(30));
+    assert_eq!(&md5_of(&out), md5, "{out}");
+    let m = g.send(&format!("ping -c 3 -W 5 {sink_ip}"));
+    let (out, rc) = g.finish(&m, Duration::from_secs(30));
+    assert_eq!(rc, 0, "{out}");
+}
+
 /// None of the guest's frames on port `name` was refused as another's (no spoofing drop of
 /// any kind) and its vhost-user session counted no misbehaviour, in stats `s`.
 fn assert_clean(s: &Value, name: &str) {
@@ -345,18 +360,9 @@ fn a_guest_migrates_between_two_ports_and_keeps_its_memory_stream_and_max() {
     assert_eq!(qmp(&p("qmp-b"), "query-status", None)["status"], "running");
     drop(src);
 
-    // The same iperf3 process ends on the destination, well.
+    // The same iperf3 process ends on the destination, well; its memory is the same.
     let mut dst = dst;
-    let (out, rc) = dst.finish(&stream, Duration::from_secs(60));
-    println!("iperf3 across the migration:\n{out}");
-    assert_eq!(rc, 0, "{}", dst.console());
-    // Its memory is the same.
-    let m = dst.send("md5sum /blob");
-    let (out, _) = dst.finish(&m, Duration::from_secs(30));
-    assert_eq!(md5_of(&out), md5_before, "{out}");
-    let m = dst.send(&format!("ping -c 3 -W 5 {sink_ip}"));
-    let (out, rc) = dst.finish(&m, Duration::from_secs(30));
-    assert_eq!(rc, 0, "{out}");
+    goes_on_whole(&mut dst, &stream, &md5_before, &sink_ip, "the migration");
     // The max holds on the destination port: a fresh stream, measured on the switch.
     let _server = sink.spawn(&["iperf3", "-s", "-1", "-p", "5302", "-B", &sink_ip]);
     std::thread::sleep(Duration::from_millis(500));
@@ -469,15 +475,8 @@ fn half_way(how: Ends) {
     assert!(port(&s, "vma")["handover"].is_null(), "{s}");
 
     // The guest goes on: the stream ends well, it pings, its memory is what it was.
-    let (out, rc) = src.finish(&stream, Duration::from_secs(60));
-    println!("iperf3 across the migration that ended {want}:\n{out}");
-    assert_eq!(rc, 0, "{}", src.console());
-    let m = src.send(&format!("ping -c 3 -W 5 {sink_ip}"));
-    let (out, rc) = src.finish(&m, Duration::from_secs(30));
-    assert_eq!(rc, 0, "{out}");
-    let m = src.send("md5sum /blob");
-    let (out, _) = src.finish(&m, Duration::from_secs(30));
-    assert_eq!(md5_of(&out), md5, "{out}");
+    let what = format!("the migration that ended {want}");
+    goes_on_whole(&mut src, &stream, &md5, &sink_ip, &what);
     assert_clean(&d.get("/v1/stats"), "vma");
 }
 

@@ -52,9 +52,8 @@ fn missing() -> Option<String> {
     common::qemu::missing().or_else(virt::missing)
 }
 
-/// Skips with `why`, or fails under CI, where scripts/deps.sh installed everything.
-fn skip(why: &str) {
-    let test = "libvirt_guests_on_vhost_user_ports";
+/// Skips `test` with `why`, or fails under CI, where scripts/deps.sh installed everything.
+fn skip(test: &str, why: &str) {
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
         "{test} cannot run under CI: {why}"
@@ -107,31 +106,22 @@ fn pings(jobs: &mut [(&mut Console, &[&str])]) {
 
 #[test]
 fn libvirt_guests_on_vhost_user_ports() {
+    let test = "libvirt_guests_on_vhost_user_ports";
     if let Some(why) = missing() {
-        return skip(&why);
+        return skip(test, &why);
     }
     let _machine = machine_lock();
     let t0 = Instant::now();
     let image = match guest_image() {
         Ok(dir) => dir,
-        Err(why) => return skip(&why),
+        Err(why) => return skip(test, &why),
     };
     let pid = std::process::id() % 100_000;
     let prefix = format!("lv{pid}");
     let net = format!("10.{}.78", 200 + pid % 50);
     let sink_ip = format!("{net}.254");
-    let dir = tempfile::tempdir().unwrap();
-    // QEMU runs as libvirt-qemu: it must reach the sockets and the console files; the guest
-    // directory is its own (QEMU creates vm2's socket and the console logs there; libvirt
-    // gives it the kernel and initramfs, copies of the cached image).
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let guest = dir.path().join("guest");
-    fs::create_dir(&guest).unwrap();
-    for f in ["vmlinuz", "initrd.gz"] {
-        fs::copy(image.join(f), guest.join(f)).unwrap();
-    }
+    let (dir, guest) = test_dir(&image);
     let qemu_uid = uid_of("libvirt-qemu");
-    std::os::unix::fs::chown(&guest, Some(qemu_uid), None).unwrap();
     let (s1, s2) = (dir.path().join("vm1.sock"), guest.join("vm2.sock"));
     let socket = dir.path().join("vqosd.sock");
     let uplink = format!("{prefix}u");
@@ -321,6 +311,23 @@ fn libvirt_guests_on_vhost_user_ports() {
 }
 
 /// The uid of user `name`.
+/// The test's directory and its `guest/`. QEMU runs as libvirt-qemu: it must reach the
+/// sockets and the console files (the directory is 0755); the guest directory is its own
+/// (QEMU creates client-role sockets and the console logs there; libvirt gives it the kernel
+/// and initramfs, copies of the cached `image`).
+fn test_dir(image: &Path) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let guest = dir.path().join("guest");
+    fs::create_dir(&guest).unwrap();
+    for f in ["vmlinuz", "initrd.gz"] {
+        fs::copy(image.join(f), guest.join(f)).unwrap();
+    }
+    let qemu_uid = uid_of("libvirt-qemu");
+    std::os::unix::fs::chown(&guest, Some(qemu_uid), None).unwrap();
+    (dir, guest)
+}
+
 fn uid_of(name: &str) -> u32 {
     let out = Command::new("id").args(["-u", name]).output().unwrap();
     assert!(out.status.success(), "id -u {name}");

@@ -18,33 +18,27 @@ use std::time::{Duration, Instant};
 use crate::common::qemu::guest_image;
 use crate::common::{connected, port, Daemon};
 use crate::virt::{poll_gently, secs, Console, Libvirtd};
-use crate::{domain_xml, missing, skip, uid_of};
+use crate::{domain_xml, missing, skip, test_dir};
 use serde_json::json;
 use vqos_testkit::{machine_lock, Links, Netns};
 
 #[test]
 fn virsh_migrate_live_moves_a_guest_between_two_vqosd_ports() {
+    let test = "virsh_migrate_live_moves_a_guest_between_two_vqosd_ports";
     if let Some(why) = missing() {
-        return skip(&why);
+        return skip(test, &why);
     }
     let _machine = machine_lock();
     let t0 = Instant::now();
     let image = match guest_image() {
         Ok(dir) => dir,
-        Err(why) => return skip(&why),
+        Err(why) => return skip(test, &why),
     };
     let pid = std::process::id() % 100_000;
     let prefix = format!("lm{pid}");
     let net = format!("10.{}.79", 200 + pid % 50);
     let (guest_ip, sink_ip) = (format!("{net}.1"), format!("{net}.254"));
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let guest = dir.path().join("guest");
-    fs::create_dir(&guest).unwrap();
-    for f in ["vmlinuz", "initrd.gz"] {
-        fs::copy(image.join(f), guest.join(f)).unwrap();
-    }
-    std::os::unix::fs::chown(&guest, Some(uid_of("libvirt-qemu")), None).unwrap();
+    let (dir, guest) = test_dir(&image);
     let p = |f: &str| dir.path().join(f);
     let uplink = format!("{prefix}u");
     let _links = Links(vec![uplink.clone()]);

@@ -90,13 +90,7 @@ fn vqosd_killed_and_restarted_mid_migration_the_guest_arrives_whole() {
 
     // On the destination: the stream ends well, the memory is whole, the guest pings.
     let mut dst = dst;
-    let (out, rc) = dst.finish(&stream, Duration::from_secs(90));
-    println!("iperf3 across the migration and the restart:\n{out}");
-    assert_eq!(rc, 0, "{}", dst.console());
-    let m = dst.send("md5sum /blob");
-    let (out, _) = dst.finish(&m, Duration::from_secs(30));
-    assert_eq!(md5_of(&out), md5_before, "{out}");
-    let m = dst.send(&format!("ping -c 3 -W 5 {sink_ip}"));
-    assert_eq!(dst.finish(&m, Duration::from_secs(30)).1, 0);
+    let what = "the migration and the restart";
+    goes_on_whole(&mut dst, &stream, &md5_before, &sink_ip, what);
     assert_clean(&d.get("/v1/stats"), "vmb");
 }
