@@ -549,6 +549,8 @@ impl Switch {
             balanced_at_ns: now_ns,
             handovers_seen: 0,
             up_vifs: Vec::new(),
+            // Shard 0 steers the uplink for every shard.
+            steering: Ok(None),
         };
         sw.apply_policies(self.policies.clone(), now_ns)?;
         Ok(sw)

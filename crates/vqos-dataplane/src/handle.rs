@@ -134,6 +134,8 @@ pub struct SwitchHandle {
     origin: Instant,
     /// Forwarding threads.
     threads: usize,
+    /// How the uplink's arrivals were steered at the start ([`Switch::uplink_steering`]).
+    steering: Result<bool, String>,
 }
 
 /// The forwarding loops' liveness ([`SwitchHandle::loop_health`]).
@@ -268,6 +270,10 @@ impl SwitchHandle {
         let origin = Instant::now();
         let switches = crate::shards::build(config, cpus.len(), 0)?;
         let uplink = switches[0].uplink_name().to_string();
+        let steering = switches[0]
+            .uplink_steering()
+            .map(|s| s.is_some())
+            .map_err(str::to_string);
         let policies = switches[0].policies().clone();
         let cost_samples: Vec<Arc<CostSamples>> =
             switches.iter().map(|s| s.cost_samples().clone()).collect();
@@ -292,7 +298,15 @@ impl SwitchHandle {
             cost_samples,
             origin,
             threads,
+            steering,
         })
+    }
+
+    /// Whether what the network sends is steered to its vifs' uplink queues
+    /// ([`crate::tap_steer`]): `Ok(false)` by the kernel's flow hash (one queue, or not a
+    /// TAP), `Err` why a multiqueue TAP could not be steered.
+    pub fn uplink_steered(&self) -> Result<bool, &str> {
+        self.steering.as_ref().map(|&b| b).map_err(String::as_str)
     }
 
     /// The uplink's name.

@@ -163,6 +163,14 @@ impl<K: Addr> AddrTable<K> {
         (self.changes, self.inserts)
     }
 
+    /// Every address held and its port slot (pinned, or seen within the ageing time).
+    pub fn placed(&self, now_ns: u64) -> impl Iterator<Item = (K, u16)> + '_ {
+        self.map
+            .iter()
+            .filter(move |(_, e)| self.live(e, now_ns))
+            .map(|(&k, e)| (k, e.slot))
+    }
+
     /// Where `addr` lives and until when it does unless seen again (`None`: pinned, for as
     /// long as its port exists); nothing for a group, unknown or aged address.
     #[inline]

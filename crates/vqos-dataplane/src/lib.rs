@@ -93,6 +93,7 @@ pub mod switch;
 pub mod sys;
 pub mod tap;
 pub mod tap_queue;
+pub mod tap_steer;
 pub mod tap_uring;
 pub mod vhost_user;
 

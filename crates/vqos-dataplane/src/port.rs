@@ -299,6 +299,13 @@ pub trait Port: Send {
         None
     }
 
+    /// Makes what the host sends into the port land in the queue of its destination's port
+    /// slot ([`crate::tap_steer`]), once, for the uplink; `None` (the default) where the port
+    /// has one queue or cannot: arrivals keep the kernel's flow hash.
+    fn steer_by_destination(&self) -> Result<Option<crate::tap_steer::Steering>, PortError> {
+        Ok(None)
+    }
+
     /// Another transmit queue of this port, for a forwarding thread that does not read it
     /// (shards, docs/dataplane.md): frames it sends there need no lock shared with the other
     /// threads. `None` (the default): the port has one queue, shared under a short lock. A

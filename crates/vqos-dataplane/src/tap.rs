@@ -47,6 +47,7 @@ use std::path::Path;
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use crate::tap_queue::TapQueue;
+use crate::tap_steer::Steering;
 use crate::tap_uring::TapIo;
 use vqos_api::stats::TapStatus;
 
@@ -395,6 +396,12 @@ impl TapPort {
         self.queues.len()
     }
 
+    /// Reads what queue `q` holds into `batch` (tests: which queue a frame landed in).
+    #[cfg(test)]
+    pub(crate) fn recv_queue(&mut self, q: usize, batch: &mut Batch) -> Result<usize, PortError> {
+        self.queues[q].recv(&self.name, batch, 64)
+    }
+
     /// Creates TAP `name`, owned by the switch.
     pub fn create(name: &str) -> Result<TapPort, PortError> {
         Self::open(name, TapMode::Create)
@@ -497,6 +504,19 @@ impl Port for TapPort {
                 queue_rx_frames: self.queues.iter().map(|q| q.counters.rx_frames).collect(),
             })
         })
+    }
+
+    fn steer_by_destination(&self) -> Result<Option<Steering>, PortError> {
+        if self.queues.len() < 2 || self.lent_as.is_some() {
+            return Ok(None);
+        }
+        Steering::attach(self.queues[0].raw_fd(), self.queues.len())
+            .map(Some)
+            .map_err(|source| PortError::Io {
+                port: self.name.clone(),
+                op: "steering program",
+                source,
+            })
     }
 
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {

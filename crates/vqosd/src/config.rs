@@ -43,6 +43,8 @@
 //! # kind = "null"             # benchmarks: discards what it is sent; with `to`, it also sends
 //! # to = ["vm1", "vm2"]       # frame_len-byte frames to those null vifs in turn (downloads)
 //! # frame_len = 64
+//! # queues = 4                # a TAP uplink's queues (default 4, 1 for an existing
+//! #                           # single-queue TAP): arrivals steered by destination vif
 //!
 //! [[port]]
 //! name = "vm1"
@@ -99,6 +101,12 @@ use thiserror::Error;
 use vqos_sched::{CostModel, EngineKind, PolicyError, PolicySet, Pricing, Variant, VifPolicy};
 
 use crate::backend::Port;
+
+/// Queues of a TAP uplink whose config sets none: what the network sends is steered into
+/// them by destination vif (`vqos_dataplane::tap_steer`), so that a flood toward one vif fills
+/// its queue, not its neighbours' (docs/security.md); few, so that the loop's reads of empty
+/// queues cost little. Operators with many vifs may set up to 16.
+pub const DEFAULT_UPLINK_TAP_QUEUES: u16 = 4;
 
 mod controller_keys;
 mod cost_model;

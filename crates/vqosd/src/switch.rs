@@ -33,6 +33,22 @@ pub struct SwitchBackend {
     tap_io: TapIo,
 }
 
+/// [`config::DEFAULT_UPLINK_TAP_QUEUES`], or 1 for a single-queue TAP that already exists here (made
+/// by an earlier version, or by hand): the kernel would refuse to open it multiqueue.
+fn default_uplink_queues(name: &str) -> u16 {
+    let flags = std::fs::read_to_string(format!("/sys/class/net/{name}/tun_flags"));
+    match flags.map(|f| u32::from_str_radix(f.trim().trim_start_matches("0x"), 16)) {
+        Ok(Ok(f)) if f & libc::IFF_MULTI_QUEUE as u32 == 0 => {
+            tracing::info!(
+                "Uplink {name}: the existing TAP has one queue; arrivals are not steered by \
+                 destination (delete it, or set [uplink] queues)"
+            );
+            1
+        }
+        _ => config::DEFAULT_UPLINK_TAP_QUEUES,
+    }
+}
+
 /// The data plane's TAP I/O for the config's.
 fn tap_io(io: config::TapIo) -> TapIo {
     match io {
@@ -186,7 +202,11 @@ impl SwitchBackend {
             PortSpec::custom(Box::new(null.with_queues(config.threads)))
                 .with_mac_policy(MacPolicy::Fixed(vec![NULL_UPLINK_MAC]))
         } else {
-            spec(uplink, io)?
+            let mut spec = spec(uplink, io)?;
+            if uplink.config.kind == PortKind::Tap && uplink.config.queues.is_none() {
+                spec = spec.with_tap_queues(default_uplink_queues(&uplink.config.name));
+            }
+            spec
         };
         let mut sc = SwitchConfig::new(uplink_spec);
         sc.engine = config.engine;
@@ -214,6 +234,19 @@ impl SwitchBackend {
         // The loop publishes at least every millisecond, whatever the config says.
         let stats_interval_ns = sc.stats_interval_ns.max(1_000_000);
         let handle = SwitchHandle::start(sc).map_err(convert)?;
+        match handle.uplink_steered() {
+            Ok(true) => tracing::info!(
+                "Uplink {}: what the network sends lands in its vif's queue (steered by \
+                 destination MAC)",
+                handle.uplink_name()
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "Uplink {}: arrivals not steered by destination, the kernel spreads them by \
+                 flow ({e}): a flood toward one vif can fill the queue others' frames share",
+                handle.uplink_name()
+            ),
+        }
         Ok(SwitchBackend {
             handle,
             stats_interval_ns,

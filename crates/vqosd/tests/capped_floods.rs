@@ -123,11 +123,19 @@ struct Window {
     neighbours: [f64; 2],
     /// Frames per second the switch read from A.
     a_read_fps: f64,
+    /// Frames the switch read from each of the uplink's queues.
+    uplink_queues: Vec<u64>,
 }
 
 /// Floods from A to `dst_mac` (A's own, or nobody's) after a window with the same flood to a
 /// dead end; returns (dead end, flood) and A's drop counters after the flood.
 fn run(test_id: u8, own_mac: bool) -> (Window, Window, serde_json::Value) {
+    run_from(test_id, Some(own_mac))
+}
+
+/// [`run`]; `own_mac = None`: the flood comes from the network (the sink's namespace, to A's
+/// address) instead of from A.
+fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::Value) {
     let lab = lab_spec(
         test_id,
         &[1, 1, 1],
@@ -143,7 +151,7 @@ fn run(test_id: u8, own_mac: bool) -> (Window, Window, serde_json::Value) {
         serde_json::json!({"max": "10Mbit"}),
     );
     let vm_a = &lab.vms[0].1;
-    let dst_mac = if own_mac {
+    let dst_mac = if own_mac == Some(true) {
         in_ns(vm_a, &["cat", &format!("/sys/class/net/{a}/address")])
     } else {
         "02:00:de:ad:be:ef".to_string()
@@ -155,7 +163,19 @@ fn run(test_id: u8, own_mac: bool) -> (Window, Window, serde_json::Value) {
             "ip", "neigh", "replace", &ghost, "lladdr", &dst_mac, "dev", &a,
         ],
     );
-    let targets = [dead_end(vm_a), format!("{ghost}:9").parse().unwrap()];
+    let (flooder, targets): (&Netns, [SocketAddr; 2]) = match own_mac {
+        Some(_) => (
+            vm_a,
+            [dead_end(vm_a), format!("{ghost}:9").parse().unwrap()],
+        ),
+        None => (
+            &lab.sink,
+            [
+                dead_end(&lab.sink),
+                format!("{}.1:9", lab.net).parse().unwrap(),
+            ],
+        ),
+    };
     let servers: Vec<_> = [5301, 5302].iter().map(|&p| lab.server(p)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let clients: Vec<_> = [(1, 5301), (2, 5302)]
@@ -167,7 +187,7 @@ fn run(test_id: u8, own_mac: bool) -> (Window, Window, serde_json::Value) {
     let mut windows = Vec::new();
     let mut stats = serde_json::Value::Null;
     for to in targets {
-        let flood = Flood::start(vm_a, to);
+        let flood = Flood::start(flooder, to);
         std::thread::sleep(Duration::from_secs(1));
         let (before, t) = (lab.stats(), Instant::now());
         let rates = rx_rates(&lab.daemon, &names, 3.0);
@@ -175,14 +195,33 @@ fn run(test_id: u8, own_mac: bool) -> (Window, Window, serde_json::Value) {
         let secs = t.elapsed().as_secs_f64();
         let sent = flood.stop();
         let read = counter(&stats, &a, "rx_frames") - counter(&before, &a, "rx_frames");
+        let queues = |s: &serde_json::Value| -> Vec<u64> {
+            let q = &port(s, &lab.uplink)["tap"]["queue_rx_frames"];
+            q.as_array()
+                .map(|a| a.iter().map(|v| v.as_u64().unwrap()).collect())
+                .unwrap_or_default()
+        };
+        let per_queue: Vec<u64> = queues(&stats)
+            .iter()
+            .zip(queues(&before).iter().chain(std::iter::repeat(&0)))
+            .map(|(a, b)| a - b)
+            .collect();
         let w = Window {
             neighbours: [rates[0] / 1e6, rates[1] / 1e6],
             a_read_fps: read as f64 / secs,
+            uplink_queues: per_queue,
         };
         println!(
-            "A floods {to}: {:.0} kframes/s sent, {:.1} kframes/s read; B, C {:.0?} Mbit/s",
+            "{} floods {to}: {:.0} kframes/s sent, {:.1} kframes/s read from A, the uplink's \
+             queues {:?}; B, C {:.0?} Mbit/s",
+            if own_mac.is_some() {
+                "A"
+            } else {
+                "the network"
+            },
             sent.sent_frames as f64 / sent.elapsed_s.max(1e-9) / 1e3,
             w.a_read_fps / 1e3,
+            w.uplink_queues,
             w.neighbours
         );
         windows.push(w);
@@ -237,4 +276,35 @@ fn a_capped_tenants_storm_to_unknown_macs_is_read_at_its_cap_and_leaves_its_neig
     };
     let (dead_end, flood, drops) = run(21, false);
     check("storm", dead_end, flood, &drops, "storm");
+}
+
+#[test]
+fn a_network_flood_toward_a_capped_vif_fills_its_own_uplink_queue_and_leaves_its_neighbours_their_rates(
+) {
+    let Some(_serial) = can_run("a_network_flood_toward_a_capped_vif_fills_its_own_uplink_queue")
+    else {
+        return;
+    };
+    let (dead_end, flood, _) = run_from(22, None);
+    // The neighbours' acknowledgements come back in their queues beside the dead end; the
+    // flood toward A fills another, which carried none of theirs.
+    let (q, before_q) = (&flood.uplink_queues, &dead_end.uplink_queues);
+    assert_eq!(q.len(), 4, "the default TAP uplink has 4 queues: {q:?}");
+    let flooded = (0..4).max_by_key(|&i| q[i]).unwrap();
+    assert!(
+        before_q[flooded] * 100 <= before_q.iter().sum::<u64>(),
+        "the flood toward A shares queue {flooded} with its neighbours' frames: {before_q:?} \
+         beside the dead end, {q:?} under the flood"
+    );
+    let (before, under): (f64, f64) = (
+        dead_end.neighbours.iter().sum(),
+        flood.neighbours.iter().sum(),
+    );
+    println!("network: B + C {under:.0} Mbit/s under the flood, {before:.0} beside a dead end");
+    assert!(
+        under >= KEPT * before,
+        "network flood: B and C fell from {:.0?} to {:.0?} Mbit/s",
+        dead_end.neighbours,
+        flood.neighbours
+    );
 }

@@ -84,7 +84,7 @@ impl super::Config {
     pub fn notices(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let (Some(u), true, Some(_)) = (&self.uplink, self.threads > 1, &self.downlink) {
-            let queues = usize::from(u.config.queues.unwrap_or(1));
+            let queues = usize::from(u.config.queues.unwrap_or(super::DEFAULT_UPLINK_TAP_QUEUES));
             if u.config.kind == crate::wire::PortKind::Tap && queues < self.threads {
                 out.push(format!(
                     "Uplink '{}' is a TAP of {queues} queue(s) on {} forwarding threads: what \
@@ -142,10 +142,16 @@ mod tests {
     #[test]
     fn a_tap_uplink_with_fewer_queues_than_threads_is_noticed() {
         let notices = |text: &str| parse(text).unwrap().notices();
-        let n = notices("threads = 2\n[uplink]\nname = \"up0\"\n");
+        let n = notices("threads = 2\n[uplink]\nname = \"up0\"\nqueues = 1\n");
         assert_eq!(n.len(), 1, "{n:?}");
         assert!(n[0].contains("set [uplink] queues = 2"), "{n:?}");
+        let n = notices("threads = 6\n[uplink]\nname = \"up0\"\n");
+        assert!(
+            n[0].contains("a TAP of 4 queue(s)"),
+            "the default's 4: {n:?}"
+        );
         for quiet in [
+            "threads = 2\n[uplink]\nname = \"up0\"\n",
             "threads = 2\n[uplink]\nname = \"up0\"\nqueues = 2\n",
             "[uplink]\nname = \"up0\"\n",
             "threads = 2\n[downlink]\nschedule = false\n[uplink]\nname = \"up0\"\n",
