@@ -125,6 +125,8 @@ struct Window {
     a_read_fps: f64,
     /// Frames the switch read from each of the uplink's queues.
     uplink_queues: Vec<u64>,
+    /// The part of the window the switch's loop was busy.
+    busy: f64,
 }
 
 /// Floods from A to `dst_mac` (A's own, or nobody's) after a window with the same flood to a
@@ -206,14 +208,20 @@ fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::
             .zip(queues(&before).iter().chain(std::iter::repeat(&0)))
             .map(|(a, b)| a - b)
             .collect();
+        let cycles = |s: &serde_json::Value, k: &str| s["loops"][0][k].as_u64().unwrap_or(0);
+        let (busy, idle) = (
+            cycles(&stats, "busy_cycles") - cycles(&before, "busy_cycles"),
+            cycles(&stats, "idle_cycles") - cycles(&before, "idle_cycles"),
+        );
         let w = Window {
+            busy: busy as f64 / (busy + idle).max(1) as f64,
             neighbours: [rates[0] / 1e6, rates[1] / 1e6],
             a_read_fps: read as f64 / secs,
             uplink_queues: per_queue,
         };
         println!(
             "{} floods {to}: {:.0} kframes/s sent, {:.1} kframes/s read from A, the uplink's \
-             queues {:?}; B, C {:.0?} Mbit/s",
+             queues {:?}; B, C {:.0?} Mbit/s; the switch's loop busy {:.0} %",
             if own_mac.is_some() {
                 "A"
             } else {
@@ -222,7 +230,8 @@ fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::
             sent.sent_frames as f64 / sent.elapsed_s.max(1e-9) / 1e3,
             w.a_read_fps / 1e3,
             w.uplink_queues,
-            w.neighbours
+            w.neighbours,
+            w.busy * 100.0
         );
         windows.push(w);
     }
