@@ -451,6 +451,7 @@ impl Switch {
         self.shaper.configure(share, now_ns);
         self.policies = policies;
         self.vif_slots = vif_slots;
+        self.budget_uplink(now_ns);
         self.policy_epoch += 1;
         // Show the change in the stats right away.
         self.next_stats_ns = now_ns;
@@ -550,7 +551,7 @@ impl Switch {
             handovers_seen: 0,
             up_vifs: Vec::new(),
             // Shard 0 steers the uplink for every shard.
-            steering: Ok(None),
+            uplink_queues: crate::uplink_queues::UplinkQueues::new(Ok(None)),
         };
         sw.apply_policies(self.policies.clone(), now_ns)?;
         Ok(sw)

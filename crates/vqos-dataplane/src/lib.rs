@@ -92,9 +92,11 @@ pub mod stats;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod tap_budget;
 pub mod tap_queue;
 pub mod tap_steer;
 pub mod tap_uring;
+mod uplink_queues;
 pub mod vhost_user;
 
 pub use afpacket::{AfPacketOptions, AfPacketPort, AfPacketStatus};

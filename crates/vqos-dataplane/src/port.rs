@@ -306,6 +306,18 @@ pub trait Port: Send {
         Ok(None)
     }
 
+    /// Read budgets for the receive queues this port reads, by queue index: bits/s that the
+    /// vifs whose arrivals a queue carries may receive (`None`: no budget); a queue that has
+    /// spent its budget is not read until it earned it back ([`crate::tap_budget`]). Ignored
+    /// (the default) by ports that cannot hold a queue.
+    fn budget_rx_queues(&mut self, _max_bps: &[Option<u64>], _now_ns: u64) {}
+
+    /// Refills the receive queues' budgets at `now_ns`: when a queue held for its budget will
+    /// be read again (`None`: none is held).
+    fn refill_rx_budgets(&mut self, _now_ns: u64) -> Option<u64> {
+        None
+    }
+
     /// Another transmit queue of this port, for a forwarding thread that does not read it
     /// (shards, docs/dataplane.md): frames it sends there need no lock shared with the other
     /// threads. `None` (the default): the port has one queue, shared under a short lock. A

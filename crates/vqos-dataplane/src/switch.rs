@@ -18,7 +18,6 @@
 //! Measured cycles (rdtsc) are the one input not derived from `now`: C2QoS charges a batch what
 //! it really cost. With the bytes cost model a run is a function of its inputs and `now`s.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use vqos_sched::{Engine, EngineKind, PolicySet, Scheduler, Step, Usage, VifSpec};
@@ -29,7 +28,6 @@ use crate::calib::CostSamples;
 use crate::config::{EmulatedWork, PortSecurity, SwitchConfig};
 use crate::downlink::{Downlink, Served};
 use crate::error::SwitchError;
-use crate::frame::MacKey;
 use crate::l2::{Addresses, IpTable, MacTable};
 use crate::pipeline::{Admission, Parts, Pipeline};
 use crate::port::BATCH_FRAMES;
@@ -37,7 +35,7 @@ use crate::ports::{PortIo, PortTable};
 use crate::shaper::UplinkShaper;
 use crate::stats::{LoopStats, PortRole};
 use crate::sys::{cycles, CYCLES_UNIT};
-use crate::tap_steer::Steering;
+use crate::uplink_queues::UplinkQueues;
 
 /// Most downlink batches one [`Switch::poll`] serves.
 const DOWNLINK_BATCHES_PER_POLL: usize = 4;
@@ -115,9 +113,8 @@ pub struct Switch {
     /// The vifs this shard's engine last ran, as given to it (their parts, for those read on
     /// several shards: [`crate::spread`]).
     pub(crate) up_vifs: Vec<VifSpec>,
-    /// The uplink's arrivals steered to their vifs' queues (shard 0; a multiqueue TAP), or
-    /// why not.
-    pub(crate) steering: Result<Option<Steering>, String>,
+    /// The uplink's queues: steered to their vifs and read within budgets (shard 0).
+    pub(crate) uplink_queues: UplinkQueues,
 }
 
 impl std::fmt::Debug for Switch {
@@ -169,7 +166,7 @@ impl Switch {
             None => None,
         };
         let (uplink, uplink_security, _) = config.uplink.open()?;
-        let steering = uplink.steer_by_destination().map_err(|e| e.to_string());
+        let uplink_queues = UplinkQueues::new(uplink.steer_by_destination());
         let mut sw = Switch {
             ports: PortTable::default(),
             addrs: AddrView::new(SharedAddrs::new(Addresses::new(macs, ips))),
@@ -201,7 +198,7 @@ impl Switch {
             balanced_at_ns: now_ns,
             handovers_seen: 0,
             up_vifs: Vec::new(),
-            steering,
+            uplink_queues,
         };
         if config.threads > 1 {
             // Until shard 0 first divides it: an even part each.
@@ -227,36 +224,6 @@ impl Switch {
         }
         sw.apply_policies(Arc::new(policies), now_ns)?;
         Ok(sw)
-    }
-
-    /// Steers the uplink's arrivals by destination to the queues of the vifs the MAC table
-    /// places them on (shard 0, once a second; [`crate::tap_steer`]). A failed update is
-    /// counted and tried again at the next.
-    fn steer_uplink(&mut self, now_ns: u64) {
-        let Ok(Some(steering)) = &mut self.steering else {
-            return;
-        };
-        let want: HashMap<MacKey, u32> = self
-            .addrs
-            .lock()
-            .macs
-            .placed(now_ns)
-            .filter(|&(_, slot)| slot != 0)
-            .map(|(mac, slot)| (mac, steering.queue_of(usize::from(slot))))
-            .collect();
-        if steering.sync(&want).is_err() {
-            steering.errors += 1;
-        }
-    }
-
-    /// How the uplink's arrivals are steered: `Ok(Some(n))` to the queues of `n` stations'
-    /// vifs, `Ok(None)` by the kernel's flow hash (one queue, or not a TAP), `Err` why a
-    /// multiqueue TAP could not be steered (no eBPF: arrivals keep the flow hash).
-    pub fn uplink_steering(&self) -> Result<Option<usize>, &str> {
-        match &self.steering {
-            Ok(s) => Ok(s.as_ref().map(Steering::len)),
-            Err(e) => Err(e),
-        }
     }
 
     /// The uplink's name.
@@ -357,6 +324,7 @@ impl Switch {
         }
         let mut did_work = false;
         let mut frames_read = 0;
+        self.refill_uplink(now_ns);
         if self.ports.get(0).is_some_and(|s| s.ready) {
             frames_read += self.serve_uplink(now_ns);
             did_work = true;
@@ -426,6 +394,9 @@ impl Switch {
         }
         if let Some(d) = &self.downlink {
             at = at.min(d.wake_at(now_ns));
+        }
+        if let Some(t) = self.uplink_queues.wake_at {
+            at = at.min(t);
         }
         at
     }

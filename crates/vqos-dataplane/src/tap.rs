@@ -29,7 +29,11 @@
 //! a busy one; a short read means every queue was found empty. Its readiness descriptor is an
 //! epoll instance over the queues (readable while any has frames). Threads that do not read
 //! the port write through transmit queues of their own ([`Port::tx_queue`],
-//! [`crate::tap_queue`]): queue 1, 2, … in turn, queue 0 being the reader's.
+//! [`crate::tap_queue`]): queue 1, 2, … in turn, queue 0 being the reader's. The uplink's
+//! arrivals are steered to the queue of the vif they are for ([`Port::steer_by_destination`],
+//! [`crate::tap_steer`]), and its queues read within budgets ([`Port::budget_rx_queues`],
+//! [`crate::tap_budget`]): a queue that spent its budget leaves the epoll set until it earned
+//! it back.
 //!
 //! ## Limitations
 //! - A vif TAP's queues are all read by one thread (the port's shard). An uplink TAP's are
@@ -46,6 +50,7 @@ use std::path::Path;
 
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
+use crate::tap_budget::RxBudgets;
 use crate::tap_queue::TapQueue;
 use crate::tap_steer::Steering;
 use crate::tap_uring::TapIo;
@@ -106,6 +111,8 @@ pub struct TapPort {
     /// A queue lent to another shard ([`Port::rx_queue`]): its index among the TAP's
     /// queues, and how many there are (what its status reports under).
     lent_as: Option<(usize, usize)>,
+    /// Read budgets of the queues it reads ([`crate::tap_budget`]; none by default).
+    budgets: RxBudgets,
 }
 
 fn io_err(port: &str, op: &'static str) -> PortError {
@@ -377,6 +384,7 @@ impl TapPort {
             owned: mode != TapMode::Attach,
             origin,
             lent_as: None,
+            budgets: RxBudgets::default(),
         })
     }
 
@@ -449,8 +457,14 @@ impl Port for TapPort {
         self.next_rx = (start + 1) % n;
         let mut got = 0;
         for k in 0..n {
-            let q = &mut self.queues[(start + k) % n];
+            let i = (start + k) % n;
+            if !self.budgets.readable(i) {
+                continue;
+            }
+            let q = &mut self.queues[i];
+            let bytes = q.counters.rx_bytes;
             got += q.recv(&self.name, batch, max_frames - got)?;
+            self.budgets.charge(i, q.counters.rx_bytes - bytes);
             if got >= max_frames || batch.is_full() {
                 break;
             }
@@ -519,6 +533,37 @@ impl Port for TapPort {
             })
     }
 
+    fn budget_rx_queues(&mut self, max_bps: &[Option<u64>], now_ns: u64) {
+        if self.epoll.is_some() {
+            let own = self.queues.len() - self.lent.get();
+            self.budgets.set(&max_bps[..own.min(max_bps.len())], now_ns);
+        }
+    }
+
+    fn refill_rx_budgets(&mut self, now_ns: u64) -> Option<u64> {
+        let (Some(ep), true) = (&self.epoll, self.budgets.any() || self.budgets.holds > 0) else {
+            return None;
+        };
+        let holds = self.budgets.refill(now_ns);
+        let ctl = |op, q: usize| {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: q as u64,
+            };
+            // SAFETY: both descriptors are open; ev is live for the call. A failure leaves
+            // the queue polled (held: one needless wake-up per poll) or unpolled until the
+            // next read of another queue finds it (released): never a lost frame.
+            unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, self.queues[q].raw_fd(), &mut ev) };
+        };
+        for &q in &holds.hold {
+            ctl(libc::EPOLL_CTL_DEL, q);
+        }
+        for &q in &holds.release {
+            ctl(libc::EPOLL_CTL_ADD, q);
+        }
+        holds.wake_at
+    }
+
     fn tx_queue(&self) -> Result<Option<Box<dyn Port>>, PortError> {
         let n = self.queues.len();
         // Queue 0 is the reader's own when there are others.
@@ -569,6 +614,7 @@ impl Port for TapPort {
             owned: false,
             origin: TapOrigin::Attached,
             lent_as: Some((own - 1, self.queues.len())),
+            budgets: RxBudgets::default(),
         })))
     }
 }

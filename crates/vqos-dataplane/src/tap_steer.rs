@@ -225,6 +225,11 @@ impl Steering {
         Ok(changes)
     }
 
+    /// The TAP's queues.
+    pub fn queues(&self) -> usize {
+        self.queues
+    }
+
     /// MACs steered now.
     pub fn len(&self) -> usize {
         self.held.len()

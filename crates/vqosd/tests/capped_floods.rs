@@ -10,11 +10,17 @@
 //! second of them when dropped frames were free (measured 2026-11-27, this test with the charge
 //! reverted; both tests then fail on that check).
 //!
-//! B's and C's rates under the flood are compared with theirs, in the same run, while A's
-//! flood goes to a dead end of its own (a veth pair inside A): the flood's sender costs the
-//! machine's CPUs the same in both windows, so what differs is the switch's part. The margin is
-//! wide (a 2-core machine shared by the switch, five iperf3s and the flood): it catches a
-//! switch that gives the core to the flood, not a few percent.
+//! The third test floods from the network instead: from the sink's namespace toward A's
+//! address. The uplink's default 4 queues are steered by destination (`tap_steer`), so the
+//! flood fills A's queue only, which is read within A's budget (`tap_budget`); with one queue
+//! the neighbours kept 33–35 % (the test fails on both checks).
+//!
+//! B's and C's rates under the flood (each one's median second of five) are compared with
+//! theirs, in the same run, while the flood goes to a dead end of its own (a veth pair inside
+//! the flooding namespace): the flood's sender costs the machine's CPUs the same in both
+//! windows, so what differs is the switch's part. The margin is wide (a 2-core machine shared
+//! by the switch, five iperf3s and the flood): it catches a switch that gives the core to the
+//! flood, not a few percent.
 //!
 //! Needs root and iperf3 (the real-traffic lock); skips with a message otherwise.
 
@@ -182,7 +188,7 @@ fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::
     std::thread::sleep(Duration::from_millis(300));
     let clients: Vec<_> = [(1, 5301), (2, 5302)]
         .iter()
-        .map(|&(vm, p)| lab.client(vm, p, 14))
+        .map(|&(vm, p)| lab.client(vm, p, 20))
         .collect();
     let names = [lab.tap(1), lab.tap(2)];
     std::thread::sleep(Duration::from_secs(2));
@@ -192,7 +198,8 @@ fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::
         let flood = Flood::start(flooder, to);
         std::thread::sleep(Duration::from_secs(1));
         let (before, t) = (lab.stats(), Instant::now());
-        let rates = rx_rates(&lab.daemon, &names, 3.0);
+        // Each vif's median second: a TCP stall in one second is not the switch's doing.
+        let rates = rx_rates_median(&lab.daemon, &names, 5.0);
         stats = lab.stats();
         let secs = t.elapsed().as_secs_f64();
         let sent = flood.stop();

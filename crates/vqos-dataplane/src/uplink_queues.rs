@@ -1,0 +1,108 @@
+//! The uplink's queues on shard 0 ([`UplinkQueues`]): what the network sends steered to the
+//! queue of the vif it is for ([`crate::tap_steer`]), and each vif's queue read within a budget
+//! of its inbound max ([`crate::tap_budget`]). Both need a multiqueue TAP uplink.
+
+use std::collections::HashMap;
+
+use crate::frame::MacKey;
+use crate::port::PortError;
+use crate::switch::Switch;
+use crate::tap_steer::Steering;
+
+/// Shard 0's part in the uplink's queues.
+#[derive(Debug)]
+pub(crate) struct UplinkQueues {
+    /// The steering program's map, or why the uplink is not steered (`Ok(None)`: one queue,
+    /// not a TAP, or another shard).
+    pub steering: Result<Option<Steering>, String>,
+    /// Some queue has a read budget.
+    budgeted: bool,
+    /// When a queue held for its budget is read again.
+    pub wake_at: Option<u64>,
+}
+
+impl UplinkQueues {
+    /// What [`crate::Port::steer_by_destination`] gave.
+    pub fn new(steering: Result<Option<Steering>, PortError>) -> UplinkQueues {
+        UplinkQueues {
+            steering: steering.map_err(|e| e.to_string()),
+            budgeted: false,
+            wake_at: None,
+        }
+    }
+}
+
+impl Switch {
+    /// Steers the uplink's arrivals by destination to the queues of the vifs the MAC table
+    /// places them on (shard 0, once a second). A failed update is counted and tried again at
+    /// the next.
+    pub(crate) fn steer_uplink(&mut self, now_ns: u64) {
+        let Ok(Some(steering)) = &mut self.uplink_queues.steering else {
+            return;
+        };
+        let want: HashMap<MacKey, u32> = self
+            .addrs
+            .lock()
+            .macs
+            .placed(now_ns)
+            .filter(|&(_, slot)| slot != 0)
+            .map(|(mac, slot)| (mac, steering.queue_of(usize::from(slot))))
+            .collect();
+        if steering.sync(&want).is_err() {
+            steering.errors += 1;
+        }
+    }
+
+    /// Gives each steered uplink queue a read budget: the sum of the inbound maxima of the
+    /// vifs steered to it, none where one of them has none (and never queue 0, where group and
+    /// unknown destinations go). Called with every policy change.
+    pub(crate) fn budget_uplink(&mut self, now_ns: u64) {
+        let Ok(Some(steering)) = &self.uplink_queues.steering else {
+            return;
+        };
+        let n = steering.queues();
+        let mut max: Vec<Option<u64>> = vec![Some(0); n];
+        let mut used = vec![false; n];
+        for (id, spec) in self.policies.vifs.iter().enumerate() {
+            let q = steering.queue_of(self.vif_slots[id]) as usize;
+            used[q] = true;
+            max[q] = match (max[q], spec.policy.inbound_max_bps(self.downlink_max)) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                _ => None,
+            };
+        }
+        max[0] = None;
+        for (m, used) in max.iter_mut().zip(used) {
+            if !used {
+                *m = None;
+            }
+        }
+        self.uplink_queues.budgeted = max.iter().any(Option::is_some);
+        if let Some(up) = self.ports.get(0) {
+            let mut port = up.port.lock();
+            port.budget_rx_queues(&max, now_ns);
+            // A queue whose budget went is read again at once.
+            self.uplink_queues.wake_at = port.refill_rx_budgets(now_ns);
+        }
+    }
+
+    /// Refills the uplink queues' read budgets (every poll while any has one).
+    pub(crate) fn refill_uplink(&mut self, now_ns: u64) {
+        if !self.uplink_queues.budgeted && self.uplink_queues.wake_at.is_none() {
+            return;
+        }
+        if let Some(up) = self.ports.get(0) {
+            self.uplink_queues.wake_at = up.port.lock().refill_rx_budgets(now_ns);
+        }
+    }
+
+    /// How the uplink's arrivals are steered: `Ok(Some(n))` to the queues of `n` stations'
+    /// vifs, `Ok(None)` by the kernel's flow hash (one queue, or not a TAP), `Err` why a
+    /// multiqueue TAP could not be steered (no eBPF: arrivals keep the flow hash).
+    pub fn uplink_steering(&self) -> Result<Option<usize>, &str> {
+        match &self.uplink_queues.steering {
+            Ok(s) => Ok(s.as_ref().map(Steering::len)),
+            Err(e) => Err(e),
+        }
+    }
+}
