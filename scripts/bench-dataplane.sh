@@ -9,7 +9,8 @@
 #           vm1..vm4 and 1–2 Gbit/s on the others, priorities 0..7), capacity unlimited
 #           (-C RATE: a capacity for this variant, e.g. 40Gbit, so the uplink bucket runs too)
 #   rr-base, vqos-base  the same two with another vqosd binary (-B PATH): a build before a
-#           change, side by side with the current one in one run
+#           change, side by side with the current one in one run; env BASE_UPLINK adds
+#           [uplink] lines to these two only (e.g. BASE_UPLINK='queues = 1' -B the same binary)
 #   rr-uring, vqos-uring  the same two with tap_io = "uring" (batched TAP reads and writes on
 #           an io_uring instead of one system call per frame)
 #   rr+afp, vqos+afp, rr-uring+afp, vqos-uring+afp  with -U afpacket: the same vqosd
@@ -196,6 +197,9 @@ start_vqosd() { # rr | vqos | rr-base | vqos-base | rr-uring | vqos-uring, each 
             echo 'kind = "af-packet"'
         else
             echo "name = \"$SINK_DEV\""
+            # BASE_UPLINK: [uplink] lines of the -base variants (e.g. 'queues = 1' beside the
+            # default steered 4, with -B the same binary).
+            case $kind in *-base) [ -z "${BASE_UPLINK:-}" ] || echo "$BASE_UPLINK" ;; esac
         fi
         for i in $(seq "$NVM"); do
             if [ "$engine" != vqos ]; then

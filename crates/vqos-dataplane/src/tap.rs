@@ -458,13 +458,21 @@ impl Port for TapPort {
         let mut got = 0;
         for k in 0..n {
             let i = (start + k) % n;
-            if !self.budgets.readable(i) {
-                continue;
-            }
             let q = &mut self.queues[i];
-            let bytes = q.counters.rx_bytes;
-            got += q.recv(&self.name, batch, max_frames - got)?;
-            self.budgets.charge(i, q.counters.rx_bytes - bytes);
+            if self.budgets.budgeted(i) {
+                // A frame at a time, each charged before the next: a read overdraws the
+                // budget by one frame at most, never by a batch of super-frames.
+                while got < max_frames && self.budgets.readable(i) {
+                    let bytes = q.counters.rx_bytes;
+                    if q.recv(&self.name, batch, 1)? == 0 {
+                        break;
+                    }
+                    got += 1;
+                    self.budgets.charge(i, q.counters.rx_bytes - bytes);
+                }
+            } else {
+                got += q.recv(&self.name, batch, max_frames - got)?;
+            }
             if got >= max_frames || batch.is_full() {
                 break;
             }
@@ -526,10 +534,15 @@ impl Port for TapPort {
         }
         Steering::attach(self.queues[0].raw_fd(), self.queues.len())
             .map(Some)
-            .map_err(|source| PortError::Io {
-                port: self.name.clone(),
-                op: "steering program",
-                source,
+            .map_err(|source| {
+                // A program a previous run left would steer by a map nobody updates: the
+                // arrivals go back to the flow hash, as the caller is told.
+                let _ = Steering::detach(self.queues[0].raw_fd());
+                PortError::Io {
+                    port: self.name.clone(),
+                    op: "steering program",
+                    source,
+                }
             })
     }
 
@@ -544,22 +557,30 @@ impl Port for TapPort {
         let (Some(ep), true) = (&self.epoll, self.budgets.any() || self.budgets.holds > 0) else {
             return None;
         };
+        // Queues lent since have no budget here.
+        self.budgets.truncate(self.queues.len() - self.lent.get());
         let holds = self.budgets.refill(now_ns);
         let ctl = |op, q: usize| {
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: q as u64,
             };
-            // SAFETY: both descriptors are open; ev is live for the call. A failure leaves
-            // the queue polled (held: one needless wake-up per poll) or unpolled until the
-            // next read of another queue finds it (released): never a lost frame.
-            unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, self.queues[q].raw_fd(), &mut ev) };
+            // SAFETY: both descriptors are open; ev is live for the call.
+            unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, self.queues[q].raw_fd(), &mut ev) == 0 }
         };
         for &q in &holds.hold {
-            ctl(libc::EPOLL_CTL_DEL, q);
+            if !ctl(libc::EPOLL_CTL_DEL, q) {
+                // Still polled: held, it would wake the loop for nothing at every poll. Its
+                // budget goes instead (read as before budgets; counted).
+                self.budgets.forget(q);
+            }
         }
         for &q in &holds.release {
-            ctl(libc::EPOLL_CTL_ADD, q);
+            // A queue that cannot be polled again is still read whenever another queue's
+            // frames wake the port; counted.
+            if !ctl(libc::EPOLL_CTL_ADD, q) {
+                self.budgets.failures += 1;
+            }
         }
         holds.wake_at
     }
@@ -596,9 +617,11 @@ impl Port for TapPort {
                 std::ptr::null_mut(),
             )
         };
-        if r < 0 {
+        // A queue held for its budget is out of the set already.
+        if r < 0 && !self.budgets.is_held(own - 1) {
             return Err(io_err(&self.name, "epoll_ctl"));
         }
+        // Its budget is dropped at the next refill: a lent queue is not budgeted.
         self.lent.set(self.lent.get() + 1);
         let mut queue = TapQueue::new(fd);
         // A ring that cannot be made leaves the reader on system calls: it still works.

@@ -104,6 +104,9 @@ pub struct RxBudgets {
     held: Vec<bool>,
     /// Times a queue was held so far.
     pub holds: u64,
+    /// Holds and releases the port could not apply (its budget was dropped, or the queue
+    /// is read only when another wakes the port).
+    pub failures: u64,
 }
 
 impl RxBudgets {
@@ -123,6 +126,35 @@ impl RxBudgets {
     /// True when any queue has a budget.
     pub fn any(&self) -> bool {
         self.budgets.iter().any(Option::is_some)
+    }
+
+    /// True when queue `q` has a budget.
+    #[inline]
+    pub fn budgeted(&self, q: usize) -> bool {
+        matches!(self.budgets.get(q), Some(Some(_)))
+    }
+
+    /// True when queue `q` is held (out of the port's epoll set).
+    pub fn is_held(&self, q: usize) -> bool {
+        self.held.get(q).copied().unwrap_or(false)
+    }
+
+    /// Drops queue `q`'s budget and its hold (the port could not take it out of its set).
+    pub fn forget(&mut self, q: usize) {
+        if let Some(b) = self.budgets.get_mut(q) {
+            *b = None;
+        }
+        if let Some(h) = self.held.get_mut(q) {
+            *h = false;
+        }
+        self.failures += 1;
+    }
+
+    /// Keeps the budgets of the first `n` queues only (the others were lent to other
+    /// shards, which read them unbudgeted).
+    pub fn truncate(&mut self, n: usize) {
+        self.budgets.truncate(n);
+        self.held.truncate(n);
     }
 
     /// True when queue `q` may be read now.

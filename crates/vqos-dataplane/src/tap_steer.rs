@@ -124,9 +124,12 @@ struct ProgLoad {
     log_buf: u64,
 }
 
-/// The steering of one TAP: its map and program, and what the map holds.
+/// The steering of one TAP: its map and program, and what the map holds. Dropping it
+/// detaches the program (the TAP's arrivals go back to the kernel's flow hash).
 #[derive(Debug)]
 pub struct Steering {
+    /// A descriptor of the TAP (a `dup` of one of its queues), to detach the program.
+    tap: OwnedFd,
     map: OwnedFd,
     /// The program (the TAP holds its own reference once attached).
     _prog: OwnedFd,
@@ -144,6 +147,13 @@ impl Steering {
     /// Loads the program and attaches it to the TAP of `queues` queues that `tap_fd` is a
     /// queue of. Needs CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN.
     pub fn attach(tap_fd: RawFd, queues: usize) -> io::Result<Steering> {
+        // SAFETY: dup of a descriptor the caller holds open; checked below.
+        let tap = unsafe { libc::fcntl(tap_fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if tap < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, ours.
+        let tap = unsafe { OwnedFd::from_raw_fd(tap) };
         let mut create = MapCreate {
             map_type: BPF_MAP_TYPE_HASH,
             key_size: 8,
@@ -179,6 +189,7 @@ impl Steering {
             return Err(io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")));
         }
         Ok(Steering {
+            tap,
             map,
             _prog: prog,
             held: HashMap::new(),
@@ -188,9 +199,13 @@ impl Steering {
         })
     }
 
-    /// The queue of what is for port slot `slot`: the slots in turn over the queues.
+    /// The queue of what is for port slot `slot` (a vif's, from 1): the slots in turn over
+    /// queues 1 and up, queue 0 being for group and unknown destinations.
     pub fn queue_of(&self, slot: usize) -> u32 {
-        (slot % self.queues) as u32
+        match self.queues {
+            0 | 1 => 0,
+            n => (1 + slot.saturating_sub(1) % (n - 1)) as u32,
+        }
     }
 
     /// Makes the map hold `want` (MAC → queue): adds, moves and removes entries, one system
@@ -211,6 +226,11 @@ impl Steering {
         self.left_out = 0;
         for (&key, &queue) in want {
             if self.held.get(&key) == Some(&queue) {
+                continue;
+            }
+            if !self.held.contains_key(&key) && self.held.len() >= MAX_STEERED as usize {
+                // No room: not asked again of the kernel until an entry goes.
+                self.left_out += 1;
                 continue;
             }
             match self.elem(BPF_MAP_UPDATE_ELEM, key, queue) {
@@ -240,6 +260,17 @@ impl Steering {
         self.held.is_empty()
     }
 
+    /// Detaches whatever steering program TAP queue `tap_fd` has (one a previous run left
+    /// steering by a map nobody updates any more); an error if the kernel refuses.
+    pub fn detach(tap_fd: RawFd) -> io::Result<()> {
+        let none: libc::c_int = -1;
+        // SAFETY: TUNSETSTEERINGEBPF reads an int through the pointer, which is live.
+        if unsafe { libc::ioctl(tap_fd, libc::TUNSETSTEERINGEBPF, &none) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn elem(&self, cmd: libc::c_long, key: MacKey, queue: u32) -> io::Result<()> {
         let mut attr = MapElem {
             map_fd: self.map.as_raw_fd() as u32,
@@ -254,6 +285,13 @@ impl Steering {
             flags: 0,
         };
         bpf(cmd, &mut attr).map(|_| ())
+    }
+}
+
+impl Drop for Steering {
+    fn drop(&mut self) {
+        // Nothing else can be done about a refusal: the next start attaches anew.
+        let _ = Self::detach(self.tap.as_raw_fd());
     }
 }
 
@@ -353,7 +391,82 @@ mod tests {
         assert_eq!(steer.sync(&want).unwrap(), 0, "nothing left to change");
         assert_eq!(lands_in(&mut tap, &frame(a)), 1);
         assert_eq!(lands_in(&mut tap, &frame(b)), 0);
-        assert_eq!(steer.queue_of(5), 1);
+        // Vifs' slots over queues 1..=3 in turn; queue 0 is for group and unknown ones.
+        let queues: Vec<u32> = (1..=7).map(|s| steer.queue_of(s)).collect();
+        assert_eq!(queues, [1, 2, 3, 1, 2, 3, 1]);
+        // Sixteen flows (distinct IPv4 addresses) to one station steered to queue 3: all in 3.
+        let flows: Vec<Vec<u8>> = (0..16u8)
+            .map(|i| {
+                let mut f = frame(a);
+                f[14..34].copy_from_slice(&[
+                    0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0, 10, 9, 0, i, 10, 9, 1, i,
+                ]);
+                f
+            })
+            .collect();
+        steer.sync(&[(a, 3)].into()).unwrap();
+        assert!(flows.iter().all(|f| lands_in(&mut tap, f) == 3));
+        // Dropped, the program goes: the flows are spread by their hash again (all sixteen in
+        // queue 3 by chance: one in 4^16).
+        drop(steer);
+        let landed: Vec<usize> = flows.iter().map(|f| lands_in(&mut tap, f)).collect();
+        assert!(landed.iter().any(|&q| q != 3), "still steered: {landed:?}");
+    }
+
+    /// True when the port's readiness descriptor (its epoll set) says frames wait.
+    fn ready(tap: &TapPort) -> bool {
+        let mut fds = libc::pollfd {
+            fd: tap.readiness_fd().unwrap(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, no wait.
+        unsafe { libc::poll(&mut fds, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_queue_past_its_budget_is_held_out_of_the_epoll_set_until_earned_back() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIP: needs root");
+            return;
+        }
+        let name = format!("vqt{}b", std::process::id() % 100_000);
+        let mut tap = TapPort::open_queues(&name, TapMode::Create, TapIo::Syscall, 4).unwrap();
+        let mut steer = tap.steer_by_destination().unwrap().unwrap();
+        let a = 0x02_00_00_00_0a_01u64;
+        steer.sync(&[(a, 1)].into()).unwrap();
+        // 300 frames of 1514 bytes wait in queue 1; its budget is 10 Mbit/s (a 256 KiB burst:
+        // 173 of them, the 174th overdraws).
+        let f = build_frame(VnetHdr::default(), a, 0x02_00_00_00_00_99, 0x0800, &[7; 1500]);
+        for _ in 0..300 {
+            send_from_host(tap.name(), &f[VNET_HDR_LEN..]);
+        }
+        tap.budget_rx_queues(&[None, Some(10_000_000), None, None], 0);
+        // Frames read from queue 1 (the kernel's own, IPv6 solicitations, go to queue 0).
+        let from_1 = |tap: &TapPort| match tap.status() {
+            Some(crate::port::PortStatus::Tap(s)) => s.queue_rx_frames[1] as usize,
+            other => panic!("{other:?}"),
+        };
+        while tap.recv_batch(&mut Batch::new(), 32).unwrap() > 0 {}
+        let burst = (256 * 1024) / (1514 + VNET_HDR_LEN);
+        assert_eq!(from_1(&tap), burst + 1, "read up to the budget and one frame past it");
+        assert!(ready(&tap), "not held before the refill");
+        // Held: out of the set, though frames wait; nothing more is read.
+        let wake = tap.refill_rx_budgets(0).expect("held until a time");
+        assert!(!ready(&tap), "a held queue wakes no one");
+        assert_eq!(tap.recv_batch(&mut Batch::new(), 32).unwrap(), 0);
+        // Earned back at `wake`: in the set again, read again.
+        assert_eq!(tap.refill_rx_budgets(wake - 1), Some(wake));
+        assert_eq!(tap.refill_rx_budgets(wake), None);
+        assert!(ready(&tap));
+        assert_eq!(tap.recv_batch(&mut Batch::new(), 1).unwrap(), 1);
+        assert_eq!(from_1(&tap), burst + 2);
+        // The budget lifted: everything left is read.
+        tap.budget_rx_queues(&[None, None, None, None], wake);
+        assert_eq!(tap.refill_rx_budgets(wake), None);
+        while tap.recv_batch(&mut Batch::new(), 32).unwrap() > 0 {}
+        assert_eq!(from_1(&tap), 300);
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl UplinkQueues {
     /// What [`crate::Port::steer_by_destination`] gave.
     pub fn new(steering: Result<Option<Steering>, PortError>) -> UplinkQueues {
         UplinkQueues {
-            steering: steering.map_err(|e| e.to_string()),
+            steering: steering.map_err(|e| vqos_api::chain(&e)),
             budgeted: false,
             wake_at: None,
         }
@@ -53,30 +53,27 @@ impl Switch {
         }
     }
 
-    /// Gives each steered uplink queue a read budget: the sum of the inbound maxima of the
-    /// vifs steered to it, none where one of them has none (and never queue 0, where group and
-    /// unknown destinations go). Called with every policy change.
+    /// Gives each steered uplink queue that carries one vif alone a read budget of that
+    /// vif's inbound max (none where it has none). A queue two vifs share has none: a
+    /// flood toward one would spend the budget and the kernel's FIFO would drop the other's
+    /// frames with it, where unbudgeted the switch reads both and the downlink's queues keep
+    /// them apart. Queue 0 (group and unknown destinations) has none. Called with every
+    /// policy change.
     pub(crate) fn budget_uplink(&mut self, now_ns: u64) {
         let Ok(Some(steering)) = &self.uplink_queues.steering else {
             return;
         };
-        let n = steering.queues();
-        let mut max: Vec<Option<u64>> = vec![Some(0); n];
-        let mut used = vec![false; n];
+        // Per queue: how many vifs, and the inbound max of the last one.
+        let mut per_queue: Vec<(usize, Option<u64>)> = vec![(0, None); steering.queues()];
         for (id, spec) in self.policies.vifs.iter().enumerate() {
-            let q = steering.queue_of(self.vif_slots[id]) as usize;
-            used[q] = true;
-            max[q] = match (max[q], spec.policy.inbound_max_bps(self.downlink_max)) {
-                (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                _ => None,
-            };
+            let q = &mut per_queue[steering.queue_of(self.vif_slots[id]) as usize];
+            *q = (q.0 + 1, spec.policy.inbound_max_bps(self.downlink_max));
         }
-        max[0] = None;
-        for (m, used) in max.iter_mut().zip(used) {
-            if !used {
-                *m = None;
-            }
-        }
+        let max: Vec<Option<u64>> = per_queue
+            .iter()
+            .enumerate()
+            .map(|(q, &(vifs, max))| max.filter(|_| q != 0 && vifs == 1))
+            .collect();
         self.uplink_queues.budgeted = max.iter().any(Option::is_some);
         if let Some(up) = self.ports.get(0) {
             let mut port = up.port.lock();

@@ -6,7 +6,9 @@
 //! seccomp filter installed before the exec refuses what `RestrictAddressFamilies=` and
 //! `RestrictNamespaces=` refuse (a socket of another family: `EAFNOSUPPORT`; `setns`,
 //! `unshare` or `clone` into a namespace kind not allowed: `EPERM`), as systemd's filters do.
-//! The other settings (file system, devices, system call groups) are not re-created here;
+//! `SystemCallFilter=` is re-created for `bpf()` only (the uplink's steering program needs it
+//! and `@system-service` lacks it: refused with `EPERM` unless the unit names it).
+//! The other settings (file system, devices, other system call groups) are not re-created here;
 //! `scripts/verify-unit.sh` checks the unit with `systemd-analyze verify`.
 //!
 //! Each test also runs the daemon with the one permission its feature needs taken away and
@@ -35,6 +37,9 @@ struct Unit {
     namespaces: u64,
     /// `SupplementaryGroups=` (none in the shipped unit; a drop-in may add one).
     groups: Vec<String>,
+    /// A `SystemCallFilter=` line names `bpf` (the uplink's steering program); the unit's
+    /// groups (`@system-service`) do not have it.
+    bpf: bool,
 }
 
 /// Every namespace kind's `CLONE_NEW*` flag (`CLONE_NEWTIME` is 0x80).
@@ -93,11 +98,16 @@ impl Unit {
             })
             .fold(0, |a, b| a | b);
         assert!(text.contains("\nNoNewPrivileges=yes\n"));
+        let bpf = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("SystemCallFilter="))
+            .any(|v| v.split_whitespace().any(|c| c == "bpf"));
         Unit {
             caps,
             families,
             namespaces,
             groups: Vec::new(),
+            bpf,
         }
     }
 
@@ -113,6 +123,14 @@ impl Unit {
     fn with_group(&self, group: &str) -> Unit {
         let mut u = self.clone();
         u.groups.push(group.to_string());
+        u
+    }
+
+    /// The unit without `bpf` among its system calls.
+    fn without_bpf(&self) -> Unit {
+        let mut u = self.clone();
+        assert!(u.bpf, "the unit lacks SystemCallFilter=bpf");
+        u.bpf = false;
         u
     }
 
@@ -139,7 +157,11 @@ impl Unit {
             .arg(BIN)
             .arg("--config")
             .arg(config);
-        let filter = seccomp_filter(&self.families, ALL_NAMESPACES & !self.namespaces);
+        let filter = seccomp_filter(
+            &self.families,
+            ALL_NAMESPACES & !self.namespaces,
+            self.bpf,
+        );
         // SAFETY: the closure only makes two prctl calls on memory prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
@@ -187,9 +209,10 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// A seccomp program: `socket()` of a family not in `families` fails with `EAFNOSUPPORT`, and
-/// `setns`, `unshare` or `clone` with a flag of `denied_ns` with `EPERM`; all else is allowed.
-fn seccomp_filter(families: &[i32], denied_ns: u64) -> Vec<libc::sock_filter> {
+/// A seccomp program: `socket()` of a family not in `families` fails with `EAFNOSUPPORT`,
+/// `setns`, `unshare` or `clone` with a flag of `denied_ns` with `EPERM`, and `bpf()` with
+/// `EPERM` unless `bpf`; all else is allowed.
+fn seccomp_filter(families: &[i32], denied_ns: u64, bpf: bool) -> Vec<libc::sock_filter> {
     const LD_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
     const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
     const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
@@ -222,6 +245,10 @@ fn seccomp_filter(families: &[i32], denied_ns: u64) -> Vec<libc::sock_filter> {
         p.push(jump(JSET, denied_ns as u32, 0, 1));
         p.push(errno(libc::EPERM));
         p.push(allow);
+    }
+    if !bpf {
+        p.push(jump(JEQ, libc::SYS_bpf as u32, 0, 1));
+        p.push(errno(libc::EPERM));
     }
     p.push(allow);
     p
@@ -436,4 +463,34 @@ fn a_client_role_port_reaches_a_socket_of_libvirt_qemu_with_the_drop_ins_group()
         (vhost_user(&daemon)["connected"] == true).then_some(())
     });
     assert!(connected.is_some(), "{}", vhost_user(&daemon));
+}
+
+#[test]
+fn the_uplink_is_steered_by_destination_under_the_units_restrictions() {
+    let Some(_serial) = ready("the_uplink_is_steered_by_destination") else {
+        return;
+    };
+    let unit = Unit::read();
+    let tag = std::process::id() % 100_000;
+    let up = format!("vqb{tag}u");
+    let _links = Links(vec![up.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, socket) = config(dir.path(), &format!("[uplink]\nname = \"{up}\"\n"));
+    let daemon = Daemon::start_command(unit.vqosd(&cfg), &socket);
+    logged(
+        &daemon,
+        &format!("Uplink {up}: what the network sends lands in its vif's queue"),
+    );
+    let q = port(&daemon.get("/v1/stats"), &up)["tap"]["queue_rx_frames"].clone();
+    assert_eq!(q.as_array().map(Vec::len), Some(4), "4 queues by default: {q}");
+    drop(daemon);
+
+    // Without bpf(2) (the unit's system call groups alone) it forwards, unsteered, and says so.
+    let daemon = Daemon::start_command(unit.without_bpf().vqosd(&cfg), &socket);
+    logged(
+        &daemon,
+        &format!("Uplink {up}: arrivals not steered by destination"),
+    );
+    assert!(daemon.log().contains("Operation not permitted"), "{}", daemon.log());
+    assert_eq!(port(&daemon.get("/v1/stats"), &up)["role"], "uplink");
 }
