@@ -438,7 +438,13 @@ mod tests {
         steer.sync(&[(a, 1)].into()).unwrap();
         // 300 frames of 1514 bytes wait in queue 1; its budget is 10 Mbit/s (a 256 KiB burst:
         // 173 of them, the 174th overdraws).
-        let f = build_frame(VnetHdr::default(), a, 0x02_00_00_00_00_99, 0x0800, &[7; 1500]);
+        let f = build_frame(
+            VnetHdr::default(),
+            a,
+            0x02_00_00_00_00_99,
+            0x0800,
+            &[7; 1500],
+        );
         for _ in 0..300 {
             send_from_host(tap.name(), &f[VNET_HDR_LEN..]);
         }
@@ -450,7 +456,11 @@ mod tests {
         };
         while tap.recv_batch(&mut Batch::new(), 32).unwrap() > 0 {}
         let burst = (256 * 1024) / (1514 + VNET_HDR_LEN);
-        assert_eq!(from_1(&tap), burst + 1, "read up to the budget and one frame past it");
+        assert_eq!(
+            from_1(&tap),
+            burst + 1,
+            "read up to the budget and one frame past it"
+        );
         assert!(ready(&tap), "not held before the refill");
         // Held: out of the set, though frames wait; nothing more is read.
         let wake = tap.refill_rx_budgets(0).expect("held until a time");

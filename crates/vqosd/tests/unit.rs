@@ -157,11 +157,7 @@ impl Unit {
             .arg(BIN)
             .arg("--config")
             .arg(config);
-        let filter = seccomp_filter(
-            &self.families,
-            ALL_NAMESPACES & !self.namespaces,
-            self.bpf,
-        );
+        let filter = seccomp_filter(&self.families, ALL_NAMESPACES & !self.namespaces, self.bpf);
         // SAFETY: the closure only makes two prctl calls on memory prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
@@ -482,7 +478,11 @@ fn the_uplink_is_steered_by_destination_under_the_units_restrictions() {
         &format!("Uplink {up}: what the network sends lands in its vif's queue"),
     );
     let q = port(&daemon.get("/v1/stats"), &up)["tap"]["queue_rx_frames"].clone();
-    assert_eq!(q.as_array().map(Vec::len), Some(4), "4 queues by default: {q}");
+    assert_eq!(
+        q.as_array().map(Vec::len),
+        Some(4),
+        "4 queues by default: {q}"
+    );
     drop(daemon);
 
     // Without bpf(2) (the unit's system call groups alone) it forwards, unsteered, and says so.
@@ -491,6 +491,10 @@ fn the_uplink_is_steered_by_destination_under_the_units_restrictions() {
         &daemon,
         &format!("Uplink {up}: arrivals not steered by destination"),
     );
-    assert!(daemon.log().contains("Operation not permitted"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("Operation not permitted"),
+        "{}",
+        daemon.log()
+    );
     assert_eq!(port(&daemon.get("/v1/stats"), &up)["role"], "uplink");
 }
