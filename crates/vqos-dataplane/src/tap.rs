@@ -519,11 +519,15 @@ impl Port for TapPort {
             // A lent queue: its count at its index, for the shards' stats to add up.
             let mut queue_rx_frames = vec![0; n];
             queue_rx_frames[i] = q.counters.rx_frames;
-            return Some(PortStatus::Tap(TapStatus { queue_rx_frames }));
+            return Some(PortStatus::Tap(TapStatus {
+                queue_rx_frames,
+                budget_holds: 0,
+            }));
         }
         (self.queues.len() > 1).then(|| {
             PortStatus::Tap(TapStatus {
                 queue_rx_frames: self.queues.iter().map(|q| q.counters.rx_frames).collect(),
+                budget_holds: self.budgets.holds,
             })
         })
     }

@@ -142,6 +142,8 @@ struct Window {
     busy: f64,
     /// The window's length, s.
     secs: f64,
+    /// Times an uplink queue was held for its read budget, after the window.
+    uplink_holds: u64,
 }
 
 /// Floods from A to `dst_mac` (A's own, or nobody's) after a window with the same flood to a
@@ -232,6 +234,9 @@ fn run_from(test_id: u8, own_mac: Option<bool>) -> (Window, Window, serde_json::
         let w = Window {
             busy: busy as f64 / (busy + idle).max(1) as f64,
             secs,
+            uplink_holds: port(&stats, &lab.uplink)["tap"]["budget_holds"]
+                .as_u64()
+                .unwrap_or(0),
             neighbours: [rates[0] / 1e6, rates[1] / 1e6],
             a_read_fps: read as f64 / secs,
             uplink_queues: per_queue,
@@ -334,5 +339,6 @@ fn a_network_flood_toward_a_capped_vif_fills_its_own_uplink_queue_and_leaves_its
         read_fps <= READ_AT_BUDGET * budget_fps,
         "A's queue was read at {read_fps:.0} frames/s, its budget {budget_fps:.0}"
     );
+    assert!(flood.uplink_holds > 0, "no budget hold counted");
     neighbours_keep("network", &dead_end, &flood);
 }

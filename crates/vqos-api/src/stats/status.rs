@@ -38,6 +38,11 @@ pub struct TapStatus {
     /// Frames read from each queue, by queue index: how the kernel spread what the guest's
     /// side sent.
     pub queue_rx_frames: Vec<u64>,
+    /// Times one of its queues was held for its read budget (the uplink's: what the network
+    /// sent toward a vif faster than 150 % of its inbound max was left to the kernel, which
+    /// drops what does not fit; docs/dataplane.md).
+    #[serde(default)]
+    pub budget_holds: u64,
 }
 
 impl TapStatus {
@@ -49,6 +54,7 @@ impl TapStatus {
         for (a, b) in self.queue_rx_frames.iter_mut().zip(&o.queue_rx_frames) {
             *a += b;
         }
+        self.budget_holds += o.budget_holds;
     }
 }
 

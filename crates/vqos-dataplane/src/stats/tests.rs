@@ -61,6 +61,7 @@ fn af(readers: u32) -> Option<PortStatus> {
 
 fn tap(shard: u64) -> Option<PortStatus> {
     Some(PortStatus::Tap(TapStatus {
+        budget_holds: 0,
         queue_rx_frames: vec![shard],
     }))
 }
