@@ -82,7 +82,7 @@ fn add_sums_every_counter_of_a_port_and_of_a_loop() {
 
 /// What `GET /v1/stats` served before the data plane filled these types itself (the API of
 /// 123c8fc serialised tests/data/stats-v1.json: every field set, every port kind's status; and
-/// `tx_cut_through` and `dirty_logs_refused`, added since, at 0):
+/// `tx_cut_through`, `dirty_logs_refused` and `budget_holds`, added since, at 0):
 /// read and written again, it is the same bytes, as `vqos stats --json` prints it.
 #[test]
 fn the_stats_json_is_what_the_api_served_byte_for_byte() {
