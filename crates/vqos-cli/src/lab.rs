@@ -31,7 +31,8 @@ enum LabCommand {
     #[command(
         after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
-        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig6 (also on a real \
+        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig1 (a small-packet VM against its \
+        neighbour on an emulated core), c2qos-fig6 (also on a real \
         load: --baseline ovs-dpdk, testpmd and OVS-DPDK), \
         pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
         order into DIR/<name>/ and writes DIR/summary.md (paper | simulator | lab | baselines \

@@ -53,6 +53,10 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "c2qos-fig1",
+        &["c2qos-fig1-lab-tcm.toml", "c2qos-fig1-lab-c2qos.toml"],
+    ),
+    (
         "c2qos-fig6",
         &[
             "c2qos-fig6-lab-tcm.toml",
@@ -77,10 +81,16 @@ pub const PAPERS: &[(&str, &[&str])] = &[
 
 /// Scenario files `vqos lab paper all` only simulates, beside an experiment's lab files: the
 /// paper's own scale, which this lab cannot generate (C2QoS at 10 Gbit/s).
-pub const SIM_ONLY_FILES: &[(&str, &[&str])] = &[(
-    "c2qos-fig6",
-    &["c2qos-fig6-tcm.toml", "c2qos-fig6-c2qos.toml"],
-)];
+pub const SIM_ONLY_FILES: &[(&str, &[&str])] = &[
+    (
+        "c2qos-fig1",
+        &["c2qos-fig1-tcm.toml", "c2qos-fig1-c2qos.toml"],
+    ),
+    (
+        "c2qos-fig6",
+        &["c2qos-fig6-tcm.toml", "c2qos-fig6-c2qos.toml"],
+    ),
+];
 
 /// The switches an experiment runs under when none are given: `vqos`, and the kernel
 /// baselines docs/experiments.md compares it with (ANCS Fig. 4: the bridge as native Xen;

@@ -102,6 +102,23 @@ fn c2qos_protects_vm1_where_tcm_does_not() {
     assert!(kept <= 0.85, "tcm kept {kept}");
 }
 
+/// C2QoS Fig. 1(a)-(b): a VM that sends its purchase in 64-byte frames takes its neighbour's
+/// cycles under the byte policer (the paper: "up to 20 %"), and only its own under C2TB; at the
+/// paper's scale and at the lab's.
+#[test]
+fn c2qos_fig1_a_small_packet_vm_costs_its_neighbour_only_under_tcm() {
+    for scale in ["", "-lab"] {
+        let tcm = run(&format!("c2qos-fig1{scale}-tcm"));
+        let kept = rate(&tcm, 1, "vm2") / rate(&tcm, 0, "vm2");
+        assert!((0.7..=0.9).contains(&kept), "{scale} tcm kept {kept}");
+        let c2 = run(&format!("c2qos-fig1{scale}-c2qos"));
+        let kept = rate(&c2, 1, "vm2") / rate(&c2, 0, "vm2");
+        assert!(kept >= 0.98, "{scale} c2qos kept {kept}");
+        // The small-packet VM pays for its own frames: it loses most of its rate.
+        assert!(rate(&c2, 1, "vm1") < 0.1 * rate(&c2, 0, "vm1"), "{scale}");
+    }
+}
+
 /// Issue 27's CPU isolation: a third tenant's 64-byte flood leaves each TCP tenant its third
 /// of the core under `cpu_fair` (vqosd's default), where bytes alone give the flood the core.
 #[test]
