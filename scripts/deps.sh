@@ -45,7 +45,12 @@ TEST=(ping:iputils-ping
     /etc/libvirt/qemu.conf:libvirt-daemon-system virsh:libvirt-clients
     # promtool, which lints a real /metrics scrape (crates/vqosd/tests/metrics_doc.rs); the
     # package's prometheus service is not started (policy-rc.d, apt_install).
-    promtool:prometheus)
+    promtool:prometheus
+    # C2QoS Fig. 6(f)-(g)'s applications in the lab's VMs (crates/vqos-lab/src/app.rs): an FTP
+    # server and nginx, each started by the lab in a VM's namespace with a config of its own
+    # (the packages' services are not started: policy-rc.d), and wrk, the paper's load
+    # generator; curl is the FTP client.
+    /usr/sbin/vsftpd:vsftpd /usr/sbin/nginx:nginx-light wrk:wrk curl:curl)
 
 have() { # command or path
     case $1 in

@@ -33,7 +33,8 @@ enum LabCommand {
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
         link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig1 (a small-packet VM against its \
         neighbour on an emulated core), c2qos-fig6 (also on a real \
-        load: --baseline ovs-dpdk, testpmd and OVS-DPDK), \
+        load: --baseline ovs-dpdk, testpmd and OVS-DPDK), c2qos-fig6fg (FTP and nginx servers in the \
+        VMs, wrk's pressure test: needs vsftpd, nginx, wrk, curl), \
         pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
         order into DIR/<name>/ and writes DIR/summary.md (paper | simulator | lab | baselines \
         per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \

@@ -253,6 +253,7 @@ fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
         "fairness-fluctuating",
         "c2qos-fig1",
         "c2qos-fig6",
+        "c2qos-fig6fg",
         "pid-ecn-unequal",
         "pid-ecn-start-stop",
         "pid-ecn-mixed",

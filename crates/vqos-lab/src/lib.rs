@@ -49,11 +49,13 @@
 //!   scheduler, not the switch, decides what the VMs get (docs/experiments.md, C2QoS).
 #![deny(missing_docs)]
 
+pub mod app;
 pub mod outcome;
 pub mod output;
 pub mod ovs;
 pub mod paper;
 pub mod paper_all;
+pub mod paper_apps;
 pub mod plot;
 pub mod probe;
 pub mod publish;

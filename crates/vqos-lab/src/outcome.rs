@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::app::AppResult;
 use crate::probe::ProbeResult;
 use crate::topo::Baseline;
 use vqos_sched::EngineKind;
@@ -72,4 +73,6 @@ pub struct LabOutcome {
     pub softirq_percent: f64,
     /// The latency probes' per-phase results (`[[probe]]`; empty without probes).
     pub latency: Vec<ProbeResult>,
+    /// The apps' clients' results (`[[app]]`; empty without apps).
+    pub apps: Vec<AppResult>,
 }

@@ -214,6 +214,7 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
     if !o.latency.is_empty() {
         s.push_str(&latency_md(&o.latency));
     }
+    s.push_str(&crate::app::report_table(&o.apps));
     let _ = writeln!(s, "## CPU\n");
     let _ = writeln!(
         s,

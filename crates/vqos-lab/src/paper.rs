@@ -66,6 +66,15 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "c2qos-fig6fg",
+        &[
+            "c2qos-fig6fg-native.toml",
+            "c2qos-fig6fg-tcm.toml",
+            "c2qos-fig6fg-c2qos.toml",
+            "c2qos-fig6fg-c2qos-hbs.toml",
+        ],
+    ),
+    (
         "pid-ecn-unequal",
         &["pid-ecn-unequal-uncontrolled.toml", "pid-ecn-unequal.toml"],
     ),
@@ -385,6 +394,9 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
                         result,
                     });
                 }
+            }
+            if opts.name == crate::paper_apps::APPS_PAPER {
+                md.push_str(&crate::paper_apps::section_md(&runs));
             }
             if real {
                 let section = real_load::paper_run(opts, &mut md)?;

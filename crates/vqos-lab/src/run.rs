@@ -11,6 +11,7 @@ use vqos_sched::VifPolicy;
 use vqos_sim::scenario::{Scenario, Traffic};
 use vqos_sim::{build_report, simulate, BIN_NS};
 
+use crate::app::{self, AppLog, AppSpec};
 pub use crate::outcome::{LabOptions, LabOutcome, LAB_BIN_NS};
 use crate::output;
 use crate::probe::{self, ProbeResult, ProbeSpec, Probes};
@@ -139,6 +140,8 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     }
     let probe_specs = probe::parse_probes(&text, &sc)
         .map_err(|e| LabError::Invalid(format!("{}: {e}", opts.scenario.display())))?;
+    let app_specs = app::parse_apps(&text, &sc)
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", opts.scenario.display())))?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(LabError::NotRoot);
@@ -148,6 +151,7 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
             "iperf3 (apt-get install -y iperf3)".into(),
         ));
     }
+    app::check_tools(&app_specs)?;
     let out_dir = opts
         .out_dir
         .clone()
@@ -160,9 +164,10 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
     let simulated = build_report(&sc, "sim", &sim_out.bins, BIN_NS, sim_out.cpu_busy);
 
     let mut cleanup = Cleanup::default();
-    let measured = drive(&sc, opts, &probe_specs, &logs, &mut cleanup);
+    let measured = drive(&sc, opts, (&probe_specs, &app_specs), &logs, &mut cleanup);
     cleanup.teardown();
-    let (samples, vqosd_cpu_s, softirq_s, wall_s, latency, iperf_logs) = measured?;
+    let (samples, vqosd_cpu_s, softirq_s, wall_s, latency, iperf_logs, app_logs) = measured?;
+    let apps = app::results(&app_logs);
     if opts.progress {
         eprintln!();
     }
@@ -191,6 +196,12 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
             serde_json::to_value(&latency).unwrap_or_default(),
         );
         o.insert("iperf3_intervals".into(), iperf_series(&iperf_logs));
+        if !apps.is_empty() {
+            o.insert(
+                "apps".into(),
+                serde_json::to_value(&apps).unwrap_or_default(),
+            );
+        }
     }
     let outcome = LabOutcome {
         out_dir: out_dir.clone(),
@@ -200,6 +211,7 @@ pub fn run_lab(opts: &LabOptions) -> Result<LabOutcome, LabError> {
         vqosd_percent,
         softirq_percent,
         latency,
+        apps,
     };
     output::write_all(&sc, opts, &outcome, &bins, &sim_out.bins)?;
     Ok(outcome)
@@ -210,8 +222,17 @@ type Samples = Vec<(u64, Vec<u64>)>;
 /// An iperf3 client of the run: its VM, when it started (s into the run) and its JSON log.
 type IperfLog = (String, f64, PathBuf);
 
-/// What [`drive`] measured: samples, vqosd CPU s, softirq s, wall s, latency, iperf3 logs.
-type Measured = (Samples, f64, f64, f64, Vec<ProbeResult>, Vec<IperfLog>);
+/// What [`drive`] measured: samples, vqosd CPU s, softirq s, wall s, latency, iperf3 logs,
+/// the apps' clients' logs.
+type Measured = (
+    Samples,
+    f64,
+    f64,
+    f64,
+    Vec<ProbeResult>,
+    Vec<IperfLog>,
+    Vec<AppLog>,
+);
 
 /// iperf3's own 1 s intervals, per VM: `{"vm1": [[t_s, bits_per_second], ...]}` with `t_s` the
 /// middle of the interval in the run's time, from each client's JSON (`intervals[].sum`). A
@@ -246,7 +267,7 @@ fn iperf_series(logs: &[IperfLog]) -> serde_json::Value {
 fn drive(
     sc: &Scenario,
     opts: &LabOptions,
-    probe_specs: &[ProbeSpec],
+    (probe_specs, app_specs): (&[ProbeSpec], &[AppSpec]),
     logs: &Path,
     cleanup: &mut Cleanup,
 ) -> Result<Measured, LabError> {
@@ -291,6 +312,15 @@ fn drive(
             cleanup.services.push(p);
         }
     }
+    // The apps' servers in their VMs (`[[app]]`).
+    app::start_servers(
+        app_specs,
+        &topo.vm_ns,
+        &topo.vm_ip,
+        &logs.join("apps"),
+        cleanup,
+    )?;
+    let mut app_logs: Vec<AppLog> = Vec::new();
     // Where UDP floods end: a socket per VM that never reads (held until the run ends).
     let _discard: Vec<UdpSocket> = (0..nvm)
         .map(|i| {
@@ -366,7 +396,21 @@ fn drive(
                         let k = restarts[i] % 2;
                         restarts[i] += 1;
                         let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
-                        let generator = if load.traffic == Traffic::Udp {
+                        let app = app_specs.iter().find(|a| a.vm_index == i);
+                        let generator = if let Some(a) = app {
+                            // The app's client, for exactly the VM's active time.
+                            let args =
+                                app::client_args(a, &topo.vm_ip[i], secs - 1.0, &logs.join("apps"));
+                            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                            let log = logs.join(format!("app-{}-{}.log", a.vm, restarts[i]));
+                            app_logs.push((a.vm.clone(), a.kind, t as f64 / 1e9, log.clone()));
+                            Generator::App(spawn(
+                                &format!("{} client {}", args[0], a.vm),
+                                Some(&topo.sink_ns),
+                                &args,
+                                Some(&log),
+                            )?)
+                        } else if load.traffic == Traffic::Udp {
                             let (from_ns, to_ip) = if sc.is_download(i) {
                                 (&topo.sink_ns, &topo.vm_ip[i])
                             } else {
@@ -488,7 +532,15 @@ fn drive(
             let _ = std::fs::write(logs.join("vqosd-stats.json"), text);
         }
     }
-    Ok((samples, vqosd_cpu_s, softirq_s, wall_s, latency, iperf_logs))
+    Ok((
+        samples,
+        vqosd_cpu_s,
+        softirq_s,
+        wall_s,
+        latency,
+        iperf_logs,
+        app_logs,
+    ))
 }
 
 #[cfg(test)]

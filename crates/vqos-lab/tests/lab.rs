@@ -561,3 +561,61 @@ fn tso_false_makes_the_switch_read_mtu_frames() {
     let tso = mean_frame(true);
     assert!(tso > 3000.0, "tso = true: mean frame {tso:.0} bytes");
 }
+
+/// `[[app]]`: a real vsftpd and nginx in the VMs' namespaces, a curl download and a wrk
+/// pressure test from the sink; the clients' results reach `results.json` and the report, the
+/// VMs' rates are their servers', and nothing survives the run (nginx's workers included).
+#[test]
+fn ftp_and_http_servers_in_the_vms_carry_their_traffic() {
+    let test = "ftp_and_http_servers_in_the_vms_carry_their_traffic";
+    if !can_run(test) {
+        return;
+    }
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let sc = vqos_sim::Scenario::parse(&text).unwrap();
+    let specs = vqos_lab::app::parse_apps(&text, &sc).unwrap();
+    if let Err(e) = vqos_lab::app::check_tools(&specs) {
+        println!("SKIP {test}: {e}");
+        return;
+    }
+    let _g = (
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        vqos_testkit::machine_lock(),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut opts = LabOptions::new(&file);
+    opts.out_dir = Some(out.path().to_path_buf());
+    let outcome = run_lab(&opts).expect("lab run");
+    assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+
+    let ftp = outcome.apps.iter().find(|a| a.vm == "ftp").expect("ftp");
+    assert!(ftp.error.is_none(), "{ftp:?}");
+    assert!(ftp.bytes.unwrap() > 1_000_000, "{ftp:?}");
+    let web = outcome.apps.iter().find(|a| a.vm == "web").expect("web");
+    let h = web.http.as_ref().unwrap_or_else(|| panic!("{web:?}"));
+    assert_eq!(web.from_s, 2.0);
+    assert!(h.requests > 100 && h.errors == 0, "{h:?}");
+    assert_eq!(h.percentiles_us.len(), 4, "{h:?}");
+    // Paced: 4 connections, each waiting 1 ms after an answer.
+    assert!(h.requests_per_s < 4_000.0, "{h:?}");
+    // The rates are the servers' own traffic: the FTP server sends through the whole run,
+    // the nginx server only while wrk runs (phase 2 of 3).
+    let rate = |p: usize, vm: &str| outcome.report.phases[p].vifs.get(vm).map(|v| v.mean_bps);
+    assert!(
+        rate(0, "ftp").unwrap() > 10e6,
+        "{:?}",
+        outcome.report.phases[0]
+    );
+    assert!(
+        rate(1, "web").unwrap() > 0.1e6,
+        "{:?}",
+        outcome.report.phases[1]
+    );
+    assert_eq!(outcome.results["apps"].as_array().map(Vec::len), Some(2));
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(
+        md.contains("## Applications") && md.contains("| web | http | 2.0 |"),
+        "{md}"
+    );
+}

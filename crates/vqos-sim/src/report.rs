@@ -318,6 +318,35 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
                 },
             }
         }
+        Check::MaxAtLeast(frac) => {
+            let what = format!(
+                "phase {ph}: {vm_name} gets at least {:.0}% of its max",
+                frac * 100.0
+            );
+            let at = (p.start_s * 1e9) as u64;
+            let max =
+                x.vm.and_then(|i| sc.state_at(at).get(i).and_then(|s| s.0.policy.max_bps));
+            let Some(v) = vif(p) else {
+                return missing(what);
+            };
+            let Some(max) = max else {
+                return CheckResult {
+                    expectation: what,
+                    measured: format!("{vm_name} has no max in that phase"),
+                    pass: false,
+                };
+            };
+            CheckResult {
+                expectation: what,
+                measured: format!(
+                    "{} of {} ({:.1}%)",
+                    mbit(v.mean_bps),
+                    mbit(max as f64),
+                    v.mean_bps / max as f64 * 100.0
+                ),
+                pass: v.mean_bps >= frac * max as f64,
+            }
+        }
         Check::UnfairnessAtMost(v) | Check::UnfairnessAtLeast(v) => {
             let most = matches!(x.check, Check::UnfairnessAtMost(_));
             CheckResult {
@@ -476,6 +505,34 @@ mod tests {
         assert_eq!(
             csv,
             "t_s,vm,rate_bps,control\n0.000,a,100000000,\n0.500,a,100000000,\n"
+        );
+    }
+
+    #[test]
+    fn max_at_least_holds_a_vm_to_its_purchase_in_that_phase() {
+        let text = "name = \"t\"\nduration = \"2s\"\ncapacity = \"1Gbit\"\nsettle = \"0s\"\n\
+            [[vm]]\nname = \"a\"\nmax = \"100Mbit\"\n[[vm]]\nname = \"b\"\n\
+            [[event]]\nat = \"1s\"\nvm = \"a\"\nmax = \"200Mbit\"\n\
+            [[expect]]\nphase = 1\nvm = \"a\"\nmax_at_least = 0.95\n\
+            [[expect]]\nphase = 2\nvm = \"a\"\nmax_at_least = 0.95\n\
+            [[expect]]\nphase = 1\nvm = \"b\"\nmax_at_least = 0.5\n";
+        let sc = Scenario::parse(text).unwrap();
+        assert_eq!(sc.expectations[0].check, Check::MaxAtLeast(0.95));
+        // a sends 96 Mbit/s throughout (12 000 000 bytes per 1 s bin): 96 % of its first max,
+        // 48 % of its second; b has no max.
+        let bins = vec![vec![12_000_000u64; 2], vec![1u64; 2]];
+        let r = build_report(&sc, "lab", &bins, 1_000_000_000, 0.0);
+        let pass: Vec<bool> = r.checks.iter().map(|c| c.pass).collect();
+        assert_eq!(pass, [true, false, false], "{:?}", r.checks);
+        assert!(
+            r.checks[1].measured.contains("(48.0%)"),
+            "{:?}",
+            r.checks[1]
+        );
+        assert!(
+            r.checks[2].measured.contains("has no max"),
+            "{:?}",
+            r.checks[2]
         );
     }
 

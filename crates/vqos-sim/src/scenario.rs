@@ -470,10 +470,16 @@ impl Scenario {
                 "threads: must be 1..={MAX_THREADS} (vqosd's forwarding threads in the lab)"
             )));
         }
-        scenario
+        let pricing = scenario
             .cost_model
             .pricing()
             .map_err(|e| invalid(format!("cost_model: {e}")))?;
+        // vqosd refuses the same (its `[cost_model]` prices purchases in cycles only).
+        if pricing.is_some() && scenario.cost != CostModel::Cycles {
+            return Err(invalid(
+                "cost_model.price_frame_bytes prices purchases in cycles; it needs cost = \"cycles\"",
+            ));
+        }
         scenario.expectations = raw
             .expect
             .iter()
@@ -693,6 +699,11 @@ near_reference_pct = 3
             ("max = \"150Mbit\"", "max = \"150MB\"", "max"),
             ("vm = \"vm5\"", "vm = \"vm9\"", "unknown vm 'vm9'"),
             ("min = \"200Mbit\"", "min = \"950Mbit\"", "Sum of minimums"),
+            (
+                "engine = \"vqos\"",
+                "engine = \"vqos\"\n[cost_model]\nprice_frame_bytes = 1518",
+                "it needs cost = \"cycles\"",
+            ),
             ("near_reference_pct = 3", "", "exactly one check"),
             ("phase = 3", "phase = 7", "phase must be"),
             (

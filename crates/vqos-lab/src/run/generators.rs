@@ -17,6 +17,9 @@ use crate::LabError;
 /// Nice value of a flood thread while it is greedy (see [`start_flood`]).
 pub(super) const FLOOD_GREEDY_NICE: i32 = 19;
 
+/// How long an app's client may take past the VM's stop to end and print its summary.
+pub(super) const APP_GRACE: Duration = Duration::from_secs(3);
+
 /// What one VM's iperf3 client does; a change restarts it.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Load {
@@ -54,6 +57,9 @@ pub(super) struct Client {
 /// dropped there, without ICMP replies).
 pub(super) enum Generator {
     Iperf(Proc),
+    /// An app's client (`[[app]]`): it ends by itself at the VM's stop and prints its summary
+    /// then, so it is given [`APP_GRACE`] to finish before it is stopped.
+    App(Proc),
     Flood {
         stop: Arc<AtomicBool>,
         thread: Option<JoinHandle<Result<Result<FloodSummary, String>, String>>>,
@@ -70,6 +76,14 @@ impl Generator {
         match self {
             Generator::Iperf(p) => {
                 p.stop(Duration::from_secs(2));
+                Ok(())
+            }
+            Generator::App(p) => {
+                let deadline = std::time::Instant::now() + APP_GRACE;
+                while !p.exited() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                p.stop(Duration::from_secs(1));
                 Ok(())
             }
             Generator::Flood { stop, thread, log } => {

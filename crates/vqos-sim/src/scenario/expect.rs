@@ -14,6 +14,8 @@ pub enum Check {
     KeepsAtLeast(f64, usize),
     /// The VM loses at least this fraction of its rate in phase `of_phase`.
     LosesAtLeast(f64, usize),
+    /// The VM gets at least this fraction of its max (what its tenant bought) in the phase.
+    MaxAtLeast(f64),
     /// Unfairness index at most this.
     UnfairnessAtMost(f64),
     /// Unfairness index at least this.
@@ -70,6 +72,9 @@ impl Scenario {
         if let Some(v) = x.loses_at_least {
             checks.push((Check::LosesAtLeast(v, of), true));
         }
+        if let Some(v) = x.max_at_least {
+            checks.push((Check::MaxAtLeast(v), true));
+        }
         if let Some(v) = x.unfairness_at_most {
             checks.push((Check::UnfairnessAtMost(v), false));
         }
@@ -84,7 +89,7 @@ impl Scenario {
         }
         if checks.len() != 1 {
             return Err(invalid(format!(
-                "{what}: give exactly one check (near_reference_pct, aggregate_at_least, keeps_at_least, loses_at_least, unfairness_at_most, unfairness_at_least, ratio_at_most, ratio_at_least)"
+                "{what}: give exactly one check (near_reference_pct, aggregate_at_least, keeps_at_least, loses_at_least, max_at_least, unfairness_at_most, unfairness_at_least, ratio_at_most, ratio_at_least)"
             )));
         }
         let (check, needs_vm) = checks.remove(0);

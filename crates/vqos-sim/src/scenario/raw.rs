@@ -49,6 +49,10 @@ pub(super) struct RawScenario {
     /// `[[probe]]` latency probes: run by `vqos lab` only, accepted and ignored here.
     #[serde(default, rename = "probe")]
     pub(super) _probe: Vec<toml::Table>,
+    /// `[[app]]` applications in the VMs: run by `vqos lab` only (the simulator models such a
+    /// VM by its `[[vm]]` traffic), accepted and ignored here.
+    #[serde(default, rename = "app")]
+    pub(super) _app: Vec<toml::Table>,
     /// `[[paper]]`: the paper's numbers, carried for the reports.
     #[serde(default)]
     pub(super) paper: Vec<super::paper::RawPaper>,
@@ -125,6 +129,7 @@ pub(super) struct RawExpect {
     pub(super) keeps_at_least: Option<f64>,
     pub(super) of_phase: Option<usize>,
     pub(super) loses_at_least: Option<f64>,
+    pub(super) max_at_least: Option<f64>,
     pub(super) unfairness_at_most: Option<f64>,
     pub(super) unfairness_at_least: Option<f64>,
     pub(super) ratio_at_most: Option<f64>,

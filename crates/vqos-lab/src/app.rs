@@ -1,0 +1,540 @@
+//! Applications in the VMs: `[[app]]` tables of a scenario, run by the lab (C2QoS Fig. 6(f)-(g):
+//! FTP servers beside nginx servers under a pressure test).
+//!
+//! ```toml
+//! [[app]]
+//! vm = "vm1"            # the VM the server runs in (required); its [[vm]] traffic is "tcp"
+//! kind = "ftp"          # vsftpd in the VM; curl in the sink downloads a file for the VM's active time
+//! [[app]]
+//! vm = "vm3"
+//! kind = "http"         # nginx in the VM; wrk in the sink for the VM's active time
+//! connections = 16      # wrk's open connections (http only; default 16)
+//! page = 128            # bytes of the page wrk fetches (http only; default 612, nginx's welcome page)
+//! delay_ms = 1          # each connection waits this long after an answer (http only; default 0)
+//! ```
+//!
+//! ## Behavior
+//! - The servers run for the whole run in their VMs' namespaces, each with a config of its own
+//!   under the run's `logs/apps/` (vsftpd: anonymous, read-only, one sparse 1 TiB file, so that
+//!   no transfer ends within a run; nginx: one worker, no access log, keep-alive). The lab
+//!   starts them; the packages' own services are never used.
+//! - A VM with an app sends no generated traffic: where the lab would start its iperf3 client
+//!   (at the VM's `start`, and again when an event changes its load) it starts the app's
+//!   client in the sink instead, for the rest of the VM's active time: `curl` fetching the file
+//!   over FTP (passive mode), or `wrk -t1 -c<connections> --latency` on the page. The rates of
+//!   the report are counted at the VMs' interfaces as for every VM.
+//! - `delay_ms` bounds the request rate: each connection then waits that long after an answer
+//!   before its next request (a wrk script's `delay()`), so a VM gets at most
+//!   `connections / (delay + RTT)` requests a second. wrk is a closed loop: without a delay it
+//!   asks as fast as answers come, so it measures what the VM's share allows rather than the
+//!   latency the switch adds at a given load (wrk2's fixed rate is not packaged in Debian).
+//! - The simulator has no applications: it models the VM by its `[[vm]]` traffic (greedy TCP up
+//!   to its max, which is what an FTP transfer is; a pressure test on a small page is many
+//!   small frames, which the `[[vm]]`'s `packet_size` should say).
+//! - Results: `apps` in `results.json` and a table in `report.md`: per client, bytes and Mbit/s
+//!   (FTP); requests/s, errors and the latency distribution wrk reports (mean, p50, p75, p90,
+//!   p99, in µs) for HTTP.
+//!
+//! ## Limitations
+//! - Upload direction only (the servers are in the VMs); a `download` scenario with an app is
+//!   refused.
+//! - wrk measures a closed loop: each connection waits for its answer before the next request,
+//!   so a slower switch lowers the request rate as well as raising the latency.
+//! - Needs vsftpd, nginx, wrk and curl (`scripts/deps.sh test` installs them as root).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use vqos_sim::scenario::Traffic;
+use vqos_sim::Scenario;
+
+use crate::sys::{self, Cleanup};
+use crate::LabError;
+
+/// The size of the file the FTP servers serve: sparse, and large enough that no transfer of
+/// a run ends (1 TiB at 10 Gbit/s is 15 minutes).
+pub const FTP_FILE_BYTES: u64 = 1 << 40;
+
+/// nginx's welcome page, the default page size of an HTTP app.
+pub const DEFAULT_PAGE_BYTES: usize = 612;
+
+/// wrk's default connections.
+pub const DEFAULT_CONNECTIONS: u32 = 16;
+
+#[derive(Debug, Deserialize)]
+struct RawFile {
+    #[serde(default)]
+    app: Vec<RawApp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    vm: String,
+    kind: String,
+    connections: Option<u32>,
+    page: Option<usize>,
+    delay_ms: Option<u32>,
+}
+
+/// What an app is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppKind {
+    /// vsftpd in the VM, a curl download from the sink.
+    Ftp,
+    /// nginx in the VM, wrk from the sink.
+    Http,
+}
+
+/// One `[[app]]` of the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppSpec {
+    /// The VM's name.
+    pub vm: String,
+    /// Its index in the scenario's VMs.
+    pub vm_index: usize,
+    /// The application.
+    pub kind: AppKind,
+    /// wrk's connections (HTTP).
+    pub connections: u32,
+    /// The page's bytes (HTTP).
+    pub page_bytes: usize,
+    /// What each connection waits after an answer, ms (HTTP; 0 = nothing).
+    pub delay_ms: u32,
+}
+
+fn invalid(msg: String) -> LabError {
+    LabError::Invalid(msg)
+}
+
+/// The `[[app]]` tables of a scenario file's text, checked against the parsed scenario.
+pub fn parse_apps(text: &str, sc: &Scenario) -> Result<Vec<AppSpec>, LabError> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| invalid(format!("[[app]]: {e}")))?;
+    let mut out: Vec<AppSpec> = Vec::new();
+    for (k, a) in raw.app.into_iter().enumerate() {
+        let what = format!("app {} ({})", k + 1, a.vm);
+        let vm_index = sc
+            .vms
+            .iter()
+            .position(|v| v.name == a.vm)
+            .ok_or_else(|| invalid(format!("{what}: unknown vm '{}'", a.vm)))?;
+        if out.iter().any(|o| o.vm_index == vm_index) {
+            return Err(invalid(format!("{what}: the VM already has an app")));
+        }
+        if sc.is_download(vm_index) {
+            return Err(invalid(format!(
+                "{what}: apps run in the upload direction only (the server is in the VM)"
+            )));
+        }
+        if sc.vms[vm_index].initial.traffic != Traffic::Tcp {
+            return Err(invalid(format!(
+                "{what}: the VM's traffic must be \"tcp\": the simulator models an app as TCP"
+            )));
+        }
+        let kind = match a.kind.as_str() {
+            "ftp" => AppKind::Ftp,
+            "http" => AppKind::Http,
+            other => {
+                return Err(invalid(format!(
+                    "{what}: kind '{other}': expected \"ftp\" or \"http\""
+                )))
+            }
+        };
+        if kind == AppKind::Ftp
+            && (a.connections.is_some() || a.page.is_some() || a.delay_ms.is_some())
+        {
+            return Err(invalid(format!(
+                "{what}: connections, page and delay_ms are for kind = \"http\""
+            )));
+        }
+        let delay_ms = a.delay_ms.unwrap_or(0);
+        if delay_ms > 60_000 {
+            return Err(invalid(format!(
+                "{what}: delay_ms {delay_ms}: expected at most 60000"
+            )));
+        }
+        let connections = a.connections.unwrap_or(DEFAULT_CONNECTIONS);
+        if !(1..=10_000).contains(&connections) {
+            return Err(invalid(format!(
+                "{what}: connections {connections}: expected 1..=10000"
+            )));
+        }
+        let page_bytes = a.page.unwrap_or(DEFAULT_PAGE_BYTES);
+        if page_bytes > 1 << 24 {
+            return Err(invalid(format!(
+                "{what}: page {page_bytes}: expected at most 16 MiB"
+            )));
+        }
+        out.push(AppSpec {
+            vm: a.vm,
+            vm_index,
+            kind,
+            connections,
+            page_bytes,
+            delay_ms,
+        });
+    }
+    Ok(out)
+}
+
+/// The programs the apps need, with the package that has each.
+pub fn check_tools(specs: &[AppSpec]) -> Result<(), LabError> {
+    let mut need: Vec<(&str, &str)> = Vec::new();
+    if specs.iter().any(|s| s.kind == AppKind::Ftp) {
+        need.extend([("vsftpd", "vsftpd"), ("curl", "curl")]);
+    }
+    if specs.iter().any(|s| s.kind == AppKind::Http) {
+        need.extend([("nginx", "nginx-light"), ("wrk", "wrk")]);
+    }
+    for (prog, pkg) in need {
+        let found = std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin")])
+                .any(|d| d.join(prog).is_file())
+        });
+        if !found {
+            return Err(LabError::MissingTool(format!(
+                "{prog} for [[app]] (apt-get install -y {pkg}, or scripts/deps.sh test)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), LabError> {
+    std::fs::write(path, text).map_err(|source| LabError::Io {
+        what: path.display().to_string(),
+        source,
+    })
+}
+
+fn mkdir(path: &Path) -> Result<(), LabError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).map_err(|source| LabError::Io {
+        what: path.display().to_string(),
+        source,
+    })?;
+    // The servers' unprivileged users (vsftpd's `ftp`, nginx's `nobody`) read what is in it.
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755));
+    Ok(())
+}
+
+/// vsftpd's config: anonymous, read-only, passive mode, in the foreground.
+pub fn vsftpd_conf(ip: &str, root: &Path, empty: &Path) -> String {
+    format!(
+        "listen=YES\nlisten_ipv6=NO\nlisten_address={ip}\nlisten_port=21\nbackground=NO\n\
+         anonymous_enable=YES\nno_anon_password=YES\nanon_root={}\nftp_username=ftp\n\
+         local_enable=NO\nwrite_enable=NO\npasv_enable=YES\npasv_min_port=40000\n\
+         pasv_max_port=40999\nsecure_chroot_dir={}\nseccomp_sandbox=NO\nxferlog_enable=NO\n",
+        root.display(),
+        empty.display()
+    )
+}
+
+/// nginx's config: one worker, in the foreground, every path under `dir`.
+pub fn nginx_conf(ip: &str, dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 4096; }}\nhttp {{\n  access_log off;\n\
+         client_body_temp_path {d}/tmp-body;\n  proxy_temp_path {d}/tmp-proxy;\n\
+         fastcgi_temp_path {d}/tmp-fastcgi;\n  uwsgi_temp_path {d}/tmp-uwsgi;\n\
+         scgi_temp_path {d}/tmp-scgi;\n  server {{ listen {ip}:80; root {d}/www; \
+         keepalive_requests 100000000; }}\n}}\n"
+    )
+}
+
+/// Starts each app's server in its VM's namespace (`vm_ns[i]`, `vm_ip[i]`), configs under
+/// `dir`; the processes are the run's services (stopped by PID at teardown).
+pub fn start_servers(
+    specs: &[AppSpec],
+    vm_ns: &[String],
+    vm_ip: &[String],
+    dir: &Path,
+    cleanup: &mut Cleanup,
+) -> Result<(), LabError> {
+    for s in specs {
+        let (ns, ip) = (&vm_ns[s.vm_index], &vm_ip[s.vm_index]);
+        let d = app_dir(dir, s);
+        mkdir(&d)?;
+        let log = d.join("server.log");
+        let p = match s.kind {
+            AppKind::Ftp => {
+                let (root, empty) = (d.join("root"), d.join("empty"));
+                mkdir(&root)?;
+                mkdir(&empty)?;
+                let f = std::fs::File::create(root.join("file"))
+                    .and_then(|f| f.set_len(FTP_FILE_BYTES).map(|_| f))
+                    .map_err(|source| LabError::Io {
+                        what: root.join("file").display().to_string(),
+                        source,
+                    })?;
+                drop(f);
+                let conf = d.join("vsftpd.conf");
+                write(&conf, &vsftpd_conf(ip, &root, &empty))?;
+                let conf = conf.display().to_string();
+                sys::spawn(
+                    &format!("vsftpd {}", s.vm),
+                    Some(ns),
+                    &["vsftpd", &conf],
+                    Some(&log),
+                )?
+            }
+            AppKind::Http => {
+                mkdir(&d.join("www"))?;
+                write(&d.join("www/page"), &"a".repeat(s.page_bytes))?;
+                write(&d.join("delay.lua"), &wrk_script(s.delay_ms))?;
+                let conf = d.join("nginx.conf");
+                write(&conf, &nginx_conf(ip, &d))?;
+                let (conf, err) = (
+                    conf.display().to_string(),
+                    d.join("error.log").display().to_string(),
+                );
+                sys::spawn(
+                    &format!("nginx {}", s.vm),
+                    Some(ns),
+                    &["nginx", "-c", &conf, "-e", &err],
+                    Some(&log),
+                )?
+            }
+        };
+        cleanup.services.push(p);
+    }
+    Ok(())
+}
+
+fn kind_name(k: AppKind) -> &'static str {
+    match k {
+        AppKind::Ftp => "ftp",
+        AppKind::Http => "http",
+    }
+}
+
+/// The wrk script that makes each connection wait `delay_ms` after an answer.
+pub fn wrk_script(delay_ms: u32) -> String {
+    format!("-- written by vqos lab: each connection waits after an answer\nfunction delay()\n  return {delay_ms}\nend\n")
+}
+
+/// Where [`start_servers`] put an app's files under `dir`.
+pub fn app_dir(dir: &Path, spec: &AppSpec) -> PathBuf {
+    dir.join(format!("{}-{}", spec.vm, kind_name(spec.kind)))
+}
+
+/// The client's command line for `secs` seconds against the server at `ip`; `dir` is where
+/// [`start_servers`] wrote the app's files.
+pub fn client_args(spec: &AppSpec, ip: &str, secs: f64, dir: &Path) -> Vec<String> {
+    match spec.kind {
+        AppKind::Ftp => vec![
+            "curl".into(),
+            "-s".into(),
+            "-o".into(),
+            "/dev/null".into(),
+            "--max-time".into(),
+            format!("{:.1}", secs.max(1.0)),
+            "-w".into(),
+            "%{size_download} %{speed_download}\\n".into(),
+            format!("ftp://{ip}/file"),
+        ],
+        AppKind::Http => {
+            let mut a = vec![
+                "wrk".into(),
+                "-t1".into(),
+                format!("-c{}", spec.connections),
+                format!("-d{}s", secs.max(1.0).round() as u64),
+                "--latency".into(),
+            ];
+            if spec.delay_ms > 0 {
+                let script = app_dir(dir, spec).join("delay.lua");
+                a.extend(["-s".into(), script.display().to_string()]);
+            }
+            a.push(format!("http://{ip}/page"));
+            a
+        }
+    }
+}
+
+/// What wrk printed at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WrkSummary {
+    /// Requests completed.
+    pub requests: u64,
+    /// Requests per second.
+    pub requests_per_s: f64,
+    /// Socket errors and non-2xx responses.
+    pub errors: u64,
+    /// Mean latency, µs.
+    pub mean_us: f64,
+    /// The latency distribution: (percentile, µs), as wrk prints it (50, 75, 90, 99).
+    pub percentiles_us: Vec<(f64, f64)>,
+}
+
+fn duration_us(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (num, mult) = if let Some(v) = s.strip_suffix("us") {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix("ms") {
+        (v, 1e3)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 60e6)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1e6)
+    } else {
+        return None;
+    };
+    num.trim().parse::<f64>().ok().map(|n| n * mult)
+}
+
+/// Parses wrk's `--latency` report.
+pub fn parse_wrk(text: &str) -> Result<WrkSummary, String> {
+    let mut out = WrkSummary::default();
+    let mut in_dist = false;
+    let mut have_rate = false;
+    for line in text.lines() {
+        let t = line.trim();
+        let words: Vec<&str> = t.split_whitespace().collect();
+        if t.starts_with("Latency Distribution") {
+            in_dist = true;
+            continue;
+        }
+        if in_dist {
+            if let [p, v] = words[..] {
+                if let (Some(p), Some(v)) = (p.strip_suffix('%'), duration_us(v)) {
+                    if let Ok(p) = p.parse::<f64>() {
+                        out.percentiles_us.push((p, v));
+                        continue;
+                    }
+                }
+            }
+            in_dist = false;
+        }
+        match words[..] {
+            ["Latency", mean, ..] => {
+                out.mean_us = duration_us(mean).ok_or_else(|| format!("latency '{mean}'"))?;
+            }
+            [n, "requests", "in", ..] => {
+                out.requests = n.parse().map_err(|_| format!("requests '{n}'"))?;
+            }
+            ["Requests/sec:", r] => {
+                out.requests_per_s = r.parse().map_err(|_| format!("requests/s '{r}'"))?;
+                have_rate = true;
+            }
+            ["Socket", "errors:", ..] => {
+                // "Socket errors: connect 0, read 0, write 0, timeout 0"
+                out.errors += words
+                    .iter()
+                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+            ["Non-2xx", "or", "3xx", "responses:", n] => {
+                out.errors += n.parse::<u64>().unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    if !have_rate || out.percentiles_us.is_empty() {
+        return Err("no wrk summary (Requests/sec and the latency distribution)".into());
+    }
+    Ok(out)
+}
+
+/// One app client's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AppResult {
+    /// The VM whose server it loaded.
+    pub vm: String,
+    /// The application.
+    pub kind: AppKind,
+    /// When the client started, s into the run.
+    pub from_s: f64,
+    /// FTP: bytes downloaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// FTP: the transfer's mean rate, Mbit/s (curl's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mbit_s: Option<f64>,
+    /// HTTP: wrk's summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<WrkSummary>,
+    /// Why there is no result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An app client of the run: its VM, kind, when it started (s) and its log.
+pub type AppLog = (String, AppKind, f64, PathBuf);
+
+/// Reads the clients' logs.
+pub fn results(logs: &[AppLog]) -> Vec<AppResult> {
+    logs.iter()
+        .map(|(vm, kind, from_s, log)| {
+            let mut r = AppResult {
+                vm: vm.clone(),
+                kind: *kind,
+                from_s: *from_s,
+                bytes: None,
+                mbit_s: None,
+                http: None,
+                error: None,
+            };
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            match kind {
+                AppKind::Ftp => {
+                    let w: Vec<&str> = text.split_whitespace().collect();
+                    match (w.first(), w.get(1)) {
+                        (Some(b), Some(s)) => {
+                            r.bytes = b.parse().ok();
+                            r.mbit_s = s.parse::<f64>().ok().map(|bps| bps * 8.0 / 1e6);
+                        }
+                        _ => r.error = Some(format!("curl printed {text:?}")),
+                    }
+                }
+                AppKind::Http => match parse_wrk(&text) {
+                    Ok(s) => r.http = Some(s),
+                    Err(e) => r.error = Some(e),
+                },
+            }
+            r
+        })
+        .collect()
+}
+
+/// The report's table of the apps' results (markdown), empty without apps.
+pub fn report_table(results: &[AppResult]) -> String {
+    if results.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\n## Applications\n\n| vm | app | from s | Mbit/s | requests/s | errors | mean µs | \
+         p50 µs | p90 µs | p99 µs |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        let pct = |p: f64| {
+            r.http
+                .as_ref()
+                .and_then(|h| h.percentiles_us.iter().find(|x| x.0 == p))
+                .map_or("–".to_string(), |x| format!("{:.0}", x.1))
+        };
+        let h = r.http.as_ref();
+        s += &format!(
+            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.vm,
+            kind_name(r.kind),
+            r.from_s,
+            r.mbit_s.map_or("–".into(), |m| format!("{m:.1}")),
+            h.map_or("–".into(), |h| format!("{:.0}", h.requests_per_s)),
+            h.map_or("–".into(), |h| h.errors.to_string()),
+            h.map_or("–".into(), |h| format!("{:.0}", h.mean_us)),
+            pct(50.0),
+            pct(90.0),
+            pct(99.0),
+        );
+        if let Some(e) = &r.error {
+            s += &format!("\n{}: {e}\n", r.vm);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

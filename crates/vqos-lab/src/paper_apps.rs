@@ -1,0 +1,282 @@
+//! C2QoS Fig. 6(f)-(g) across its files: the FTP servers' rates and the nginx servers'
+//! response times under `tcm`, `c2qos` and `c2qos` with HBS, against the nginx servers alone
+//! ("native"), with the paper's claims checked.
+//!
+//! ## Behavior
+//! - Each run's `results.json` gives its FTP servers' phase-2 rate against phase 1 and against
+//!   their max (the `phases` rows), and its nginx servers' wrk latency (`apps`: the mean over
+//!   the servers of each statistic).
+//! - The paper's response-time claims are read at the median: "doubled compared to native"
+//!   under the policer, "50 % additional latency is reduced" under C2TB and "more than 80 %"
+//!   with HBS. Each is held to half of the paper's effect (the rule of the C2QoS Fig. 6 files):
+//!   `tcm`'s median at least 1.5 × native's; C2TB's added median (over native) at most 75 % of
+//!   `tcm`'s; HBS's at most 60 %. A claim whose runs are missing is "not run".
+
+use std::fmt::Write as _;
+
+use crate::paper::PaperRun;
+
+/// The experiment this section belongs to.
+pub const APPS_PAPER: &str = "c2qos-fig6fg";
+
+/// What one run of a Fig. 6(f)-(g) file measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileApps {
+    /// The FTP servers' phase-2 rate over their phase-1 rate (mean of the servers).
+    pub ftp_kept: Option<f64>,
+    /// The FTP servers' phase-2 rate over their max (mean of the servers).
+    pub ftp_of_max: Option<f64>,
+    /// The nginx servers' requests a second (sum), and their latency statistics (mean over the
+    /// servers): mean, p50, p90, p99, µs.
+    pub web_rps: Option<f64>,
+    /// Mean latency, µs.
+    pub web_mean_us: Option<f64>,
+    /// Median, µs.
+    pub web_p50_us: Option<f64>,
+    /// 90th percentile, µs.
+    pub web_p90_us: Option<f64>,
+    /// 99th percentile, µs.
+    pub web_p99_us: Option<f64>,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Reads a run's `results.json`.
+pub fn file_apps(results: &serde_json::Value) -> FileApps {
+    let apps = results["apps"].as_array().cloned().unwrap_or_default();
+    let ftp: Vec<&str> = apps
+        .iter()
+        .filter(|a| a["kind"] == "ftp")
+        .filter_map(|a| a["vm"].as_str())
+        .collect();
+    let phases = results["phases"].as_array().cloned().unwrap_or_default();
+    let rate = |p: usize, vm: &str| phases.get(p)?["vifs"][vm]["mean_bps"].as_f64();
+    let max = |vm: &str| phases.get(1)?["vifs"][vm]["expected_bps"].as_f64();
+    let kept: Vec<f64> = ftp
+        .iter()
+        .filter_map(|vm| Some(rate(1, vm)? / rate(0, vm).filter(|r| *r > 0.0)?))
+        .collect();
+    let of_max: Vec<f64> = ftp
+        .iter()
+        .filter_map(|vm| Some(rate(1, vm)? / max(vm).filter(|m| *m > 0.0)?))
+        .collect();
+    let http: Vec<&serde_json::Value> = apps
+        .iter()
+        .filter(|a| a["kind"] == "http")
+        .map(|a| &a["http"])
+        .filter(|h| h.is_object())
+        .collect();
+    let stat = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+        mean(&http.iter().filter_map(|h| f(h)).collect::<Vec<_>>())
+    };
+    let pct = |p: f64| {
+        move |h: &serde_json::Value| {
+            h["percentiles_us"]
+                .as_array()?
+                .iter()
+                .find(|x| x[0].as_f64() == Some(p))?[1]
+                .as_f64()
+        }
+    };
+    FileApps {
+        ftp_kept: mean(&kept),
+        ftp_of_max: mean(&of_max),
+        web_rps: (!http.is_empty()).then(|| {
+            http.iter()
+                .filter_map(|h| h["requests_per_s"].as_f64())
+                .sum()
+        }),
+        web_mean_us: stat(&|h| h["mean_us"].as_f64()),
+        web_p50_us: stat(&pct(50.0)),
+        web_p90_us: stat(&pct(90.0)),
+        web_p99_us: stat(&pct(99.0)),
+    }
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or("–".into(), f)
+}
+
+/// A claim's verdict: the paper's words, what was measured, met or not.
+type Verdict = (&'static str, String, Option<bool>);
+
+/// The paper's three response-time claims against the runs' medians (`None`: not run).
+pub fn verdicts(
+    native: Option<f64>,
+    tcm: Option<f64>,
+    c2qos: Option<f64>,
+    hbs: Option<f64>,
+) -> Vec<Verdict> {
+    let added = |x: Option<f64>| Some(x? - native?);
+    let share = |x: Option<f64>| {
+        let t = added(tcm).filter(|t| *t > 0.0)?;
+        Some(added(x)? / t)
+    };
+    let mut out: Vec<Verdict> = Vec::new();
+    let ratio = tcm.zip(native).map(|(t, n)| t / n);
+    out.push((
+        "policer: response time doubled against native (median ≥ 1.5 × native's)",
+        opt(ratio, |r| format!("{r:.2} × native")),
+        ratio.map(|r| r >= 1.5),
+    ));
+    for (words, x, bound) in [
+        (
+            "C2TB: 50 % of the additional latency removed (added median ≤ 75 % of the policer's)",
+            c2qos,
+            0.75,
+        ),
+        (
+            "C2TB + HBS: more than 80 % of it removed (added median ≤ 60 % of the policer's)",
+            hbs,
+            0.60,
+        ),
+    ] {
+        let s = share(x);
+        out.push((
+            words,
+            opt(s, |s| {
+                format!("{:.0} % of the policer's added latency", s * 100.0)
+            }),
+            s.map(|s| s <= bound),
+        ));
+    }
+    out
+}
+
+/// The section of the experiment's `summary.md`.
+pub fn section_md(runs: &[PaperRun]) -> String {
+    let by = |suffix: &str| {
+        runs.iter()
+            .filter(|r| r.engine.is_none() && r.stem.ends_with(suffix))
+            .find_map(|r| r.result.as_ref().ok())
+            .map(file_apps)
+    };
+    let files = [
+        ("native (nginx alone, `tcm`)", by("-native")),
+        ("`tcm` (the policer)", by("-tcm")),
+        ("`c2qos` (C2TB)", by("-c2qos")),
+        ("`c2qos` + HBS", by("-c2qos-hbs")),
+    ];
+    let mut s = String::from(
+        "\n## C2QoS Fig. 6(f)-(g): FTP and nginx servers\n\n| run | FTP phase 2 / phase 1 | FTP \
+         phase 2 / max | nginx requests/s | mean µs | p50 µs | p90 µs | p99 µs |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (name, f) in &files {
+        let f = f.clone().unwrap_or_default();
+        let pc = |v: Option<f64>| opt(v, |x| format!("{:.1} %", x * 100.0));
+        let us = |v: Option<f64>| opt(v, |x| format!("{x:.0}"));
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            pc(f.ftp_kept),
+            pc(f.ftp_of_max),
+            us(f.web_rps),
+            us(f.web_mean_us),
+            us(f.web_p50_us),
+            us(f.web_p90_us),
+            us(f.web_p99_us)
+        );
+    }
+    let p50 = |i: usize| files[i].1.as_ref().and_then(|f| f.web_p50_us);
+    s.push_str("\n| the paper (§VI-B, Fig. 6(g)) | measured | verdict |\n|---|---|---|\n");
+    for (words, measured, ok) in verdicts(p50(0), p50(1), p50(2), p50(3)) {
+        let v = match ok {
+            Some(true) => "met",
+            Some(false) => "not met",
+            None => "not run",
+        };
+        let _ = writeln!(s, "| {words} | {measured} | {v} |");
+    }
+    s.push_str(
+        "\nThe FTP claims (a drop of about 11 % under the policer, the purchase kept under C2TB) \
+         are the files' own checks, in the rows above.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results(ftp: [(f64, f64); 2], p50s: [f64; 2]) -> serde_json::Value {
+        serde_json::json!({
+            "phases": [
+                {"vifs": {"ftp1": {"mean_bps": ftp[0].0, "expected_bps": 160e6},
+                          "ftp2": {"mean_bps": ftp[1].0, "expected_bps": 160e6}}},
+                {"vifs": {"ftp1": {"mean_bps": ftp[0].1, "expected_bps": 160e6},
+                          "ftp2": {"mean_bps": ftp[1].1, "expected_bps": 160e6}}}
+            ],
+            "apps": [
+                {"vm": "ftp1", "kind": "ftp"}, {"vm": "ftp2", "kind": "ftp"},
+                {"vm": "web1", "kind": "http", "http": {"requests_per_s": 1000.0, "mean_us": 300.0,
+                    "percentiles_us": [[50.0, p50s[0]], [90.0, 500.0], [99.0, 900.0]]}},
+                {"vm": "web2", "kind": "http", "http": {"requests_per_s": 3000.0, "mean_us": 500.0,
+                    "percentiles_us": [[50.0, p50s[1]], [90.0, 700.0], [99.0, 1100.0]]}},
+                {"vm": "web3", "kind": "http", "error": "no wrk summary"}
+            ]
+        })
+    }
+
+    #[test]
+    fn a_run_is_read_from_its_phases_and_apps() {
+        let f = file_apps(&results([(160e6, 120e6), (160e6, 140e6)], [200.0, 400.0]));
+        assert!((f.ftp_kept.unwrap() - 0.8125).abs() < 1e-9);
+        assert!((f.ftp_of_max.unwrap() - 0.8125).abs() < 1e-9);
+        assert_eq!(f.web_rps, Some(4000.0));
+        assert_eq!(
+            (f.web_mean_us, f.web_p50_us, f.web_p90_us, f.web_p99_us),
+            (Some(400.0), Some(300.0), Some(600.0), Some(1000.0))
+        );
+        assert_eq!(file_apps(&serde_json::json!({})), FileApps::default());
+    }
+
+    #[test]
+    fn the_claims_are_held_to_half_the_papers_effect() {
+        // native 100, tcm 200 (2×): C2TB at 150 removes 50 %, HBS at 110 removes 90 %.
+        let v = verdicts(Some(100.0), Some(200.0), Some(150.0), Some(110.0));
+        let ok: Vec<Option<bool>> = v.iter().map(|x| x.2).collect();
+        assert_eq!(ok, [Some(true), Some(true), Some(true)]);
+        assert_eq!(v[2].1, "10 % of the policer's added latency");
+        // tcm 140 (1.4×) is not "doubled"; C2TB at 180 keeps 80 % of it; HBS at 130 75 %.
+        let v = verdicts(Some(100.0), Some(140.0), Some(132.0), Some(130.0));
+        let ok: Vec<Option<bool>> = v.iter().map(|x| x.2).collect();
+        assert_eq!(ok, [Some(false), Some(false), Some(false)]);
+        // A missing run, or a policer that added nothing, decides nothing.
+        let v = verdicts(None, Some(200.0), Some(150.0), None);
+        assert!(v.iter().all(|x| x.2.is_none()), "{v:?}");
+        let v = verdicts(Some(100.0), Some(90.0), Some(95.0), Some(95.0));
+        assert_eq!(v[0].2, Some(false));
+        assert!(v[1].2.is_none() && v[2].2.is_none());
+    }
+
+    #[test]
+    fn the_section_has_a_row_per_file_and_a_verdict_per_claim() {
+        let run = |stem: &str, p50: f64| PaperRun {
+            stem: stem.into(),
+            baseline: crate::topo::Baseline::Vqos,
+            engine: None,
+            algorithms: vqos_sched::Variant::default(),
+            dir: "d".into(),
+            result: Ok(results([(160e6, 160e6), (160e6, 160e6)], [p50, p50])),
+        };
+        let md = section_md(&[
+            run("c2qos-fig6fg-native", 100.0),
+            run("c2qos-fig6fg-tcm", 250.0),
+            run("c2qos-fig6fg-c2qos", 175.0),
+        ]);
+        assert!(md.contains("| `tcm` (the policer) | 100.0 % | 100.0 % | 4000 | 400 | 250 |"));
+        assert!(md.contains("| `c2qos` + HBS | – | – |"), "{md}");
+        assert!(md.contains("| 2.50 × native | met |"), "{md}");
+        assert!(
+            md.contains("| 50 % of the policer's added latency | met |"),
+            "{md}"
+        );
+        assert!(
+            md.ends_with("rows above.\n") && md.contains("| – | not run |"),
+            "{md}"
+        );
+    }
+}
