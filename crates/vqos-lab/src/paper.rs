@@ -54,7 +54,11 @@ pub const PAPERS: &[(&str, &[&str])] = &[
     ),
     (
         "c2qos-fig1",
-        &["c2qos-fig1-lab-tcm.toml", "c2qos-fig1-lab-c2qos.toml"],
+        &[
+            "c2qos-fig1-lab-tcm.toml",
+            "c2qos-fig1-lab-c2qos.toml",
+            "c2qos-fig1c-tcm.toml",
+        ],
     ),
     (
         "c2qos-fig6",
