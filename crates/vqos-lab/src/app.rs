@@ -15,9 +15,14 @@
 //!
 //! ## Behavior
 //! - The servers run for the whole run in their VMs' namespaces, each with a config of its own
-//!   under the run's `logs/apps/` (vsftpd: anonymous, read-only, one sparse 1 TiB file, so that
-//!   no transfer ends within a run; nginx: one worker, no access log, keep-alive). The lab
-//!   starts them; the packages' own services are never used.
+//!   in a scratch directory under the system's temporary directory, removed with the run
+//!   (vsftpd: anonymous, read-only, one sparse 1 TiB file, so that no transfer ends within a
+//!   run; nginx: one worker, no access log, keep-alive); their logs go to the run's
+//!   `logs/apps/`. Every path they are given is absolute and every file they serve is
+//!   world-readable: nginx's workers run as `nobody` and vsftpd serves as `ftp`. The lab starts
+//!   them (and stops each with its process group: nginx's workers too); the packages' own
+//!   services are never used. A server that exits within 300 ms of its start fails the run
+//!   with its log's last lines.
 //! - A VM with an app sends no generated traffic: where the lab would start its iperf3 client
 //!   (at the VM's `start`, and again when an event changes its load) it starts the app's
 //!   client in the sink instead, for the rest of the VM's active time: `curl` fetching the file
@@ -31,9 +36,11 @@
 //! - The simulator has no applications: it models the VM by its `[[vm]]` traffic (greedy TCP up
 //!   to its max, which is what an FTP transfer is; a pressure test on a small page is many
 //!   small frames, which the `[[vm]]`'s `packet_size` should say).
-//! - Results: `apps` in `results.json` and a table in `report.md`: per client, bytes and Mbit/s
-//!   (FTP); requests/s, errors and the latency distribution wrk reports (mean, p50, p75, p90,
-//!   p99, in µs) for HTTP.
+//! - Results: `apps` in `results.json` (per client, bytes and Mbit/s for FTP; requests/s,
+//!   errors and the latency distribution wrk reports, mean, p50, p75, p90, p99 in µs, for HTTP)
+//!   and a table in `report.md` (the same without p75). A curl that ended other than by its
+//!   time limit, or fetched nothing, and a wrk without a summary are an app's `error`.
+//! - An `[[event]]` on an app's VM changes its policy only: the client runs on.
 //!
 //! ## Limitations
 //! - Upload direction only (the servers are in the VMs); a `download` scenario with an app is
@@ -48,6 +55,7 @@ use serde::{Deserialize, Serialize};
 use vqos_sim::scenario::Traffic;
 use vqos_sim::Scenario;
 
+use crate::paper::write;
 use crate::sys::{self, Cleanup};
 use crate::LabError;
 
@@ -60,6 +68,12 @@ pub const DEFAULT_PAGE_BYTES: usize = 612;
 
 /// wrk's default connections.
 pub const DEFAULT_CONNECTIONS: u32 = 16;
+
+/// Most wrk connections: one nginx worker holds them within the usual 1024 open files.
+pub const MAX_CONNECTIONS: u32 = 1000;
+
+/// How long a server must stay up after its start to count as started.
+const SERVER_START: std::time::Duration = std::time::Duration::from_millis(300);
 
 #[derive(Debug, Deserialize)]
 struct RawFile {
@@ -155,9 +169,9 @@ pub fn parse_apps(text: &str, sc: &Scenario) -> Result<Vec<AppSpec>, LabError> {
             )));
         }
         let connections = a.connections.unwrap_or(DEFAULT_CONNECTIONS);
-        if !(1..=10_000).contains(&connections) {
+        if !(1..=MAX_CONNECTIONS).contains(&connections) {
             return Err(invalid(format!(
-                "{what}: connections {connections}: expected 1..=10000"
+                "{what}: connections {connections}: expected 1..={MAX_CONNECTIONS}"
             )));
         }
         let page_bytes = a.page.unwrap_or(DEFAULT_PAGE_BYTES);
@@ -178,7 +192,16 @@ pub fn parse_apps(text: &str, sc: &Scenario) -> Result<Vec<AppSpec>, LabError> {
     Ok(out)
 }
 
-/// The programs the apps need, with the package that has each.
+/// Where program `prog` is: the `PATH`, then the sbin directories (root's servers).
+pub fn find_tool(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// The programs the apps need, each found ([`find_tool`]), or the package that has it.
 pub fn check_tools(specs: &[AppSpec]) -> Result<(), LabError> {
     let mut need: Vec<(&str, &str)> = Vec::new();
     if specs.iter().any(|s| s.kind == AppKind::Ftp) {
@@ -188,12 +211,7 @@ pub fn check_tools(specs: &[AppSpec]) -> Result<(), LabError> {
         need.extend([("nginx", "nginx-light"), ("wrk", "wrk")]);
     }
     for (prog, pkg) in need {
-        let found = std::env::var_os("PATH").is_some_and(|p| {
-            std::env::split_paths(&p)
-                .chain([PathBuf::from("/usr/sbin")])
-                .any(|d| d.join(prog).is_file())
-        });
-        if !found {
+        if find_tool(prog).is_none() {
             return Err(LabError::MissingTool(format!(
                 "{prog} for [[app]] (apt-get install -y {pkg}, or scripts/deps.sh test)"
             )));
@@ -202,22 +220,31 @@ pub fn check_tools(specs: &[AppSpec]) -> Result<(), LabError> {
     Ok(())
 }
 
-fn write(path: &Path, text: &str) -> Result<(), LabError> {
-    std::fs::write(path, text).map_err(|source| LabError::Io {
+fn tool(prog: &str) -> Result<String, LabError> {
+    find_tool(prog)
+        .map(|p| p.display().to_string())
+        .ok_or_else(|| LabError::MissingTool(format!("{prog} for [[app]]")))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LabError + '_ {
+    move |source| LabError::Io {
         what: path.display().to_string(),
         source,
-    })
+    }
+}
+
+/// Writes a file the servers' unprivileged users read (0644 whatever the umask).
+fn write_readable(path: &Path, text: &str) -> Result<(), LabError> {
+    use std::os::unix::fs::PermissionsExt;
+    write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(io(path))
 }
 
 fn mkdir(path: &Path) -> Result<(), LabError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(|source| LabError::Io {
-        what: path.display().to_string(),
-        source,
-    })?;
+    std::fs::create_dir_all(path).map_err(io(path))?;
     // The servers' unprivileged users (vsftpd's `ftp`, nginx's `nobody`) read what is in it.
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755));
-    Ok(())
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(io(path))
 }
 
 /// vsftpd's config: anonymous, read-only, passive mode, in the foreground.
@@ -232,11 +259,12 @@ pub fn vsftpd_conf(ip: &str, root: &Path, empty: &Path) -> String {
     )
 }
 
-/// nginx's config: one worker, in the foreground, every path under `dir`.
-pub fn nginx_conf(ip: &str, dir: &Path) -> String {
-    let d = dir.display();
+/// nginx's config: one worker, in the foreground, every path under `dir` but the error log
+/// (`error_log`); both absolute (nginx reads relative paths against its own prefix).
+pub fn nginx_conf(ip: &str, dir: &Path, error_log: &Path) -> String {
+    let (d, e) = (dir.display(), error_log.display());
     format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {e} warn;\n\
          events {{ worker_connections 4096; }}\nhttp {{\n  access_log off;\n\
          client_body_temp_path {d}/tmp-body;\n  proxy_temp_path {d}/tmp-proxy;\n\
          fastcgi_temp_path {d}/tmp-fastcgi;\n  uwsgi_temp_path {d}/tmp-uwsgi;\n\
@@ -245,63 +273,87 @@ pub fn nginx_conf(ip: &str, dir: &Path) -> String {
     )
 }
 
-/// Starts each app's server in its VM's namespace (`vm_ns[i]`, `vm_ip[i]`), configs under
-/// `dir`; the processes are the run's services (stopped by PID at teardown).
+/// Starts each app's server in its VM's namespace (`vm_ns[i]`, `vm_ip[i]`): configs and
+/// served files under `scratch` (an absolute directory the caller removes), logs under
+/// `logs`. The processes are the run's services, each stopped with its process group.
 pub fn start_servers(
     specs: &[AppSpec],
-    vm_ns: &[String],
-    vm_ip: &[String],
-    dir: &Path,
+    (vm_ns, vm_ip): (&[String], &[String]),
+    scratch: &Path,
+    logs: &Path,
     cleanup: &mut Cleanup,
 ) -> Result<(), LabError> {
+    if specs.is_empty() {
+        return Ok(());
+    }
+    let logs = std::path::absolute(logs).map_err(io(logs))?;
+    mkdir(&logs)?;
+    let mut started = Vec::new();
     for s in specs {
         let (ns, ip) = (&vm_ns[s.vm_index], &vm_ip[s.vm_index]);
-        let d = app_dir(dir, s);
+        let d = app_dir(scratch, s);
         mkdir(&d)?;
-        let log = d.join("server.log");
+        let log = logs.join(format!("{}-{}.log", s.vm, kind_name(s.kind)));
         let p = match s.kind {
             AppKind::Ftp => {
                 let (root, empty) = (d.join("root"), d.join("empty"));
                 mkdir(&root)?;
                 mkdir(&empty)?;
-                let f = std::fs::File::create(root.join("file"))
-                    .and_then(|f| f.set_len(FTP_FILE_BYTES).map(|_| f))
-                    .map_err(|source| LabError::Io {
-                        what: root.join("file").display().to_string(),
-                        source,
-                    })?;
-                drop(f);
+                let file = root.join("file");
+                write_readable(&file, "")?;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file)
+                    .and_then(|f| f.set_len(FTP_FILE_BYTES))
+                    .map_err(io(&file))?;
                 let conf = d.join("vsftpd.conf");
-                write(&conf, &vsftpd_conf(ip, &root, &empty))?;
+                write_readable(&conf, &vsftpd_conf(ip, &root, &empty))?;
                 let conf = conf.display().to_string();
+                let bin = tool("vsftpd")?;
                 sys::spawn(
                     &format!("vsftpd {}", s.vm),
                     Some(ns),
-                    &["vsftpd", &conf],
+                    &[&bin, &conf],
                     Some(&log),
                 )?
             }
             AppKind::Http => {
                 mkdir(&d.join("www"))?;
-                write(&d.join("www/page"), &"a".repeat(s.page_bytes))?;
-                write(&d.join("delay.lua"), &wrk_script(s.delay_ms))?;
+                write_readable(&d.join("www/page"), &"a".repeat(s.page_bytes))?;
+                write_readable(&d.join("delay.lua"), &wrk_script(s.delay_ms))?;
                 let conf = d.join("nginx.conf");
-                write(&conf, &nginx_conf(ip, &d))?;
-                let (conf, err) = (
-                    conf.display().to_string(),
-                    d.join("error.log").display().to_string(),
-                );
-                sys::spawn(
-                    &format!("nginx {}", s.vm),
-                    Some(ns),
-                    &["nginx", "-c", &conf, "-e", &err],
-                    Some(&log),
-                )?
+                let err = logs.join(format!("{}-nginx-error.log", s.vm));
+                write_readable(&conf, &nginx_conf(ip, &d, &err))?;
+                let (conf, err) = (conf.display().to_string(), err.display().to_string());
+                let bin = tool("nginx")?;
+                let args = [bin.as_str(), "-c", &conf, "-e", &err];
+                sys::spawn(&format!("nginx {}", s.vm), Some(ns), &args, Some(&log))?
             }
         };
-        cleanup.services.push(p);
+        cleanup.services.push(p.stop_group());
+        started.push((cleanup.services.len() - 1, log));
+    }
+    std::thread::sleep(SERVER_START);
+    for (k, log) in started {
+        if cleanup.services[k].exited() {
+            let label = cleanup.services[k].label.clone();
+            return Err(LabError::Setup(format!(
+                "{label} exited at its start: {}",
+                last_lines(&log, 3)
+            )));
+        }
     }
     Ok(())
+}
+
+/// The last `n` non-empty lines of a file, on one line (for an error message).
+fn last_lines(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    match lines.len() {
+        0 => format!("{} is empty", path.display()),
+        k => lines[k.saturating_sub(n)..].join(" | "),
+    }
 }
 
 fn kind_name(k: AppKind) -> &'static str {
@@ -327,13 +379,13 @@ pub fn client_args(spec: &AppSpec, ip: &str, secs: f64, dir: &Path) -> Vec<Strin
     match spec.kind {
         AppKind::Ftp => vec![
             "curl".into(),
-            "-s".into(),
+            "-sS".into(),
             "-o".into(),
             "/dev/null".into(),
             "--max-time".into(),
             format!("{:.1}", secs.max(1.0)),
             "-w".into(),
-            "%{size_download} %{speed_download}\\n".into(),
+            "%{size_download} %{speed_download} %{exitcode}\\n".into(),
             format!("ftp://{ip}/file"),
         ],
         AppKind::Http => {
@@ -461,6 +513,33 @@ pub struct AppResult {
     pub error: Option<String>,
 }
 
+/// What curl printed (`-w "%{size_download} %{speed_download} %{exitcode}"`, after its own
+/// error lines): bytes and Mbit/s, or why the download failed. Exit 28 is its time limit, the
+/// way every download of a run ends.
+pub fn parse_curl(text: &str) -> Result<(u64, f64), String> {
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let w: Vec<&str> = last.split_whitespace().collect();
+    let (Some(bytes), Some(speed), Some(code)) = (
+        w.first().and_then(|b| b.parse::<u64>().ok()),
+        w.get(1).and_then(|s| s.parse::<f64>().ok()),
+        w.get(2).and_then(|c| c.parse::<u32>().ok()),
+    ) else {
+        return Err(format!("curl printed {:?}", text.trim()));
+    };
+    if !(code == 0 || code == 28) || bytes == 0 {
+        let why = text
+            .lines()
+            .find(|l| l.starts_with("curl:"))
+            .unwrap_or(last);
+        return Err(format!("curl exit {code} after {bytes} bytes: {why}"));
+    }
+    Ok((bytes, speed * 8.0 / 1e6))
+}
+
 /// An app client of the run: its VM, kind, when it started (s) and its log.
 pub type AppLog = (String, AppKind, f64, PathBuf);
 
@@ -479,19 +558,16 @@ pub fn results(logs: &[AppLog]) -> Vec<AppResult> {
             };
             let text = std::fs::read_to_string(log).unwrap_or_default();
             match kind {
-                AppKind::Ftp => {
-                    let w: Vec<&str> = text.split_whitespace().collect();
-                    match (w.first(), w.get(1)) {
-                        (Some(b), Some(s)) => {
-                            r.bytes = b.parse().ok();
-                            r.mbit_s = s.parse::<f64>().ok().map(|bps| bps * 8.0 / 1e6);
-                        }
-                        _ => r.error = Some(format!("curl printed {text:?}")),
+                AppKind::Ftp => match parse_curl(&text) {
+                    Ok((bytes, mbit_s)) => {
+                        r.bytes = Some(bytes);
+                        r.mbit_s = Some(mbit_s);
                     }
-                }
+                    Err(e) => r.error = Some(e),
+                },
                 AppKind::Http => match parse_wrk(&text) {
                     Ok(s) => r.http = Some(s),
-                    Err(e) => r.error = Some(e),
+                    Err(e) => r.error = Some(format!("{e}: {}", last_lines(log, 1))),
                 },
             }
             r

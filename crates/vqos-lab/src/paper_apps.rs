@@ -3,9 +3,11 @@
 //! ("native"), with the paper's claims checked.
 //!
 //! ## Behavior
-//! - Each run's `results.json` gives its FTP servers' phase-2 rate against phase 1 and against
-//!   their max (the `phases` rows), and its nginx servers' wrk latency (`apps`: the mean over
-//!   the servers of each statistic).
+//! - Each vqosd run's `results.json` gives its FTP servers' phase-2 rate against phase 1 and
+//!   against their reference (their max here: the `phases` rows), and its nginx servers' wrk
+//!   latency (`apps`: the mean over the servers of each statistic). A server whose test had
+//!   errors (wrk's socket errors or non-2xx answers) or no answer at all is left out and named
+//!   under the table: its latency would not be a response time.
 //! - The paper's response-time claims are read at the median: "doubled compared to native"
 //!   under the policer, "50 % additional latency is reduced" under C2TB and "more than 80 %"
 //!   with HBS. Each is held to half of the paper's effect (the rule of the C2QoS Fig. 6 files):
@@ -15,6 +17,7 @@
 use std::fmt::Write as _;
 
 use crate::paper::PaperRun;
+use crate::topo::Baseline;
 
 /// The experiment this section belongs to.
 pub const APPS_PAPER: &str = "c2qos-fig6fg";
@@ -24,8 +27,10 @@ pub const APPS_PAPER: &str = "c2qos-fig6fg";
 pub struct FileApps {
     /// The FTP servers' phase-2 rate over their phase-1 rate (mean of the servers).
     pub ftp_kept: Option<f64>,
-    /// The FTP servers' phase-2 rate over their max (mean of the servers).
+    /// The FTP servers' phase-2 rate over their reference allocation (mean of the servers).
     pub ftp_of_max: Option<f64>,
+    /// The nginx servers left out: their test had errors or no answer.
+    pub web_failed: Vec<String>,
     /// The nginx servers' requests a second (sum), and their latency statistics (mean over the
     /// servers): mean, p50, p90, p99, µs.
     pub web_rps: Option<f64>,
@@ -53,21 +58,23 @@ pub fn file_apps(results: &serde_json::Value) -> FileApps {
         .collect();
     let phases = results["phases"].as_array().cloned().unwrap_or_default();
     let rate = |p: usize, vm: &str| phases.get(p)?["vifs"][vm]["mean_bps"].as_f64();
-    let max = |vm: &str| phases.get(1)?["vifs"][vm]["expected_bps"].as_f64();
+    let reference = |vm: &str| phases.get(1)?["vifs"][vm]["expected_bps"].as_f64();
     let kept: Vec<f64> = ftp
         .iter()
         .filter_map(|vm| Some(rate(1, vm)? / rate(0, vm).filter(|r| *r > 0.0)?))
         .collect();
     let of_max: Vec<f64> = ftp
         .iter()
-        .filter_map(|vm| Some(rate(1, vm)? / max(vm).filter(|m| *m > 0.0)?))
+        .filter_map(|vm| Some(rate(1, vm)? / reference(vm).filter(|m| *m > 0.0)?))
         .collect();
-    let http: Vec<&serde_json::Value> = apps
+    let answered = |h: &serde_json::Value| {
+        h["errors"].as_u64() == Some(0) && h["requests"].as_u64().is_some_and(|n| n > 0)
+    };
+    let (http, failed): (Vec<_>, Vec<_>) = apps
         .iter()
         .filter(|a| a["kind"] == "http")
-        .map(|a| &a["http"])
-        .filter(|h| h.is_object())
-        .collect();
+        .partition(|a| answered(&a["http"]));
+    let http: Vec<&serde_json::Value> = http.iter().map(|a| &a["http"]).collect();
     let stat = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
         mean(&http.iter().filter_map(|h| f(h)).collect::<Vec<_>>())
     };
@@ -81,6 +88,10 @@ pub fn file_apps(results: &serde_json::Value) -> FileApps {
         }
     };
     FileApps {
+        web_failed: failed
+            .iter()
+            .map(|a| a["vm"].as_str().unwrap_or("?").to_string())
+            .collect(),
         ftp_kept: mean(&kept),
         ftp_of_max: mean(&of_max),
         web_rps: (!http.is_empty()).then(|| {
@@ -149,7 +160,8 @@ pub fn verdicts(
 pub fn section_md(runs: &[PaperRun]) -> String {
     let by = |suffix: &str| {
         runs.iter()
-            .filter(|r| r.engine.is_none() && r.stem.ends_with(suffix))
+            .filter(|r| r.baseline == Baseline::Vqos && r.engine.is_none())
+            .filter(|r| r.stem.ends_with(suffix))
             .find_map(|r| r.result.as_ref().ok())
             .map(file_apps)
     };
@@ -161,7 +173,7 @@ pub fn section_md(runs: &[PaperRun]) -> String {
     ];
     let mut s = String::from(
         "\n## C2QoS Fig. 6(f)-(g): FTP and nginx servers\n\n| run | FTP phase 2 / phase 1 | FTP \
-         phase 2 / max | nginx requests/s | mean µs | p50 µs | p90 µs | p99 µs |\n\
+         phase 2 / reference | nginx requests/s | mean µs | p50 µs | p90 µs | p99 µs |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (name, f) in &files {
@@ -179,6 +191,15 @@ pub fn section_md(runs: &[PaperRun]) -> String {
             us(f.web_p90_us),
             us(f.web_p99_us)
         );
+    }
+    for (name, f) in &files {
+        if let Some(f) = f.as_ref().filter(|f| !f.web_failed.is_empty()) {
+            let _ = writeln!(
+                s,
+                "\n{name}: left out, errors or no answer: {}.",
+                f.web_failed.join(", ")
+            );
+        }
     }
     let p50 = |i: usize| files[i].1.as_ref().and_then(|f| f.web_p50_us);
     s.push_str("\n| the paper (§VI-B, Fig. 6(g)) | measured | verdict |\n|---|---|---|\n");
@@ -212,10 +233,15 @@ mod tests {
             "apps": [
                 {"vm": "ftp1", "kind": "ftp"}, {"vm": "ftp2", "kind": "ftp"},
                 {"vm": "web1", "kind": "http", "http": {"requests_per_s": 1000.0, "mean_us": 300.0,
+                    "errors": 0, "requests": 10,
                     "percentiles_us": [[50.0, p50s[0]], [90.0, 500.0], [99.0, 900.0]]}},
                 {"vm": "web2", "kind": "http", "http": {"requests_per_s": 3000.0, "mean_us": 500.0,
+                    "errors": 0, "requests": 30,
                     "percentiles_us": [[50.0, p50s[1]], [90.0, 700.0], [99.0, 1100.0]]}},
-                {"vm": "web3", "kind": "http", "error": "no wrk summary"}
+                {"vm": "web3", "kind": "http", "error": "no wrk summary"},
+                {"vm": "web4", "kind": "http", "http": {"requests_per_s": 9e5, "mean_us": 9.0,
+                    "errors": 7, "requests": 900,
+                    "percentiles_us": [[50.0, 1.0], [90.0, 1.0], [99.0, 1.0]]}}
             ]
         })
     }
@@ -230,6 +256,8 @@ mod tests {
             (f.web_mean_us, f.web_p50_us, f.web_p90_us, f.web_p99_us),
             (Some(400.0), Some(300.0), Some(600.0), Some(1000.0))
         );
+        // web3 had no summary, web4 answered with errors (e.g. 403s): neither is averaged.
+        assert_eq!(f.web_failed, ["web3", "web4"]);
         assert_eq!(file_apps(&serde_json::json!({})), FileApps::default());
     }
 
@@ -240,7 +268,7 @@ mod tests {
         let ok: Vec<Option<bool>> = v.iter().map(|x| x.2).collect();
         assert_eq!(ok, [Some(true), Some(true), Some(true)]);
         assert_eq!(v[2].1, "10 % of the policer's added latency");
-        // tcm 140 (1.4×) is not "doubled"; C2TB at 180 keeps 80 % of it; HBS at 130 75 %.
+        // tcm 140 (1.4×) is not "doubled"; C2TB at 132 keeps 80 % of it; HBS at 130 75 %.
         let v = verdicts(Some(100.0), Some(140.0), Some(132.0), Some(130.0));
         let ok: Vec<Option<bool>> = v.iter().map(|x| x.2).collect();
         assert_eq!(ok, [Some(false), Some(false), Some(false)]);
@@ -262,11 +290,15 @@ mod tests {
             dir: "d".into(),
             result: Ok(results([(160e6, 160e6), (160e6, 160e6)], [p50, p50])),
         };
+        let mut htb = run("c2qos-fig6fg-tcm", 1.0);
+        htb.baseline = crate::topo::Baseline::Htb;
         let md = section_md(&[
+            htb,
             run("c2qos-fig6fg-native", 100.0),
             run("c2qos-fig6fg-tcm", 250.0),
             run("c2qos-fig6fg-c2qos", 175.0),
         ]);
+        // vqosd's runs only: the htb run of the same file is not read.
         assert!(md.contains("| `tcm` (the policer) | 100.0 % | 100.0 % | 4000 | 400 | 250 |"));
         assert!(md.contains("| `c2qos` + HBS | – | – |"), "{md}");
         assert!(md.contains("| 2.50 × native | met |"), "{md}");

@@ -21,7 +21,9 @@ use crate::LabError;
 
 mod generators;
 
-use generators::{discard_socket, flood_failed, iperf_args, start_flood, Client, Generator, Load};
+use generators::{
+    discard_socket, flood_failed, iperf_args, start_app, start_flood, Client, Generator, Load,
+};
 
 /// First iperf3 server port; VM `i` uses `BASE + 2i` and `BASE + 2i + 1` (alternately, so a
 /// restarted client never meets a server still busy with the previous test).
@@ -313,10 +315,14 @@ fn drive(
         }
     }
     // The apps' servers in their VMs (`[[app]]`).
+    let app_scratch = std::env::temp_dir().join(format!("vqos-lab-apps-{}", topo.prefix));
+    if !app_specs.is_empty() {
+        cleanup.dirs.push(app_scratch.clone());
+    }
     app::start_servers(
         app_specs,
-        &topo.vm_ns,
-        &topo.vm_ip,
+        (&topo.vm_ns, &topo.vm_ip),
+        &app_scratch,
         &logs.join("apps"),
         cleanup,
     )?;
@@ -380,7 +386,10 @@ fn drive(
                     topo.set_policy(i, &sc.vms[i].name, &s.policy)?;
                     policies[i] = s.policy.clone();
                 }
-                let want = sc.active_at(i, t).then(|| Load::of(s));
+                let app = app_specs.iter().find(|a| a.vm_index == i);
+                // An app's client runs on through its VM's events (they change its policy).
+                let load = |s| Load::of(if app.is_some() { &sc.vms[i].initial } else { s });
+                let want = sc.active_at(i, t).then(|| load(s));
                 let same = match (&clients[i], &want) {
                     (Some(c), Some(w)) => c.load == *w,
                     (None, None) => true,
@@ -396,20 +405,12 @@ fn drive(
                         let k = restarts[i] % 2;
                         restarts[i] += 1;
                         let secs = (*stop.min(&sc.duration_ns) - t) as f64 / 1e9 + 1.0;
-                        let app = app_specs.iter().find(|a| a.vm_index == i);
                         let generator = if let Some(a) = app {
-                            // The app's client, for exactly the VM's active time.
-                            let args =
-                                app::client_args(a, &topo.vm_ip[i], secs - 1.0, &logs.join("apps"));
-                            let args: Vec<&str> = args.iter().map(String::as_str).collect();
                             let log = logs.join(format!("app-{}-{}.log", a.vm, restarts[i]));
                             app_logs.push((a.vm.clone(), a.kind, t as f64 / 1e9, log.clone()));
-                            Generator::App(spawn(
-                                &format!("{} client {}", args[0], a.vm),
-                                Some(&topo.sink_ns),
-                                &args,
-                                Some(&log),
-                            )?)
+                            // For exactly the VM's active time.
+                            let to = (topo.sink_ns.as_str(), topo.vm_ip[i].as_str());
+                            start_app(a, to, secs - 1.0, &app_scratch, &log)?
                         } else if load.traffic == Traffic::Udp {
                             let (from_ns, to_ip) = if sc.is_download(i) {
                                 (&topo.sink_ns, &topo.vm_ip[i])

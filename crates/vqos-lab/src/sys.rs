@@ -91,6 +91,10 @@ pub struct Proc {
     pub label: String,
     /// The child handle (None once reaped).
     child: Option<Child>,
+    /// Whether [`Proc::stop`] signals its whole process group (the child and what it forked:
+    /// a server's workers), not only the child. Every child is the leader of a group of its
+    /// own ([`spawn`]), so the group is this run's processes alone.
+    group: bool,
 }
 
 impl Proc {
@@ -107,27 +111,60 @@ impl Proc {
         }
     }
 
-    /// Stops it: SIGTERM, up to `grace`, then SIGKILL; always reaped. By PID only.
+    /// From now on [`Proc::stop`] signals the child's whole process group (a server that
+    /// forks workers).
+    pub fn stop_group(mut self) -> Proc {
+        self.group = true;
+        self
+    }
+
+    /// Sends `sig` to the child (its group, with [`Proc::stop_group`]) unless it was reaped.
+    pub fn signal(&mut self, sig: libc::c_int) {
+        let Some(c) = &mut self.child else {
+            return;
+        };
+        if let Ok(pid) = libc::pid_t::try_from(c.id()) {
+            let target = if self.group { -pid } else { pid };
+            // SAFETY: kill(2) on our own unreaped child, or on the process group it leads
+            // (made by `spawn`); neither can have been reused while the child is unreaped.
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+
+    /// Stops it: SIGTERM, up to `grace`, then SIGKILL; always reaped. By PID only (or the
+    /// child's own process group, [`Proc::stop_group`]).
     pub fn stop(&mut self, grace: Duration) {
-        let Some(mut c) = self.child.take() else {
+        let Some(c) = &mut self.child else {
             return;
         };
         if let Ok(Some(_)) = c.try_wait() {
+            if self.group {
+                // The leader is gone; what it forked may not be.
+                self.signal(libc::SIGKILL);
+            }
+            self.child = None;
             return;
         }
-        if let Ok(pid) = libc::pid_t::try_from(c.id()) {
-            // SAFETY: kill(2) on the PID of our own unreaped child (it cannot have been reused).
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
+        self.signal(libc::SIGTERM);
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
+        let mut reaped = false;
+        while !reaped && Instant::now() < deadline {
+            reaped = self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if !reaped {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = c.kill();
-        let _ = c.wait();
+        // A reaped child's PID may be reused: only its group (kept alive by what it forked,
+        // if anything) is signalled then.
+        if !reaped || self.group {
+            self.signal(libc::SIGKILL);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
     }
 }
 
@@ -182,6 +219,7 @@ pub fn spawn(
     Ok(Proc {
         label: label.to_string(),
         child: Some(child),
+        group: false,
     })
 }
 

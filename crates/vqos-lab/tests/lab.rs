@@ -583,11 +583,34 @@ fn ftp_and_http_servers_in_the_vms_carry_their_traffic() {
         SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
         vqos_testkit::machine_lock(),
     );
-    let out = tempfile::tempdir().unwrap();
+    // nginx's workers and vsftpd's sessions are not this process's children: count the
+    // servers' processes by name, before and after (another nginx on the host stays as it was).
+    let servers = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                (cmd.starts_with("nginx") || cmd.contains("vsftpd"))
+                    .then(|| format!("{} {cmd}", e.file_name().to_string_lossy()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = servers();
+    // A relative output directory, as the docs' commands give it: the servers are given
+    // absolute paths all the same (nginx reads relative ones against its own prefix).
+    let out = tempfile::tempdir_in(".").unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let rel = out.path().strip_prefix(&cwd).unwrap_or(out.path());
+    assert!(rel.is_relative(), "{rel:?}");
     let mut opts = LabOptions::new(&file);
-    opts.out_dir = Some(out.path().to_path_buf());
+    opts.out_dir = Some(rel.to_path_buf());
     let outcome = run_lab(&opts).expect("lab run");
     assert_eq!(leftovers(), Vec::<String>::new(), "nothing survives a run");
+    assert_eq!(servers(), before, "a server's process survived the run");
 
     let ftp = outcome.apps.iter().find(|a| a.vm == "ftp").expect("ftp");
     assert!(ftp.error.is_none(), "{ftp:?}");

@@ -55,7 +55,11 @@ fn bad_apps_are_refused_with_the_reason() {
         ),
         (
             "[[app]]\nvm = \"vm1\"\nkind = \"http\"\nconnections = 0\n",
-            "1..=10000",
+            "expected 1..=1000",
+        ),
+        (
+            "[[app]]\nvm = \"vm1\"\nkind = \"http\"\nconnections = 1001\n",
+            "expected 1..=1000",
         ),
         (
             "[[app]]\nvm = \"vm1\"\nkind = \"http\"\nport = 1\n",
@@ -139,7 +143,7 @@ fn clients_run_for_the_vms_active_time() {
     let f = parse("[[app]]\nvm = \"vm1\"\nkind = \"ftp\"\n").unwrap();
     let args = client_args(&f[0], "10.0.0.1", 20.0, d).join(" ");
     assert!(
-        args.starts_with("curl -s -o /dev/null --max-time 20.0")
+        args.starts_with("curl -sS -o /dev/null --max-time 20.0")
             && args.ends_with("ftp://10.0.0.1/file"),
         "{args}"
     );
@@ -150,27 +154,61 @@ fn server_configs_listen_on_the_vms_address_only() {
     let v = vsftpd_conf("10.9.0.1", Path::new("/r"), Path::new("/e"));
     assert!(v.contains("listen_address=10.9.0.1\n") && v.contains("anon_root=/r\n"));
     assert!(v.contains("write_enable=NO\n") && v.contains("background=NO\n"));
-    let n = nginx_conf("10.9.0.1", Path::new("/d"));
+    let n = nginx_conf("10.9.0.1", Path::new("/d"), Path::new("/l/e.log"));
     assert!(n.contains("listen 10.9.0.1:80;") && n.contains("daemon off;"));
     assert!(n.contains("root /d/www;") && n.contains("pid /d/nginx.pid;"));
+    assert!(n.contains("error_log /l/e.log warn;"), "{n}");
 }
 
 #[test]
 fn results_read_each_clients_log() {
     let dir = tempfile::tempdir().unwrap();
     let ftp = dir.path().join("ftp.log");
-    std::fs::write(&ftp, "1367343104 455781946\n").unwrap();
+    std::fs::write(&ftp, "1367343104 455781946 28\n").unwrap();
     let bad = dir.path().join("http.log");
-    std::fs::write(&bad, "unable to connect\n").unwrap();
+    std::fs::write(
+        &bad,
+        "unable to connect to 10.0.0.2:80 Connection refused\n",
+    )
+    .unwrap();
+    let refused = dir.path().join("ftp2.log");
+    let curl_err = "curl: (7) Failed to connect to 10.0.0.3 port 21: Connection refused\n0 0 7\n";
+    std::fs::write(&refused, curl_err).unwrap();
     let r = results(&[
         ("vm1".into(), AppKind::Ftp, 0.0, ftp),
         ("vm2".into(), AppKind::Http, 5.0, bad),
+        ("vm3".into(), AppKind::Ftp, 0.0, refused),
     ]);
     assert_eq!(r[0].bytes, Some(1_367_343_104));
     assert!((r[0].mbit_s.unwrap() - 3646.26).abs() < 0.01);
-    assert!(r[1].http.is_none() && r[1].error.is_some());
+    assert!(r[1].http.is_none());
+    assert!(
+        r[1].error.as_ref().unwrap().contains("Connection refused"),
+        "{:?}",
+        r[1]
+    );
+    // A refused download is an error, not 0 bytes at 0 Mbit/s.
+    assert!(r[2].bytes.is_none(), "{:?}", r[2]);
+    let e = r[2].error.as_ref().unwrap();
+    assert!(
+        e.contains("curl exit 7 after 0 bytes") && e.contains("port 21"),
+        "{e}"
+    );
     let t = report_table(&r);
     assert!(t.contains("| vm1 | ftp | 0.0 | 3646.3 |"), "{t}");
     assert!(t.contains("vm2: no wrk summary"), "{t}");
     assert!(report_table(&[]).is_empty());
+}
+
+#[test]
+fn curl_ends_by_its_time_limit_or_is_an_error() {
+    assert_eq!(parse_curl("1000 125000 0\n").unwrap(), (1000, 1.0));
+    assert_eq!(parse_curl("2000 250000 28\n").unwrap(), (2000, 2.0));
+    // Ended early with data: an error all the same (the server went away).
+    let e = parse_curl("curl: (56) Recv failure\n500 100 56\n").unwrap_err();
+    assert!(e.contains("exit 56") && e.contains("Recv failure"), "{e}");
+    assert!(parse_curl("0 0 28\n")
+        .unwrap_err()
+        .contains("after 0 bytes"));
+    assert!(parse_curl("").is_err() && parse_curl("1 2\n").is_err());
 }

@@ -2,7 +2,7 @@
 //! sockets the floods end in.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use vqos_probe::flood::{self, run_flood, FloodConfig, FloodSummary};
 use vqos_sim::scenario::{Traffic, VmSettings};
 
+use crate::app::{self, AppSpec};
 use crate::sys::{self, Proc};
 use crate::LabError;
 
@@ -83,7 +84,7 @@ impl Generator {
                 while !p.exited() && std::time::Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                p.stop(Duration::from_secs(1));
+                Self::interrupt(p);
                 Ok(())
             }
             Generator::Flood { stop, thread, log } => {
@@ -106,11 +107,50 @@ impl Generator {
     }
 }
 
+impl Generator {
+    /// Ends an app's client now: SIGINT first (wrk prints its summary on it), then SIGTERM.
+    fn interrupt(p: &mut Proc) {
+        if !p.exited() {
+            p.signal(libc::SIGINT);
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            while !p.exited() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        p.stop(Duration::from_millis(500));
+    }
+}
+
 impl Drop for Generator {
     fn drop(&mut self) {
-        // On an error path the run already fails; the flood's own error is in its log.
-        let _ = self.stop();
+        match self {
+            // An error path or an interrupt: no grace for a client that runs for minutes.
+            Generator::App(p) => Self::interrupt(p),
+            // On an error path the run already fails; the flood's own error is in its log.
+            _ => {
+                let _ = self.stop();
+            }
+        }
     }
+}
+
+/// An app's client (`[[app]]`) in the sink namespace `ns`, against its server at `ip`, for
+/// `secs`; its output goes to `log`.
+pub(super) fn start_app(
+    a: &AppSpec,
+    (ns, ip): (&str, &str),
+    secs: f64,
+    scratch: &Path,
+    log: &Path,
+) -> Result<Generator, LabError> {
+    let args = app::client_args(a, ip, secs, scratch);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(Generator::App(sys::spawn(
+        &format!("{} client {}", args[0], a.vm),
+        Some(ns),
+        &args,
+        Some(log),
+    )?))
 }
 
 pub(super) fn flood_failed(vm: &str, e: String) -> LabError {
