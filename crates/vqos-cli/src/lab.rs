@@ -98,6 +98,12 @@ struct PaperArgs {
     /// `vqos lab publish OUT --docs DOCS` does.
     #[arg(long, value_name = "DOCS")]
     docs: Option<std::path::PathBuf>,
+    /// Run each scenario file under each switch N times; the summary gives each rate's mean
+    /// and range (`mean [min–max]`) and each run's checks. The sweeps (ancs-fig8,
+    /// ancs-table1-2) and the real load run once.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    runs: u32,
 }
 
 #[derive(Args, Debug)]
@@ -212,6 +218,7 @@ fn paper(p: PaperArgs) -> Result<()> {
         vqosd_bin: None,
         progress: true,
         scenarios_dir: None,
+        repeats: p.runs,
     };
     install_interrupt_handler();
     let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
@@ -219,6 +226,12 @@ fn paper(p: PaperArgs) -> Result<()> {
 }
 
 fn paper_all(p: PaperArgs) -> Result<()> {
+    if p.sim_only && p.runs > 1 {
+        let msg = "--runs repeats lab runs; with --sim-only there are none (the simulator gives \
+                   the same numbers every time)"
+            .to_string();
+        return Err(crate::exit::UsageError(msg).into());
+    }
     let baselines = p
         .baseline
         .iter()
@@ -240,6 +253,9 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     if p.sim_only {
         command.push_str(" --sim-only");
     }
+    if p.runs > 1 {
+        command.push_str(&format!(" --runs {}", p.runs));
+    }
     let opts = AllOptions {
         baselines,
         out_dir: out.clone(),
@@ -250,6 +266,7 @@ fn paper_all(p: PaperArgs) -> Result<()> {
         sim_only: p.sim_only,
         only: p.only.clone(),
         command,
+        repeats: p.runs,
     };
     install_interrupt_handler();
     let md = run_all(&opts).context("vqos lab paper all")?;

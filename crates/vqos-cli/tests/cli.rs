@@ -274,6 +274,16 @@ fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
     assert!(out.join("img/fairness-fluctuating-policer.svg").is_file());
     let o = vqos(&["lab", "paper", "ancs-fig5", "--sim-only"]);
     assert_eq!(o.status.code(), Some(2), "--sim-only needs all");
+    // Repeats are lab runs: none with --sim-only, at least one otherwise.
+    let o = vqos(&["lab", "paper", "all", "--sim-only", "--runs", "3"]);
+    assert_eq!(o.status.code(), Some(2), "--runs with --sim-only");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--runs repeats lab runs"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = vqos(&["lab", "paper", "ancs-fig5", "--runs", "0"]);
+    assert_eq!(o.status.code(), Some(2), "--runs 0");
     // Publishing into a docs directory: the page and its plots, links under img/sim/.
     let docs = out.join("docs");
     let o = vqos(&[

@@ -34,6 +34,9 @@ use crate::variant::{variants, Variant};
 use crate::LabError;
 use vqos_sched::EngineKind;
 
+mod sweeps;
+use sweeps::{sweep_cpu, sweep_latency};
+
 /// The experiments `vqos lab paper` knows, with their scenario files (empty: a sweep).
 pub const PAPERS: &[(&str, &[&str])] = &[
     ("ancs-fig4", &["ancs-fig4.toml"]),
@@ -155,6 +158,9 @@ pub struct PaperOptions {
     pub progress: bool,
     /// The scenarios directory (default `scenarios/` here, else the workspace's).
     pub scenarios_dir: Option<PathBuf>,
+    /// Lab runs of each scenario file and switch (at least 1): the summary shows their mean
+    /// and range. The sweeps and the real load run once.
+    pub repeats: u32,
 }
 
 /// `rel` (a path in the repository) under the current directory when `probe` (a file under
@@ -299,6 +305,8 @@ pub struct PaperRun {
     pub engine: Option<EngineKind>,
     /// The papers' algorithms as written, or the scenario's own choice.
     pub algorithms: vqos_sched::Variant,
+    /// Which repeat of the file and switch this is, from 1 ([`PaperOptions::repeats`]).
+    pub repeat: u32,
     /// Its directory.
     pub dir: PathBuf,
     /// Its `results.json`, or why it failed.
@@ -364,39 +372,14 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
         }
         _ => {
             let dir = opts.scenarios_dir.clone().unwrap_or_else(scenarios_dir);
-            md.push_str("| run | baseline | expectations passed | vqosd CPU % | softirq CPU % | directory |\n|---|---|---|---:|---:|---|\n");
+            md.push_str(RUNS_TABLE_HEAD);
             for f in *files {
                 let stem = f.trim_end_matches(".toml");
                 for v in variants(f, &baselines) {
-                    let name = format!("{stem}{}", v.suffix());
-                    let label = v.label();
-                    let res = one_variant(opts, &dir.join(f), v, out.join(&name));
-                    let result = match res {
-                        Ok(o) => {
-                            let pass = o.report.checks.iter().filter(|c| c.pass).count();
-                            let _ = writeln!(
-                                md,
-                                "| {stem} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
-                                o.report.checks.len(),
-                                o.vqosd_percent,
-                                o.softirq_percent
-                            );
-                            Ok(o.results)
-                        }
-                        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-                        Err(e) => {
-                            let _ = writeln!(md, "| {stem} | {label} | failed: {e} | | | |");
-                            Err(error_chain(&e))
-                        }
-                    };
-                    runs.push(PaperRun {
-                        stem: stem.to_string(),
-                        baseline: v.baseline,
-                        engine: v.engine,
-                        algorithms: v.algorithms,
-                        dir: out.join(&name),
-                        result,
-                    });
+                    for repeat in 1..=opts.repeats.max(1) {
+                        let run = one_file_run(opts, &dir.join(f), stem, v, repeat, &mut md)?;
+                        runs.push(run);
+                    }
                 }
             }
             if opts.name == crate::paper_apps::APPS_PAPER {
@@ -417,6 +400,57 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
     })
 }
 
+/// The head of an experiment's table of runs.
+const RUNS_TABLE_HEAD: &str =
+    "| run | baseline | expectations passed | vqosd CPU % | softirq CPU % \
+                               | directory |\n|---|---|---|---:|---:|---|\n";
+
+/// Runs repeat `repeat` of scenario file `file` under variant `v`, adds its row to `md`.
+/// Only an interrupt is an error; a failed run is recorded in the returned run.
+fn one_file_run(
+    opts: &PaperOptions,
+    file: &Path,
+    stem: &str,
+    v: Variant,
+    repeat: u32,
+    md: &mut String,
+) -> Result<PaperRun, LabError> {
+    let mut name = format!("{stem}{}", v.suffix());
+    let mut run = stem.to_string();
+    if opts.repeats > 1 {
+        let _ = write!(name, "-run{repeat}");
+        let _ = write!(run, " #{repeat}");
+    }
+    let label = v.label();
+    let result = match one_variant(opts, file, v, opts.out_dir.join(&name)) {
+        Ok(o) => {
+            let pass = o.report.checks.iter().filter(|c| c.pass).count();
+            let _ = writeln!(
+                md,
+                "| {run} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
+                o.report.checks.len(),
+                o.vqosd_percent,
+                o.softirq_percent
+            );
+            Ok(o.results)
+        }
+        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+        Err(e) => {
+            let _ = writeln!(md, "| {run} | {label} | failed: {e} | | | |");
+            Err(error_chain(&e))
+        }
+    };
+    Ok(PaperRun {
+        stem: stem.to_string(),
+        baseline: v.baseline,
+        engine: v.engine,
+        algorithms: v.algorithms,
+        repeat,
+        dir: opts.out_dir.join(&name),
+        result,
+    })
+}
+
 /// An error with its sources, on one line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -426,141 +460,6 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         src = x.source();
     }
     s
-}
-
-fn sweep_cpu(opts: &PaperOptions, baselines: &[Baseline], md: &mut String) -> Result<(), LabError> {
-    let out = &opts.out_dir;
-    let mut csv = String::from(
-        "vms,baseline,switch_cpu_percent,vqosd_percent,softirq_percent,aggregate_mbps\n",
-    );
-    let mut series: Vec<Series> = baselines
-        .iter()
-        .map(|b| (b.to_string(), Vec::new()))
-        .collect();
-    md.push_str("Switch CPU (% of one core; vqos = vqosd + softirq, kernel baselines = softirq) and aggregate Mbit/s, one run each.\n\n| VMs |");
-    for b in baselines {
-        let _ = write!(md, " {b} CPU | {b} Mbit/s |");
-    }
-    md.push_str("\n|---|");
-    for _ in baselines {
-        md.push_str("---:|---:|");
-    }
-    md.push('\n');
-    for n in 1..=8usize {
-        let file = out.join(format!("scenarios/ancs-fig8-{n}vms.toml"));
-        write(&file, &cpu_scenario(n, 8))?;
-        let _ = write!(md, "| {n} |");
-        for (k, &b) in baselines.iter().enumerate() {
-            match one_run(opts, &file, b, out.join(format!("{n}vms-{b}"))) {
-                Ok(o) => {
-                    let cpu = switch_cpu(b, &o);
-                    let agg = o.report.phases.first().map_or(0.0, |p| p.aggregate_bps) / 1e6;
-                    series[k].1.push((n as f64, cpu));
-                    let _ = writeln!(
-                        csv,
-                        "{n},{b},{cpu:.2},{:.2},{:.2},{agg:.1}",
-                        o.vqosd_percent, o.softirq_percent
-                    );
-                    let _ = write!(md, " {cpu:.1} | {agg:.0} |");
-                }
-                Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-                Err(e) => {
-                    let _ = write!(md, " failed: {e} | |");
-                }
-            }
-        }
-        md.push('\n');
-    }
-    write(&out.join("cpu.csv"), &csv)?;
-    write(
-        &out.join("cpu.svg"),
-        &line_svg(
-            "ANCS Fig. 8: switch CPU vs number of VMs",
-            "VMs",
-            "% of one core",
-            &series,
-        ),
-    )?;
-    md.push_str("\n![cpu](cpu.svg)\n");
-    Ok(())
-}
-
-fn sweep_latency(
-    opts: &PaperOptions,
-    baselines: &[Baseline],
-    md: &mut String,
-) -> Result<(), LabError> {
-    let out = &opts.out_dir;
-    let mut csv =
-        String::from("vms,baseline,protocol,samples,lost,p50_us,p99_us,p999_us,aggregate_mbps\n");
-    let mut series: Vec<Series> = Vec::new();
-    for b in baselines {
-        for p in ["udp", "tcp"] {
-            series.push((format!("{b} {p} p99"), Vec::new()));
-        }
-    }
-    md.push_str(
-        "RTT in µs from a probe VM (64-byte UDP and TCP request/response, 500/s each) while N \
-         VMs send greedy TCP in MTU frames (weight 1, 940 Mbit/s, `tso = false`), one run each; p50 / p99 over the run \
-         minus its 2 s settle.\n\n| VMs | baseline | UDP p50 | UDP p99 | TCP p50 | TCP p99 | lost | aggregate Mbit/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
-    );
-    let f = |v: Option<f64>| v.map_or("–".into(), |x| format!("{x:.0}"));
-    // N = 0: the probe alone, the paper's idle baseline.
-    for n in 0..=5usize {
-        let file = out.join(format!("scenarios/ancs-table1-2-{n}vms.toml"));
-        write(&file, &latency_scenario(n, 10))?;
-        for (k, &b) in baselines.iter().enumerate() {
-            match one_run(opts, &file, b, out.join(format!("{n}vms-{b}"))) {
-                Ok(o) => {
-                    let agg = o.report.phases.first().map_or(0.0, |p| p.aggregate_bps) / 1e6;
-                    let mut cells = Vec::new();
-                    let mut lost = 0;
-                    for (j, pr) in o.latency.iter().enumerate() {
-                        let ph = pr.phases.first();
-                        let p50 = ph.and_then(|p| p.p50_us);
-                        let p99 = ph.and_then(|p| p.p99_us);
-                        lost += ph.map_or(0, |p| p.lost);
-                        cells.push(f(p50));
-                        cells.push(f(p99));
-                        if let (Some(v), Some(s)) = (p99, series.get_mut(2 * k + j)) {
-                            s.1.push((n as f64, v));
-                        }
-                        let _ = writeln!(
-                            csv,
-                            "{n},{b},{},{},{},{},{},{},{agg:.1}",
-                            pr.protocol,
-                            ph.map_or(0, |p| p.samples),
-                            ph.map_or(0, |p| p.lost),
-                            f(p50),
-                            f(p99),
-                            f(ph.and_then(|p| p.p999_us))
-                        );
-                    }
-                    let _ = writeln!(
-                        md,
-                        "| {n} | {b} | {} | {lost} | {agg:.0} |",
-                        cells.join(" | ")
-                    );
-                }
-                Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-                Err(e) => {
-                    let _ = writeln!(md, "| {n} | {b} | failed: {e} | | | | | |");
-                }
-            }
-        }
-    }
-    write(&out.join("latency.csv"), &csv)?;
-    write(
-        &out.join("latency.svg"),
-        &line_svg(
-            "ANCS Tables 1-2: probe p99 RTT vs number of loading VMs",
-            "VMs loading the link",
-            "p99 RTT (µs)",
-            &series,
-        ),
-    )?;
-    md.push_str("\n![latency](latency.svg)\n");
-    Ok(())
 }
 
 #[cfg(test)]
@@ -609,6 +508,7 @@ mod tests {
             vqosd_bin: None,
             progress: false,
             scenarios_dir: None,
+            repeats: 1,
         };
         let e = run_paper(&o).unwrap_err().to_string();
         assert!(e.contains("ancs-table1-2"), "{e}");

@@ -56,6 +56,8 @@ pub struct AllOptions {
     pub only: Vec<String>,
     /// The command line, for the summary's header.
     pub command: String,
+    /// Lab runs of each scenario file and switch ([`PaperOptions::repeats`]).
+    pub repeats: u32,
 }
 
 /// The short git commit of the current directory's repository, else `unknown`.
@@ -211,10 +213,14 @@ fn lab_experiment(
         vqosd_bin: opts.vqosd_bin.clone(),
         progress: opts.progress,
         scenarios_dir: opts.scenarios_dir.clone(),
+        repeats: opts.repeats,
     };
     let (md, runs) = match run_paper_runs(&po) {
         Ok(o) => {
             rec.after_md = o.real_load_md;
+            if name == crate::paper_apps::APPS_PAPER {
+                rec.after_md = Some(crate::paper_apps::section_md(&o.runs));
+            }
             (o.md, o.runs)
         }
         Err(LabError::Interrupted) => return Err(LabError::Interrupted),
@@ -253,7 +259,10 @@ fn lab_experiment(
                         engine: r.engine,
                         algorithms: r.algorithms,
                     };
-                    let img = format!("{stem}{}", v.suffix());
+                    let mut img = format!("{stem}{}", v.suffix());
+                    if opts.repeats > 1 {
+                        img.push_str(&format!("-run{}", r.repeat));
+                    }
                     let plot = r
                         .result
                         .as_ref()
@@ -381,6 +390,11 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
         total_s: t0.elapsed().as_secs_f64(),
         sim_only: opts.sim_only,
         command: opts.command.clone(),
+        repeats: if opts.sim_only {
+            1
+        } else {
+            opts.repeats.max(1)
+        },
     };
     let mut md = summary::summary_md(&header, &records);
     if interrupted {
@@ -410,6 +424,7 @@ mod tests {
             vqosd_bin: None,
             progress: false,
             scenarios_dir: None,
+            repeats: 1,
             sim_only: true,
             only: vec![],
             command: "test".into(),
@@ -459,6 +474,7 @@ mod tests {
             vqosd_bin: None,
             progress: false,
             scenarios_dir: None,
+            repeats: 1,
             sim_only: true,
             only: vec![],
             command: String::new(),
@@ -481,6 +497,7 @@ mod tests {
             baseline,
             engine,
             algorithms: vqos_sched::Variant::Vqos,
+            repeat: 1,
             dir: PathBuf::from("/nonexistent"),
             result: Err("not run".into()),
         }

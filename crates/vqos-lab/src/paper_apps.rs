@@ -7,7 +7,8 @@
 //!   against their reference (their max here: the `phases` rows), and its nginx servers' wrk
 //!   latency (`apps`: the mean over the servers of each statistic). A server whose test had
 //!   errors (wrk's socket errors or non-2xx answers) or no answer at all is left out and named
-//!   under the table: its latency would not be a response time.
+//!   under the table: its latency would not be a response time. Several runs of a file
+//!   (`--runs`) give each statistic's mean over the runs that have it.
 //! - The paper's response-time claims are read at the median: "doubled compared to native"
 //!   under the policer, "50 % additional latency is reduced" under C2TB and "more than 80 %"
 //!   with HBS. Each is held to half of the paper's effect (the rule of the C2QoS Fig. 6 files):
@@ -106,6 +107,31 @@ pub fn file_apps(results: &serde_json::Value) -> FileApps {
     }
 }
 
+/// The mean of several runs of one file (`--runs`): each statistic over the runs that have
+/// it; a server left out of any run is named. `None` for no runs.
+pub fn mean_apps(runs: &[FileApps]) -> Option<FileApps> {
+    if runs.is_empty() {
+        return None;
+    }
+    let m = |f: fn(&FileApps) -> Option<f64>| mean(&runs.iter().filter_map(f).collect::<Vec<_>>());
+    let mut failed: Vec<String> = Vec::new();
+    for name in runs.iter().flat_map(|r| &r.web_failed) {
+        if !failed.contains(name) {
+            failed.push(name.clone());
+        }
+    }
+    Some(FileApps {
+        ftp_kept: m(|r| r.ftp_kept),
+        ftp_of_max: m(|r| r.ftp_of_max),
+        web_failed: failed,
+        web_rps: m(|r| r.web_rps),
+        web_mean_us: m(|r| r.web_mean_us),
+        web_p50_us: m(|r| r.web_p50_us),
+        web_p90_us: m(|r| r.web_p90_us),
+        web_p99_us: m(|r| r.web_p99_us),
+    })
+}
+
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or("–".into(), f)
 }
@@ -159,11 +185,14 @@ pub fn verdicts(
 /// The section of the experiment's `summary.md`.
 pub fn section_md(runs: &[PaperRun]) -> String {
     let by = |suffix: &str| {
-        runs.iter()
+        let each: Vec<FileApps> = runs
+            .iter()
             .filter(|r| r.baseline == Baseline::Vqos && r.engine.is_none())
             .filter(|r| r.stem.ends_with(suffix))
-            .find_map(|r| r.result.as_ref().ok())
+            .filter_map(|r| r.result.as_ref().ok())
             .map(file_apps)
+            .collect();
+        mean_apps(&each)
     };
     let files = [
         ("native (nginx alone, `tcm`)", by("-native")),
@@ -262,6 +291,23 @@ mod tests {
     }
 
     #[test]
+    fn repeated_runs_are_averaged_statistic_by_statistic() {
+        let a = file_apps(&results([(160e6, 120e6), (160e6, 140e6)], [200.0, 400.0]));
+        let mut b = file_apps(&results([(160e6, 160e6), (160e6, 160e6)], [100.0, 100.0]));
+        b.web_failed = vec!["web4".into(), "web5".into()];
+        b.web_p99_us = None;
+        let m = mean_apps(&[a.clone(), b]).unwrap();
+        // FTP kept: (0.8125 + 1.0) / 2; p50: (300 + 100) / 2; p99 from the one run that has it.
+        assert!((m.ftp_kept.unwrap() - 0.90625).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.web_p50_us, Some(200.0));
+        assert_eq!(m.web_p99_us, Some(1000.0));
+        assert_eq!(m.web_failed, ["web3", "web4", "web5"]);
+        // One run is itself; none is nothing.
+        assert_eq!(mean_apps(std::slice::from_ref(&a)), Some(a));
+        assert_eq!(mean_apps(&[]), None);
+    }
+
+    #[test]
     fn the_claims_are_held_to_half_the_papers_effect() {
         // native 100, tcm 200 (2×): C2TB at 150 removes 50 %, HBS at 110 removes 90 %.
         let v = verdicts(Some(100.0), Some(200.0), Some(150.0), Some(110.0));
@@ -287,6 +333,7 @@ mod tests {
             baseline: crate::topo::Baseline::Vqos,
             engine: None,
             algorithms: vqos_sched::Variant::default(),
+            repeat: 1,
             dir: "d".into(),
             result: Ok(results([(160e6, 160e6), (160e6, 160e6)], [p50, p50])),
         };

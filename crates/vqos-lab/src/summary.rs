@@ -19,6 +19,8 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
+
+use columns::{columns, Column};
 use vqos_sim::scenario::{Check, PaperQuantity};
 use vqos_sim::Scenario;
 
@@ -37,6 +39,8 @@ pub struct Header {
     pub sim_only: bool,
     /// The command that produced the summary.
     pub command: String,
+    /// Lab runs per scenario file and switch (`--runs`).
+    pub repeats: u32,
 }
 
 /// One run of a scenario file.
@@ -86,8 +90,8 @@ pub struct ExperimentRecord {
     pub after_md: Option<String>,
 }
 
-fn mbit(v: Option<f64>) -> String {
-    v.map_or("–".into(), |x| format!("{:.1}", x / 1e6))
+fn mbit(x: f64) -> String {
+    format!("{:.1}", x / 1e6)
 }
 
 /// Human-readable seconds: `45 s`, `12 min 3 s`, `1 h 02 min`.
@@ -100,17 +104,6 @@ pub fn duration_text(secs: f64) -> String {
     } else {
         format!("{} h {:02} min", s / 3600, s / 60 % 60)
     }
-}
-
-/// What a column shows: per phase the `phases` array of a report.
-struct Column<'a> {
-    head: String,
-    phases: Option<&'a Vec<Value>>,
-    checks: Option<&'a Vec<Value>>,
-    /// The probes' results (`latency` of `results.json`; `None`: not measured).
-    latency: Option<&'a Vec<Value>>,
-    cpu: Option<String>,
-    error: Option<&'a str>,
 }
 
 fn phase_vm(phases: Option<&Vec<Value>>, k: usize, vm: &str) -> Option<f64> {
@@ -136,74 +129,6 @@ fn ratio(phases: Option<&Vec<Value>>, k: usize, vms: &[&str]) -> Option<f64> {
     let max = rates.iter().cloned().fold(f64::NAN, f64::max);
     let min = rates.iter().cloned().fold(f64::NAN, f64::min);
     (rates.len() >= 2 && min > 0.0).then(|| max / min)
-}
-
-fn columns(f: &FileRecord) -> Vec<Column<'_>> {
-    let sim = f
-        .runs
-        .iter()
-        .filter_map(|r| r.result.as_ref().ok())
-        .find_map(|v| v.get("simulated")?.as_array());
-    let sim_checks = f
-        .runs
-        .iter()
-        .filter_map(|r| r.result.as_ref().ok())
-        .find_map(|v| {
-            if v.get("mode").and_then(Value::as_str) == Some("sim") {
-                v.get("checks")?.as_array()
-            } else {
-                v.get("simulated_checks")?.as_array()
-            }
-        });
-    let mut cols = vec![Column {
-        head: format!("simulator (`{}`)", f.scenario.engine.name()),
-        phases: sim,
-        checks: sim_checks,
-        latency: None,
-        cpu: None,
-        error: None,
-    }];
-    for r in f.runs.iter().filter(|r| r.baseline != "sim") {
-        let engine = r
-            .result
-            .as_ref()
-            .ok()
-            .and_then(|v| v.get("engine")?.as_str());
-        let head = if r.baseline == "vqos" {
-            format!("lab (`{}`)", engine.unwrap_or(f.scenario.engine.name()))
-        } else {
-            format!("`{}`", r.baseline)
-        };
-        let (phases, checks, latency, cpu, error) = match &r.result {
-            Ok(v) => {
-                let cpu = v.get("cpu").map(|c| {
-                    let p = |k: &str| c.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-                    if r.baseline == "vqos" {
-                        format!("{:.1} + {:.1}", p("vqosd_percent"), p("softirq_percent"))
-                    } else {
-                        format!("{:.1}", p("softirq_percent"))
-                    }
-                });
-                (
-                    v.get("phases").and_then(Value::as_array),
-                    v.get("checks").and_then(Value::as_array),
-                    v.get("latency").and_then(Value::as_array),
-                    cpu,
-                    None,
-                )
-            }
-            Err(e) => (None, None, None, None, Some(e.as_str())),
-        };
-        cols.push(Column {
-            head,
-            phases,
-            checks,
-            latency,
-            cpu,
-            error,
-        });
-    }
-    cols
 }
 
 /// The rows of one phase: each active VM, the aggregate, and the unfairness or ratio where
@@ -358,21 +283,18 @@ fn file_table(f: &FileRecord) -> String {
                 paper_cell(sc, k + 1, &row)
             );
             for c in &cols {
-                let cell = if c.error.is_some() {
-                    "failed".into()
-                } else {
-                    match &row {
-                        Row::Vm(i) => mbit(phase_vm(c.phases, k, &sc.vms[*i].name)),
-                        Row::Aggregate => mbit(phase_key(c.phases, k, "aggregate_bps")),
-                        Row::Unfairness => phase_key(c.phases, k, "unfairness")
-                            .map_or("–".into(), |u| format!("{:.1} %", u * 100.0)),
-                        Row::Ratio(v) => {
-                            let names: Vec<&str> =
-                                v.iter().map(|&i| sc.vms[i].name.as_str()).collect();
-                            ratio(c.phases, k, &names).map_or("–".into(), |r| format!("{r:.2}"))
-                        }
-                        Row::Latency(vm, p) => latency_cell(c.latency, vm, p, k + 1),
+                let cell = match &row {
+                    Row::Vm(i) => c.number(|v| phase_vm(v.phases, k, &sc.vms[*i].name), mbit),
+                    Row::Aggregate => c.number(|v| phase_key(v.phases, k, "aggregate_bps"), mbit),
+                    Row::Unfairness => c.number(
+                        |v| phase_key(v.phases, k, "unfairness"),
+                        |u| format!("{:.1} %", u * 100.0),
+                    ),
+                    Row::Ratio(v) => {
+                        let names: Vec<&str> = v.iter().map(|&i| sc.vms[i].name.as_str()).collect();
+                        c.number(|r| ratio(r.phases, k, &names), |r| format!("{r:.2}"))
                     }
+                    Row::Latency(vm, p) => c.latency(vm, p, k + 1),
                 };
                 let _ = write!(s, " {cell} |");
             }
@@ -381,24 +303,14 @@ fn file_table(f: &FileRecord) -> String {
     }
     s.push_str("| | expectations passed | |");
     for c in &cols {
-        let cell = match (c.error, c.checks) {
-            (Some(_), _) => "failed".into(),
-            (None, Some(ch)) => {
-                let pass = ch
-                    .iter()
-                    .filter(|x| x.get("pass").and_then(Value::as_bool) == Some(true))
-                    .count();
-                format!("{pass} / {}", ch.len())
-            }
-            (None, None) => "–".into(),
-        };
-        let _ = write!(s, " {cell} |");
+        let _ = write!(s, " {} |", c.checks_cell());
     }
     s.push('\n');
-    if cols.iter().any(|c| c.cpu.is_some()) {
+    let cpu: Vec<Option<String>> = cols.iter().map(Column::cpu).collect();
+    if cpu.iter().any(Option::is_some) {
         s.push_str("| | switch CPU, % of a core (vqosd + softirq) | |");
-        for c in &cols {
-            let _ = write!(s, " {} |", c.cpu.as_deref().unwrap_or("–"));
+        for c in &cpu {
+            let _ = write!(s, " {} |", c.as_deref().unwrap_or("–"));
         }
         s.push('\n');
     }
@@ -408,13 +320,19 @@ fn file_table(f: &FileRecord) -> String {
              per phase over the phase minus its settle; the simulator does not model latency.\n",
         );
     }
-    for (c, r) in cols
-        .iter()
-        .skip(1)
-        .zip(f.runs.iter().filter(|r| r.baseline != "sim"))
-    {
-        if let Some(e) = c.error {
-            let _ = writeln!(s, "\nThe `{}` run failed: {e}", r.baseline);
+    for c in cols.iter().skip(1) {
+        let errors: Vec<&str> = c.errors().collect();
+        let name = c.switch;
+        match errors.as_slice() {
+            [] => {}
+            [e] if c.runs.len() == 1 => {
+                let _ = writeln!(s, "\nThe `{name}` run failed: {e}");
+            }
+            _ => {
+                for e in errors {
+                    let _ = writeln!(s, "\nA `{name}` run failed: {e}");
+                }
+            }
         }
     }
     s
@@ -447,6 +365,15 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
         duration_text(h.total_s)
     );
     let _ = writeln!(s, "Command: `{}`\n", h.command);
+    if h.repeats > 1 {
+        let _ = writeln!(
+            s,
+            "Each lab cell is {} runs: rates are their mean with the range in brackets \
+             (`mean [min–max]`); expectations, CPU and probe cells list each run, separated by \
+             ` · `. The sweeps and the real load ran once.\n",
+            h.repeats
+        );
+    }
     s.push_str(
         "Rates in Mbit/s, means over each phase minus its settle time; the paper's numbers come \
          from the scenario files' `[[paper]]` tables (with their figure). Plots: measured solid, \
@@ -515,5 +442,6 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
     s
 }
 
+mod columns;
 #[cfg(test)]
 mod tests;

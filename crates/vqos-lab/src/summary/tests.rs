@@ -44,6 +44,7 @@ fn header() -> Header {
         total_s: 725.0,
         sim_only: false,
         command: "vqos lab paper all --out x".into(),
+        repeats: 1,
     }
 }
 
@@ -299,4 +300,63 @@ fn an_algorithm_variant_is_a_table_headed_with_the_papers_algorithms() {
         "{md}"
     );
     assert!(md.contains("variant = \"paper\""), "{md}");
+}
+
+/// A lab run whose phase 2 gave `a` and `b`, with `pass` of its two checks passed.
+fn lab_run(a: f64, b: f64, pass: usize) -> RunRecord {
+    let mut r = lab("vqos");
+    let v = r.result.as_mut().unwrap();
+    v["phases"] = phases(a, b);
+    v["checks"] = json!([{"pass": pass >= 1}, {"pass": pass >= 2}]);
+    r
+}
+
+#[test]
+fn repeated_runs_are_one_column_of_means_and_ranges() {
+    let mut bad = lab("vqos");
+    bad.result = Err("Missing tool: iperf3".into());
+    let md = one(vec![
+        lab_run(60e6, 40e6, 2),
+        bad,
+        lab_run(70e6, 30e6, 1),
+        lab("htb"),
+    ]);
+    // One column per switch, however many runs.
+    assert!(
+        md.contains("| phase | | paper | simulator (`vqos`) | lab (`ancs`) | `htb` |\n"),
+        "{md}"
+    );
+    // vm1: mean of 60 and 70 with its range; the failed run counts in no rate.
+    assert!(
+        md.contains("| 2 | vm1 |  | 50.0 | 65.0 [60.0–70.0] | 60.0 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 2 | largest / smallest | 1.50 (Fig. 9) | 1.00 | 1.92 [1.50–2.33] | 1.50 |"),
+        "{md}"
+    );
+    // Each run's checks and CPU, in run order, the failed one named.
+    assert!(
+        md.contains("| | expectations passed | | 2 / 2 | 2 / 2 · failed · 1 / 2 | 1 / 2 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 12.3 + 1.0 · failed · 12.3 + 1.0 | 1.0 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("A `vqos` run failed: Missing tool: iperf3"),
+        "{md}"
+    );
+}
+
+#[test]
+fn the_header_says_how_many_runs_a_cell_is() {
+    let e = |repeats| {
+        let mut h = header();
+        h.repeats = repeats;
+        summary_md(&h, &[])
+    };
+    assert!(e(3).contains("Each lab cell is 3 runs"), "{}", e(3));
+    assert!(!e(1).contains("Each lab cell is"), "{}", e(1));
 }
