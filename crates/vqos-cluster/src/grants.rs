@@ -184,7 +184,8 @@ pub fn fit(shares: &BTreeMap<String, Share>, to: Totals) -> BTreeMap<String, Sha
         .collect()
 }
 
-fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+/// The lower of two maxes (`None`: unlimited).
+pub(crate) fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,

@@ -5,13 +5,16 @@
 //! status), the tenant split ([`mod@split`]: a tenant's max and min divided among its vifs on every
 //! host with the reference allocator, demand-aware, over the demands of [`demand`]; [`shares`]: every tenant's split over the
 //! hosts' statuses), the grants that keep the hosts' shares in force within each tenant's max
-//! while demands move and hosts are cut off ([`grants`], [`guard`]), and the connection to etcd (`etcd`, with the default feature `etcd`).
+//! while demands move and hosts are cut off ([`grants`], [`guard`]), the aggregator shard
+//! leader's bookkeeping that is to replace the per-host reads ([`aggregator`]: pure, not wired
+//! to a transport yet), and the connection to etcd (`etcd`, with the default feature `etcd`).
 //!
 //! The vqosd agent (crates/vqosd/src/cluster/) and the `vqos cluster` commands both use this
 //! crate; it links neither the daemon nor the data plane. The scale simulation (vqos-sim) uses
 //! it without the `etcd` feature: the same split, without the etcd client.
 #![deny(missing_docs)]
 
+pub mod aggregator;
 pub mod demand;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -179,7 +179,7 @@ pub fn split(tenant: &TenantLimits, members: &[Member]) -> Vec<Share> {
 
 #[cfg(test)]
 #[path = "../../vqos-sched/src/proptest_config.rs"]
-mod proptest_config;
+pub(crate) mod proptest_config;
 
 #[cfg(test)]
 mod tests {
