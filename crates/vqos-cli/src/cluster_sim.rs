@@ -68,6 +68,8 @@ pub struct SimulateArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    agg: crate::cluster_agg_sim::AggArgs,
 }
 
 fn mib(bytes: f64) -> String {
@@ -112,6 +114,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         period_ms: args.period_ms,
     };
     World::new(&config).map_err(|e| UsageError(e.to_string()))?;
+    if args.agg.wanted() {
+        return run_aggregators(args, &config);
+    }
     let t = Instant::now();
     let report = simulate_cluster(&config)?;
     let sim_s = t.elapsed().as_secs_f64();
@@ -177,6 +182,29 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         "(simulated in {sim_s:.1} s; {:.0} statuses per agent per period)",
         hosts
     )?;
+    Ok(())
+}
+
+/// `--aggregators`: the aggregators' model alone.
+fn run_aggregators(args: &SimulateArgs, config: &ClusterSimConfig) -> Result<()> {
+    let t = Instant::now();
+    let r =
+        crate::cluster_agg_sim::run(&args.agg, config, args.partitioned, args.partition_periods)?;
+    let sim_s = t.elapsed().as_secs_f64();
+    if args.json {
+        let v = json!({ "aggregators": r, "simulation_s": sim_s });
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    outln!(
+        "{} hosts, {} vifs, {} tenants, seed {}",
+        config.hosts,
+        config.vifs,
+        config.tenants,
+        config.seed
+    )?;
+    crate::cluster_agg_sim::print(&r, config.period_ms)?;
+    outln!("(simulated in {sim_s:.1} s)")?;
     Ok(())
 }
 

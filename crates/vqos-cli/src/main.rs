@@ -9,6 +9,7 @@
 mod alloc;
 mod calibrate;
 mod cluster;
+mod cluster_agg_sim;
 mod cluster_sim;
 mod ctl;
 mod exit;

@@ -43,13 +43,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::grants::{fit, headroom, lower, totals, Grant, Totals};
+use serde::{Deserialize, Serialize};
+
+use crate::grants::{fit, lower, totals, Grant, Totals};
 use crate::model::HostStatus;
 use crate::shares::{group, Declarations};
 use crate::split::{split, Share, TenantLimits};
 
 /// What a host enforces of a tenant, as it reports it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcing {
     /// The epoch of the grant it enforces (0: none; another term's: an earlier leader's).
     pub epoch: u64,
@@ -60,7 +62,7 @@ pub struct Enforcing {
 }
 
 /// A host's report: its tenant vifs' measurements and what it enforces of each tenant.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The host's name, as etcd's declarations key it.
     pub host: String,
@@ -72,12 +74,43 @@ pub struct Report {
 }
 
 /// The leader's answer for one tenant of a host.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostGrant {
     /// The totals the host may enforce, its fallback and lease.
     pub grant: Grant,
     /// Its vifs' shares, within the grant's totals.
     pub shares: BTreeMap<String, Share>,
+}
+
+/// One host of a tenant, as its shard's leader sees it ([`Leader::tenant_view`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostView {
+    /// The host.
+    pub host: String,
+    /// Σ of its vifs' targets in the latest plan.
+    pub target: Totals,
+    /// What the leader counts it as possibly enforcing.
+    pub counted: Totals,
+}
+
+/// The aggregator shard of `tenant` among `shards` (at least 1): rendezvous hashing, so that
+/// going from `S` to `S + 1` shards moves only the tenants the new shard wins, about
+/// `1 / (S + 1)` of them. The hash is FNV-1a through a 64-bit mixer, written out so that every
+/// host and every version agree (std's hasher promises neither).
+pub fn shard_of(tenant: &str, shards: u32) -> u32 {
+    let score = |s: u32| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in tenant.bytes().chain(s.to_le_bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        // splitmix64's finalizer, so that nearby shard numbers score independently.
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ (h >> 31)
+    };
+    (0..shards.max(1))
+        .max_by_key(|&s| (score(s), s))
+        .unwrap_or(0)
 }
 
 /// A grant that a host may be enforcing.
@@ -120,6 +153,46 @@ pub struct Leader {
     targets: BTreeMap<String, BTreeMap<String, BTreeMap<String, Share>>>,
     /// Per tenant: its limits and declared hosts at the latest plan.
     tenants: BTreeMap<String, (TenantLimits, Vec<String>)>,
+    /// Per tenant: Σ of what its hosts are counted for (built on first use after a plan).
+    tallies: BTreeMap<String, Tally>,
+    /// Per host: the tenants the latest plan gives its vifs targets in.
+    tenants_of: BTreeMap<String, Vec<String>>,
+}
+
+/// Σ of what a tenant's hosts are counted for, and each host's part, so that an answer reads
+/// the others' sum in O(log hosts) instead of counting every other host: with a tenant on
+/// every host, counting them all made a period O(hosts²) (busiest shard 880 ms a period at
+/// 1,000 hosts; docs/cluster.md). A part is refreshed whenever its host's book changes and
+/// the whole tally at every plan; in between, grants that expire still count in full, which
+/// only overstates the others (a later raise, never an excess).
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    parts: BTreeMap<String, Totals>,
+    /// Σ max (an unlimited max as 0, as [`crate::grants::headroom`] reads it) and Σ min.
+    sum: (u128, u128),
+}
+
+impl Tally {
+    fn set(&mut self, host: &str, t: Totals) {
+        let new = (u128::from(t.0.unwrap_or(0)), u128::from(t.1));
+        if let Some(old) = self.parts.insert(host.to_string(), t) {
+            self.sum.0 -= u128::from(old.0.unwrap_or(0));
+            self.sum.1 -= u128::from(old.1);
+        }
+        self.sum.0 += new.0;
+        self.sum.1 += new.1;
+    }
+
+    /// What `limits` leave `host` beside the others: [`crate::grants::headroom`] over the others' parts.
+    fn headroom(&self, limits: &TenantLimits, host: &str) -> Totals {
+        let own = self.parts.get(host).copied().unwrap_or((Some(0), 0));
+        let used = |sum: u128, own: u64| u64::try_from(sum - u128::from(own)).unwrap_or(u64::MAX);
+        let max = limits
+            .max_bps
+            .map(|m| m.saturating_sub(used(self.sum.0, own.0.unwrap_or(0))));
+        let min = limits.min_bps.saturating_sub(used(self.sum.1, own.1));
+        (max, min)
+    }
 }
 
 impl Leader {
@@ -137,6 +210,8 @@ impl Leader {
             books: BTreeMap::new(),
             targets: BTreeMap::new(),
             tenants: BTreeMap::new(),
+            tallies: BTreeMap::new(),
+            tenants_of: BTreeMap::new(),
         }
     }
 
@@ -190,6 +265,27 @@ impl Leader {
             .fold((Some(0), 0), larger)
     }
 
+    /// What the leader knows of `tenant` at `now_ns`, host by host: the latest plan's target
+    /// for its vifs and what it is counted for (the operators' view, `vqos cluster status
+    /// --tenant`, and the simulator's).
+    pub fn tenant_view(&self, tenant: &str, now_ns: u64) -> Vec<HostView> {
+        let (Some((_, hosts)), Some((_, cap))) = (self.tenants.get(tenant), self.cap(tenant))
+        else {
+            return Vec::new();
+        };
+        let targets = self.targets.get(tenant);
+        hosts
+            .iter()
+            .map(|h| HostView {
+                host: h.clone(),
+                target: targets
+                    .and_then(|t| t.get(h))
+                    .map_or((Some(0), 0), |t| totals(t.values())),
+                counted: self.counted(tenant, h, cap, now_ns),
+            })
+            .collect()
+    }
+
     /// Splits every tenant over the hosts' latest reports: the targets the next answers give
     /// (run once a period). `declared` and `tenants` are etcd's desired state for this shard's
     /// tenants.
@@ -198,12 +294,15 @@ impl Leader {
         for (h, vifs) in declared {
             for d in vifs.values() {
                 let v = hosts_of.entry(d.tenant.as_str()).or_default();
-                if !v.contains(h) {
+                // A host's vifs come one after another: it is new unless it was the last.
+                if v.last() != Some(h) {
                     v.push(h.clone());
                 }
             }
         }
         self.targets.clear();
+        self.tallies.clear();
+        self.tenants_of.clear();
         self.tenants.clear();
         for (t, m) in group(&self.reports, declared) {
             let Some(limits) = tenants.get(t) else {
@@ -217,6 +316,12 @@ impl Leader {
                     .insert(port.to_string(), s);
             }
             let hosts = hosts_of.remove(t).unwrap_or_default();
+            for h in by_host.keys() {
+                self.tenants_of
+                    .entry(h.clone())
+                    .or_default()
+                    .push(t.to_string());
+            }
             self.targets.insert(t.to_string(), by_host);
             self.tenants.insert(t.to_string(), (*limits, hosts));
         }
@@ -225,14 +330,9 @@ impl Leader {
     /// Records `r` (its acknowledgements) and answers it: a grant for each tenant the latest
     /// plan gives the host's vifs a target in.
     pub fn report(&mut self, r: Report, now_ns: u64) -> BTreeMap<String, HostGrant> {
-        self.acknowledge(&r);
+        self.acknowledge(&r, now_ns);
         self.reports.insert(r.host.clone(), r.status);
-        let tenants: Vec<String> = self
-            .targets
-            .iter()
-            .filter(|(_, by_host)| by_host.contains_key(&r.host))
-            .map(|(t, _)| t.clone())
-            .collect();
+        let tenants = self.tenants_of.get(&r.host).cloned().unwrap_or_default();
         tenants
             .into_iter()
             .filter_map(|t| {
@@ -242,7 +342,7 @@ impl Leader {
             .collect()
     }
 
-    fn acknowledge(&mut self, r: &Report) {
+    fn acknowledge(&mut self, r: &Report, now_ns: u64) {
         for (tenant, e) in &r.enforcing {
             let ours = self.ours(e.epoch);
             let started_ns = self.started_ns;
@@ -268,16 +368,14 @@ impl Leader {
                     sent_ns: started_ns,
                 });
             }
+            self.retally(tenant, &r.host, now_ns);
         }
     }
 
     /// The grant for `host` in `tenant` at `now_ns`, recorded as sent.
     fn answer(&mut self, tenant: &str, host: &str, now_ns: u64) -> Option<HostGrant> {
-        let targets = self.targets.get(tenant)?.get(host)?.clone();
-        let (limits, hosts) = self.tenants.get(tenant)?.clone();
-        let n = hosts.len().max(1) as u64;
-        let cap = (limits.max_bps.map(|m| m / n), limits.min_bps / n);
-        let want = totals(targets.values());
+        let (limits, cap) = self.cap(tenant)?;
+        let want = totals(self.targets.get(tenant)?.get(host)?.values());
         let to = if self.holding(now_ns) {
             // The hold: nobody above what they report enforcing.
             let reported = self
@@ -291,13 +389,14 @@ impl Leader {
             };
             smaller(want, own)
         } else {
-            let others: Vec<Totals> = hosts
-                .iter()
-                .filter(|o| o.as_str() != host)
-                .map(|o| self.counted(tenant, o, cap, now_ns))
-                .collect();
-            smaller(want, headroom(&limits, &others))
+            if !self.tallies.contains_key(tenant) {
+                let tally = self.tally(tenant, &self.tenants.get(tenant)?.1, cap, now_ns);
+                self.tallies.insert(tenant.to_string(), tally);
+            }
+            let room = self.tallies[tenant].headroom(&limits, host);
+            smaller(want, room)
         };
+        let shares = fit(self.targets.get(tenant)?.get(host)?, to);
         let epoch = self.next_epoch(tenant, host);
         let fallback = smaller(to, cap);
         let grant = Grant {
@@ -316,10 +415,43 @@ impl Leader {
             sent_ns: now_ns,
         };
         self.record(tenant, host, entry, now_ns);
-        Some(HostGrant {
-            grant,
-            shares: fit(&targets, to),
-        })
+        self.retally(tenant, host, now_ns);
+        Some(HostGrant { grant, shares })
+    }
+
+    /// A tenant's tally at `now_ns` over its declared `hosts`.
+    fn tally(&self, tenant: &str, hosts: &[String], cap: Totals, now_ns: u64) -> Tally {
+        let mut t = Tally::default();
+        for h in hosts {
+            t.set(h, self.counted(tenant, h, cap, now_ns));
+        }
+        t
+    }
+
+    /// Refreshes `host`'s part of `tenant`'s tally, if the tenant has one.
+    fn retally(&mut self, tenant: &str, host: &str, now_ns: u64) {
+        // The tally has a part for each declared host, and only for them.
+        if !self
+            .tallies
+            .get(tenant)
+            .is_some_and(|t| t.parts.contains_key(host))
+        {
+            return;
+        }
+        let Some((_, cap)) = self.cap(tenant) else {
+            return;
+        };
+        let part = self.counted(tenant, host, cap, now_ns);
+        if let Some(t) = self.tallies.get_mut(tenant) {
+            t.set(host, part);
+        }
+    }
+
+    /// `tenant`'s limits at the latest plan, and its fallback cap `limits / N`.
+    fn cap(&self, tenant: &str) -> Option<(TenantLimits, Totals)> {
+        let (limits, hosts) = self.tenants.get(tenant)?;
+        let n = hosts.len().max(1) as u64;
+        Some((*limits, (limits.max_bps.map(|m| m / n), limits.min_bps / n)))
     }
 
     /// Adds `entry` to the host's book, folding the expired grants into the one with the

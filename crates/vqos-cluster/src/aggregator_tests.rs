@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::holder::Holder;
 use crate::model::VifStatus;
 use crate::shares::Declared;
 use crate::split::proptest_config;
@@ -143,7 +144,10 @@ fn a_silent_host_counts_its_grant_for_a_lease_then_its_fallback() {
     let sent = now - 100 * MS; // h1's last grant
     let at = |l: &mut Leader, t: u64| mbit(holds(&l.report(report(0, None, held[0]), t)["t"]));
     assert_eq!(at(&mut l, sent + LEASE + DRIFT - 1), 100);
-    // Lapsed: h1 holds at most min(900, 1000 / 2).
+    // Lapsed: h1 holds at most min(900, 1000 / 2). The others' sum is counted again at each
+    // plan (once a period), so until then h1 still counts its grant in full.
+    assert_eq!(at(&mut l, sent + LEASE + DRIFT), 100);
+    l.plan(&decl, &tenants);
     assert_eq!(at(&mut l, sent + LEASE + DRIFT), 500);
 }
 
@@ -206,14 +210,6 @@ fn weights_and_tenants_come_from_the_declarations_not_the_reports() {
     assert_eq!(g["t"].shares["vm"].max_bps, Some(500 * M));
 }
 
-/// A host of the asynchronous run: what it enforces of the tenant, its fallback and lease.
-#[derive(Debug, Clone, Copy)]
-struct Host {
-    held: Enforcing,
-    fallback: Totals,
-    lease_end: u64,
-}
-
 /// A message in flight, delivered at its time.
 enum Msg {
     /// A host's report, sent at `sent`.
@@ -238,7 +234,8 @@ impl Rng {
 }
 
 /// Runs `hosts` hosts for 12 s of 10 ms steps against one leader: reports every 100 ms at
-/// each host's own phase, delays up to 40 ms, `loss` % of messages lost, demands changing at
+/// each host's own phase, delays up to 40 ms (one message in ten, before the quiet end, up to
+/// 500 ms: past the next report and past the lease), `loss` % of messages lost, demands changing at
 /// random, host 0 cut off from 3 s to 5 s, the leader replaced at `crash_ms`. The last 4 s
 /// lose nothing. Returns the largest Σ max and Σ min in force, and the hosts' totals in force
 /// against the last plan's targets at the end.
@@ -249,12 +246,20 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
     let tenants = BTreeMap::from([("t".to_string(), limits(1000, 200))]);
     let mut leader = Leader::new(1, 0, LEASE, DRIFT);
     let mut term = 1;
-    let idle = Host {
-        held: nothing(),
-        fallback: (Some(0), 0),
-        lease_end: 0,
-    };
-    let mut host = vec![idle; hosts];
+    // Each host starts holding the tenant's fallback, `limits / N`, as the agent does.
+    let cap = (Some(1000 * M / hosts as u64), 200 * M / hosts as u64);
+    let vm = BTreeMap::from([(
+        "vm".to_string(),
+        Share {
+            min_bps: 0,
+            max_bps: None,
+        },
+    )]);
+    let mut host = vec![Holder::default(); hosts];
+    for h in host.iter_mut() {
+        h.start("t", cap, &vm);
+    }
+    let held = |h: &Holder| h.enforcing()["t"];
     let mut demand: Vec<Option<u64>> = (0..hosts).map(|_| None).collect();
     let phase: Vec<u64> = (0..hosts).map(|_| rng.below(10) * 10).collect();
     let mut queue: Vec<(u64, Msg)> = Vec::new();
@@ -276,13 +281,18 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
             }
             leader.plan(&decl, &tenants);
         }
+        let delay = |rng: &mut Rng, quiet: bool| match !quiet && rng.below(10) == 0 {
+            true => (100 + rng.below(41) * 10) * MS,
+            false => rng.below(5) * 10 * MS,
+        };
         let lost = |rng: &mut Rng, i: usize| {
             (!quiet && rng.below(100) < loss) || (i == 0 && (300..500).contains(&step))
         };
         for (i, ph) in phase.iter().enumerate() {
             if step % 10 == ph / 10 && !lost(&mut rng, i) {
-                let r = report(i, demand[i], host[i].held);
-                queue.push((now + rng.below(5) * 10 * MS, Msg::Report(i, r, now)));
+                let r = report(i, demand[i], held(&host[i]));
+                let at = now + delay(&mut rng, quiet);
+                queue.push((at, Msg::Report(i, r, now)));
             }
         }
         // Deliver what is due, in order of sending.
@@ -295,32 +305,25 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
                 Msg::Report(i, r, sent) => {
                     let answer = leader.report(r, now);
                     if !lost(&mut rng, i) {
-                        let at = now + rng.below(5) * 10 * MS;
+                        let at = now + delay(&mut rng, quiet);
                         queue.push((at, Msg::Answer(i, answer, sent)));
                     }
                 }
                 Msg::Answer(i, grants, sent) => {
-                    let h = &mut host[i];
-                    if let Some(g) = grants.get("t") {
-                        // The host's side: a newer epoch, within the lease timed from sending.
-                        if g.grant.epoch > h.held.epoch && now < sent + LEASE {
-                            h.held = holds(g);
-                            h.fallback = (g.grant.fallback_max_bps, g.grant.fallback_min_bps);
-                            h.lease_end = sent + LEASE;
-                        }
-                    }
+                    host[i].apply(&grants, sent, now);
                 }
             }
         }
         for h in host.iter_mut() {
-            if now >= h.lease_end {
-                let (max, min) = smaller((h.held.max_bps, h.held.min_bps), h.fallback);
-                (h.held.max_bps, h.held.min_bps) = (max, min);
-            }
+            h.lapse(now);
         }
-        let sum = |f: fn(&Host) -> u64| host.iter().map(f).fold(0u64, u64::saturating_add);
-        let sum_max = sum(|h| h.held.max_bps.unwrap_or(u64::MAX));
-        let sum_min = sum(|h| h.held.min_bps);
+        let sum = |f: fn(Enforcing) -> u64| {
+            host.iter()
+                .map(|h| f(held(h)))
+                .fold(0u64, u64::saturating_add)
+        };
+        let sum_max = sum(|e| e.max_bps.unwrap_or(u64::MAX));
+        let sum_min = sum(|e| e.min_bps);
         worst_max = worst_max.max(sum_max);
         worst_min = worst_min.max(sum_min);
     }
@@ -332,7 +335,8 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
             let want = targets
                 .get(&format!("h{i}"))
                 .map_or((Some(0), 0), |t| totals(t.values()));
-            let held = (h.held.max_bps, h.held.min_bps);
+            let e = held(h);
+            let held = (e.max_bps, e.min_bps);
             (
                 want.0.unwrap_or(0).abs_diff(held.0.unwrap_or(0)),
                 want.1.abs_diff(held.1),
@@ -340,6 +344,34 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
         })
         .collect();
     (worst_max, worst_min, end)
+}
+
+#[test]
+fn tenants_hash_to_shards_evenly_and_a_new_shard_takes_only_its_own() {
+    let tenants: Vec<String> = (0..4000).map(|t| format!("tenant-{t}")).collect();
+    let mut per = [0u32; 8];
+    for t in &tenants {
+        per[shard_of(t, 8) as usize] += 1;
+    }
+    // 500 each on average; a fair hash stays within ±20 %.
+    assert!(per.iter().all(|&n| (400..=600).contains(&n)), "{per:?}");
+    // From 8 to 9 shards a tenant either stays or moves to the new shard, and about 1/9 move.
+    let moved = tenants
+        .iter()
+        .filter(|t| shard_of(t, 9) != shard_of(t, 8))
+        .count();
+    assert!(tenants
+        .iter()
+        .all(|t| shard_of(t, 9) == shard_of(t, 8) || shard_of(t, 9) == 8));
+    assert!((300..=600).contains(&moved), "{moved}");
+    // Stable: the same answer on every host and in every version (values pinned once: a
+    // change here moves tenants between shards on a rolling upgrade).
+    assert_eq!(
+        [shard_of("acme", 8), shard_of("t1", 8), shard_of("t2", 8)],
+        [7, 7, 4]
+    );
+    assert_eq!(shard_of("acme", 1), 0);
+    assert_eq!(shard_of("acme", 0), 0);
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub mod demand;
 pub mod etcd;
 pub mod grants;
 pub mod guard;
+pub mod holder;
 pub mod keys;
 pub mod model;
 pub mod shares;

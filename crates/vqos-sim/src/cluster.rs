@@ -288,37 +288,56 @@ impl World {
     /// Every host's status for the period just ended (what the agents write), by host name.
     pub fn statuses(&self) -> BTreeMap<String, HostStatus> {
         let mut all: BTreeMap<String, HostStatus> = (0..self.config.hosts)
-            .map(|h| {
-                let s = HostStatus {
-                    health: "ok".into(),
-                    updated_unix_ms: 1_795_999_999_123,
-                    period_ms: self.config.period_ms,
-                    ..Default::default()
-                };
-                (self.names.1[h as usize].clone(), s)
-            })
+            .map(|h| (self.names.1[h as usize].clone(), self.empty_status()))
             .collect();
         for (i, v) in self.vifs.iter().enumerate() {
-            let share = self.shares[i];
-            let peak = self.windows[i].peak();
-            let e = estimate(peak, share.as_ref(), v.max_bps, self.config.probe_bps);
-            let status = VifStatus {
-                tenant: Some(tenant_name(v.tenant)),
-                weight: v.weight,
-                min_bps: 0,
-                max_bps: v.max_bps,
-                rate_bps: self.rates_bps[i],
-                demand_bps: e.demand_bps,
-                floor_greedy: e.floor_greedy,
-                idle: e.idle,
-                share_max_bps: share.and_then(|s| s.max_bps),
-                share_min_bps: share.map(|s| s.min_bps),
-            };
             if let Some(h) = all.get_mut(&self.names.1[v.host as usize]) {
-                h.vifs.insert(self.names.0[i].clone(), status);
+                h.vifs.insert(self.names.0[i].clone(), self.vif_status(i));
             }
         }
         all
+    }
+
+    /// The status of the vifs `vifs` (indices), as their host publishes or reports it.
+    pub fn status_of(&self, vifs: &[usize]) -> HostStatus {
+        let mut s = self.empty_status();
+        for &i in vifs {
+            s.vifs.insert(self.names.0[i].clone(), self.vif_status(i));
+        }
+        s
+    }
+
+    /// Host `h`'s name.
+    pub fn host(&self, h: u32) -> &str {
+        &self.names.1[h as usize]
+    }
+
+    fn empty_status(&self) -> HostStatus {
+        HostStatus {
+            health: "ok".into(),
+            updated_unix_ms: 1_795_999_999_123,
+            period_ms: self.config.period_ms,
+            ..Default::default()
+        }
+    }
+
+    fn vif_status(&self, i: usize) -> VifStatus {
+        let v = &self.vifs[i];
+        let share = self.shares[i];
+        let peak = self.windows[i].peak();
+        let e = estimate(peak, share.as_ref(), v.max_bps, self.config.probe_bps);
+        VifStatus {
+            tenant: Some(tenant_name(v.tenant)),
+            weight: v.weight,
+            min_bps: 0,
+            max_bps: v.max_bps,
+            rate_bps: self.rates_bps[i],
+            demand_bps: e.demand_bps,
+            floor_greedy: e.floor_greedy,
+            idle: e.idle,
+            share_max_bps: share.and_then(|s| s.max_bps),
+            share_min_bps: share.map(|s| s.min_bps),
+        }
     }
 
     /// Every vif sends what it wants within the share in force (its rate).

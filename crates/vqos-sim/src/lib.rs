@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod cluster_agg;
 pub mod cluster_async;
 pub mod report;
 pub mod scenario;
