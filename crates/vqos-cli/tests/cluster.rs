@@ -275,6 +275,31 @@ fn simulate_needs_no_etcd_and_reports_convergence_and_traffic() {
         "{}",
         v["asynchrony_without_grants"]
     );
+    // The aggregators' design: hosts report to shard leaders through a lossy network, one
+    // host is cut off, a leader crashes; never above a tenant's max either.
+    let mut agg = args.to_vec();
+    agg.extend([
+        "--aggregators",
+        "--shards",
+        "2",
+        "--loss",
+        "5",
+        "--seed",
+        "3",
+    ]);
+    let (code, v, out) = vqos(None, &agg);
+    assert_eq!(code, 0, "{out}");
+    let a = &v["aggregators"];
+    assert_eq!(a["max_excess_bps"], 0, "{a}");
+    assert_eq!(a["config"]["shards"], 2, "{a}");
+    assert!(a["messages_per_period"].as_f64() > Some(0.0), "{a}");
+    assert!(a["failover_periods"].as_u64().is_some(), "{a}");
+    let (code, _, out) = vqos(
+        None,
+        &["cluster", "simulate", "--aggregators", "--tick-ms", "7"],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--tick-ms must divide"), "{out}");
     let (code, _, out) = vqos(None, &["cluster", "simulate", "--shift", "1.5"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("shift must be 0 to 1"), "{out}");

@@ -82,6 +82,23 @@ pub struct HostGrant {
     pub shares: BTreeMap<String, Share>,
 }
 
+/// `host`'s book in `tenant`, made if new (the keys are copied only then: this runs for every
+/// tenant of every report).
+fn book_of<'a>(
+    books: &'a mut BTreeMap<String, BTreeMap<String, Vec<Entry>>>,
+    tenant: &str,
+    host: &str,
+) -> &'a mut Vec<Entry> {
+    if !books.contains_key(tenant) {
+        books.insert(tenant.to_string(), BTreeMap::new());
+    }
+    let by_host = books.get_mut(tenant).expect("inserted above");
+    if !by_host.contains_key(host) {
+        by_host.insert(host.to_string(), Vec::new());
+    }
+    by_host.get_mut(host).expect("inserted above")
+}
+
 /// One host of a tenant, as its shard's leader sees it ([`Leader::tenant_view`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostView {
@@ -175,7 +192,11 @@ struct Tally {
 impl Tally {
     fn set(&mut self, host: &str, t: Totals) {
         let new = (u128::from(t.0.unwrap_or(0)), u128::from(t.1));
-        if let Some(old) = self.parts.insert(host.to_string(), t) {
+        let old = match self.parts.get_mut(host) {
+            Some(p) => Some(std::mem::replace(p, t)),
+            None => self.parts.insert(host.to_string(), t),
+        };
+        if let Some(old) = old {
             self.sum.0 -= u128::from(old.0.unwrap_or(0));
             self.sum.1 -= u128::from(old.1);
         }
@@ -332,26 +353,23 @@ impl Leader {
     pub fn report(&mut self, r: Report, now_ns: u64) -> BTreeMap<String, HostGrant> {
         self.acknowledge(&r, now_ns);
         self.reports.insert(r.host.clone(), r.status);
-        let tenants = self.tenants_of.get(&r.host).cloned().unwrap_or_default();
-        tenants
-            .into_iter()
+        let tenants = self.tenants_of.remove(&r.host).unwrap_or_default();
+        let answers = tenants
+            .iter()
             .filter_map(|t| {
-                let g = self.answer(&t, &r.host, now_ns)?;
-                Some((t, g))
+                let g = self.answer(t, &r.host, now_ns)?;
+                Some((t.clone(), g))
             })
-            .collect()
+            .collect();
+        self.tenants_of.insert(r.host.clone(), tenants);
+        answers
     }
 
     fn acknowledge(&mut self, r: &Report, now_ns: u64) {
         for (tenant, e) in &r.enforcing {
             let ours = self.ours(e.epoch);
             let started_ns = self.started_ns;
-            let book = self
-                .books
-                .entry(tenant.clone())
-                .or_default()
-                .entry(r.host.clone())
-                .or_default();
+            let book = book_of(&mut self.books, tenant, &r.host);
             if ours {
                 // It enforces `e.epoch`: the grants before it are superseded (a host never
                 // goes back to an older grant), and so is what it held before this leader.
@@ -459,16 +477,11 @@ impl Leader {
     /// keeps a book of at most a lease's worth of grants.
     fn record(&mut self, tenant: &str, host: &str, entry: Entry, now_ns: u64) {
         let (lease_ns, drift_ns) = (self.lease_ns, self.drift_ns);
-        let book = self
-            .books
-            .entry(tenant.to_string())
-            .or_default()
-            .entry(host.to_string())
-            .or_default();
+        let book = book_of(&mut self.books, tenant, host);
         let expired =
             |e: &Entry| now_ns >= e.sent_ns.saturating_add(lease_ns.saturating_add(drift_ns));
-        let old: Vec<Entry> = book.iter().copied().filter(|e| expired(e)).collect();
-        if old.len() > 1 {
+        if book.iter().filter(|e| expired(e)).count() > 1 {
+            let old: Vec<Entry> = book.iter().copied().filter(|e| expired(e)).collect();
             book.retain(|e| !expired(e));
             // Their fallbacks, as counted: the foreign entry's is computed, so keep it apart.
             let keep_foreign = old.iter().find(|e| e.fallback.is_none()).copied();
