@@ -463,14 +463,38 @@ impl World {
             }
             curve.push(d);
         }
-        // Converged for at least the last two periods (a flapping split is not converged).
-        let converged = match last_off {
-            Some(p) if p + 1 >= periods => None,
-            Some(p) => Some(p + 1),
-            None => Some(1),
-        };
+        let converged = settled(last_off, periods);
         (converged, curve, over)
     }
+}
+
+/// The periods to converge, from the last period of `periods` that was off (the module
+/// doc): converged for at least the last two periods, a flapping split is not (`None`).
+fn settled(last_off: Option<u32>, periods: u32) -> Option<u32> {
+    match last_off {
+        Some(p) if p + 1 >= periods => None,
+        Some(p) => Some(p + 1),
+        None => Some(1),
+    }
+}
+
+/// Runs `periods` periods of a model `m` (`period` runs one) over the world `world(m)`
+/// returns; the periods to converge to the reference of the world as it is at the start.
+pub(crate) fn settle<M>(
+    periods: u32,
+    m: &mut M,
+    world: impl Fn(&M) -> &World,
+    mut period: impl FnMut(&mut M),
+) -> Option<u32> {
+    let reference = world(m).reference_bps();
+    let mut last_off = None;
+    for p in 1..=periods {
+        period(m);
+        if world(m).distance(&reference).0 > 0.0 {
+            last_off = Some(p);
+        }
+    }
+    settled(last_off, periods)
 }
 
 /// What [`simulate_cluster`] found.

@@ -381,21 +381,17 @@ impl AsyncWorld {
     /// from which the rates stay within the slack of the reference, `None` if not converged for
     /// the last two).
     pub fn run(&mut self, periods: u32) -> Option<u32> {
-        let reference = self.world.reference_bps();
-        let mut last_off = None;
-        for p in 1..=periods {
-            for _ in 0..self.config.ticks {
-                self.step();
-            }
-            if self.world.distance(&reference).0 > 0.0 {
-                last_off = Some(p);
-            }
-        }
-        match last_off {
-            Some(p) if p + 1 >= periods => None,
-            Some(p) => Some(p + 1),
-            None => Some(1),
-        }
+        let ticks = self.config.ticks;
+        crate::cluster::settle(
+            periods,
+            self,
+            |w| &w.world,
+            |w| {
+                for _ in 0..ticks {
+                    w.step();
+                }
+            },
+        )
     }
 }
 
