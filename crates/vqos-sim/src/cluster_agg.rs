@@ -147,7 +147,7 @@ pub struct AggWorld {
     phase: Vec<u32>,
     by_shard: Vec<BTreeMap<u32, Vec<usize>>>,
     cut: Vec<bool>,
-    /// Per tenant index: Σ share max in force (u128: no overflow), and its max.
+    /// Per tenant index: Σ share max in force (u128: no overflow).
     sums: Vec<u128>,
     queue: BTreeMap<u64, Vec<Msg>>,
     tick: u64,
@@ -183,49 +183,8 @@ impl AggWorld {
             let s = shard_of_tenant[v.tenant as usize];
             by_shard[v.host as usize].entry(s).or_default().push(i);
         }
-        let tick_ns = 500_000_000 / u64::from(config.ticks);
-        let (lease_ns, drift_ns) = (
-            u64::from(config.lease_ticks) * tick_ns,
-            u64::from(config.drift_ticks) * tick_ns,
-        );
-        let mut shards: Vec<Shard> = (0..config.shards)
-            .map(|_| Shard {
-                leader: Some(Leader::new(1, 0, lease_ns, drift_ns)),
-                term: 1,
-                declared: Declarations::new(),
-                tenants: BTreeMap::new(),
-                busy_ns: 0,
-            })
-            .collect();
-        for (h, vifs) in declared {
-            for (port, d) in vifs {
-                let t: u32 = d.tenant[1..].parse().unwrap_or(0);
-                let s = &mut shards[shard_of_tenant[t as usize] as usize];
-                s.tenants.insert(d.tenant.clone(), world.tenants[&d.tenant]);
-                s.declared.entry(h.clone()).or_default().insert(port, d);
-            }
-        }
-        // Each host's vifs by tenant, with their own caps, to start holding the fallback.
-        let mut own: Vec<BTreeMap<u32, BTreeMap<String, Share>>> = vec![BTreeMap::new(); hosts];
-        for (i, v) in world.vifs.iter().enumerate() {
-            let s = Share {
-                min_bps: 0,
-                max_bps: v.max_bps,
-            };
-            own[v.host as usize]
-                .entry(v.tenant)
-                .or_default()
-                .insert(world.port(i).to_string(), s);
-        }
-        let mut holders = vec![Holder::default(); hosts];
-        for (h, tenants) in own.iter().enumerate() {
-            for (t, vifs) in tenants {
-                let limits = world.tenants[&format!("t{t}")];
-                let n = members[t].len() as u64;
-                let cap = (limits.max_bps.map(|m| m / n), limits.min_bps / n);
-                holders[h].start(&format!("t{t}"), cap, vifs);
-            }
-        }
+        let shards = shards(config, &world, declared, &shard_of_tenant);
+        let holders = holders(&world, &members);
         let mut rng = base.seed ^ 0xa66_5eed;
         let phase = (0..hosts)
             .map(|_| (next_u64(&mut rng) % u64::from(config.ticks)) as u32)
@@ -431,6 +390,65 @@ impl AggWorld {
             *c = cut;
         }
     }
+}
+
+/// Each shard with its leader of term 1, its tenants' limits and declarations.
+fn shards(
+    config: &AggSimConfig,
+    world: &World,
+    declared: Declarations,
+    shard_of_tenant: &[u32],
+) -> Vec<Shard> {
+    let tick_ns = 500_000_000 / u64::from(config.ticks);
+    let (lease_ns, drift_ns) = (
+        u64::from(config.lease_ticks) * tick_ns,
+        u64::from(config.drift_ticks) * tick_ns,
+    );
+    let mut shards: Vec<Shard> = (0..config.shards)
+        .map(|_| Shard {
+            leader: Some(Leader::new(1, 0, lease_ns, drift_ns)),
+            term: 1,
+            declared: Declarations::new(),
+            tenants: BTreeMap::new(),
+            busy_ns: 0,
+        })
+        .collect();
+    for (h, vifs) in declared {
+        for (port, d) in vifs {
+            let t: usize = d.tenant[1..].parse().unwrap_or(0);
+            let s = &mut shards[shard_of_tenant[t] as usize];
+            s.tenants.insert(d.tenant.clone(), world.tenants[&d.tenant]);
+            s.declared.entry(h.clone()).or_default().insert(port, d);
+        }
+    }
+    shards
+}
+
+/// Each host holding `limits / N` of each of its tenants over its vifs' own caps, as an
+/// agent starts.
+fn holders(world: &World, members: &BTreeMap<u32, BTreeSet<u32>>) -> Vec<Holder> {
+    let hosts = world.config.hosts as usize;
+    let mut own: Vec<BTreeMap<u32, BTreeMap<String, Share>>> = vec![BTreeMap::new(); hosts];
+    for (i, v) in world.vifs.iter().enumerate() {
+        let s = Share {
+            min_bps: 0,
+            max_bps: v.max_bps,
+        };
+        own[v.host as usize]
+            .entry(v.tenant)
+            .or_default()
+            .insert(world.port(i).to_string(), s);
+    }
+    let mut holders = vec![Holder::default(); hosts];
+    for (h, tenants) in own.iter().enumerate() {
+        for (t, vifs) in tenants {
+            let limits = world.tenants[&format!("t{t}")];
+            let n = members[t].len() as u64;
+            let cap = (limits.max_bps.map(|m| m / n), limits.min_bps / n);
+            holders[h].start(&format!("t{t}"), cap, vifs);
+        }
+    }
+    holders
 }
 
 fn share_max(s: &Share) -> u128 {
