@@ -20,6 +20,7 @@ use crate::migrate::Identity;
 use crate::pipeline::Pipeline;
 use crate::port::Port;
 use crate::ports::{PortIo, PortTable};
+use crate::rehome::{Given, Rehomed};
 use crate::shaper::{rebucket, UplinkShaper};
 use crate::stats::{LoopStats, PortRole};
 use crate::switch::Switch;
@@ -63,6 +64,14 @@ pub(crate) enum Op {
     },
     /// Remove a vif port.
     RemovePort { name: String },
+    /// Vif `name` is read by shard `to` from now on ([`crate::rehome`]): its home gives the
+    /// port up (answering with it in [`Answer::given`]), `to` takes it (`given`), the others
+    /// learn of it.
+    Rehome {
+        name: String,
+        to: usize,
+        given: Option<Given>,
+    },
     /// Replace the policy set.
     SetPolicies { policies: PolicySet },
     /// Replace one vif's policy (read-modify-write on the shard: concurrent calls never undo
@@ -94,6 +103,8 @@ pub(crate) struct Answer {
     pub policies: Arc<PolicySet>,
     /// The identity a hand-over's source gave ([`Op::Handover`]).
     pub identity: Option<Identity>,
+    /// A port its old home gave up, or one a refused move hands back ([`Op::Rehome`]).
+    pub given: Option<Given>,
 }
 
 /// What adding a port did.
@@ -111,6 +122,7 @@ impl Switch {
         let mut added = None;
         let mut released = None;
         let mut identity = None;
+        let mut moved = None;
         let result = match op {
             Op::AddPort {
                 port,
@@ -146,6 +158,28 @@ impl Switch {
             Op::RemovePort { name } => self.remove_shared(&name, now_ns).map(|p| {
                 released = p;
             }),
+            Op::Rehome { name, to, given } => match self.rehome(&name, to, given, now_ns) {
+                Ok((slot, done)) => {
+                    match done {
+                        Rehomed::Gave(g) => moved = Some(g),
+                        Rehomed::Took(old, _) => {
+                            released = Some(old);
+                            // The runner watches what this shard now reads.
+                            added = Some(Added {
+                                slot,
+                                taken: Vec::new(),
+                            });
+                        }
+                        Rehomed::Learnt => {}
+                    }
+                    Ok(())
+                }
+                Err(refused) => {
+                    let (e, back) = *refused;
+                    moved = back;
+                    Err(e)
+                }
+            },
             Op::SetPolicies { policies } => self.set_policies(policies, now_ns),
             Op::SetPolicy { name, policy } => self.set_policy(&name, policy, now_ns),
             Op::SetEcn { probabilities } => self.set_ecn_probabilities(&probabilities, now_ns),
@@ -163,6 +197,7 @@ impl Switch {
             released,
             policies: self.policies.clone(),
             identity,
+            given: moved,
         }
     }
 

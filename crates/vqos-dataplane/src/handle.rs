@@ -79,6 +79,7 @@ impl Caller for Channels<'_> {
             released: None,
             policies: policies.clone(),
             identity: None,
+            given: None,
         };
         if self.stopped {
             return stopped(&self.policies);

@@ -84,6 +84,7 @@ pub mod null;
 mod pipeline;
 pub mod port;
 mod ports;
+mod rehome;
 mod runner;
 pub mod shaper;
 pub mod shards;

@@ -153,17 +153,26 @@ impl Runner {
     /// longer watching one it let go of.
     fn apply(&mut self, op: Op) -> Answer {
         let now = self.now_ns();
-        let removed_fd = match &op {
-            Op::RemovePort { name } => self.sw.slot_of(name).and_then(|s| self.sw.readiness_fd(s)),
-            _ => None,
+        let shard = self.sw.shard_index();
+        let (removed_fd, moves) = match &op {
+            Op::RemovePort { name } => (self.sw.slot_of(name), false),
+            // A port this shard reads and gives up ([`crate::rehome`]).
+            Op::Rehome { name, to, .. } => (self.sw.slot_of(name).filter(|_| *to != shard), true),
+            _ => (None, false),
         };
+        let removed_fd = removed_fd.and_then(|s| self.sw.readiness_fd(s));
         let mut answer = self.sw.apply(op, now);
         if let Some(slot) = answer.added.as_ref().map(|a| a.slot) {
-            if let Err(e) = self.watch(slot) {
-                let name = self.sw.port_name(slot);
-                answer.released = self.sw.remove_shared(&name, now).ok().flatten();
-                answer.added = None;
-                answer.result = Err(e);
+            match self.watch(slot) {
+                Ok(()) => {}
+                // A port moved here stays read: polled every millisecond instead.
+                Err(_) if moves => self.sw.poll_only(slot),
+                Err(e) => {
+                    let name = self.sw.port_name(slot);
+                    answer.released = self.sw.remove_shared(&name, now).ok().flatten();
+                    answer.added = None;
+                    answer.result = Err(e);
+                }
             }
         }
         if answer.result.is_ok() {

@@ -10,7 +10,9 @@
 //!   every shard can send there. The first-come locks its addresses took are then forgotten
 //!   on the others.
 //! - A port is removed from its own shard first (it stops reading and its addresses are
-//!   forgotten), then from the others; the last hold on it closes it.
+//!   forgotten), then from the others; the last hold on it closes it. Then ports move from
+//!   the most loaded shard to the least loaded while they differ by two or more, leaving
+//!   those an operator placed ([`crate::rehome`]).
 //! - Policy sets, one vif's policy, and ECN probabilities go to every shard in order. They are
 //!   validated the same way on each; if a shard's engine still refuses what an earlier one
 //!   accepted, the earlier ones get the previous policy back.
@@ -35,15 +37,26 @@ pub(crate) trait Caller {
     fn post(&mut self, shard: usize, op: Op);
 }
 
+/// Where a vif port is read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Home {
+    /// The shard that reads it.
+    pub shard: usize,
+    /// Its slot (the same on every shard).
+    pub slot: usize,
+    /// An operator placed it there (`thread = N`): re-placing leaves it ([`crate::rehome`]).
+    pub pinned: bool,
+}
+
 /// Where each port is read, which slots are used, and the policy set in force.
 #[derive(Debug)]
 pub(crate) struct Placement {
-    /// The shard that reads each vif port, and its slot.
-    homes: HashMap<String, (usize, usize)>,
+    /// Where each vif port is read.
+    pub(crate) homes: HashMap<String, Home>,
     /// Slots in use (the uplink's, 0, included).
     slots: Vec<bool>,
     /// How many shards.
-    shards: usize,
+    pub(crate) shards: usize,
     /// The policy set the shards run with (from their last answer).
     pub policies: Arc<PolicySet>,
 }
@@ -59,12 +72,18 @@ impl Placement {
         }
     }
 
+    /// How many vif ports each shard reads (as home).
+    pub(crate) fn load(&self) -> Vec<usize> {
+        let mut load = vec![0usize; self.shards];
+        for h in self.homes.values() {
+            load[h.shard] += 1;
+        }
+        load
+    }
+
     /// The shard with the fewest vif ports (the lowest index among equals).
     fn least_loaded(&self) -> usize {
-        let mut load = vec![0usize; self.shards];
-        for &(h, _) in self.homes.values() {
-            load[h] += 1;
-        }
+        let load = self.load();
         (0..self.shards).min_by_key(|&i| (load[i], i)).unwrap_or(0)
     }
 
@@ -82,7 +101,7 @@ impl Placement {
         self.slots[slot] = used;
     }
 
-    fn call(&mut self, c: &mut dyn Caller, shard: usize, op: Op) -> Answer {
+    pub(crate) fn call(&mut self, c: &mut dyn Caller, shard: usize, op: Op) -> Answer {
         let a = c.call(shard, op);
         self.policies = a.policies.clone();
         a
@@ -118,6 +137,7 @@ impl Placement {
         home: Option<usize>,
     ) -> Result<(), SwitchError> {
         let name = io.lock().name().to_string();
+        let pinned = home.is_some_and(|h| h < self.shards);
         let home = home
             .filter(|&h| h < self.shards)
             .unwrap_or_else(|| self.least_loaded());
@@ -173,7 +193,12 @@ impl Placement {
                         );
                     }
                 }
-                self.homes.insert(name, (home, slot));
+                let place = Home {
+                    shard: home,
+                    slot,
+                    pinned,
+                };
+                self.homes.insert(name, place);
                 self.use_slot(slot, true);
                 Ok(())
             }
@@ -224,7 +249,7 @@ impl Placement {
         c: &mut dyn Caller,
         name: &str,
     ) -> Result<Option<Arc<PortIo>>, SwitchError> {
-        let (home, slot) = self.homes.get(name).copied().unwrap_or((0, 0));
+        let (home, slot) = self.homes.get(name).map_or((0, 0), |h| (h.shard, h.slot));
         let order: Vec<usize> = std::iter::once(home)
             .chain((0..self.shards).filter(|&i| i != home))
             .collect();
@@ -256,6 +281,8 @@ impl Placement {
         let mut holds = holds.into_iter();
         let last = holds.next();
         drop(holds);
+        // The ports left are spread evenly again (`crate::rehome`).
+        self.rebalance(c);
         match refused {
             Some(e) => Err(e),
             None => Ok(last),
@@ -334,7 +361,7 @@ impl Placement {
         // Names the shards would refuse are refused before any change.
         let home = |n: &str| match self.homes.get(n) {
             _ if n == uplink => Err(SwitchError::Uplink(n.to_string())),
-            Some(&(h, _)) => Ok(h),
+            Some(h) => Ok(h.shard),
             None => Err(SwitchError::UnknownPort(n.to_string())),
         };
         let src_home = home(src)?;

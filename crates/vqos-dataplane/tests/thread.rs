@@ -463,6 +463,38 @@ fn a_port_pinned_to_a_thread_is_read_there_and_a_missing_thread_is_refused() {
 }
 
 #[test]
+fn a_port_moves_to_the_thread_its_neighbour_left_and_is_read_there() {
+    for readiness in [Readiness::Epoll, Readiness::BusyPoll] {
+        let r = rig_with(|c| {
+            c.threads = 2;
+            c.readiness = readiness;
+        });
+        // a on loop 0, b on loop 1, c on loop 0 (the least loaded, the lower index).
+        let (pc, c) = MemPort::pair("c", 1000);
+        r.sw.add_port(PortSpec::custom(Box::new(pc)), VifPolicy::default())
+            .unwrap();
+        // Frames wait in c's queue while b goes and c moves to loop 1.
+        for i in 0..20u8 {
+            c.inject(frame(MAC_U, MAC_B, i));
+        }
+        r.sw.remove_port("b").unwrap();
+        let s = r.sw.stats();
+        assert_eq!(
+            (s.port("a").unwrap().shard, s.port("c").unwrap().shard),
+            (0, 1)
+        );
+        // Read there, by its readiness on loop 1 (or its busy polling): every frame once.
+        assert_eq!(collect(&r.u, 20).len(), 20, "{readiness:?}");
+        c.inject(frame(MAC_U, MAC_B, 99));
+        assert_eq!(tag_of(&collect(&r.u, 1)[0]), 99);
+        stats_where(&r.sw, |s| {
+            s.port("c").is_some_and(|p| p.counters.rx_frames == 21) && s.loops[1].burst_frames > 0
+        });
+        r.sw.stop().unwrap();
+    }
+}
+
+#[test]
 fn threads_and_cpus_that_cannot_be_had_are_refused_before_anything_starts() {
     let start = |f: &dyn Fn(&mut SwitchConfig)| {
         let (up, _u) = MemPort::pair("up", 1);
