@@ -168,8 +168,9 @@ pub struct VhostUserCounters {
     pub rarp_announces: u64,
     /// `SEND_RARP` requests refused: a group or zero MAC.
     pub rarp_refused: u64,
-    /// vhost-user messages refused and skipped because a feature they need was not yet
-    /// negotiated (QEMU's `SET_VRING_ENABLE` before `SET_FEATURES`).
+    /// vhost-user messages refused and skipped: a feature they need was not yet negotiated
+    /// (QEMU's `SET_VRING_ENABLE` before `SET_FEATURES`), or they name a vring the port did
+    /// not offer (a guest asking for more queue pairs than its `queues`).
     pub refused_messages: u64,
     /// Sessions started (a frontend connected, or we connected to it).
     pub sessions: u64,

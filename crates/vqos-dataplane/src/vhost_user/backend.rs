@@ -126,6 +126,9 @@ pub(crate) struct Shared {
     /// Why the last session ended, when the library reported an error (a refused message,
     /// a failed mapping): for the operator.
     pub(crate) last_error: Mutex<Option<String>>,
+    /// What the handler refused last and why, in the operator's words (the library's error
+    /// says only "invalid parameters"): added to `last_error` if that ends the session.
+    pub(crate) refusal: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -179,6 +182,7 @@ impl Shared {
             stop_event: EventFd::new()?,
             shutdown: Mutex::new(None),
             last_error: Mutex::new(None),
+            refusal: Mutex::new(None),
         })
     }
 

@@ -85,8 +85,18 @@ impl NetHandler {
         }
     }
 
+    /// Vring `index`; one the port did not offer (a guest asking for more queue pairs than
+    /// `queues`) is refused, counted in `refused_messages`, and changes nothing.
     fn vring(&self, index: u32) -> Result<&VringRwLock> {
-        self.vrings.get(index as usize).ok_or(Error::InvalidParam)
+        let found = self.vrings.get(index as usize);
+        if found.is_none() {
+            super::counters::bump(&self.shared.counters.refused_messages, 1);
+            let (n, q) = (self.vrings.len(), self.shared.config.queues);
+            *lock(&self.shared.refusal) = Some(format!(
+                "the guest named vring {index}, but the port offers {n} (queues = {q})"
+            ));
+        }
+        found.ok_or(Error::InvalidParam)
     }
 
     /// Frontend virtual address → guest-physical address.

@@ -116,6 +116,7 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
     *lock(&shared.shutdown) = conn;
     shared.connected.store(true, Ordering::Release);
     bump(&shared.counters.sessions, 1);
+    lock(&shared.refusal).take();
     if shared.stop.load(Ordering::Acquire) {
         shutdown(shared);
     }
@@ -147,7 +148,8 @@ fn serve(shared: &Shared, handler: &Mutex<NetHandler>, mut requests: Requests, w
                     bump(&shared.counters.dirty_logs_refused, 1);
                     break Some(format!("dirty log refused: {e}"));
                 }
-                break Some(e.to_string());
+                let why = lock(&shared.refusal).take();
+                break Some(why.map_or_else(|| e.to_string(), |why| format!("{e}: {why}")));
             }
         }
     };

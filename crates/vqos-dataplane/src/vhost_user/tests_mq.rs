@@ -240,3 +240,47 @@ fn receive_queues_are_lent_from_the_highest_pair_and_pair_0_stays() {
         "pair 0 stays the port's"
     );
 }
+
+/// A guest that sets up a queue pair the port did not offer (a vring index at or past 2 ×
+/// `queues`) is refused and counted, its session ends with the reason in the port's status,
+/// and the port is left as it was: a guest that keeps to the offer connects and forwards next.
+#[test]
+fn a_guest_asking_for_more_pairs_than_offered_is_refused_and_the_port_serves_the_next() {
+    use super::test_frontend::{wait_until, TestFrontend};
+    use crate::Port;
+    let (_dir, path) = socket_path();
+    let mut port = VhostUserPort::server("one", &path).unwrap();
+    let mut fe = Frontend::connect(&path, 4).unwrap();
+    fe.set_owner().unwrap();
+    assert_eq!(fe.get_features().unwrap() & F_MQ, 0, "one pair: no MQ");
+    fe.set_features(OFFERED_FEATURES).unwrap();
+    let p = fe.get_protocol_features().unwrap();
+    fe.set_protocol_features(p).unwrap();
+    // Not asked (GET_QUEUE_NUM would make the `vhost` crate's frontend refuse the messages
+    // below itself): the guest believes in 2 pairs.
+    // Pair 1's vrings (2 and 3) do not exist on a one-pair port: the message naming one is
+    // refused and counted, and (sent without asking for a reply, as a guest that ignores the
+    // offer would) ends the session, with the reason in the port's status.
+    let h = port.handle();
+    fe.set_vring_num(0, 256).unwrap();
+    fe.set_vring_num(2, 256).unwrap();
+    wait_until("the session ended", || !h.is_connected());
+    assert_eq!(h.counters().refused_messages, 1);
+    let why = h.status().last_error.expect("why the session ended");
+    assert!(
+        why.contains("the guest named vring 2, but the port offers 2 (queues = 1)"),
+        "{why}"
+    );
+    assert_eq!(h.status().queues, 1);
+    drop(fe);
+    // A guest that keeps to the offer is served.
+    let mut good = TestFrontend::connect(&path, OFFERED_FEATURES);
+    wait_until("the next session", || h.is_connected());
+    good.send(&frame(7, 60));
+    let mut b = Batch::new();
+    wait_until("its frame", || {
+        port.recv_batch(&mut b, 32).unwrap();
+        !b.is_empty()
+    });
+    assert_eq!(tags(&b), vec![7]);
+}
