@@ -404,6 +404,10 @@ impl Downlink {
     /// Serves one batch if the capacity and the engine allow; see the module docs.
     pub fn serve(&mut self, ports: &mut PortTable, now_ns: u64) -> Served {
         if !self.has_work() {
+            // The engine ticks on time whether or not frames wait, as the uplink side's does:
+            // its next tick is part of the loop's deadline ([`Downlink::wake_at`]), and one
+            // left in the past kept the loop from sleeping.
+            self.sched.tick_if_due(now_ns);
             return Served::Idle;
         }
         if !self.shaper.allows(now_ns) {

@@ -12,7 +12,7 @@
 //! - A port is removed from its own shard first (it stops reading and its addresses are
 //!   forgotten), then from the others; the last hold on it closes it. Then ports move from
 //!   the most loaded shard to the least loaded while they differ by two or more, leaving
-//!   those an operator placed ([`crate::rehome`]).
+//!   those an operator placed (`rehome.rs`).
 //! - Policy sets, one vif's policy, and ECN probabilities go to every shard in order. They are
 //!   validated the same way on each; if a shard's engine still refuses what an earlier one
 //!   accepted, the earlier ones get the previous policy back.

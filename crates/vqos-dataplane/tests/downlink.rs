@@ -529,3 +529,41 @@ fn evictions_across_flows_lose_no_frame_uncounted() {
         .sum();
     assert_eq!(offered, delivered + lost + p.queued_frames, "{c:?}");
 }
+
+/// An idle downlink does not keep the loop awake: once the frames it queued are sent, the
+/// switch's next deadline is in the future at every later time, engine ticks included
+/// (before, the downlink's engine ticked only while it had frames, so its next tick fell
+/// into the past and the loop polled without sleeping until the next frame came:
+/// a forwarding thread at 100 % of a core in the lab under `ancs` on two threads).
+#[test]
+fn an_idle_downlink_lets_the_loop_sleep() {
+    for engine in [EngineKind::Ancs, EngineKind::Vqos, EngineKind::C2qos] {
+        let mut r = VRig::with(
+            |c| {
+                c.engine = engine;
+                c.capacity_bps = Some(100 * MBIT);
+                c.capacity_in_bps = Some(100 * MBIT);
+                c.downlink = Some(DownlinkConfig::default());
+            },
+            MacPolicy::default(),
+        );
+        r.a.inject(frame(MAC_U, MAC_A, 1));
+        r.run();
+        r.u.inject(big(MAC_A));
+        r.run();
+        assert_eq!(r.a.take_sent().len(), 1, "{engine:?}");
+        for step in 1..=200u64 {
+            let now = r.now + step * MS;
+            let p = r.sw.poll(now);
+            if r.sw.stats_due(now) {
+                r.sw.stats(now);
+                continue;
+            }
+            assert!(
+                p.did_work || p.next_deadline_ns > now,
+                "{engine:?} at +{step} ms: nothing to do, yet woken for {}",
+                p.next_deadline_ns
+            );
+        }
+    }
+}
