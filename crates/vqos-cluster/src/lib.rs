@@ -23,6 +23,8 @@ pub mod guard;
 pub mod holder;
 pub mod keys;
 pub mod model;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 pub mod shares;
 pub mod split;
 

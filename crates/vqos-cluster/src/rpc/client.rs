@@ -1,0 +1,60 @@
+//! The host's side of a session with one shard's leader: reports go up the stream as they are
+//! made, answers come down as the leader decides them.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use super::proto::aggregator_client::AggregatorClient;
+use super::proto::{Answer, Report as WireReport};
+use super::{HostCodec, RpcError};
+use crate::aggregator::{HostGrant, Report};
+
+/// One host's open session with a shard's leader.
+#[derive(Debug)]
+pub struct HostSession {
+    codec: HostCodec,
+    up: mpsc::Sender<WireReport>,
+    down: Streaming<Answer>,
+}
+
+fn transport(e: impl std::fmt::Display) -> RpcError {
+    RpcError::Transport(e.to_string())
+}
+
+impl HostSession {
+    /// Opens a session on `channel` (a connection to the shard's leader).
+    pub async fn open(channel: Channel) -> Result<HostSession, RpcError> {
+        let (up, rx) = mpsc::channel(4);
+        let mut client = AggregatorClient::new(channel);
+        let down = client
+            .session(ReceiverStream::new(rx))
+            .await
+            .map_err(transport)?
+            .into_inner();
+        Ok(HostSession {
+            codec: HostCodec::default(),
+            up,
+            down,
+        })
+    }
+
+    /// Sends `r`, made at `sent_ns` on the host's monotonic clock.
+    pub async fn send(&mut self, r: &Report, sent_ns: u64) -> Result<(), RpcError> {
+        let wire = self.codec.encode(r, sent_ns);
+        self.up.send(wire).await.map_err(transport)
+    }
+
+    /// The next answer: the `sent_ns` of the report it answers, and the grants by tenant.
+    /// An error ends the session (open a new one: its tables start empty).
+    pub async fn answer(&mut self) -> Result<(u64, BTreeMap<String, HostGrant>), RpcError> {
+        match self.down.message().await {
+            Ok(Some(a)) => self.codec.decode(a),
+            Ok(None) => Err(RpcError::Transport("the leader ended the session".into())),
+            Err(status) => Err(RpcError::Transport(status.message().to_string())),
+        }
+    }
+}
