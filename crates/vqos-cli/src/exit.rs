@@ -46,7 +46,7 @@ pub fn status(e: &anyhow::Error) -> i32 {
         if let Some(e) = cause.downcast_ref::<vqos_cluster::EtcdError>() {
             return match e {
                 vqos_cluster::EtcdError::Settings(_) => USAGE,
-                vqos_cluster::EtcdError::Read { .. } => FAILURE,
+                vqos_cluster::EtcdError::Read { .. } | vqos_cluster::EtcdError::Lead(_) => FAILURE,
                 vqos_cluster::EtcdError::Client(_) | vqos_cluster::EtcdError::Timeout { .. } => {
                     UNREACHABLE
                 }

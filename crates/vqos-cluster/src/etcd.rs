@@ -51,6 +51,9 @@ pub enum EtcdError {
     /// What the client or the server said.
     #[error("etcd: {}", client_message(.0))]
     Client(#[from] etcd_client::Error),
+    /// An aggregator shard's lead was lost or cannot be counted ([`crate::election`]).
+    #[error("{0}")]
+    Lead(String),
     /// No answer in time.
     #[error("etcd: no answer to {what} within {ms} ms")]
     Timeout {

@@ -23,6 +23,9 @@ pub const STATUS: &str = "/vqos/v1/status/";
 /// The prefix of the hosts' grants.
 pub const GRANTS: &str = "/vqos/v1/grants/";
 
+/// The prefix of the aggregator shards' elections and terms ([`crate::election`]).
+pub const AGGREGATORS: &str = "/vqos/v1/aggregators/";
+
 /// The prefix of the tenants' raise counts.
 pub const RAISES: &str = "/vqos/v1/raises/";
 

@@ -17,6 +17,8 @@
 pub mod aggregator;
 pub mod demand;
 #[cfg(feature = "etcd")]
+pub mod election;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod grants;
 pub mod guard;
