@@ -109,7 +109,22 @@ impl VnetHdr {
 /// (with or without the ECN bit). A GSO frame needs a `gso_size` of at least [`MIN_GSO_SIZE`]
 /// and a partial checksum whose TCP header lies inside the frame; `hdr_len` and the checksum
 /// location must lie inside the frame.
+#[inline]
 pub fn validate(frame: &[u8]) -> Result<VnetHdr, FrameError> {
+    // The common case, a frame without offloads: a header of zeros within the length bounds is
+    // valid as it is, found with two loads instead of the checks below (measured on null ports:
+    // `validate` was 15 % of a 64-byte frame's cycles, a call and a field-by-field parse).
+    let len_ok = (VNET_HDR_LEN + ETH_HDR_LEN..=MAX_FRAME_BYTES).contains(&frame.len());
+    if let (true, Some(head), Some(tail)) = (len_ok, frame.first_chunk::<8>(), frame.get(8..10)) {
+        if u64::from_ne_bytes(*head) == 0 && tail == [0, 0] {
+            return Ok(VnetHdr::default());
+        }
+    }
+    validate_offloads(frame)
+}
+
+/// [`validate`] of a frame whose header is not all zeros (or whose length is out of bounds).
+fn validate_offloads(frame: &[u8]) -> Result<VnetHdr, FrameError> {
     if frame.len() < VNET_HDR_LEN + ETH_HDR_LEN {
         return Err(FrameError::Truncated);
     }
@@ -342,6 +357,37 @@ mod tests {
 
     const A: MacKey = 0x02_00_00_00_00_0a;
     const B: MacKey = 0x02_00_00_00_00_0b;
+
+    #[test]
+    fn the_fast_path_for_a_header_of_zeros_agrees_with_the_full_checks() {
+        let min = VNET_HDR_LEN + ETH_HDR_LEN;
+        for len in [
+            0,
+            9,
+            10,
+            min - 1,
+            min,
+            min + 1,
+            1514,
+            MAX_FRAME_BYTES,
+            MAX_FRAME_BYTES + 1,
+        ] {
+            let f = vec![0u8; len];
+            assert_eq!(validate(&f), validate_offloads(&f), "zeros, {len} bytes");
+            // One byte of the header set: the full checks decide, as before.
+            for i in 0..VNET_HDR_LEN.min(len) {
+                for v in [1u8, 0x80] {
+                    let mut g = f.clone();
+                    g[i] = v;
+                    assert_eq!(
+                        validate(&g),
+                        validate_offloads(&g),
+                        "byte {i} = {v}, {len} bytes"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn validation_names_each_reason() {
