@@ -20,7 +20,8 @@ use vqos_sched::{PolicySet, VifPolicy};
 
 use crate::calib::CostSamples;
 use crate::config::{PortSpec, Readiness, SwitchConfig};
-use crate::control::{check_ecn_probabilities, Answer, Op};
+use crate::control::{Answer, Op};
+use crate::ecn::check_ecn_probabilities;
 use crate::error::SwitchError;
 use crate::ports::PortIo;
 use crate::runner::{Command, Runner, WAKE_TOKEN};

@@ -71,6 +71,7 @@ pub mod calib;
 pub mod config;
 mod control;
 pub mod downlink;
+mod ecn;
 pub mod error;
 pub mod fault;
 pub mod flow;
