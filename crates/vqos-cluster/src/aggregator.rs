@@ -41,7 +41,7 @@
 //! - A host whose vifs etcd no longer declares in a tenant is no longer counted in it: it
 //!   stops enforcing the tenant's shares when it sees the declarations change, as today.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -85,12 +85,12 @@ pub struct HostGrant {
 /// `host`'s book in `tenant`, made if new (the keys are copied only then: this runs for every
 /// tenant of every report).
 fn book_of<'a>(
-    books: &'a mut BTreeMap<String, BTreeMap<String, Vec<Entry>>>,
+    books: &'a mut HashMap<String, HashMap<String, Vec<Entry>>>,
     tenant: &str,
     host: &str,
 ) -> &'a mut Vec<Entry> {
     if !books.contains_key(tenant) {
-        books.insert(tenant.to_string(), BTreeMap::new());
+        books.insert(tenant.to_string(), HashMap::new());
     }
     let by_host = books.get_mut(tenant).expect("inserted above");
     if !by_host.contains_key(host) {
@@ -165,15 +165,16 @@ pub struct Leader {
     /// Each host's latest report.
     reports: BTreeMap<String, HostStatus>,
     /// Per tenant and host, what it may be enforcing.
-    books: BTreeMap<String, BTreeMap<String, Vec<Entry>>>,
-    /// Per tenant and host, its vifs' targets of the latest [`Leader::plan`].
-    targets: BTreeMap<String, BTreeMap<String, BTreeMap<String, Share>>>,
+    books: HashMap<String, HashMap<String, Vec<Entry>>>,
+    /// Per tenant and host, its vifs' targets of the latest [`Leader::plan`] (by vif in
+    /// order: shares are fitted in it).
+    targets: HashMap<String, HashMap<String, BTreeMap<String, Share>>>,
     /// Per tenant: its limits and declared hosts at the latest plan.
-    tenants: BTreeMap<String, (TenantLimits, Vec<String>)>,
+    tenants: HashMap<String, (TenantLimits, Vec<String>)>,
     /// Per tenant: Σ of what its hosts are counted for (built on first use after a plan).
-    tallies: BTreeMap<String, Tally>,
+    tallies: HashMap<String, Tally>,
     /// Per host: the tenants the latest plan gives its vifs targets in.
-    tenants_of: BTreeMap<String, Vec<String>>,
+    tenants_of: HashMap<String, Vec<String>>,
 }
 
 /// Σ of what a tenant's hosts are counted for, and each host's part, so that an answer reads
@@ -184,7 +185,7 @@ pub struct Leader {
 /// only overstates the others (a later raise, never an excess).
 #[derive(Debug, Clone, Default)]
 struct Tally {
-    parts: BTreeMap<String, Totals>,
+    parts: HashMap<String, Totals>,
     /// Σ max (an unlimited max as 0, as [`crate::grants::headroom`] reads it) and Σ min.
     sum: (u128, u128),
 }
@@ -228,11 +229,11 @@ impl Leader {
             lease_ns,
             drift_ns,
             reports: BTreeMap::new(),
-            books: BTreeMap::new(),
-            targets: BTreeMap::new(),
-            tenants: BTreeMap::new(),
-            tallies: BTreeMap::new(),
-            tenants_of: BTreeMap::new(),
+            books: HashMap::new(),
+            targets: HashMap::new(),
+            tenants: HashMap::new(),
+            tallies: HashMap::new(),
+            tenants_of: HashMap::new(),
         }
     }
 
@@ -329,7 +330,7 @@ impl Leader {
             let Some(limits) = tenants.get(t) else {
                 continue;
             };
-            let mut by_host: BTreeMap<String, BTreeMap<String, Share>> = BTreeMap::new();
+            let mut by_host: HashMap<String, BTreeMap<String, Share>> = HashMap::new();
             for (&(h, port), s) in m.who.iter().zip(split(limits, &m.members)) {
                 by_host
                     .entry(h.to_string())
@@ -352,8 +353,14 @@ impl Leader {
     /// plan gives the host's vifs a target in.
     pub fn report(&mut self, r: Report, now_ns: u64) -> BTreeMap<String, HostGrant> {
         self.acknowledge(&r, now_ns);
-        self.reports.insert(r.host.clone(), r.status);
-        let tenants = self.tenants_of.remove(&r.host).unwrap_or_default();
+        // Keys are copied only for a host new to the leader (this runs for every report).
+        match self.reports.get_mut(&r.host) {
+            Some(s) => *s = r.status,
+            None => drop(self.reports.insert(r.host.clone(), r.status)),
+        }
+        let Some(tenants) = self.tenants_of.get_mut(&r.host).map(std::mem::take) else {
+            return BTreeMap::new();
+        };
         let answers = tenants
             .iter()
             .filter_map(|t| {
@@ -361,7 +368,9 @@ impl Leader {
                 Some((t.clone(), g))
             })
             .collect();
-        self.tenants_of.insert(r.host.clone(), tenants);
+        if let Some(v) = self.tenants_of.get_mut(&r.host) {
+            *v = tenants;
+        }
         answers
     }
 
