@@ -380,12 +380,19 @@ impl Port for VhostUserPort {
         // A pending `SEND_RARP` announce first, as if the guest had sent it.
         let announced = rarp::take(&self.shared, batch);
         let max = max_frames.saturating_sub(announced);
-        Ok(announced
-            + if max > 0 {
-                self.queue.recv(batch, max)
-            } else {
-                0
-            })
+        let read = if max > 0 {
+            self.queue.recv(batch, max)
+        } else {
+            0
+        };
+        // An announce stored after the take above, whose wake-up the queue's read then
+        // cleared from the readiness eventfd, would wait for the guest's next kick (seen in CI:
+        // a `SEND_RARP` right after connecting never reached the uplink): wake the loop again,
+        // so the next read puts it first.
+        if rarp::pending(&self.shared) {
+            self.shared.ready.signal();
+        }
+        Ok(announced + read)
     }
 
     fn send_batch(&mut self, batch: &Batch, indices: &[u8]) -> Result<usize, PortError> {

@@ -87,6 +87,11 @@ pub(crate) fn apply(shared: &Shared, fd: RawFd, msg: SendRarp) {
     }
 }
 
+/// Whether an announce waits to be read.
+pub(crate) fn pending(shared: &Shared) -> bool {
+    shared.rarp.load(Ordering::Acquire) != 0
+}
+
 /// Puts the pending announce, if any, in `batch` (before the guest's frames); 1 if it did.
 pub(crate) fn take(shared: &Shared, batch: &mut Batch) -> usize {
     if shared.rarp.load(Ordering::Relaxed) == 0 || batch.is_full() {
