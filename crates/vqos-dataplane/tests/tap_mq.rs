@@ -296,6 +296,38 @@ fn a_lent_queue_is_read_by_its_borrower_alone() {
     assert_eq!(all, want, "each frame once, by one reader");
 }
 
+/// Steps every shard at virtual times `from`, `from + 1`, … (`before(now)` first) until the
+/// uplink's peer `u` has sent `want` frames or 50 rounds passed; the frames without their
+/// virtio-net header, sorted. The kernel queues a TAP's frames at once; the short pauses
+/// between rounds only let whatever arrives late be read, and never decide the outcome.
+fn step_until_uplink_has(
+    sh: &mut vqos_dataplane::Shards,
+    u: &vqos_dataplane::MemPortPeer,
+    from: u64,
+    want: usize,
+    mut before: impl FnMut(u64),
+) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    for now in from..from + 50 {
+        before(now);
+        for sw in sh.iter_mut() {
+            sw.mark_all_ready(false);
+            while sw.poll(now).did_work {}
+        }
+        got.extend(u.take_sent());
+        if got.len() >= want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let mut got: Vec<Vec<u8>> = got
+        .into_iter()
+        .map(|f| f[VNET_HDR_LEN..].to_vec())
+        .collect();
+    got.sort();
+    got
+}
+
 /// A multiqueue TAP vif on two shards (`threads = 2`, stepped in virtual time): its second
 /// queue is lent to shard 1, so both shards read the 64 flows the guest's side sends; each
 /// reaches the uplink once, and the port's counters and per-queue counts add up over both.
@@ -323,24 +355,7 @@ fn a_multiqueue_vif_is_read_on_two_shards() {
             sock.send(f);
         }
     });
-    // The kernel queues them at once; a few rounds pass whatever arrives late.
-    let mut got = Vec::new();
-    for now in 1..=50u64 {
-        for sw in sh.iter_mut() {
-            sw.mark_all_ready(false);
-            while sw.poll(now).did_work {}
-        }
-        got.extend(u.take_sent());
-        if got.len() >= 64 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    let mut got: Vec<Vec<u8>> = got
-        .into_iter()
-        .map(|f| f[VNET_HDR_LEN..].to_vec())
-        .collect();
-    got.sort();
+    let got = step_until_uplink_has(&mut sh, &u, 1, 64, |_| {});
     let mut want = sent;
     want.sort();
     assert_eq!(got, want, "each flow's frame reached the uplink once");
@@ -417,26 +432,11 @@ fn a_tap_vif_moved_to_another_shard_is_read_and_written_there() {
                 )
             })
             .collect();
-        let mut got = Vec::new();
-        for now in 2..=50u64 {
+        let got = step_until_uplink_has(&mut sh, &u, 2, 64, |now| {
             if now == 2 {
                 to_guest.iter().for_each(|f| u.inject(f.clone()));
             }
-            for sw in sh.iter_mut() {
-                sw.mark_all_ready(false);
-                while sw.poll(now).did_work {}
-            }
-            got.extend(u.take_sent());
-            if got.len() >= 64 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let mut got: Vec<Vec<u8>> = got
-            .into_iter()
-            .map(|f| f[VNET_HDR_LEN..].to_vec())
-            .collect();
-        got.sort();
+        });
         let mut want = sent;
         want.sort();
         assert_eq!(
