@@ -16,6 +16,7 @@
 
 pub mod aggregator;
 pub mod demand;
+pub mod desired;
 #[cfg(feature = "etcd")]
 pub mod election;
 #[cfg(feature = "etcd")]

@@ -1,15 +1,16 @@
 //! The desired state read from etcd, and its application to the API.
 //!
 //! Every host's vif documents are read (not only this host's): they are the only source of a
-//! tenant vif's membership, weight and own cap in the split ([`Desired::declared`]); the hosts'
+//! tenant vif's membership, weight and own cap in the split (`DesiredState::declared`, shared with the shards' leaders); the hosts'
 //! statuses give only measurements. A document that cannot be read (it does not parse, or its
 //! policy is not valid) is a problem and leaves its last valid version in force; fields this
 //! version does not know are a problem too, but the rest of the document is used.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use vqos_cluster::desired::{unknown_problem, DesiredState};
 use vqos_cluster::model::field_list;
-use vqos_cluster::{keys, Declarations, TenantDoc, TenantLimits, VifDoc};
+use vqos_cluster::{keys, VifDoc};
 
 use crate::api::Api;
 
@@ -24,39 +25,15 @@ pub(super) struct VifEntry {
     pub error: Option<String>,
 }
 
-/// A tenant key.
-#[derive(Debug, Clone, Default)]
-pub(super) struct TenantEntry {
-    /// The limits of the last valid document (`None`: none yet).
-    pub limits: Option<TenantLimits>,
-    /// Why the key's current value is not used.
-    pub error: Option<String>,
-    /// The fields of the current value this version does not know (`` `a`, `b` ``).
-    pub unknown: String,
-}
-
 /// The vif keys and the tenants, as last read or watched.
 #[derive(Debug, Default)]
 pub(super) struct Desired {
     /// This host's vif keys, by port name.
     pub vifs: BTreeMap<String, VifEntry>,
-    /// Every host's tenant vifs, as their last valid documents declare them.
-    pub declared: Declarations,
-    /// By tenant name.
-    pub tenants: BTreeMap<String, TenantEntry>,
+    /// Every host's tenant vifs and the tenants (shared with the shards' leaders).
+    pub state: DesiredState,
     /// Problems found when applying (missing ports, refused policies, unreadable keys).
     pub problems: Vec<String>,
-}
-
-/// "unknown field `a` ignored" for a problem, or nothing.
-fn unknown_problem(key: &str, list: &str) -> Option<String> {
-    if list.is_empty() {
-        return None;
-    }
-    let s = if list.contains(',') { "s" } else { "" };
-    Some(format!(
-        "{key}: unknown field{s} {list} ignored (a newer vqos's, or a typo)"
-    ))
 }
 
 impl Desired {
@@ -64,98 +41,44 @@ impl Desired {
     /// while the agent was away go, the last valid documents of the others stay.
     pub fn retain(&mut self, read: &BTreeSet<String>) {
         self.vifs.retain(|_, e| read.contains(&e.key));
-        self.declared.retain(|h, vifs| {
-            vifs.retain(|p, _| read.contains(&keys::vif(h, p)));
-            !vifs.is_empty()
-        });
-        self.tenants.retain(|t, _| read.contains(&keys::tenant(t)));
+        self.state.retain(read);
     }
 
     /// A key was deleted; keys that are neither vifs nor tenants are ignored.
     pub fn delete(&mut self, host: &str, key: &str) {
-        if let Some((h, port)) = keys::host_vif(key) {
+        if let Some((h, port)) = self.state.delete(key) {
             if h == host {
                 self.vifs.remove(port);
             }
-            if let Some(vifs) = self.declared.get_mut(h) {
-                vifs.remove(port);
-                if vifs.is_empty() {
-                    self.declared.remove(h);
-                }
-            }
-        } else if let Some(t) = keys::name_under(keys::TENANTS, key) {
-            self.tenants.remove(t);
         }
     }
 
     /// A key was read or written; keys that are neither vifs nor tenants are ignored.
     pub fn put(&mut self, host: &str, key: &str, value: &[u8]) {
-        if let Some((h, port)) = keys::host_vif(key) {
-            let read = VifDoc::parse(value).and_then(|d| Ok((d.declared(port)?, d)));
-            match read {
-                Ok((decl, doc)) => {
-                    if h == host {
-                        if let Some(p) = unknown_problem(key, &field_list(&doc.unknown)) {
-                            tracing::warn!("{p}");
-                        }
-                    }
-                    let vifs = self.declared.entry(h.to_string()).or_default();
-                    match decl {
-                        Some(d) => vifs.insert(port.to_string(), d),
-                        None => vifs.remove(port),
-                    };
-                    if vifs.is_empty() {
-                        self.declared.remove(h);
-                    }
-                    if h == host {
-                        self.vifs.insert(
-                            port.to_string(),
-                            VifEntry {
-                                key: key.to_string(),
-                                doc: Some(doc),
-                                error: None,
-                            },
-                        );
-                    }
-                }
-                Err(e) => {
-                    // The last valid document stays: its policy, tenant, weight and cap.
-                    tracing::warn!("{key}: {e}; its last valid version stays in force");
-                    if h == host {
-                        let entry = self.vifs.entry(port.to_string()).or_insert(VifEntry {
-                            key: key.to_string(),
-                            doc: None,
-                            error: None,
-                        });
-                        entry.error = Some(e.to_string());
-                    }
-                }
-            }
-        } else if let Some(t) = keys::name_under(keys::TENANTS, key) {
-            let entry = self.tenants.entry(t.to_string()).or_default();
-            match TenantDoc::parse(value).and_then(|d| Ok((d.limits()?, d))) {
-                Ok((limits, doc)) => {
-                    entry.limits = Some(limits);
-                    entry.error = None;
-                    entry.unknown = field_list(&doc.unknown);
-                    if let Some(p) = unknown_problem(key, &entry.unknown) {
-                        tracing::warn!("{p}");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("{key}: {e}; its last valid version stays in force");
-                    entry.error = Some(e.to_string());
-                }
-            }
+        let Some(put) = self.state.put(key, value) else {
+            return;
+        };
+        if put.host != host {
+            return;
         }
-    }
-
-    /// The tenants' limits, of their last valid documents.
-    pub fn tenant_limits(&self) -> BTreeMap<String, TenantLimits> {
-        self.tenants
-            .iter()
-            .filter_map(|(t, e)| Some((t.clone(), e.limits?)))
-            .collect()
+        let entry = self
+            .vifs
+            .entry(put.port.to_string())
+            .or_insert_with(|| VifEntry {
+                key: key.to_string(),
+                doc: None,
+                error: None,
+            });
+        match put.doc {
+            Ok(doc) => {
+                if let Some(p) = unknown_problem(key, &field_list(&doc.unknown)) {
+                    tracing::warn!("{p}");
+                }
+                entry.doc = Some(doc);
+                entry.error = None;
+            }
+            Err(e) => entry.error = Some(e),
+        }
     }
 
     /// Sets every named vif's policy through the API (a no-op when unchanged), hands the vifs
@@ -185,7 +108,7 @@ impl Desired {
             }
             if let Some(t) = &doc.tenant {
                 let tkey = keys::tenant(t);
-                match self.tenants.get(t) {
+                match self.state.tenants.get(t) {
                     None => {
                         problems.push(format!("{}: tenant '{t}' has no policy at {tkey}", e.key))
                     }
@@ -289,11 +212,11 @@ mod tests {
         let set = api.policies();
         assert_eq!(set.policy(set.id("vm1").unwrap()).weight, 4);
         d.retain(&BTreeSet::new());
-        assert!(d.vifs.is_empty() && d.tenants.is_empty() && d.declared.is_empty());
+        assert!(d.vifs.is_empty() && d.state.tenants.is_empty() && d.state.declared.is_empty());
     }
 
     fn acme_max(d: &Desired) -> Option<u64> {
-        d.tenant_limits().get("acme").and_then(|l| l.max_bps)
+        d.state.tenant_limits().get("acme").and_then(|l| l.max_bps)
     }
 
     #[test]
@@ -323,7 +246,7 @@ mod tests {
         d.apply(&api);
         assert_eq!(acme_max(&d), Some(100_000_000));
         assert_eq!(d.tenant_of("vm1"), Some("acme"));
-        assert_eq!(d.declared["h1"]["vm1"].weight, 2);
+        assert_eq!(d.state.declared["h1"]["vm1"].weight, 2);
         assert_eq!(api.managed().keys().collect::<Vec<_>>(), ["vm1"]);
         let p = d.problems.join("\n");
         assert!(
@@ -344,29 +267,18 @@ mod tests {
         assert_eq!(acme_max(&d), None);
     }
 
+    /// The declarations themselves are `vqos_cluster::desired`'s (tested there); the agent
+    /// keeps the policies of its own host's vifs only.
     #[test]
-    fn every_hosts_vif_documents_declare_the_tenant_members() {
+    fn only_this_hosts_vif_keys_become_its_vifs() {
         let mut d = Desired::default();
-        d.put(
-            "h1",
-            "/vqos/v1/hosts/h2/vifs/vm7",
-            br#"{"tenant": "acme", "weight": 3, "max": "50Mbit"}"#,
-        );
-        d.put("h1", "/vqos/v1/hosts/h2/vifs/vm8", br#"{"weight": 9}"#);
+        d.put("h1", "/vqos/v1/hosts/h2/vifs/vm7", br#"{"tenant": "acme"}"#);
         d.put("h1", "/vqos/v1/hosts/h1/vifs/vm1", br#"{"tenant": "acme"}"#);
-        let vm7 = &d.declared["h2"]["vm7"];
-        assert_eq!(
-            (vm7.tenant.as_str(), vm7.weight, vm7.max_bps),
-            ("acme", 3, Some(50_000_000))
-        );
-        // No tenant: no member; another host's key is no vif of this host.
-        assert!(!d.declared["h2"].contains_key("vm8"));
         assert_eq!(d.vifs.keys().collect::<Vec<_>>(), ["vm1"]);
-        assert_eq!(d.declared["h1"]["vm1"].weight, 1);
-        // The tenant removed from a document: no member any more.
-        d.put("h1", "/vqos/v1/hosts/h2/vifs/vm7", br#"{"weight": 3}"#);
-        assert!(!d.declared.contains_key("h2"));
+        assert_eq!(d.state.declared.len(), 2);
+        d.delete("h1", "/vqos/v1/hosts/h2/vifs/vm7");
+        assert_eq!(d.vifs.keys().collect::<Vec<_>>(), ["vm1"]);
         d.delete("h1", "/vqos/v1/hosts/h1/vifs/vm1");
-        assert!(d.declared.is_empty() && d.vifs.is_empty());
+        assert!(d.state.declared.is_empty() && d.vifs.is_empty());
     }
 }
