@@ -10,6 +10,7 @@ use tonic::Streaming;
 
 use super::proto::aggregator_client::AggregatorClient;
 use super::proto::{Answer, Report as WireReport};
+use super::server::SHARD_HEADER;
 use super::{HostCodec, RpcError};
 use crate::aggregator::{HostGrant, Report};
 
@@ -26,12 +27,16 @@ fn transport(e: impl std::fmt::Display) -> RpcError {
 }
 
 impl HostSession {
-    /// Opens a session on `channel` (a connection to the shard's leader).
-    pub async fn open(channel: Channel) -> Result<HostSession, RpcError> {
+    /// Opens a session with shard `shard`'s leader on `channel` (a connection to it).
+    pub async fn open(channel: Channel, shard: u32) -> Result<HostSession, RpcError> {
         let (up, rx) = mpsc::channel(4);
         let mut client = AggregatorClient::new(channel);
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        request
+            .metadata_mut()
+            .insert(SHARD_HEADER, tonic::metadata::MetadataValue::from(shard));
         let down = client
-            .session(ReceiverStream::new(rx))
+            .session(request)
             .await
             .map_err(transport)?
             .into_inner();
@@ -54,6 +59,9 @@ impl HostSession {
         match self.down.message().await {
             Ok(Some(a)) => self.codec.decode(a),
             Ok(None) => Err(RpcError::Transport("the leader ended the session".into())),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                Err(RpcError::NotLeader(status.message().to_string()))
+            }
             Err(status) => Err(RpcError::Transport(status.message().to_string())),
         }
     }

@@ -66,6 +66,9 @@ pub enum RpcError {
     /// The connection failed or the peer ended the session.
     #[error("aggregator session: {0}")]
     Transport(String),
+    /// The node does not lead the session's shard (any more): look the leader up again.
+    #[error("aggregator session: {0}")]
+    NotLeader(String),
 }
 
 /// One direction's table of names: index → name, and name → index.

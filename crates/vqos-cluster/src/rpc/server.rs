@@ -1,13 +1,21 @@
-//! The leader's side of the hosts' sessions: a `tonic` service over one shard's [`Leader`].
+//! The leaders' side of the hosts' sessions: one `tonic` service per node, over the shards
+//! the node leads ([`Leader`] each, with the time until which it may grant).
 //!
-//! Each session is read by a task of its own: a report is decoded ([`LeaderCodec`]), given to
-//! the leader at the service's clock, and its answer sent back on the session's stream. The
-//! leader is shared under a mutex held for one report's bookkeeping; whoever owns the service
-//! plans with the desired state through the same mutex ([`AggregatorService::leader`]).
+//! Each session names its shard in the [`SHARD_HEADER`] request header and is read by a task
+//! of its own: a report is decoded ([`LeaderCodec`]), given to the shard's leader at the
+//! service's clock, and its answer sent back on the session's stream. The leaders are shared
+//! under one mutex, held for one report's bookkeeping; whoever owns the service starts and
+//! stops leading shards and plans through it ([`AggregatorService::lead`],
+//! [`AggregatorService::with_leader`]).
 //!
-//! A report the codec refuses ends its session with `InvalidArgument` and the reason; the
-//! leader keeps the host's last good report, as for a host that went quiet.
+//! - A report the codec refuses ends its session with `InvalidArgument` and the reason; the
+//!   leader keeps the host's last good report, as for a host that went quiet.
+//! - A report for a shard this node does not lead, or no longer may grant for (past its
+//!   `valid_until`: its election lease may be gone), ends the session with `Unavailable`
+//!   ("this node does not lead shard 3"): the host looks the leader up again. A session
+//!   without the header is refused with `InvalidArgument`.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -44,10 +52,20 @@ impl Clock for Monotonic {
     }
 }
 
-/// One shard's leader, served to the hosts.
+/// The request header that names a session's shard (its number, in decimal).
+pub const SHARD_HEADER: &str = "vqos-shard";
+
+/// A shard this node leads.
+struct Lead {
+    leader: Leader,
+    /// Until when it may grant, on the service's clock.
+    valid_until_ns: u64,
+}
+
+/// The shards a node leads, served to the hosts.
 #[derive(Clone)]
 pub struct AggregatorService {
-    leader: Arc<Mutex<Leader>>,
+    leads: Arc<Mutex<BTreeMap<u32, Lead>>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -58,23 +76,100 @@ impl std::fmt::Debug for AggregatorService {
 }
 
 impl AggregatorService {
-    /// Serves `leader`, timing reports on `clock`.
-    pub fn new(leader: Leader, clock: Arc<dyn Clock>) -> AggregatorService {
+    /// A service that leads no shard yet, timing reports on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> AggregatorService {
         AggregatorService {
-            leader: Arc::new(Mutex::new(leader)),
+            leads: Arc::new(Mutex::new(BTreeMap::new())),
             clock,
         }
     }
 
-    /// The leader, locked (to plan with the desired state, or to read its views).
-    pub fn leader(&self) -> MutexGuard<'_, Leader> {
-        self.leader.lock().unwrap_or_else(|e| e.into_inner())
+    fn leads(&self) -> MutexGuard<'_, BTreeMap<u32, Lead>> {
+        self.leads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The service's clock, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Leads `shard` with `leader`, granting until `valid_until_ns` (replaces a lead of it).
+    pub fn lead(&self, shard: u32, leader: Leader, valid_until_ns: u64) {
+        let lead = Lead {
+            leader,
+            valid_until_ns,
+        };
+        self.leads().insert(shard, lead);
+    }
+
+    /// Moves the end of `shard`'s grants to `valid_until_ns` (its election lease was kept
+    /// alive); whether it leads the shard.
+    pub fn renew(&self, shard: u32, valid_until_ns: u64) -> bool {
+        match self.leads().get_mut(&shard) {
+            Some(l) => {
+                l.valid_until_ns = valid_until_ns;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops leading `shard`: its sessions end at their next report. Returns its leader.
+    pub fn resign(&self, shard: u32) -> Option<Leader> {
+        self.leads().remove(&shard).map(|l| l.leader)
+    }
+
+    /// The shards it leads.
+    pub fn leading(&self) -> Vec<u32> {
+        self.leads().keys().copied().collect()
+    }
+
+    /// Runs `f` on `shard`'s leader (to plan with the desired state, or to read its views);
+    /// `None` when it does not lead the shard.
+    pub fn with_leader<R>(&self, shard: u32, f: impl FnOnce(&mut Leader) -> R) -> Option<R> {
+        self.leads().get_mut(&shard).map(|l| f(&mut l.leader))
     }
 
     /// The service for a `tonic` server.
     pub fn into_server(self) -> AggregatorServer<AggregatorService> {
         AggregatorServer::new(self)
     }
+
+    /// Answers `report` for `shard`, or says why this node cannot.
+    fn answer(
+        &self,
+        shard: u32,
+        codec: &mut LeaderCodec,
+        report: Report,
+    ) -> Result<Answer, Status> {
+        let (sent_ns, report) = codec
+            .decode(report)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let now = self.clock.now_ns();
+        let mut leads = self.leads();
+        match leads.get_mut(&shard) {
+            Some(l) if now < l.valid_until_ns => {
+                let answers = l.leader.report(report, now);
+                Ok(codec.encode(&answers, sent_ns))
+            }
+            _ => Err(Status::unavailable(format!(
+                "this node does not lead shard {shard}"
+            ))),
+        }
+    }
+}
+
+/// The shard a session's request names.
+fn shard_of_request<T>(request: &Request<T>) -> Result<u32, Status> {
+    let value = request.metadata().get(SHARD_HEADER);
+    value
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "a session names its shard in the `{SHARD_HEADER}` header (a number)"
+            ))
+        })
 }
 
 /// What a session sends back.
@@ -88,20 +183,14 @@ impl Aggregator for AggregatorService {
         &self,
         request: Request<Streaming<Report>>,
     ) -> Result<Response<Answers>, Status> {
+        let shard = shard_of_request(&request)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
         let service = self.clone();
         tokio::spawn(async move {
             let mut codec = LeaderCodec::default();
             while let Ok(Some(report)) = inbound.message().await {
-                let answer = match codec.decode(report) {
-                    Ok((sent_ns, report)) => {
-                        let now = service.clock.now_ns();
-                        let answers = service.leader().report(report, now);
-                        Ok(codec.encode(&answers, sent_ns))
-                    }
-                    Err(e) => Err(Status::invalid_argument(e.to_string())),
-                };
+                let answer = service.answer(shard, &mut codec, report);
                 let refused = answer.is_err();
                 if tx.send(answer).await.is_err() || refused {
                     break;

@@ -6,7 +6,7 @@ use prost::Message;
 
 use super::client::HostSession;
 use super::proto;
-use super::server::{AggregatorService, Clock};
+use super::server::{AggregatorService, Clock, SHARD_HEADER};
 use super::{HostCodec, LeaderCodec, RpcError, MAX_NAMES};
 use crate::aggregator::{Enforcing, HostGrant, Leader, Report};
 use crate::grants::Grant;
@@ -310,7 +310,8 @@ fn held_max(holders: &[Holder]) -> u64 {
 async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
     let clock = Arc::new(Stepped::default());
     let leader = Leader::new(1, 0, 4 * PERIOD_NS, PERIOD_NS / 10);
-    let service = AggregatorService::new(leader, clock.clone());
+    let service = AggregatorService::new(clock.clone());
+    service.lead(0, leader, u64::MAX);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tonic::transport::Server::builder()
@@ -326,7 +327,7 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
     let (declared, tenants, mut holders) = acme(hosts);
     let mut sessions = Vec::new();
     for _ in 0..hosts {
-        sessions.push(HostSession::open(channel.clone()).await.unwrap());
+        sessions.push(HostSession::open(channel.clone(), 0).await.unwrap());
     }
     // A hostile session beside them: refused with the reason, the others unharmed.
     let mut raw = proto::aggregator_client::AggregatorClient::new(channel.clone());
@@ -338,11 +339,11 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
         }],
         ..Default::default()
     };
-    let mut answers = raw
-        .session(tokio_stream::iter([bad]))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut request = tonic::Request::new(tokio_stream::iter([bad]));
+    request
+        .metadata_mut()
+        .insert(SHARD_HEADER, tonic::metadata::MetadataValue::from(0u32));
+    let mut answers = raw.session(request).await.unwrap().into_inner();
     let status = answers.message().await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert_eq!(
@@ -352,7 +353,7 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
     for period in 0..16u64 {
         let now = period * PERIOD_NS;
         clock.0.store(now, Ordering::SeqCst);
-        service.leader().plan(&declared, &tenants);
+        service.with_leader(0, |l| l.plan(&declared, &tenants));
         for (h, session) in sessions.iter_mut().enumerate() {
             let holder = &mut holders[h];
             holder.lapse(now);
@@ -387,5 +388,60 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
         );
     }
     assert_eq!(held_max(&holders), MAX);
+    server.abort();
+}
+
+/// A session names its shard; a node answers only for the shards it leads, and only until its
+/// `valid_until`; past it, or for another shard, the host is told to look the leader up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answers_only_for_the_shards_it_leads_and_only_while_it_may() {
+    let clock = Arc::new(Stepped::default());
+    let service = AggregatorService::new(clock.clone());
+    service.lead(2, Leader::new(1, 0, 4 * PERIOD_NS, 0), PERIOD_NS);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder()
+        .add_service(service.clone().into_server())
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let server = tokio::spawn(server);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let r = report("h0", &[("vm0", vif(None, false, false))], &[]);
+    // Without the header: refused, with what is missing.
+    let mut raw = proto::aggregator_client::AggregatorClient::new(channel.clone());
+    let status = raw
+        .session(tokio_stream::iter([proto::Report::default()]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("vqos-shard"), "{status:?}");
+    // Another shard: not led here.
+    let mut other = HostSession::open(channel.clone(), 3).await.unwrap();
+    other.send(&r, 0).await.unwrap();
+    let e = other.answer().await.unwrap_err();
+    assert_eq!(
+        e,
+        RpcError::NotLeader("this node does not lead shard 3".into())
+    );
+    // Its own shard: answered while valid, refused once past valid_until.
+    let mut own = HostSession::open(channel.clone(), 2).await.unwrap();
+    own.send(&r, 0).await.unwrap();
+    assert_eq!(own.answer().await.unwrap().0, 0);
+    clock.0.store(PERIOD_NS, Ordering::SeqCst);
+    own.send(&r, PERIOD_NS).await.unwrap();
+    let e = own.answer().await.unwrap_err();
+    assert!(matches!(e, RpcError::NotLeader(_)), "{e}");
+    // Renewed, a new session is answered again; resigned, it is not.
+    assert!(service.renew(2, 3 * PERIOD_NS));
+    let mut again = HostSession::open(channel.clone(), 2).await.unwrap();
+    again.send(&r, PERIOD_NS).await.unwrap();
+    assert_eq!(again.answer().await.unwrap().0, PERIOD_NS);
+    assert!(service.resign(2).is_some());
+    assert!(service.leading().is_empty() && !service.renew(2, u64::MAX));
+    again.send(&r, PERIOD_NS).await.unwrap();
+    assert!(again.answer().await.is_err());
     server.abort();
 }
