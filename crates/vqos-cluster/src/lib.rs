@@ -26,6 +26,8 @@ pub mod guard;
 pub mod holder;
 pub mod keys;
 pub mod model;
+#[cfg(all(feature = "etcd", feature = "rpc"))]
+pub mod node;
 #[cfg(feature = "rpc")]
 pub mod rpc;
 pub mod shares;

@@ -46,6 +46,13 @@ impl Default for Monotonic {
     }
 }
 
+impl Monotonic {
+    /// `t` on this clock, ns (0 for an instant before its start).
+    pub fn at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.0).as_nanos() as u64
+    }
+}
+
 impl Clock for Monotonic {
     fn now_ns(&self) -> u64 {
         self.0.elapsed().as_nanos() as u64

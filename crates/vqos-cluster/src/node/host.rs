@@ -1,0 +1,289 @@
+//! A host's side of the aggregators, wired: its [`Holder`] and one [`Uplink`] per shard it has
+//! tenants in. Every period ([`HostSide::period`]) it starts the tenants etcd declares it in
+//! (their fallback, `limits / N`, before any grant), lapses the grants whose lease ran out,
+//! and reports to each shard's leader its vifs of the shard's tenants with what it enforces of
+//! them, applying each answer as it comes.
+//!
+//! An uplink finds its leader in etcd (`election::leader_of`), opens a session to it, and
+//! keeps it while it answers. A broken session, a leader that says it no longer leads, or an
+//! answer later than the period's wait drops the session; the next attempt waits out a backoff
+//! with jitter and looks the leader up again. Meanwhile the host holds what it holds until its
+//! lease lapses, then the fallback: the leader's bound does not depend on the host reaching it.
+//!
+//! The shards are reported to one after another, each within `wait`: a shard whose leader is
+//! gone costs the others at most `wait` in that period.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use etcd_client::Client;
+use tonic::transport::Channel;
+
+use crate::aggregator::{shard_of, HostGrant, Report};
+use crate::election::leader_of;
+use crate::etcd::{self, EtcdError};
+use crate::holder::Holder;
+use crate::model::HostStatus;
+use crate::rpc::client::HostSession;
+use crate::rpc::server::{Clock, Monotonic};
+use crate::rpc::RpcError;
+use crate::split::Share;
+
+use super::{Followed, SharedDesired};
+
+/// Why an exchange with a shard's leader did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    /// etcd could not say who leads.
+    #[error("shard {0}: {1}")]
+    Etcd(u32, EtcdError),
+    /// Nobody leads the shard.
+    #[error("shard {0} has no leader")]
+    NoLeader(u32),
+    /// The leader could not be reached, ended the session or no longer leads.
+    #[error("shard {0}: {1}")]
+    Rpc(u32, RpcError),
+    /// No answer within the period's wait.
+    #[error("shard {0}: no answer within {1:?}")]
+    Late(u32, Duration),
+    /// Waiting out the backoff after a failure.
+    #[error("shard {0}: waiting before trying again")]
+    Waiting(u32),
+}
+
+/// A host's session with one shard's leader (module doc).
+#[derive(Debug)]
+pub struct Uplink {
+    shard: u32,
+    session: Option<HostSession>,
+    /// The endpoint the session is open to.
+    endpoint: Option<String>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Uplink {
+    /// No session yet.
+    pub fn new(shard: u32) -> Uplink {
+        Uplink {
+            shard,
+            session: None,
+            endpoint: None,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The leader's endpoint the session is open to, if one is.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.session.as_ref().and(self.endpoint.as_deref())
+    }
+
+    async fn open(
+        &mut self,
+        etcd_client: &mut Client,
+        timeout: Duration,
+    ) -> Result<(), UplinkError> {
+        let shard = self.shard;
+        let (endpoint, _) = leader_of(etcd_client, shard, timeout)
+            .await
+            .map_err(|e| UplinkError::Etcd(shard, e))?
+            .ok_or(UplinkError::NoLeader(shard))?;
+        let rpc = |e: String| UplinkError::Rpc(shard, RpcError::Transport(e));
+        let channel = Channel::from_shared(endpoint.clone())
+            .map_err(|e| rpc(format!("endpoint {endpoint:?}: {e}")))?
+            .connect_timeout(timeout)
+            .connect()
+            .await
+            .map_err(|e| rpc(format!("{endpoint}: {e}")))?;
+        let session = HostSession::open(channel, shard)
+            .await
+            .map_err(|e| UplinkError::Rpc(shard, e))?;
+        self.session = Some(session);
+        self.endpoint = Some(endpoint);
+        Ok(())
+    }
+
+    /// Sends `r` (made at `sent_ns`) and waits up to `wait` for its answer, opening a session
+    /// first if there is none; the answer's `sent_ns` and grants. A failure drops the session
+    /// and starts a backoff (from `period`) before the next attempt.
+    pub async fn exchange(
+        &mut self,
+        etcd_client: &mut Client,
+        r: &Report,
+        sent_ns: u64,
+        wait: Duration,
+        period: Duration,
+    ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return Err(UplinkError::Waiting(self.shard));
+        }
+        let got = self.try_exchange(etcd_client, r, sent_ns, wait).await;
+        match &got {
+            Ok(_) => {
+                self.failures = 0;
+                self.retry_at = None;
+            }
+            Err(_) => {
+                self.session = None;
+                let cap = (period * 16).min(Duration::from_secs(30));
+                let wait = etcd::backoff(self.failures, period / 2, cap, etcd::entropy());
+                self.failures = self.failures.saturating_add(1);
+                self.retry_at = Some(Instant::now() + wait);
+            }
+        }
+        got
+    }
+
+    async fn try_exchange(
+        &mut self,
+        etcd_client: &mut Client,
+        r: &Report,
+        sent_ns: u64,
+        wait: Duration,
+    ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
+        let shard = self.shard;
+        if self.session.is_none() {
+            self.open(etcd_client, wait).await?;
+        }
+        let session = self.session.as_mut().expect("opened above");
+        let rpc = |e| UplinkError::Rpc(shard, e);
+        session.send(r, sent_ns).await.map_err(rpc)?;
+        // Answers to earlier reports that came late are applied too: the holder keeps only a
+        // newer epoch, timed from the report each answers.
+        match tokio::time::timeout(wait, session.answer()).await {
+            Ok(answer) => answer.map_err(rpc),
+            Err(_) => Err(UplinkError::Late(shard, wait)),
+        }
+    }
+}
+
+/// A host's holdings and uplinks (module doc).
+#[derive(Debug)]
+pub struct HostSide {
+    /// The host's name.
+    pub host: String,
+    /// The number of shards.
+    pub shards: u32,
+    /// What it holds of each tenant.
+    pub holder: Holder,
+    uplinks: BTreeMap<u32, Uplink>,
+    clock: Monotonic,
+}
+
+impl HostSide {
+    /// A host that holds nothing yet.
+    pub fn new(host: &str, shards: u32) -> HostSide {
+        HostSide {
+            host: host.to_string(),
+            shards: shards.max(1),
+            holder: Holder::default(),
+            uplinks: BTreeMap::new(),
+            clock: Monotonic::default(),
+        }
+    }
+
+    /// The uplink of `shard`, if the host has tenants there.
+    pub fn uplink(&self, shard: u32) -> Option<&Uplink> {
+        self.uplinks.get(&shard)
+    }
+
+    /// Starts the tenants etcd declares this host in (at `limits / N` over their vifs' own
+    /// caps) and forgets the others; its tenants by shard.
+    pub fn start_tenants(&mut self, desired: &Followed) -> BTreeMap<u32, BTreeSet<String>> {
+        let d = &desired.state;
+        let limits = d.tenant_limits();
+        let mut own: BTreeMap<&str, BTreeMap<String, Share>> = BTreeMap::new();
+        for (port, v) in d.declared.get(&self.host).into_iter().flatten() {
+            if limits.contains_key(&v.tenant) {
+                let s = Share {
+                    min_bps: 0,
+                    max_bps: v.max_bps,
+                };
+                own.entry(v.tenant.as_str())
+                    .or_default()
+                    .insert(port.clone(), s);
+            }
+        }
+        let gone: Vec<String> = self
+            .holder
+            .iter()
+            .map(|(t, _)| t.clone())
+            .filter(|t| !own.contains_key(t.as_str()))
+            .collect();
+        gone.iter().for_each(|t| self.holder.forget(t));
+        let mut by_shard: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+        for (t, vifs) in &own {
+            let n = d
+                .declared
+                .values()
+                .filter(|vifs| vifs.values().any(|v| v.tenant == *t))
+                .count()
+                .max(1) as u64;
+            let l = limits[*t];
+            let cap = (l.max_bps.map(|m| m / n), l.min_bps / n);
+            self.holder.start(t, cap, vifs);
+            by_shard
+                .entry(shard_of(t, self.shards))
+                .or_default()
+                .insert(t.to_string());
+        }
+        self.uplinks.retain(|s, _| by_shard.contains_key(s));
+        for s in by_shard.keys() {
+            self.uplinks.entry(*s).or_insert_with(|| Uplink::new(*s));
+        }
+        by_shard
+    }
+
+    /// One period: starts and forgets tenants, lapses leases, reports `status` (the host's
+    /// vifs' measurements) to each shard's leader and applies the answers. The failed
+    /// exchanges, by shard.
+    pub async fn period(
+        &mut self,
+        etcd_client: &mut Client,
+        desired: &SharedDesired,
+        status: &HostStatus,
+        wait: Duration,
+        period: Duration,
+    ) -> Vec<UplinkError> {
+        // What is needed of the desired state, read under its lock (never held across a call).
+        let (by_shard, tenant_of) = {
+            let d = desired.lock();
+            let tenant_of: BTreeMap<String, String> = d
+                .state
+                .declared
+                .get(&self.host)
+                .into_iter()
+                .flatten()
+                .map(|(port, v)| (port.clone(), v.tenant.clone()))
+                .collect();
+            (self.start_tenants(&d), tenant_of)
+        };
+        self.holder.lapse(self.clock.now_ns());
+        let mut failed = Vec::new();
+        for (shard, tenants) in by_shard {
+            let mut mine = status.clone();
+            mine.vifs
+                .retain(|port, _| tenant_of.get(port).is_some_and(|t| tenants.contains(t)));
+            let r = Report {
+                host: self.host.clone(),
+                status: mine,
+                enforcing: self
+                    .holder
+                    .enforcing()
+                    .into_iter()
+                    .filter(|(t, _)| tenants.contains(t))
+                    .collect(),
+            };
+            let sent = self.clock.now_ns();
+            let uplink = self.uplinks.get_mut(&shard).expect("made by start_tenants");
+            match uplink.exchange(etcd_client, &r, sent, wait, period).await {
+                Ok((sent_ns, grants)) => {
+                    self.holder.apply(&grants, sent_ns, self.clock.now_ns());
+                }
+                Err(e) => failed.push(e),
+            }
+        }
+        failed
+    }
+}
