@@ -138,10 +138,19 @@ pub async fn campaign(
             won = &mut campaign => break won?,
             _ = tick.tick() => {
                 let asked = Instant::now();
-                deadline("lease keep-alive", timeout, keeper.keep_alive()).await?;
-                match deadline("lease keep-alive", timeout, acks.message()).await? {
-                    Some(r) if r.ttl() > 0 => confirmed = asked,
-                    _ => return Err(EtcdError::Lead(format!(
+                let alive = async {
+                    deadline("lease keep-alive", timeout, keeper.keep_alive()).await?;
+                    deadline("lease keep-alive", timeout, acks.message()).await
+                };
+                match alive.await {
+                    Ok(Some(r)) if r.ttl() > 0 => confirmed = asked,
+                    // A failed call (a member gone, a raft election) is tried again at the
+                    // next tick while the lease surely lives.
+                    Err(e) if asked < confirmed + ttl * 2 / 3 => {
+                        tracing::warn!("shard {shard}: {e}; the candidate tries again");
+                    }
+                    Err(e) => return Err(e),
+                    Ok(_) => return Err(EtcdError::Lead(format!(
                         "shard {shard}: the candidate's lease expired while it waited"
                     ))),
                 }

@@ -124,6 +124,40 @@ fn read(path: &Path) -> Result<Vec<u8>, EtcdError> {
     })
 }
 
+/// The endpoints of `all` whose host and port accept a TCP connection within `timeout`, tried
+/// at once; `all` itself when there is one, or when none answers (the client's error then
+/// says why).
+async fn live_endpoints(all: &[String], timeout: Duration) -> Vec<String> {
+    if all.len() < 2 {
+        return all.to_vec();
+    }
+    let probes = all.iter().map(|e| {
+        let authority = e
+            .split("://")
+            .nth(1)
+            .unwrap_or(e)
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(authority);
+            matches!(tokio::time::timeout(timeout, tcp).await, Ok(Ok(_)))
+        })
+    });
+    let mut live = Vec::new();
+    for (e, probe) in all.iter().zip(probes.collect::<Vec<_>>()) {
+        if probe.await.unwrap_or(false) {
+            live.push(e.clone());
+        }
+    }
+    if live.is_empty() {
+        all.to_vec()
+    } else {
+        live
+    }
+}
+
 /// Runs `fut` with a deadline of `limit`.
 pub async fn deadline<T>(
     what: &'static str,
@@ -249,16 +283,17 @@ impl EtcdSettings {
         }
     }
 
-    /// Connects, every call of the client bounded by `timeout`.
+    /// Connects, every call of the client bounded by `timeout`. With several endpoints, only
+    /// those that accept a TCP connection within `timeout` are used (all of them if none
+    /// does): etcd-client balances over its endpoints without skipping one that is down, so a
+    /// call sent to a dead member fails, where etcd's Go client would try the next one
+    /// (etcdv3/etcd-client#39). A caller whose calls fail connects again, and leaves a member
+    /// that died meanwhile out.
     pub async fn connect(&self, timeout: Duration) -> Result<Client, EtcdError> {
         self.validate()?;
         let options = self.options(timeout)?;
-        deadline(
-            "connect",
-            timeout,
-            Client::connect(&self.endpoints, Some(options)),
-        )
-        .await
+        let live = live_endpoints(&self.endpoints, timeout).await;
+        deadline("connect", timeout, Client::connect(&live, Some(options))).await
     }
 }
 

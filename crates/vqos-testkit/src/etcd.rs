@@ -164,6 +164,8 @@ pub struct Etcd {
     peer_port: u16,
     /// How clients connect (certificate files are in `dir`).
     security: Security,
+    /// `--initial-cluster`: `NAME=PEER_URL`, one per member.
+    initial_cluster: String,
 }
 
 fn free(port: u16) -> bool {
@@ -202,6 +204,20 @@ impl Etcd {
     }
 
     fn start_with(index: u16, security: Security) -> Etcd {
+        let mut e = Etcd::make(index, security);
+        e.initial_cluster = format!("{}=http://127.0.0.1:{}", e.name, e.peer_port);
+        if security != Security::Plain {
+            make_certificates(&e.dir);
+        }
+        if security == Security::Mutual {
+            make_client_certificate(&e.dir, "root");
+        }
+        e.spawn();
+        e
+    }
+
+    /// A member not started yet: its ports, name and empty data directory.
+    fn make(index: u16, security: Security) -> Etcd {
         let pid = std::process::id();
         // 8 etcds per process (16 ports) before the next PID's range; a port in use is skipped.
         let slot = (pid % 2500) as u16 * 16 + (index % 8) * 2;
@@ -216,22 +232,15 @@ impl Etcd {
         let dir = std::env::temp_dir().join(&name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let mut e = Etcd {
+        Etcd {
             child: None,
             dir,
             name,
             client_port: base,
             peer_port: base + 1,
             security,
-        };
-        if security != Security::Plain {
-            make_certificates(&e.dir);
+            initial_cluster: String::new(),
         }
-        if security == Security::Mutual {
-            make_client_certificate(&e.dir, "root");
-        }
-        e.spawn();
-        e
     }
 
     /// The client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
@@ -268,6 +277,12 @@ impl Etcd {
     }
 
     fn spawn(&mut self) {
+        self.launch();
+        self.wait_ready();
+    }
+
+    /// Starts the process (a member of a cluster answers only once a quorum runs).
+    fn launch(&mut self) {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let client = self.url();
         let log = std::fs::File::options()
@@ -296,7 +311,7 @@ impl Etcd {
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("{}={peer}", self.name)])
+            .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -304,6 +319,11 @@ impl Etcd {
             .spawn()
             .unwrap_or_else(|e| panic!("etcd: {e}"));
         self.child = Some(child);
+    }
+
+    /// Waits until it answers `endpoint health` (panics after 30 s, with its log).
+    fn wait_ready(&mut self) {
+        let client = self.url();
         let ready = poll(Duration::from_secs(30), || {
             let ok = Command::new("etcdctl")
                 .args([
@@ -333,6 +353,11 @@ impl Etcd {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Whether its process runs (not killed).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Starts it again on the same ports and data.
@@ -387,5 +412,40 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A cluster of plain (`http://`) etcd members on loopback, each an [`Etcd`] of this process
+/// (numbers `first`, `first + 1`, …: they must not be used by another [`Etcd`] at once).
+pub struct EtcdCluster {
+    /// The members; kill and restart them one by one.
+    pub members: Vec<Etcd>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits until every one answers.
+    pub fn start(first: u16, n: u16) -> EtcdCluster {
+        let mut members: Vec<Etcd> = (first..first + n)
+            .map(|i| Etcd::make(i, Security::Plain))
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut members {
+            m.initial_cluster = initial.clone();
+            m.launch();
+        }
+        for m in &mut members {
+            m.wait_ready();
+        }
+        EtcdCluster { members }
+    }
+
+    /// Every member's client URL, comma-separated (what `EtcdSettings::from_list` takes).
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self.members.iter().map(Etcd::url).collect();
+        urls.join(",")
     }
 }

@@ -36,7 +36,7 @@ pub mod frames;
 mod packet;
 mod testpmd;
 
-pub use etcd::{etcd_missing, openssl_missing, Etcd};
+pub use etcd::{etcd_missing, openssl_missing, Etcd, EtcdCluster};
 pub use packet::PacketSocket;
 pub use testpmd::{testpmd_missing, Testpmd};
 

@@ -21,7 +21,7 @@ use tonic::transport::Channel;
 
 use crate::aggregator::{shard_of, HostGrant, Report};
 use crate::election::leader_of;
-use crate::etcd::{self, EtcdError};
+use crate::etcd::{self, EtcdError, EtcdSettings};
 use crate::holder::Holder;
 use crate::model::HostStatus;
 use crate::rpc::client::HostSession;
@@ -34,7 +34,7 @@ use super::{Followed, SharedDesired};
 /// Why an exchange with a shard's leader did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum UplinkError {
-    /// etcd could not say who leads.
+    /// etcd could not say who leads (shard `u32::MAX`: could not be reached at all).
     #[error("shard {0}: {1}")]
     Etcd(u32, EtcdError),
     /// Nobody leads the shard.
@@ -126,7 +126,10 @@ impl Uplink {
             }
             Err(_) => {
                 self.session = None;
-                let cap = (period * 16).min(Duration::from_secs(30));
+                // At most four periods: a failover's election takes about one election lease,
+                // and a longer wait would add to it (each host looks the leader up again once
+                // per wait, spread by the jitter).
+                let cap = period * 4;
                 let wait = etcd::backoff(self.failures, period / 2, cap, etcd::entropy());
                 self.failures = self.failures.saturating_add(1);
                 self.retry_at = Some(Instant::now() + wait);
@@ -159,7 +162,6 @@ impl Uplink {
 }
 
 /// A host's holdings and uplinks (module doc).
-#[derive(Debug)]
 pub struct HostSide {
     /// The host's name.
     pub host: String,
@@ -169,17 +171,32 @@ pub struct HostSide {
     pub holder: Holder,
     uplinks: BTreeMap<u32, Uplink>,
     clock: Monotonic,
+    settings: EtcdSettings,
+    /// The connection to etcd (made again after a failed call: see `EtcdSettings::connect`).
+    etcd: Option<Client>,
+}
+
+impl std::fmt::Debug for HostSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSide")
+            .field("host", &self.host)
+            .field("holder", &self.holder)
+            .field("uplinks", &self.uplinks)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HostSide {
-    /// A host that holds nothing yet.
-    pub fn new(host: &str, shards: u32) -> HostSide {
+    /// A host that holds nothing yet, finding the leaders through the etcd of `settings`.
+    pub fn new(host: &str, shards: u32, settings: EtcdSettings) -> HostSide {
         HostSide {
             host: host.to_string(),
             shards: shards.max(1),
             holder: Holder::default(),
             uplinks: BTreeMap::new(),
             clock: Monotonic::default(),
+            settings,
+            etcd: None,
         }
     }
 
@@ -240,7 +257,6 @@ impl HostSide {
     /// exchanges, by shard.
     pub async fn period(
         &mut self,
-        etcd_client: &mut Client,
         desired: &SharedDesired,
         status: &HostStatus,
         wait: Duration,
@@ -261,6 +277,12 @@ impl HostSide {
         };
         self.holder.lapse(self.clock.now_ns());
         let mut failed = Vec::new();
+        if self.etcd.is_none() {
+            match self.settings.connect(wait).await {
+                Ok(c) => self.etcd = Some(c),
+                Err(e) => failed.push(UplinkError::Etcd(u32::MAX, e)),
+            }
+        }
         for (shard, tenants) in by_shard {
             let mut mine = status.clone();
             mine.vifs
@@ -277,11 +299,19 @@ impl HostSide {
             };
             let sent = self.clock.now_ns();
             let uplink = self.uplinks.get_mut(&shard).expect("made by start_tenants");
+            let Some(etcd_client) = self.etcd.as_mut() else {
+                continue;
+            };
             match uplink.exchange(etcd_client, &r, sent, wait, period).await {
                 Ok((sent_ns, grants)) => {
                     self.holder.apply(&grants, sent_ns, self.clock.now_ns());
                 }
-                Err(e) => failed.push(e),
+                Err(e) => {
+                    if matches!(e, UplinkError::Etcd(..)) {
+                        self.etcd = None;
+                    }
+                    failed.push(e);
+                }
             }
         }
         failed

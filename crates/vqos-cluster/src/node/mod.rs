@@ -23,7 +23,7 @@
 pub mod host;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
 use tokio::sync::watch;
@@ -213,7 +213,13 @@ pub async fn candidate(
 ) {
     let mut failures = 0;
     loop {
-        let run = lead_once(&settings, &spec, &service, &clock, &desired, &mut stop);
+        let run = lead_once(
+            &settings,
+            &spec,
+            (&service, &clock, &desired),
+            &mut stop,
+            &mut failures,
+        );
         match run.await {
             Ok(()) => return,
             Err(e) => tracing::warn!("shard {}: {e}; campaigning again", spec.shard),
@@ -227,13 +233,13 @@ pub async fn candidate(
 }
 
 /// One campaign and the lead it wins: `Ok` when stopped, an error when the lead was lost.
+/// Backoffs restart from the first once it led.
 async fn lead_once(
     settings: &EtcdSettings,
     spec: &CandidateSpec,
-    service: &AggregatorService,
-    clock: &Monotonic,
-    desired: &SharedDesired,
+    (service, clock, desired): (&AggregatorService, &Monotonic, &SharedDesired),
     stop: &mut watch::Receiver<bool>,
+    failures: &mut u32,
 ) -> Result<(), EtcdError> {
     let t = spec.timing;
     let mut c: Client = settings.connect(t.timeout).await?;
@@ -242,6 +248,7 @@ async fn lead_once(
         won = campaign(&mut c, spec.shard, &spec.endpoint, t.election_ttl, t.timeout) => won?,
     };
     let mut elected = won;
+    *failures = 0;
     let ns = |d: Duration| d.as_nanos() as u64;
     let leader = Leader::new(elected.term, clock.now_ns(), ns(t.grant_lease), ns(t.drift));
     service.lead(spec.shard, leader, clock.at(elected.valid_until()));
@@ -263,11 +270,30 @@ async fn lead_once(
             _ = tick.tick() => {}
         }
         plan(service, spec, desired);
-        if let Err(e) = elected.keep_alive(&mut c, t.timeout).await {
-            service.resign(spec.shard);
-            return Err(e);
+        // A failed call is tried again, on a new connection (which leaves out a member that
+        // went), while the lease surely lives: the service stops granting at `valid_until`
+        // by itself. A lease etcd says expired ends the lead at once.
+        loop {
+            match elected.keep_alive(&mut c, t.timeout).await {
+                Ok(()) => {
+                    service.renew(spec.shard, clock.at(elected.valid_until()));
+                    break;
+                }
+                Err(e)
+                    if !matches!(e, EtcdError::Lead(_))
+                        && Instant::now() < elected.valid_until() =>
+                {
+                    tracing::warn!("shard {}: {e}; keeping the lease alive again", spec.shard);
+                    if let Ok(again) = settings.connect(t.timeout).await {
+                        c = again;
+                    }
+                }
+                Err(e) => {
+                    service.resign(spec.shard);
+                    return Err(e);
+                }
+            }
         }
-        service.renew(spec.shard, clock.at(elected.valid_until()));
     }
 }
 
