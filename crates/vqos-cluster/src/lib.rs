@@ -6,8 +6,11 @@
 //! host with the reference allocator, demand-aware, over the demands of [`demand`]; [`shares`]: every tenant's split over the
 //! hosts' statuses), the grants that keep the hosts' shares in force within each tenant's max
 //! while demands move and hosts are cut off ([`grants`], [`guard`]), the aggregator shard
-//! leader's bookkeeping that is to replace the per-host reads ([`aggregator`]: pure, not wired
-//! to a transport yet), and the connection to etcd (`etcd`, with the default feature `etcd`).
+//! leader's bookkeeping that is to replace the per-host reads ([`aggregator`]: pure; the host's
+//! side [`holder`]), the desired state as every reader keeps it ([`desired`]), the connection
+//! to etcd (`etcd`, with the default feature `etcd`), and with the default feature `rpc` the
+//! aggregators' gRPC transport (`rpc`), their elections (`election`) and the nodes that run
+//! them all (`node`: a shard's candidate and leader, a host's uplinks).
 //!
 //! The vqosd agent (crates/vqosd/src/cluster/) and the `vqos cluster` commands both use this
 //! crate; it links neither the daemon nor the data plane. The scale simulation (vqos-sim) uses
