@@ -10,7 +10,6 @@
 //! Skipped with a message when `etcd` is not installed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -19,8 +18,7 @@ use vqos_cluster::election::leader_of;
 use vqos_cluster::etcd::kv_client;
 use vqos_cluster::etcd_client::Client;
 use vqos_cluster::node::host::HostSide;
-use vqos_cluster::node::{candidate, follow, CandidateSpec, SharedDesired, Timing};
-use vqos_cluster::rpc::server::{AggregatorService, Monotonic};
+use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired, Timing};
 use vqos_cluster::{keys, EtcdSettings, HostStatus, VifStatus};
 use vqos_testkit::Etcd;
 
@@ -65,43 +63,18 @@ fn start_node(settings: &EtcdSettings) -> Node {
         .enable_all()
         .build()
         .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let clock = Arc::new(Monotonic::default());
-    let service = AggregatorService::new(clock.clone());
     let (stop, stopped) = watch::channel(false);
-    let desired = SharedDesired::default();
-    let server = tonic::transport::Server::builder()
-        .add_service(service.clone().into_server())
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    runtime.spawn(server);
-    runtime.spawn(follow(
-        settings.clone(),
-        timing(),
-        desired.clone(),
-        stopped.clone(),
-    ));
-    for shard in 0..SHARDS {
-        let spec = CandidateSpec {
-            shard,
-            shards: SHARDS,
-            endpoint: endpoint.clone(),
-            timing: timing(),
-        };
-        runtime.spawn(candidate(
-            settings.clone(),
-            spec,
-            service.clone(),
-            clock.clone(),
-            desired.clone(),
-            stopped.clone(),
-        ));
-    }
+    let spec = NodeSpec {
+        shards: SHARDS,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        endpoint: None,
+        timing: timing(),
+    };
+    let started = runtime.block_on(start(settings.clone(), spec, stopped));
+    let local = started.unwrap().local;
     Node {
         runtime,
-        endpoint,
+        endpoint: format!("http://{local}"),
         stop,
     }
 }
@@ -191,8 +164,9 @@ async fn run_until(
                 vifs: (0..VIFS).map(|v| (format!("vm{v}"), vif.clone())).collect(),
                 ..HostStatus::default()
             };
+            let snapshot = desired.lock().state.clone();
             let h = &mut hosts[i];
-            let failed = h.period(desired, &status, t.period / 2, t.period).await;
+            let failed = h.period(&snapshot, &status, t.period / 2, t.period).await;
             if h.host == "h0" {
                 last = format!(
                     "{failed:?}; holds {:?}",
@@ -329,8 +303,9 @@ async fn fleet_round(
             vifs: (0..VIFS).map(|v| (format!("vm{v}"), vif.clone())).collect(),
             ..HostStatus::default()
         };
+        let snapshot = desired.lock().state.clone();
         let failed = hosts[i]
-            .period(desired, &status, t.period / 2, t.period)
+            .period(&snapshot, &status, t.period / 2, t.period)
             .await;
         for e in failed {
             // Without the port numbers, so that alike errors count together.

@@ -29,7 +29,7 @@ use crate::rpc::server::{Clock, Monotonic};
 use crate::rpc::RpcError;
 use crate::split::Share;
 
-use super::{Followed, SharedDesired};
+use crate::desired::DesiredState;
 
 /// Why an exchange with a shard's leader did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +200,18 @@ impl HostSide {
         }
     }
 
+    /// Lapses the grants whose lease ran out (their shares fitted into their fallbacks); the
+    /// tenants that changed. [`HostSide::period`] does it too.
+    pub fn lapse(&mut self) -> Vec<String> {
+        self.holder.lapse(self.clock.now_ns())
+    }
+
+    /// The shares it holds of every tenant, by vif.
+    pub fn shares(&self) -> BTreeMap<String, Share> {
+        let held = self.holder.iter().flat_map(|(_, h)| h.shares.iter());
+        held.map(|(p, s)| (p.clone(), *s)).collect()
+    }
+
     /// The uplink of `shard`, if the host has tenants there.
     pub fn uplink(&self, shard: u32) -> Option<&Uplink> {
         self.uplinks.get(&shard)
@@ -207,8 +219,7 @@ impl HostSide {
 
     /// Starts the tenants etcd declares this host in (at `limits / N` over their vifs' own
     /// caps) and forgets the others; its tenants by shard.
-    pub fn start_tenants(&mut self, desired: &Followed) -> BTreeMap<u32, BTreeSet<String>> {
-        let d = &desired.state;
+    pub fn start_tenants(&mut self, d: &DesiredState) -> BTreeMap<u32, BTreeSet<String>> {
         let limits = d.tenant_limits();
         let mut own: BTreeMap<&str, BTreeMap<String, Share>> = BTreeMap::new();
         for (port, v) in d.declared.get(&self.host).into_iter().flatten() {
@@ -257,25 +268,20 @@ impl HostSide {
     /// exchanges, by shard.
     pub async fn period(
         &mut self,
-        desired: &SharedDesired,
+        desired: &DesiredState,
         status: &HostStatus,
         wait: Duration,
         period: Duration,
     ) -> Vec<UplinkError> {
-        // What is needed of the desired state, read under its lock (never held across a call).
-        let (by_shard, tenant_of) = {
-            let d = desired.lock();
-            let tenant_of: BTreeMap<String, String> = d
-                .state
-                .declared
-                .get(&self.host)
-                .into_iter()
-                .flatten()
-                .map(|(port, v)| (port.clone(), v.tenant.clone()))
-                .collect();
-            (self.start_tenants(&d), tenant_of)
-        };
-        self.holder.lapse(self.clock.now_ns());
+        let tenant_of: BTreeMap<&str, &str> = desired
+            .declared
+            .get(&self.host)
+            .into_iter()
+            .flatten()
+            .map(|(port, v)| (port.as_str(), v.tenant.as_str()))
+            .collect();
+        let by_shard = self.start_tenants(desired);
+        self.lapse();
         let mut failed = Vec::new();
         if self.etcd.is_none() {
             match self.settings.connect(wait).await {
@@ -285,8 +291,11 @@ impl HostSide {
         }
         for (shard, tenants) in by_shard {
             let mut mine = status.clone();
-            mine.vifs
-                .retain(|port, _| tenant_of.get(port).is_some_and(|t| tenants.contains(t)));
+            mine.vifs.retain(|port, _| {
+                tenant_of
+                    .get(port.as_str())
+                    .is_some_and(|t| tenants.contains(*t))
+            });
             let r = Report {
                 host: self.host.clone(),
                 status: mine,

@@ -304,3 +304,93 @@ fn plan(service: &AggregatorService, spec: &CandidateSpec, desired: &SharedDesir
     limits.retain(|t, _| shard_of(t, spec.shards) == spec.shard);
     service.with_leader(spec.shard, |l| l.plan(&f.state.declared, &limits));
 }
+
+/// What a node needs to lead shards.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// The number of shards; the node is a candidate for every one.
+    pub shards: u32,
+    /// Where it serves.
+    pub listen: std::net::SocketAddr,
+    /// How hosts reach it (the election keys' value); `None`: `http://` and the address it
+    /// bound (for a `listen` of port 0 on loopback).
+    pub endpoint: Option<String>,
+    /// Timing.
+    pub timing: Timing,
+}
+
+/// A started node.
+#[derive(Debug)]
+pub struct Node {
+    /// Its service: the shards it leads and their views.
+    pub service: AggregatorService,
+    /// The address it serves on.
+    pub local: std::net::SocketAddr,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Node {
+    /// Waits, up to `limit`, until its tasks have ended after their `stop` (the candidates
+    /// resign in etcd, so that the next leader need not wait out a lease).
+    pub async fn stopped(self, limit: Duration) {
+        let all = async {
+            for t in self.tasks {
+                let _ = t.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, all).await;
+    }
+}
+
+/// Starts a node on the current runtime: its gRPC server on `spec.listen`, a follower of the
+/// desired state and a candidate for each shard, all ended by `stop` (the candidates resign).
+pub async fn start(
+    settings: EtcdSettings,
+    spec: NodeSpec,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<Node> {
+    let listener = tokio::net::TcpListener::bind(spec.listen).await?;
+    let local = listener.local_addr()?;
+    let endpoint = spec.endpoint.unwrap_or_else(|| format!("http://{local}"));
+    let clock = Arc::new(Monotonic::default());
+    let service = AggregatorService::new(clock.clone());
+    let desired = SharedDesired::default();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let mut until = stop.clone();
+    let server = tonic::transport::Server::builder()
+        .add_service(service.clone().into_server())
+        .serve_with_incoming_shutdown(incoming, async move { stopped(&mut until).await });
+    let mut tasks = vec![tokio::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::warn!("aggregator service: {e}");
+        }
+    })];
+    let t = spec.timing;
+    tasks.push(tokio::spawn(follow(
+        settings.clone(),
+        t,
+        desired.clone(),
+        stop.clone(),
+    )));
+    for shard in 0..spec.shards {
+        let c = CandidateSpec {
+            shard,
+            shards: spec.shards,
+            endpoint: endpoint.clone(),
+            timing: t,
+        };
+        tasks.push(tokio::spawn(candidate(
+            settings.clone(),
+            c,
+            service.clone(),
+            clock.clone(),
+            desired.clone(),
+            stop.clone(),
+        )));
+    }
+    Ok(Node {
+        service,
+        local,
+        tasks,
+    })
+}

@@ -13,6 +13,7 @@ use vqos_cluster::etcd_client::{
 };
 use vqos_cluster::{etcd_client, keys, window_periods, EtcdError, HostStatus};
 
+use super::aggregated::{start_node, Aggregated};
 use super::config::ClusterConfig;
 use super::desired::Desired;
 use super::grants::{self, Grants, PeriodInput};
@@ -55,11 +56,29 @@ pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
         .spawn(move || {
             let mut state = State::new(config, api);
             state.restore_shares();
-            let watchdog = grants::watchdog(state.grants.clone(), state.api.clone());
             runtime.block_on(async {
-                let dog = tokio::spawn(watchdog);
+                let mut node = None;
+                let dog = match state.agg.clone() {
+                    Some(agg) => {
+                        let a = state
+                            .config
+                            .aggregators
+                            .clone()
+                            .expect("agg is built from it");
+                        match start_node(&state.config, &a, &agg, stopped.clone()).await {
+                            Ok(n) => node = n,
+                            Err(e) => tracing::warn!("Cluster agent: no aggregator node: {e}"),
+                        }
+                        tokio::spawn(agg.watchdog(state.api.clone()))
+                    }
+                    None => tokio::spawn(grants::watchdog(state.grants.clone(), state.api.clone())),
+                };
                 state.run(stopped).await;
                 dog.abort();
+                // The node's candidates resign before the runtime goes.
+                if let Some(n) = node {
+                    n.stopped(state.config.timeout * 2).await;
+                }
             });
         })?;
     Ok(Agent {
@@ -134,6 +153,9 @@ struct State {
     failures: u32,
     /// The grants: what this host publishes it enforces of each tenant, and its lease.
     grants: Grants,
+    /// With `[cluster.aggregators]`: the host's side of the aggregators (the grants above
+    /// are then unused).
+    agg: Option<Aggregated>,
 }
 
 impl State {
@@ -152,7 +174,12 @@ impl State {
             config.period.as_millis() as u64,
             config.probe_bps,
         ));
+        let agg = config
+            .aggregators
+            .as_ref()
+            .map(|a| Aggregated::new(&config, a));
         State {
+            agg,
             grants,
             saved: SavedShares::new(api.cluster_shares_file()),
             compactor: Compactor::new(config.compact_every),
@@ -383,6 +410,53 @@ impl State {
         let body = serde_json::to_vec(&own).unwrap_or_default();
         let opts = PutOptions::new().with_lease(lease);
         let put = deadline("put", t, kv.put(keys::status(&host), body, Some(opts))).await?;
+        let put_rev = put.header().map_or(0, |h| h.revision());
+        let (rev, compacts) = match self.agg.clone() {
+            Some(agg) => {
+                let problems = agg.period(&self.api, &self.desired.state, &own).await;
+                self.desired.problems.extend(problems);
+                let shares = self.api.cluster_shares();
+                let fallback = agg.fallback(&shares).await;
+                if let Err(e) = self.saved.save(&shares, &fallback) {
+                    tracing::warn!("Cluster agent: {e}");
+                }
+                // No host reads the others' statuses: the leader of shard 0 compacts.
+                (put_rev, agg.leads_shard_zero())
+            }
+            None => {
+                let (rev, lowest) = self.etcd_shares(kv, own, start_ns).await?;
+                (put_rev.max(rev), lowest)
+            }
+        };
+        // Compaction: every agent keeps the schedule, one of them acts.
+        if let Some(to) = self.compactor.tick(Instant::now(), rev) {
+            if compacts {
+                // A failed compaction is retried at the next interval; it ends no session.
+                match etcd::compact(kv, to, t).await {
+                    Ok(true) => tracing::info!("Cluster agent compacted etcd to revision {to}"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!("Cluster agent: compaction to {to} failed: {e}"),
+                }
+            }
+        }
+        self.last_ok = Some(Instant::now());
+        self.health.state = "connected".into();
+        self.health.error = None;
+        self.publish_health();
+        Ok(())
+    }
+
+    /// The etcd grants' period (without `[cluster.aggregators]`): reads every host's status
+    /// and the grants, applies this host's shares and publishes its grants. The revision read
+    /// and whether this host is the live one of the lowest name (it compacts).
+    async fn etcd_shares(
+        &mut self,
+        kv: &mut KvClient,
+        own: HostStatus,
+        start_ns: u64,
+    ) -> Result<(i64, bool), End> {
+        let t = self.config.timeout;
+        let host = self.config.host.clone();
         let (all, rev) = get_prefix(kv, keys::STATUS, 0, None, t).await?;
         let mut statuses = BTreeMap::new();
         // Each live host's heartbeat: its status key's revision.
@@ -416,22 +490,6 @@ impl State {
         if let Err(e) = self.saved.save(&shares, &self.grants.fallback(&shares)) {
             tracing::warn!("Cluster agent: {e}");
         }
-        // Compaction: every agent keeps the schedule, the live host of the lowest name acts.
-        let rev = put.header().map_or(rev, |h| h.revision()).max(rev);
-        if let Some(to) = self.compactor.tick(Instant::now(), rev) {
-            if statuses.keys().next() == Some(&host) {
-                // A failed compaction is retried at the next interval; it ends no session.
-                match etcd::compact(kv, to, t).await {
-                    Ok(true) => tracing::info!("Cluster agent compacted etcd to revision {to}"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!("Cluster agent: compaction to {to} failed: {e}"),
-                }
-            }
-        }
-        self.last_ok = Some(Instant::now());
-        self.health.state = "connected".into();
-        self.health.error = None;
-        self.publish_health();
-        Ok(())
+        Ok((rev, statuses.keys().next() == Some(&host)))
     }
 }

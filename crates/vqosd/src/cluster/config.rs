@@ -14,6 +14,11 @@
 //! # ca_file = "/etc/vqos/etcd-ca.pem"         # TLS (https:// endpoints), with optionally
 //! # cert_file = "/etc/vqos/etcd-client.pem"   # a client certificate
 //! # key_file = "/etc/vqos/etcd-client.key"    # and its key
+//!
+//! # [cluster.aggregators]                     # the shares from aggregator shards' leaders
+//! # shards = 8                                # tenants hashed over this many shards
+//! # listen = "10.0.0.5:7452"                  # where this host leads shards (omit: never)
+//! # advertise = "http://10.0.0.5:7452"        # how hosts reach it (default: http://listen)
 //! ```
 
 use std::path::PathBuf;
@@ -40,6 +45,68 @@ pub struct RawCluster {
     ca_file: Option<PathBuf>,
     cert_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    aggregators: Option<RawAggregators>,
+}
+
+/// `[cluster.aggregators]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAggregators {
+    shards: Option<u32>,
+    listen: Option<String>,
+    advertise: Option<String>,
+}
+
+/// The aggregators' settings (docs/cluster.md, "The agent on the aggregators").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregatorsConfig {
+    /// Tenants are hashed over this many shards (every host must say the same).
+    pub shards: u32,
+    /// Where this host serves the shards it leads; `None`: it never campaigns.
+    pub listen: Option<std::net::SocketAddr>,
+    /// How hosts reach it (the election key's value); `None`: `http://` and the address it
+    /// bound.
+    pub advertise: Option<String>,
+}
+
+impl RawAggregators {
+    fn validate(self) -> Result<AggregatorsConfig, String> {
+        let shards = self.shards.unwrap_or(8);
+        if !(1..=4096).contains(&shards) {
+            return Err("cluster.aggregators.shards must be 1 to 4096".into());
+        }
+        let listen = match &self.listen {
+            None => None,
+            Some(l) => Some(l.parse::<std::net::SocketAddr>().map_err(|e| {
+                format!("cluster.aggregators.listen: {l:?} is not an address and port ({e})")
+            })?),
+        };
+        let advertise = match (&listen, self.advertise) {
+            (None, Some(_)) => {
+                return Err("cluster.aggregators.advertise needs listen".into());
+            }
+            (None, None) => None,
+            (Some(_), Some(a)) if !(a.starts_with("http://") || a.starts_with("https://")) => {
+                return Err(format!(
+                    "cluster.aggregators.advertise: {a:?} must start with http:// or https://"
+                ));
+            }
+            (Some(_), Some(a)) => Some(a),
+            (Some(l), None) if l.ip().is_unspecified() => {
+                return Err(format!(
+                    "cluster.aggregators.advertise is needed when listen is {l} (how should \
+                     the other hosts reach this one?)"
+                ));
+            }
+            // Found once bound (a port of 0 is then the one the kernel gave).
+            (Some(_), None) => None,
+        };
+        Ok(AggregatorsConfig {
+            shards,
+            listen,
+            advertise,
+        })
+    }
 }
 
 /// The agent's settings, validated.
@@ -60,6 +127,8 @@ pub struct ClusterConfig {
     /// How often etcd is compacted, to the revision of the interval before (by the live host
     /// of the lowest name).
     pub compact_every: Duration,
+    /// With `[cluster.aggregators]`: the shares come from the shards' leaders.
+    pub aggregators: Option<AggregatorsConfig>,
 }
 
 fn duration(key: &str, text: &Option<String>, default: Duration) -> Result<Duration, String> {
@@ -109,6 +178,7 @@ impl RawCluster {
                 &self.compact_every,
                 vqos_cluster::etcd::COMPACT_EVERY,
             )?,
+            aggregators: self.aggregators.map(RawAggregators::validate).transpose()?,
         })
     }
 }
@@ -142,7 +212,29 @@ mod tests {
         assert_eq!(c.probe_bps, 1_000_000);
         assert_eq!(c.compact_every.as_secs(), 300);
         assert_eq!(c.etcd.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(c.aggregators, None);
         assert!(Config::parse("", |_| None).unwrap().cluster.is_none());
+        let agg = |text: &str| {
+            let base = "host = \"h1\"\nendpoints = [\"http://127.0.0.1:2379\"]";
+            parse(&format!("{base}\n[cluster.aggregators]\n{text}"))
+                .map(|c| c.cluster.unwrap().aggregators.unwrap())
+        };
+        let a = agg("").unwrap();
+        assert_eq!((a.shards, a.listen, a.advertise), (8, None, None));
+        let a = agg("shards = 2\nlisten = \"127.0.0.1:7452\"").unwrap();
+        assert_eq!(a.listen, Some("127.0.0.1:7452".parse().unwrap()));
+        assert_eq!(a.advertise, None);
+        for (text, want) in [
+            ("shards = 0", "1 to 4096"),
+            ("listen = \"here\"", "not an address"),
+            ("listen = \"0.0.0.0:7452\"", "advertise is needed"),
+            ("advertise = \"http://a:1\"", "needs listen"),
+            ("listen = \"127.0.0.1:1\"\nadvertise = \"a:1\"", "http://"),
+            ("shard = 2", "unknown field"),
+        ] {
+            let e = agg(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

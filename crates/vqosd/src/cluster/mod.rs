@@ -37,6 +37,7 @@
 //!   a host cut off from etcd).
 
 mod agent;
+mod aggregated;
 mod config;
 mod desired;
 mod grants;
