@@ -11,6 +11,7 @@ use serde_json::json;
 use vqos_api::wire::MAX_PRIORITY;
 use vqos_cluster::etcd::deadline;
 use vqos_cluster::etcd_client::{Client, GetOptions};
+use vqos_cluster::node::view::LeaderView;
 use vqos_cluster::{keys, EtcdSettings, HostStatus, TenantDoc, VifDoc};
 use vqos_sched::units::{format_rate, parse_rate};
 
@@ -64,6 +65,10 @@ enum ClusterCommand {
         /// Only this tenant's vifs, hosts and limits.
         #[arg(long)]
         tenant: Option<String>,
+        /// The agents run on the aggregators with this many shards ([cluster.aggregators]
+        /// shards): also show what the tenant's shard leader knows (needs --tenant).
+        #[arg(long, requires = "tenant", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        shards: Option<u32>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -261,8 +266,20 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         match args.command {
             ClusterCommand::Tenant { command } => tenant(&mut c, command).await,
             ClusterCommand::Vif { command } => vif(&mut c, command).await,
-            ClusterCommand::Status { tenant, json } => {
-                status(&mut c, tenant.as_deref(), json).await
+            ClusterCommand::Status {
+                tenant,
+                shards,
+                json,
+            } => {
+                let leader = match (&tenant, shards) {
+                    (Some(t), Some(n)) => Some(
+                        vqos_cluster::node::view::leader_view(&mut c, n, t, TIMEOUT)
+                            .await
+                            .map_err(anyhow::Error::msg),
+                    ),
+                    _ => None,
+                };
+                status(&mut c, tenant.as_deref(), json, leader).await
             }
             ClusterCommand::Simulate(a) => crate::cluster_sim::run(&a),
         }
@@ -398,7 +415,12 @@ struct HostNote {
     grants: Vec<String>,
 }
 
-async fn status(c: &mut Client, only: Option<&str>, json_out: bool) -> Result<()> {
+async fn status(
+    c: &mut Client,
+    only: Option<&str>,
+    json_out: bool,
+    leader: Option<Result<LeaderView>>,
+) -> Result<()> {
     let prefix = || Some(GetOptions::new().with_prefix());
     let st = deadline("get", TIMEOUT, c.get(keys::STATUS, prefix())).await?;
     let mut hosts: BTreeMap<String, HostStatus> = BTreeMap::new();
@@ -483,12 +505,19 @@ async fn status(c: &mut Client, only: Option<&str>, json_out: bool) -> Result<()
             grants,
         })
         .collect();
+    let leader = leader.transpose()?;
     if json_out {
-        let v = json!({ "hosts": hosts, "tenants": tenants, "stale": stale, "dead": dead });
+        let mut v = json!({ "hosts": hosts, "tenants": tenants, "stale": stale, "dead": dead });
+        if let Some(l) = &leader {
+            v["leader"] = crate::cluster_view::to_json(l);
+        }
         outln!("{v}")?;
         return Ok(());
     }
     print_status(&hosts, &tenants)?;
+    if let Some(l) = &leader {
+        crate::cluster_view::print(l)?;
+    }
     for n in &stale {
         let age = n.age_ms.unwrap_or(0) as f64 / 1000.0;
         outln!("stale: {} (its status is {age:.1} s old)", n.host)?;

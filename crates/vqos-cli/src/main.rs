@@ -11,6 +11,7 @@ mod calibrate;
 mod cluster;
 mod cluster_agg_sim;
 mod cluster_sim;
+mod cluster_view;
 mod ctl;
 mod exit;
 mod lab;

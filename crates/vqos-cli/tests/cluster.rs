@@ -371,3 +371,58 @@ fn the_cli_shows_a_client_certificate_to_an_etcd_that_asks_for_one() {
     let doc = etcd.ctl(&["get", "/vqos/v1/tenants/acme", "--print-value-only"]);
     assert!(doc.contains("1Gbit"), "{doc}");
 }
+
+/// `vqos cluster status --tenant T --shards N` on agents of the aggregators: the etcd view,
+/// then what the tenant's shard leader knows (its term, each declared host's target and what
+/// it counts), as a table and as JSON; `--shards` alone is a usage error.
+#[test]
+fn status_shows_what_the_tenants_shard_leader_knows() {
+    if let Some(why) = etcd_missing() {
+        println!("SKIP status_shows_what_the_tenants_shard_leader_knows: {why}");
+        return;
+    }
+    let etcd = Etcd::start(2);
+    let url = etcd.url();
+    let ep = Some(url.as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "capacity = \"1Gbit\"\nstate_file = \"{0}/state.json\"\n[api]\nsocket = \"{0}/s.sock\"\n\
+         [[port]]\nname = \"vm3\"\n[cluster]\nhost = \"h1\"\nendpoints = [\"{url}\"]\n\
+         period = \"100ms\"\nlease_ttl = \"2s\"\ntimeout = \"500ms\"\n\
+         [cluster.aggregators]\nshards = 2\nlisten = \"127.0.0.1:0\"\n",
+        dir.path().display()
+    );
+    let config = Config::parse(&text, |_| None).unwrap();
+    let api = Arc::new(Api::start(&config, Arc::new(MockBackend::new())).unwrap());
+    let _agent = vqosd::cluster::spawn(config.cluster.clone().unwrap(), api).unwrap();
+    let (code, _, out) = vqos(ep, &["cluster", "tenant", "set", "acme", "--max", "1Gbit"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, _, out) = vqos(ep, &["cluster", "vif", "set", "h1/vm3", "--tenant", "acme"]);
+    assert_eq!(code, 0, "{out}");
+    let args = ["cluster", "status", "--tenant", "acme", "--shards", "2"];
+    let json: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let v = poll(Duration::from_secs(20), || {
+        let (code, v, _) = vqos(ep, &json);
+        let counted = v["leader"]["hosts"][0]["counted_max_bps"].as_u64();
+        (code == 0 && counted.is_some()).then_some(v)
+    })
+    .expect("the leader's view");
+    let l = &v["leader"];
+    assert_eq!(
+        (l["term"].as_u64(), l["hosts"][0]["host"].as_str()),
+        (Some(1), Some("h1"))
+    );
+    assert!(
+        l["hosts"][0]["counted_max_bps"].as_u64().unwrap() <= 1_000_000_000,
+        "{v}"
+    );
+    let (code, _, out) = vqos(ep, &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("leader of shard") && out.contains("COUNTED-MAX"),
+        "{out}"
+    );
+    let (code, _, out) = vqos(ep, &["cluster", "status", "--shards", "2"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--tenant"), "{out}");
+}

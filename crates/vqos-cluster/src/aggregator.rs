@@ -265,6 +265,11 @@ impl Leader {
                 .saturating_add(self.drift_ns)
     }
 
+    /// Its term.
+    pub fn term(&self) -> u32 {
+        self.term
+    }
+
     /// Whether `now_ns` is within the hold after the leader started.
     pub fn holding(&self, now_ns: u64) -> bool {
         !self.expired(self.started_ns, now_ns)

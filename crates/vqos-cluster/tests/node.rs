@@ -19,6 +19,7 @@ use vqos_cluster::etcd::kv_client;
 use vqos_cluster::etcd_client::Client;
 use vqos_cluster::node::host::HostSide;
 use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired, Timing};
+use vqos_cluster::rpc::client::tenant_view;
 use vqos_cluster::{keys, EtcdSettings, HostStatus, VifStatus};
 use vqos_testkit::Etcd;
 
@@ -251,6 +252,22 @@ fn hosts_follow_the_leaders_through_a_resignation_and_a_crash_without_exceeding_
         took.unwrap_or_else(|h0| panic!("never settled {what}; h0: {h0}"))
     };
     let first = run(first_half, [1, 1], "under node a");
+    // What the leader knows of t0: every host, counted within the max, in term 1.
+    let view = rt.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(a.endpoint.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        tenant_view(channel, shard_of(&t0, SHARDS), &t0)
+            .await
+            .unwrap()
+    });
+    assert_eq!((view.term, view.hosts.len()), (1, HOSTS), "{view:?}");
+    let counted: u64 = view.hosts.iter().map(|h| h.counted_max_bps.unwrap()).sum();
+    assert!(counted <= MAX, "{view:?}");
+    let greedy_target = view.hosts[0].target_max_bps.unwrap();
+    assert!(greedy_target > MAX / HOSTS as u64, "{view:?}");
     // Node a steps down: it resigns, the next leader starts at once, while the hosts still
     // hold a's grants (its hold is what keeps them within the max).
     let _ = a.stop.send(true);

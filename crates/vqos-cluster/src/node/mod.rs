@@ -21,6 +21,7 @@
 //!   for mutual TLS with the certificate's name the reported host).
 
 pub mod host;
+pub mod view;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

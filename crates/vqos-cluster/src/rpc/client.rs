@@ -66,3 +66,26 @@ impl HostSession {
         }
     }
 }
+
+/// What shard `shard`'s leader on `channel` knows of `tenant` (its term, whether it holds,
+/// and each declared host's target and count).
+pub async fn tenant_view(
+    channel: Channel,
+    shard: u32,
+    tenant: &str,
+) -> Result<super::proto::ViewReply, RpcError> {
+    let mut client = AggregatorClient::new(channel);
+    let mut request = tonic::Request::new(super::proto::ViewQuery {
+        tenant: tenant.to_string(),
+    });
+    request
+        .metadata_mut()
+        .insert(SHARD_HEADER, tonic::metadata::MetadataValue::from(shard));
+    match client.view(request).await {
+        Ok(r) => Ok(r.into_inner()),
+        Err(s) if s.code() == tonic::Code::Unavailable => {
+            Err(RpcError::NotLeader(s.message().to_string()))
+        }
+        Err(s) => Err(RpcError::Transport(s.message().to_string())),
+    }
+}

@@ -26,7 +26,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::aggregator_server::{Aggregator, AggregatorServer};
-use super::proto::{Answer, Report};
+use super::proto::{Answer, HostView, Report, ViewQuery, ViewReply};
 use super::LeaderCodec;
 use crate::aggregator::Leader;
 
@@ -185,6 +185,34 @@ type Answers = Pin<Box<dyn Stream<Item = Result<Answer, Status>> + Send>>;
 #[tonic::async_trait]
 impl Aggregator for AggregatorService {
     type SessionStream = Answers;
+
+    async fn view(&self, request: Request<ViewQuery>) -> Result<Response<ViewReply>, Status> {
+        let shard = shard_of_request(&request)?;
+        let tenant = request.into_inner().tenant;
+        let now = self.clock.now_ns();
+        let mut leads = self.leads();
+        let lead = leads
+            .get_mut(&shard)
+            .filter(|l| now < l.valid_until_ns)
+            .ok_or_else(|| Status::unavailable(format!("this node does not lead shard {shard}")))?;
+        let l = &lead.leader;
+        let hosts = l
+            .tenant_view(&tenant, now)
+            .into_iter()
+            .map(|v| HostView {
+                host: v.host,
+                target_max_bps: v.target.0,
+                target_min_bps: v.target.1,
+                counted_max_bps: v.counted.0,
+                counted_min_bps: v.counted.1,
+            })
+            .collect();
+        Ok(Response::new(ViewReply {
+            term: l.term(),
+            holding: l.holding(now),
+            hosts,
+        }))
+    }
 
     async fn session(
         &self,
