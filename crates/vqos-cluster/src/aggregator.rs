@@ -270,6 +270,13 @@ impl Leader {
         self.term
     }
 
+    /// The tenants of its latest plan, by name.
+    pub fn tenants(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.tenants.keys().cloned().collect();
+        t.sort();
+        t
+    }
+
     /// Whether `now_ns` is within the hold after the leader started.
     pub fn holding(&self, now_ns: u64) -> bool {
         !self.expired(self.started_ns, now_ns)

@@ -224,6 +224,8 @@ pub struct Api {
     published: RwLock<Arc<View>>,
     /// The etcd agent's state for `/v1/health` and `/metrics` (`None`: no agent).
     cluster: RwLock<Option<ClusterHealthView>>,
+    /// The agent's aggregator node, when it has one (its shards' metrics).
+    aggregator: std::sync::OnceLock<vqos_cluster::rpc::server::AggregatorService>,
 }
 
 /// A failed request: its status and message.

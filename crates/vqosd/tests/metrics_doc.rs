@@ -148,7 +148,48 @@ policy = {{ weight = 2, min = "100Mbit", max = "500Mbit", priority = 1, max_in =
     };
     api.set_cluster_shares(&BTreeMap::from([("vm1".to_string(), share)]))
         .unwrap();
+    // The leaders' families appear on a node that leads a shard (here with one tenant planned).
+    api.set_aggregator(leading_one_shard());
     (server, client)
+}
+
+/// An aggregator node leading shard 0, whose plan has tenant acme on host h1.
+fn leading_one_shard() -> vqos_cluster::rpc::server::AggregatorService {
+    use vqos_cluster::aggregator::{Leader, Report};
+    use vqos_cluster::rpc::server::{AggregatorService, Monotonic};
+    use vqos_cluster::{Declared, HostStatus, TenantLimits, VifStatus};
+    let service = AggregatorService::new(Arc::new(Monotonic::default()));
+    let mut leader = Leader::new(1, 0, 2_000_000_000, 0);
+    let declared = BTreeMap::from([(
+        "h1".to_string(),
+        BTreeMap::from([(
+            "vm1".to_string(),
+            Declared {
+                tenant: "acme".into(),
+                weight: 1,
+                max_bps: None,
+            },
+        )]),
+    )]);
+    let limits = BTreeMap::from([(
+        "acme".to_string(),
+        TenantLimits {
+            max_bps: Some(1_000_000_000),
+            min_bps: 0,
+        },
+    )]);
+    let report = Report {
+        host: "h1".into(),
+        status: HostStatus {
+            vifs: BTreeMap::from([("vm1".to_string(), VifStatus::default())]),
+            ..HostStatus::default()
+        },
+        enforcing: BTreeMap::new(),
+    };
+    leader.report(report, 0);
+    leader.plan(&declared, &limits);
+    service.lead(0, leader, u64::MAX);
+    service
 }
 
 #[test]

@@ -62,6 +62,17 @@ impl Clock for Monotonic {
 /// The request header that names a session's shard (its number, in decimal).
 pub const SHARD_HEADER: &str = "vqos-shard";
 
+/// What a node knows of a shard it leads ([`AggregatorService::summary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSummary {
+    /// The shard.
+    pub shard: u32,
+    /// The leader's term.
+    pub term: u32,
+    /// Per tenant of the latest plan, each declared host's target and count.
+    pub tenants: Vec<(String, Vec<crate::aggregator::HostView>)>,
+}
+
 /// A shard this node leads.
 struct Lead {
     leader: Leader,
@@ -135,6 +146,32 @@ impl AggregatorService {
     /// `None` when it does not lead the shard.
     pub fn with_leader<R>(&self, shard: u32, f: impl FnOnce(&mut Leader) -> R) -> Option<R> {
         self.leads().get_mut(&shard).map(|l| f(&mut l.leader))
+    }
+
+    /// What each shard it leads knows, at the service's clock: per shard its term and, per
+    /// tenant, every declared host's view (the leaders' metrics).
+    pub fn summary(&self) -> Vec<ShardSummary> {
+        let now = self.clock.now_ns();
+        let leads = self.leads();
+        leads
+            .iter()
+            .map(|(&shard, lead)| {
+                let l = &lead.leader;
+                let tenants = l
+                    .tenants()
+                    .into_iter()
+                    .map(|t| {
+                        let v = l.tenant_view(&t, now);
+                        (t, v)
+                    })
+                    .collect();
+                ShardSummary {
+                    shard,
+                    term: l.term(),
+                    tenants,
+                }
+            })
+            .collect()
     }
 
     /// The service for a `tonic` server.

@@ -149,6 +149,11 @@ impl Api {
         }
     }
 
+    /// The agent's aggregator node (set once, when it starts), for the leaders' metrics.
+    pub fn set_aggregator(&self, service: vqos_cluster::rpc::server::AggregatorService) {
+        let _ = self.aggregator.set(service);
+    }
+
     /// The agent's state (`None`: no agent).
     pub fn cluster_health(&self) -> Option<ClusterHealthView> {
         self.cluster
@@ -228,8 +233,54 @@ impl Api {
             "The vif's share of its tenant's min, bit/s.",
             &per_port(&|s| Some(s.min_bps)),
         );
+        if let Some(service) = self.aggregator.get() {
+            leader_metrics(&mut out, &service.summary());
+        }
         out
     }
+}
+
+/// The families of the shards this node leads (docs/api.md): each shard's term, and per
+/// tenant its declared hosts, Σ of their targets and of what the leader counts.
+fn leader_metrics(out: &mut String, summary: &[vqos_cluster::rpc::server::ShardSummary]) {
+    let mut family = |name: &str, help: &str, samples: &[(String, u64)]| {
+        crate::metrics::write_family(out, name, "gauge", help, samples)
+    };
+    let terms: Vec<(String, u64)> = summary
+        .iter()
+        .map(|s| (format!("shard=\"{}\"", s.shard), u64::from(s.term)))
+        .collect();
+    family(
+        "vqos_aggregator_term",
+        "The term of each aggregator shard this node leads.",
+        &terms,
+    );
+    let tenants = || summary.iter().flat_map(|s| s.tenants.iter());
+    let per_tenant = |f: &dyn Fn(&[vqos_cluster::aggregator::HostView]) -> Option<u64>| {
+        tenants()
+            .filter_map(|(t, v)| f(v).map(|x| (format!("tenant=\"{}\"", esc(t)), x)))
+            .collect::<Vec<_>>()
+    };
+    let sum = |v: &[vqos_cluster::aggregator::HostView],
+               f: &dyn Fn(&vqos_cluster::aggregator::HostView) -> Option<u64>| {
+        v.iter().map(f).sum::<Option<u64>>()
+    };
+    family(
+        "vqos_aggregator_tenant_hosts",
+        "Hosts etcd declares in the tenant, on the shards this node leads.",
+        &per_tenant(&|v| Some(v.len() as u64)),
+    );
+    family(
+        "vqos_aggregator_tenant_target_max_bps",
+        "Σ of the tenant's hosts' targets in the latest plan, bit/s (absent when unlimited).",
+        &per_tenant(&|v| sum(v, &|h| h.target.0)),
+    );
+    family(
+        "vqos_aggregator_tenant_counted_max_bps",
+        "Σ of what the leader counts the tenant's hosts as possibly enforcing, bit/s: at most \
+         the tenant's max (absent when unlimited).",
+        &per_tenant(&|v| sum(v, &|h| h.counted.0)),
+    );
 }
 
 /// A label value escaped for the exposition format.

@@ -180,6 +180,7 @@ impl Api {
             published: RwLock::new(Arc::new(view.clone())),
             view: Mutex::new(view),
             cluster: RwLock::new(None),
+            aggregator: std::sync::OnceLock::new(),
         })
     }
 }

@@ -65,7 +65,8 @@ pub fn spawn(config: ClusterConfig, api: Arc<Api>) -> std::io::Result<Agent> {
                             .aggregators
                             .clone()
                             .expect("agg is built from it");
-                        match start_node(&state.config, &a, &agg, stopped.clone()).await {
+                        match start_node(&state.config, &a, &agg, &state.api, stopped.clone()).await
+                        {
                             Ok(n) => node = n,
                             Err(e) => tracing::warn!("Cluster agent: no aggregator node: {e}"),
                         }

@@ -132,6 +132,7 @@ pub(super) async fn start_node(
     config: &ClusterConfig,
     agg: &AggregatorsConfig,
     into: &Aggregated,
+    api: &Api,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<Option<node::Node>> {
     let Some(listen) = agg.listen else {
@@ -145,6 +146,7 @@ pub(super) async fn start_node(
     };
     let started = node::start(config.etcd.clone(), spec, stop).await?;
     let _ = into.node.set(started.service.clone());
+    api.set_aggregator(started.service.clone());
     tracing::info!(
         "Cluster agent: candidate for {} aggregator shard(s), serving on {}",
         agg.shards,
