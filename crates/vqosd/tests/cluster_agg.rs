@@ -3,7 +3,7 @@
 //! 100 Mbit/s) has vm1 on each host. The shares come from the shards' leader: each host
 //! enforces one, and the two add up to at most the max. The daemon that leads shard 0 is
 //! killed (SIGKILL: no resign); the other one leads both shards in the next term, and its vif
-//! is granted by it again. Skipped with a message when `etcd` is not installed.
+//! is granted by it again. The statuses are written every 30 s. Skipped with a message when `etcd` is not installed.
 
 mod common;
 
@@ -117,6 +117,10 @@ fn shares_come_from_the_elected_leader_and_move_when_it_dies() {
         )
     });
     assert!(both <= MAX, "{both} held under a max of {MAX}");
+    // The status, the operators' view only here, is written every 30 s (150 periods of
+    // 200 ms), and says so.
+    let st = common::cluster::status(&etcd, "h1").expect("h1's status");
+    assert_eq!(st["period_ms"], 30_000, "{st}");
     // The leader of shard 0 (acme's shard or not, it is a leader) is killed.
     let gone = endpoints
         .iter()

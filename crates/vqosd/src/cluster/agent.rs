@@ -21,6 +21,10 @@ use super::period::{own_status, Meter};
 use super::saved::SavedShares;
 use crate::api::Api;
 
+/// On the aggregators: how often the status is written, and its lease's least time to live.
+const STATUS_EVERY: Duration = Duration::from_secs(30);
+const STATUS_TTL_S: i64 = 60;
+
 /// The running agent; [`Agent::stop`] (or drop) ends it and revokes its lease.
 pub struct Agent {
     /// Tells the thread to stop.
@@ -157,6 +161,8 @@ struct State {
     /// With `[cluster.aggregators]`: the host's side of the aggregators (the grants above
     /// are then unused).
     agg: Option<Aggregated>,
+    /// Periods run (when to write the status on the aggregators).
+    periods: u64,
 }
 
 impl State {
@@ -181,6 +187,7 @@ impl State {
             .map(|a| Aggregated::new(&config, a));
         State {
             agg,
+            periods: 0,
             grants,
             saved: SavedShares::new(api.cluster_shares_file()),
             compactor: Compactor::new(config.compact_every),
@@ -209,6 +216,27 @@ impl State {
             },
             Ok(None) => {}
             Err(e) => tracing::warn!("Cluster agent: {e}"),
+        }
+    }
+
+    /// Every how many periods the status is written: every period for the etcd grants (the
+    /// others read it), every 30 s on the aggregators (nobody's shares depend on it).
+    fn status_every(&self) -> u64 {
+        match self.agg {
+            None => 1,
+            Some(_) => {
+                (STATUS_EVERY.as_millis() / self.config.period.as_millis().max(1)).max(1) as u64
+            }
+        }
+    }
+
+    /// The status lease's time to live, s: `lease_ttl`, or on the aggregators at least 60 s
+    /// (kept alive every third of it), so that a host costs etcd a request every 12 s or so
+    /// (docs/cluster.md, "The agent on the aggregators").
+    fn status_ttl_s(&self) -> i64 {
+        match self.agg {
+            None => self.config.lease_ttl_s,
+            Some(_) => self.config.lease_ttl_s.max(STATUS_TTL_S),
         }
     }
 
@@ -275,13 +303,9 @@ impl State {
         let t = self.config.timeout;
         let host = self.config.host.clone();
         let mut c = self.config.etcd.connect(t).await?;
-        let lease = deadline(
-            "lease grant",
-            t,
-            c.lease_grant(self.config.lease_ttl_s, None),
-        )
-        .await?
-        .id();
+        let lease = deadline("lease grant", t, c.lease_grant(self.status_ttl_s(), None))
+            .await?
+            .id();
         let (keeper, alive) = deadline("lease keep-alive", t, c.lease_keep_alive(lease)).await?;
         // Every host's vifs (the declared tenant members) and the tenants at one revision, in
         // pages, then the watches from the next.
@@ -338,7 +362,7 @@ impl State {
         let mut ticker = tokio::time::interval(self.config.period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         ticker.tick().await;
-        let ttl = Duration::from_secs(self.config.lease_ttl_s as u64);
+        let ttl = Duration::from_secs(self.status_ttl_s() as u64);
         let mut keep = tokio::time::interval(ttl / 3);
         keep.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -408,10 +432,19 @@ impl State {
             self.config.probe_bps,
             period_ms,
         );
-        let body = serde_json::to_vec(&own).unwrap_or_default();
-        let opts = PutOptions::new().with_lease(lease);
-        let put = deadline("put", t, kv.put(keys::status(&host), body, Some(opts))).await?;
-        let put_rev = put.header().map_or(0, |h| h.revision());
+        // The status is written every period, or on the aggregators every `status_every`
+        // periods (it is then the operators' view only), saying how often in `period_ms`.
+        let every = self.status_every();
+        let mut put_rev = self.health.revision;
+        if self.periods.is_multiple_of(every) {
+            let mut written = own.clone();
+            written.period_ms = period_ms * every;
+            let body = serde_json::to_vec(&written).unwrap_or_default();
+            let opts = PutOptions::new().with_lease(lease);
+            let put = deadline("put", t, kv.put(keys::status(&host), body, Some(opts))).await?;
+            put_rev = put_rev.max(put.header().map_or(0, |h| h.revision()));
+        }
+        self.periods = self.periods.wrapping_add(1);
         let (rev, compacts) = match self.agg.clone() {
             Some(agg) => {
                 let problems = agg.period(&self.api, &self.desired.state, &own).await;
