@@ -18,30 +18,16 @@ use vqos_testkit::{poll, Etcd};
 
 const MAX: u64 = 100_000_000;
 
-/// A mock-switch vqosd as `host` with port vm1 (weight `weight`), an agent of `etcd` on the
-/// aggregators, serving on a port of loopback the kernel gives.
+/// A mock-switch vqosd as `host` with port vm1, an agent of `etcd` on the aggregators, serving
+/// on a port of loopback the kernel gives.
 fn daemon(dir: &Path, host: &str, etcd: &Etcd) -> Daemon {
-    let d = dir.join(host);
-    std::fs::create_dir_all(&d).unwrap();
-    let config = d.join("vqosd.toml");
-    let socket = d.join("vqosd.sock");
-    std::fs::write(
-        &config,
-        format!(
-            "capacity = \"1Gbit\"\nstate_file = \"{d}/state.json\"\n[api]\nsocket = \"{s}\"\n\
-             [[port]]\nname = \"vm1\"\n{section}\
-             [cluster.aggregators]\nshards = 2\nlisten = \"127.0.0.1:0\"\n",
-            d = d.display(),
-            s = socket.display(),
-            section = common::cluster::section(
-                host,
-                etcd,
-                "period = \"200ms\"\nlease_ttl = \"2s\"\ntimeout = \"2s\"\n"
-            ),
-        ),
+    common::cluster::mock_daemon(
+        dir,
+        host,
+        etcd,
+        "period = \"200ms\"\nlease_ttl = \"2s\"\ntimeout = \"2s\"\n",
+        "[cluster.aggregators]\nshards = 2\nlisten = \"127.0.0.1:0\"\n",
     )
-    .unwrap();
-    Daemon::start_args(&config, &socket, &["--backend", "mock"])
 }
 
 /// The max vqosd enforces on vm1, from its own API.

@@ -19,26 +19,8 @@ const CALL: Duration = Duration::from_secs(5);
 
 /// A mock-switch vqosd as `host` with port vm1, agent of `etcd`, with more `[cluster]` lines.
 fn daemon(dir: &Path, host: &str, etcd: &Etcd, more: &str) -> Daemon {
-    let d = dir.join(host);
-    std::fs::create_dir_all(&d).unwrap();
-    let config = d.join("vqosd.toml");
-    let socket = d.join("vqosd.sock");
-    std::fs::write(
-        &config,
-        format!(
-            "capacity = \"1Gbit\"\nstate_file = \"{d}/state.json\"\n[api]\nsocket = \"{s}\"\n\
-             [[port]]\nname = \"vm1\"\n{section}{more}",
-            d = d.display(),
-            s = socket.display(),
-            section = common::cluster::section(
-                host,
-                etcd,
-                "period = \"100ms\"\nlease_ttl = \"2s\"\ntimeout = \"2s\"\n"
-            ),
-        ),
-    )
-    .unwrap();
-    Daemon::start_args(&config, &socket, &["--backend", "mock"])
+    let lines = format!("period = \"100ms\"\nlease_ttl = \"2s\"\ntimeout = \"2s\"\n{more}");
+    common::cluster::mock_daemon(dir, host, etcd, &lines, "")
 }
 
 fn wait<T>(what: &str, d: &Daemon, f: impl FnMut() -> Option<T>) -> T {

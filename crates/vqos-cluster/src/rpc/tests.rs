@@ -306,12 +306,13 @@ fn held_max(holders: &[Holder]) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
-    let clock = Arc::new(Stepped::default());
-    let leader = Leader::new(1, 0, 4 * PERIOD_NS, PERIOD_NS / 10);
-    let service = AggregatorService::new(clock.clone());
-    service.lead(0, leader, u64::MAX);
+/// `service` served on a port of loopback: the server's task and a channel to it.
+async fn serve(
+    service: &AggregatorService,
+) -> (
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    tonic::transport::Channel,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tonic::transport::Server::builder()
@@ -323,6 +324,16 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
         .connect()
         .await
         .unwrap();
+    (server, channel)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
+    let clock = Arc::new(Stepped::default());
+    let leader = Leader::new(1, 0, 4 * PERIOD_NS, PERIOD_NS / 10);
+    let service = AggregatorService::new(clock.clone());
+    service.lead(0, leader, u64::MAX);
+    let (server, channel) = serve(&service).await;
     let hosts = 20;
     let (declared, tenants, mut holders) = acme(hosts);
     let mut sessions = Vec::new();
@@ -398,17 +409,7 @@ async fn a_node_answers_only_for_the_shards_it_leads_and_only_while_it_may() {
     let clock = Arc::new(Stepped::default());
     let service = AggregatorService::new(clock.clone());
     service.lead(2, Leader::new(1, 0, 4 * PERIOD_NS, 0), PERIOD_NS);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tonic::transport::Server::builder()
-        .add_service(service.clone().into_server())
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    let server = tokio::spawn(server);
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (server, channel) = serve(&service).await;
     let r = report("h0", &[("vm0", vif(None, false, false))], &[]);
     // Without the header: refused, with what is missing.
     let mut raw = proto::aggregator_client::AggregatorClient::new(channel.clone());

@@ -23,6 +23,33 @@ pub fn skip(test: &str) -> bool {
     }
 }
 
+/// A mock-switch vqosd as `host` with port vm1, in `dir/<host>/`: an agent of `etcd` with
+/// `cluster` more `[cluster]` lines, and `after` (more sections) at the end of its config.
+pub fn mock_daemon(
+    dir: &std::path::Path,
+    host: &str,
+    etcd: &Etcd,
+    cluster: &str,
+    after: &str,
+) -> Daemon {
+    let d = dir.join(host);
+    std::fs::create_dir_all(&d).unwrap();
+    let config = d.join("vqosd.toml");
+    let socket = d.join("vqosd.sock");
+    std::fs::write(
+        &config,
+        format!(
+            "capacity = \"1Gbit\"\nstate_file = \"{d}/state.json\"\n[api]\nsocket = \"{s}\"\n\
+             [[port]]\nname = \"vm1\"\n{section}{after}",
+            d = d.display(),
+            s = socket.display(),
+            section = section(host, etcd, cluster),
+        ),
+    )
+    .unwrap();
+    Daemon::start_args(&config, &socket, &["--backend", "mock"])
+}
+
 /// Writes `value` (JSON) at `key`.
 pub fn put(etcd: &Etcd, key: &str, value: Value) {
     etcd.ctl(&["put", key, &value.to_string()]);
