@@ -80,6 +80,22 @@ fn start_node(settings: &EtcdSettings) -> Node {
     }
 }
 
+/// `n` hosts `h0`, `h1`, … and the desired state they follow (one follower for all of them
+/// here, run on `rt` until the sender returned is dropped).
+fn hosts_on(
+    rt: &tokio::runtime::Runtime,
+    settings: &EtcdSettings,
+    n: usize,
+) -> (Vec<HostSide>, SharedDesired, watch::Sender<bool>) {
+    let (stop, stopped) = watch::channel(false);
+    let desired = SharedDesired::default();
+    rt.spawn(follow(settings.clone(), timing(), desired.clone(), stopped));
+    let hosts = (0..n)
+        .map(|h| HostSide::new(&format!("h{h}"), SHARDS, settings.clone()))
+        .collect();
+    (hosts, desired, stop)
+}
+
 /// Each shard's leader's endpoint; etcd's own errors while it elects a raft leader (after a
 /// member was killed) are retried for up to 20 s.
 async fn leaders(c: &mut Client) -> Vec<Option<String>> {
@@ -228,18 +244,7 @@ fn hosts_follow_the_leaders_through_a_resignation_and_a_crash_without_exceeding_
         std::thread::sleep(Duration::from_millis(50));
     }
     let others = [start_node(&settings), start_node(&settings)];
-    // The hosts follow the desired state too (one follower for all of them here).
-    let (_stop_hosts, hosts_stopped) = watch::channel(false);
-    let desired = SharedDesired::default();
-    rt.spawn(follow(
-        settings.clone(),
-        timing(),
-        desired.clone(),
-        hosts_stopped,
-    ));
-    let mut hosts: Vec<HostSide> = (0..HOSTS)
-        .map(|h| HostSide::new(&format!("h{h}"), SHARDS, settings.clone()))
-        .collect();
+    let (mut hosts, desired, _stop_hosts) = hosts_on(&rt, &settings, HOSTS);
     let limit = Duration::from_secs(30);
     // The first half of the hosts send all they may, the others little; at each change of
     // leader the other way round, so that a new leader that gave before the others released
@@ -384,17 +389,7 @@ fn a_hundred_hosts_on_a_three_member_etcd_outlive_a_member_and_a_leader() {
         }
     });
     let nodes: Vec<Node> = (0..3).map(|_| start_node(&settings)).collect();
-    let (_stop_hosts, hosts_stopped) = watch::channel(false);
-    let desired = SharedDesired::default();
-    rt.spawn(follow(
-        settings.clone(),
-        timing(),
-        desired.clone(),
-        hosts_stopped,
-    ));
-    let mut hosts: Vec<HostSide> = (0..FLEET)
-        .map(|h| HostSide::new(&format!("h{h}"), SHARDS, settings.clone()))
-        .collect();
+    let (mut hosts, desired, _stop_hosts) = hosts_on(&rt, &settings, FLEET);
     let mut settle = |terms: [u32; 2], what: &str| {
         let start = Instant::now();
         let mut errors = BTreeMap::new();
