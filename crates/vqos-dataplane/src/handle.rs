@@ -437,7 +437,9 @@ impl SwitchHandle {
     }
 
     /// The latest stats: every shard's last snapshot (each publishes every
-    /// `stats_interval_ns`), merged ([`crate::stats::merge`]).
+    /// `stats_interval_ns`, and before it answers a control call that changed something),
+    /// merged ([`crate::stats::merge`]). So once a call such as
+    /// [`SwitchHandle::add_port`] returns, the stats show its change.
     pub fn stats(&self) -> Arc<SwitchStats> {
         let control = lock(&self.control);
         let snaps: Vec<Arc<SwitchStats>> = control

@@ -142,6 +142,13 @@ impl Runner {
                 }
                 Command::Call { op, reply } => {
                     let answer = self.apply(op);
+                    // A change marks the stats due: publish them before answering, so a
+                    // caller's `stats()` after its call returns already shows the change
+                    // (a port just added is listed, one removed is gone).
+                    let now = self.now_ns();
+                    if self.sw.stats_due(now) {
+                        self.publish(now);
+                    }
                     let _ = reply.send(answer);
                 }
             }
