@@ -35,7 +35,8 @@ enum LabCommand {
         neighbour on an emulated core), c2qos-fig6 (also on a real \
         load: --baseline ovs-dpdk, testpmd and OVS-DPDK), c2qos-fig6fg (FTP and nginx servers in the \
         VMs, wrk's pressure test: needs vsftpd, nginx, wrk, curl), \
-        pid-ecn-unequal, pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
+        pid-ecn-unequal, pid-ecn-receiver-cpu (the paper's cause: a receiving VM short of CPU, \
+        a cgroup quota), pid-ecn-start-stop, pid-ecn-mixed; `all` runs every one of them in \
         order into DIR/<name>/ and writes DIR/summary.md (paper | simulator | lab | baselines \
         per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
         --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n  \

@@ -255,6 +255,7 @@ fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
         "c2qos-fig6",
         "c2qos-fig6fg",
         "pid-ecn-unequal",
+        "pid-ecn-receiver-cpu",
         "pid-ecn-start-stop",
         "pid-ecn-mixed",
     ] {

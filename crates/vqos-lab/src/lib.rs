@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 pub mod app;
+pub mod cpu_limit;
 pub mod outcome;
 pub mod output;
 pub mod ovs;

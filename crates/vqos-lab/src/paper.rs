@@ -86,6 +86,13 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         &["pid-ecn-unequal-uncontrolled.toml", "pid-ecn-unequal.toml"],
     ),
     (
+        "pid-ecn-receiver-cpu",
+        &[
+            "pid-ecn-receiver-cpu-uncontrolled.toml",
+            "pid-ecn-receiver-cpu.toml",
+        ],
+    ),
+    (
         "pid-ecn-start-stop",
         &["pid-ecn-start-stop.toml", "pid-ecn-upload-download.toml"],
     ),

@@ -289,6 +289,8 @@ fn drive(
         cleanup,
     )?;
     let nvm = sc.vms.len();
+    // Before the clients, so it outlives them: the VMs' CPU limits (`cpu`).
+    let limits = crate::cpu_limit::for_vms(sc, &topo.prefix)?;
 
     // Two servers per VM in the sink.
     for i in 0..nvm {
@@ -429,7 +431,7 @@ fn drive(
                         } else {
                             let port = IPERF_BASE_PORT + 2 * i as u16 + k as u16;
                             let title = format!("{}-{}", topo.prefix, sc.vms[i].name);
-                            let args = iperf_args(
+                            let mut args = iperf_args(
                                 &title,
                                 &topo.sink_ip,
                                 port,
@@ -437,16 +439,21 @@ fn drive(
                                 &load,
                                 sc.is_download(i),
                             );
+                            args.extend(crate::cpu_limit::iperf_args(sc, load.packet_size));
                             let args: Vec<&str> = args.iter().map(String::as_str).collect();
                             let log =
                                 logs.join(format!("iperf-{}-{}.json", sc.vms[i].name, restarts[i]));
                             iperf_logs.push((sc.vms[i].name.clone(), t as f64 / 1e9, log.clone()));
-                            Generator::Iperf(spawn(
+                            let p = spawn(
                                 &format!("iperf3 client {}", sc.vms[i].name),
                                 Some(&topo.vm_ns[i]),
                                 &args,
                                 Some(&log),
-                            )?)
+                            )?;
+                            if let (Some(l), Some(pid)) = (&limits[i], p.pid()) {
+                                l.add(pid)?;
+                            }
+                            Generator::Iperf(p)
                         };
                         clients[i] = Some(Client { load, generator });
                     }
@@ -526,6 +533,7 @@ fn drive(
                 .map_err(|e| flood_failed(&sc.vms[i].name, e))?;
         }
     }
+    crate::cpu_limit::write_log(&limits, sc, logs);
     // vqosd's final counters (ECN marks, drops, controller limits) beside its log.
     if let Some(client) = &topo.client {
         if let Ok(v) = client.call::<serde_json::Value>("GET", "/v1/stats", None) {

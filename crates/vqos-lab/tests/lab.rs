@@ -16,73 +16,11 @@ use vqos_lab::{request_interrupt, run_lab, Baseline, LabError, LabOptions};
 /// The runs share the interrupt flag and the machine's two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn can_run(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP {test}: needs root");
-        return false;
-    }
-    let ok = std::process::Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("SKIP {test}: iperf3 not installed (apt-get install -y iperf3)");
-        return false;
-    }
-    true
-}
+mod common;
+use common::{can_run, leftovers};
 
 fn scenario() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/two-vms.toml")
-}
-
-/// Everything of this process's runs is named `vl<pid>...`.
-fn prefix() -> String {
-    format!("vl{}", std::process::id() % 100_000)
-}
-
-/// Namespaces, links and processes left by this process's lab runs.
-fn leftovers() -> Vec<String> {
-    let p = prefix();
-    let mut left = Vec::new();
-    let ns = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .unwrap();
-    for l in String::from_utf8_lossy(&ns.stdout).lines() {
-        if l.starts_with(&p) {
-            left.push(format!("namespace {l}"));
-        }
-    }
-    let links = std::process::Command::new("ip")
-        .args(["-o", "link"])
-        .output()
-        .unwrap();
-    for l in String::from_utf8_lossy(&links.stdout).lines() {
-        if l.contains(&p) {
-            left.push(format!("link {l}"));
-        }
-    }
-    let me = std::process::id().to_string();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let pid = e.file_name().to_string_lossy().into_owned();
-        if !pid.chars().all(|c| c.is_ascii_digit()) || pid == me {
-            continue;
-        }
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().nth(1))
-            .unwrap_or("");
-        if cmd.contains(&p) || (ppid == me && !stat.contains(") Z")) {
-            left.push(format!("process {pid}: {cmd}"));
-        }
-    }
-    left
 }
 
 #[test]

@@ -43,7 +43,7 @@ pub use cost::{ControllerParams, CycleCostModel};
 pub use expect::{Check, Expectation};
 pub use paper::{PaperQuantity, PaperValue};
 
-use keys::{apply_keys, download_policy_warning, parse_direction, rate, time};
+use keys::{apply_keys, cpu_limit, download_policy_warning, parse_direction, rate, time};
 use raw::{toml_error, RawScenario, RawVmKeys};
 
 fn invalid(msg: impl Into<String>) -> ScenarioError {
@@ -127,6 +127,10 @@ pub struct Vm {
     pub start_ns: u64,
     /// When it stops sending, ns.
     pub stop_ns: u64,
+    /// The lab's CPU limit on the VM's TCP endpoint (`cpu`, a fraction of one core): the
+    /// PID-ECN paper's cause of unfairness, a receiving VM short of CPU. The simulator has no
+    /// model of a VM's CPU, so it predicts the VM without it (and warns).
+    pub cpu_limit: Option<f64>,
 }
 
 /// A change at a time: of one VM's settings, or of the external bottleneck's rate.
@@ -358,12 +362,23 @@ impl Scenario {
             if vm_direction == Direction::Download && !downlink_scheduled {
                 warnings.extend(download_policy_warning(&what, &initial.policy));
             }
+            let cpu_limit = match &v.cpu {
+                Some(c) => {
+                    warnings.push(format!(
+                        "{what}: the simulator does not model a VM's CPU, so its prediction is \
+                         for the VM without its cpu limit ({c}); the lab applies it"
+                    ));
+                    Some(cpu_limit(&format!("{what}.cpu"), c)?)
+                }
+                None => None,
+            };
             vms.push(Vm {
                 name: v.name.clone(),
                 direction: vm_direction,
                 initial,
                 start_ns,
                 stop_ns,
+                cpu_limit,
             });
         }
         let mut timed = Vec::new();
@@ -433,6 +448,23 @@ impl Scenario {
                 stop_ns,
             });
         }
+        for (i, v) in vms.iter().enumerate() {
+            let udp = std::iter::once(&v.initial)
+                .chain(
+                    events
+                        .iter()
+                        .filter(|e| e.vm == i && e.bottleneck_bps.is_none())
+                        .map(|e| &e.settings),
+                )
+                .any(|s| s.traffic == Traffic::Udp);
+            if v.cpu_limit.is_some() && udp {
+                return Err(invalid(format!(
+                    "vm '{}': cpu limits the VM's TCP endpoint (iperf3); a UDP flood is a thread \
+                     of the lab itself and cannot be limited",
+                    v.name
+                )));
+            }
+        }
         let mut scenario = Scenario {
             name: raw.name,
             description: raw.description,
@@ -485,6 +517,12 @@ impl Scenario {
             .iter()
             .map(|x| scenario.expectation(x))
             .collect::<Result<_, _>>()?;
+        for x in scenario.expectations.iter().filter(|x| x.lab_only) {
+            scenario.warnings.push(format!(
+                "expect (phase {}): lab only (lab_only = true); the simulator does not check it",
+                x.phase
+            ));
+        }
         scenario.paper = raw
             .paper
             .iter()

@@ -264,3 +264,66 @@ fn downlink_flows_is_read_and_checked() {
         assert!(e.contains(says), "{extra}: {e}");
     }
 }
+
+#[test]
+fn a_cpu_limit_is_parsed_warned_about_and_refused_where_it_cannot_act() {
+    let tcp = |vm1: &str| scenario("download", vm1).replace("traffic = \"udp\"\n", "");
+    let s = Scenario::parse(&tcp("cpu = \"12.5%\"")).unwrap();
+    assert_eq!(
+        s.vms.iter().map(|v| v.cpu_limit).collect::<Vec<_>>(),
+        [Some(0.125), None]
+    );
+    // The simulator predicts the VM without it, and says so.
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("vm 'vm1': the simulator does not model a VM's CPU"),
+        "{}",
+        s.warnings[0]
+    );
+    let (report, _) = run_text(&tcp("cpu = \"12.5%\""), 1).unwrap();
+    let p = &report.phases[0];
+    assert_eq!(p.vifs["vm1"].expected_bps, p.vifs["vm2"].expected_bps);
+    // A lab-only expectation (about the CPU limit) is left out of the simulator's checks, with
+    // a warning; the others are checked.
+    let text = format!(
+        "{}[[expect]]\nphase = 1\nratio_at_least = 1.2\nlab_only = true\n\
+         [[expect]]\nphase = 1\nratio_at_most = 1.1\n",
+        tcp("cpu = \"12.5%\"")
+    );
+    let (report, _) = run_text(&text, 1).unwrap();
+    assert_eq!(report.checks.len(), 1, "{:?}", report.checks);
+    assert!(report.checks[0].expectation.contains("at most 1.1"));
+    assert!(report
+        .warnings
+        .iter()
+        .any(|w| w.contains("expect (phase 1): lab only")));
+    // The lab's report checks both.
+    let sc = Scenario::parse(&text).unwrap();
+    let bins = vec![vec![1_000_000u64, 1_000_000]; 2];
+    assert_eq!(
+        vqos_sim::build_report(&sc, "lab", &bins, 1_000_000_000, 0.0)
+            .checks
+            .len(),
+        2
+    );
+    // Not a percentage, or out of range: named.
+    for (cpu, needle) in [
+        ("0.25", "vm 'vm1'.cpu: '0.25' is not a share of a core"),
+        ("0.5%", "vm 'vm1'.cpu: 0.5 % is outside 1 % to 6400 %"),
+        ("7000%", "vm 'vm1'.cpu: 7000 % is outside"),
+    ] {
+        let e = full_error(&tcp(&format!("cpu = \"{cpu}\"")));
+        assert!(e.contains(needle), "{cpu}: {e}");
+    }
+    // A UDP flood cannot be limited: refused, also when an event makes it one.
+    let e = full_error(&scenario("download", "cpu = \"50%\""));
+    assert!(
+        e.contains("vm 'vm1': cpu limits the VM's TCP endpoint"),
+        "{e}"
+    );
+    let text = format!(
+        "{}[[event]]\nat = \"1s\"\nvm = \"vm1\"\ntraffic = \"udp\"\n",
+        tcp("cpu = \"50%\"")
+    );
+    assert!(full_error(&text).contains("cpu limits the VM's TCP endpoint"));
+}

@@ -37,6 +37,9 @@ pub struct Expectation {
     pub vms: Vec<usize>,
     /// The check.
     pub check: Check,
+    /// Checked only on real traffic (`lab_only = true`): it is about something the simulator
+    /// does not model (a VM's CPU), so the simulator's report leaves it out and warns.
+    pub lab_only: bool,
 }
 
 impl Scenario {
@@ -109,6 +112,7 @@ impl Scenario {
             vm,
             vms,
             check,
+            lab_only: x.lab_only.unwrap_or(false),
         })
     }
 }

@@ -31,6 +31,26 @@ pub(super) fn parse_direction(
     }
 }
 
+/// The CPU limit of a VM (`cpu`): a share of one core, written as a percentage, `"25%"`
+/// (1 % to 6400 %), returned as a fraction (0.25).
+pub(super) fn cpu_limit(what: &str, text: &str) -> Result<f64, ScenarioError> {
+    let pct = text
+        .trim()
+        .strip_suffix('%')
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .ok_or_else(|| {
+            invalid(format!(
+                "{what}: '{text}' is not a share of a core (expected a percentage, e.g. \"25%\")"
+            ))
+        })?;
+    if !(1.0..=6400.0).contains(&pct) {
+        return Err(invalid(format!(
+            "{what}: {pct} % is outside 1 % to 6400 % of a core"
+        )));
+    }
+    Ok(pct / 100.0)
+}
+
 /// A download VM's data passes the switch's inbound path, which has no scheduler: only the
 /// inbound maximum (`max_in`, else `max`) and PID-ECN act on it. A weight, a minimum or a
 /// priority there is accepted (the format requires it) but acts on nothing, by the switch as

@@ -105,6 +105,8 @@ pub(super) struct RawVm {
     pub(super) name: String,
     /// Overrides `[topology].direction` for this VM.
     pub(super) direction: Option<String>,
+    /// A CPU limit on the VM's TCP endpoint in the lab (`"25%"` of one core).
+    pub(super) cpu: Option<String>,
     #[serde(flatten)]
     pub(super) keys: RawVmKeys,
 }
@@ -135,6 +137,7 @@ pub(super) struct RawExpect {
     pub(super) ratio_at_most: Option<f64>,
     pub(super) ratio_at_least: Option<f64>,
     pub(super) vms: Option<Vec<String>>,
+    pub(super) lab_only: Option<bool>,
 }
 
 /// Turns a toml error into one line naming the problem and the line number. For an unknown
