@@ -26,6 +26,9 @@ use crate::LabError;
 /// The CFS period, µs: Xen's credit scheduler's default time slice.
 pub const PERIOD_US: u64 = 30_000;
 
+/// The kernel's least CFS quota, µs.
+const MIN_QUOTA_US: u64 = 1_000;
+
 const V1_ROOT: &str = "/sys/fs/cgroup/cpu";
 const V2_ROOT: &str = "/sys/fs/cgroup";
 
@@ -51,7 +54,15 @@ pub struct Throttling {
 impl CpuLimit {
     /// Makes group `name` (e.g. `vqos-lab-<run>-vm1`) allowed `fraction` of one core.
     pub fn create(name: &str, fraction: f64) -> Result<CpuLimit, LabError> {
-        let quota_us = ((fraction * PERIOD_US as f64).round() as u64).max(1_000);
+        let quota_us = (fraction * PERIOD_US as f64).round() as u64;
+        if quota_us < MIN_QUOTA_US {
+            return Err(LabError::Invalid(format!(
+                "cpu limit for '{name}': {:.1} % of a core is {quota_us} µs per {} ms period, \
+                 below the kernel's least CFS quota of 1 ms (3.4 %)",
+                fraction * 100.0,
+                PERIOD_US / 1000
+            )));
+        }
         let (root, v2) = if Path::new(V1_ROOT).join("cpu.cfs_quota_us").exists() {
             (PathBuf::from(V1_ROOT), false)
         } else if fs::read_to_string(Path::new(V2_ROOT).join("cgroup.subtree_control"))
@@ -221,6 +232,13 @@ mod tests {
             .any(|p| p == child.id().to_string()));
         assert_eq!(limit.throttling().throttled, 0);
         drop(limit);
+        assert!(!dir.exists());
+        // Below the kernel's least quota: refused, nothing made.
+        let e = CpuLimit::create(&name, 0.02).unwrap_err().to_string();
+        assert!(
+            e.contains("below the kernel's least CFS quota of 1 ms"),
+            "{e}"
+        );
         assert!(!dir.exists());
         child.kill().unwrap();
         child.wait().unwrap();

@@ -405,6 +405,10 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
             if !f.scenario.description.is_empty() {
                 let _ = writeln!(s, "{}\n", f.scenario.description);
             }
+            // What the simulator says it cannot model (a VM's CPU), beside its column.
+            for w in &f.scenario.warnings {
+                let _ = writeln!(s, "*Simulator: {w}.*\n");
+            }
             if let Some(engine) = &f.engine {
                 let _ = writeln!(
                     s,

@@ -309,7 +309,7 @@ fn a_cpu_limit_is_parsed_warned_about_and_refused_where_it_cannot_act() {
     // Not a percentage, or out of range: named.
     for (cpu, needle) in [
         ("0.25", "vm 'vm1'.cpu: '0.25' is not a share of a core"),
-        ("0.5%", "vm 'vm1'.cpu: 0.5 % is outside 1 % to 6400 %"),
+        ("3%", "vm 'vm1'.cpu: 3 % is outside 3.4 % to 6400 %"),
         ("7000%", "vm 'vm1'.cpu: 7000 % is outside"),
     ] {
         let e = full_error(&tcp(&format!("cpu = \"{cpu}\"")));

@@ -49,6 +49,10 @@ fn header() -> Header {
 }
 
 fn one(runs: Vec<RunRecord>) -> String {
+    one_of(sc(), runs)
+}
+
+fn one_of(scenario: Scenario, runs: Vec<RunRecord>) -> String {
     let e = ExperimentRecord {
         name: "exp".into(),
         secs: 61.0,
@@ -56,7 +60,7 @@ fn one(runs: Vec<RunRecord>) -> String {
             stem: "t".into(),
             engine: None,
             algorithms: vqos_sched::Variant::Vqos,
-            scenario: sc(),
+            scenario,
             runs,
         }],
         paper_text: None,
@@ -359,4 +363,20 @@ fn the_header_says_how_many_runs_a_cell_is() {
     };
     assert!(e(3).contains("Each lab cell is 3 runs"), "{}", e(3));
     assert!(!e(1).contains("Each lab cell is"), "{}", e(1));
+}
+
+#[test]
+fn what_the_simulator_does_not_model_is_said_beside_its_table() {
+    assert!(!one(vec![lab("vqos")]).contains("*Simulator:"));
+    let limited = Scenario::parse(
+        "name = \"t\"\nduration = \"20s\"\ncapacity = \"100Mbit\"\n\
+         [[vm]]\nname = \"vm1\"\ncpu = \"4%\"\n[[vm]]\nname = \"vm2\"\nstart = \"10s\"\n\
+         [[expect]]\nphase = 2\nunfairness_at_most = 0.1\n",
+    )
+    .unwrap();
+    let md = one_of(limited, vec![lab("vqos")]);
+    assert!(
+        md.contains("*Simulator: vm 'vm1': the simulator does not model a VM's CPU"),
+        "{md}"
+    );
 }

@@ -31,8 +31,9 @@ pub(super) fn parse_direction(
     }
 }
 
-/// The CPU limit of a VM (`cpu`): a share of one core, written as a percentage, `"25%"`
-/// (1 % to 6400 %), returned as a fraction (0.25).
+/// The CPU limit of a VM (`cpu`): a share of one core, written as a percentage, `"25%"`, from
+/// 3.4 % (the lab's CFS quota is taken per 30 ms period and the kernel's least quota is 1 ms)
+/// to 6400 %; returned as a fraction (0.25).
 pub(super) fn cpu_limit(what: &str, text: &str) -> Result<f64, ScenarioError> {
     let pct = text
         .trim()
@@ -43,9 +44,10 @@ pub(super) fn cpu_limit(what: &str, text: &str) -> Result<f64, ScenarioError> {
                 "{what}: '{text}' is not a share of a core (expected a percentage, e.g. \"25%\")"
             ))
         })?;
-    if !(1.0..=6400.0).contains(&pct) {
+    if !(3.4..=6400.0).contains(&pct) {
         return Err(invalid(format!(
-            "{what}: {pct} % is outside 1 % to 6400 % of a core"
+            "{what}: {pct} % is outside 3.4 % to 6400 % of a core (the least is 1 ms of CPU \
+             per 30 ms period, the kernel's least CFS quota)"
         )));
     }
     Ok(pct / 100.0)
