@@ -166,11 +166,16 @@ pub fn build_report(
             vifs,
         });
     }
+    let whole = sc
+        .expectations
+        .iter()
+        .any(|x| x.phase == 0)
+        .then(|| whole_run(sc, bins, bin_ns));
     let checks = sc
         .expectations
         .iter()
         .filter(|x| !(x.lab_only && mode == "sim"))
-        .map(|x| evaluate(sc, &phases, x))
+        .map(|x| evaluate(sc, (&phases, whole.as_ref()), x))
         .collect();
     Report {
         scenario: sc.name.clone(),
@@ -225,8 +230,47 @@ fn mbit(b: f64) -> String {
     format!("{:.1} Mbit/s", b / 1e6)
 }
 
-fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -> CheckResult {
-    let p = &phases[x.phase - 1];
+/// The whole run as one phase, for whole-run expectations: each VM's mean over its active time
+/// after the first phase's settle, with the weights in force at the start.
+fn whole_run(sc: &Scenario, bins: &[Vec<u64>], bin_ns: u64) -> Phase {
+    let from = sc.settle_ns.min(sc.duration_ns / 2);
+    let policies = sc.policies_at(0);
+    let mut vifs = BTreeMap::new();
+    let (mut rates, mut weights) = (Vec::new(), Vec::new());
+    for (i, vm) in sc.vms.iter().enumerate() {
+        let (start, stop) = (vm.start_ns.max(from), vm.stop_ns.min(sc.duration_ns));
+        if start >= stop {
+            continue;
+        }
+        let m = mean_bps(&bins[i], bin_ns, start, stop);
+        rates.push(m);
+        weights.push(policies.vifs[i].policy.weight);
+        vifs.insert(
+            vm.name.clone(),
+            VifPhase {
+                mean_bps: m,
+                expected_bps: 0.0,
+            },
+        );
+    }
+    Phase {
+        start_s: from as f64 / 1e9,
+        end_s: sc.duration_ns as f64 / 1e9,
+        aggregate_bps: rates.iter().sum(),
+        unfairness: unfairness(&rates, &weights),
+        vifs,
+    }
+}
+
+fn evaluate(
+    sc: &Scenario,
+    (phases, whole): (&[Phase], Option<&Phase>),
+    x: &crate::scenario::Expectation,
+) -> CheckResult {
+    let p = match (x.phase, whole) {
+        (0, Some(w)) => w,
+        _ => &phases[x.phase - 1],
+    };
     let vm_name = x.vm.map(|i| sc.vms[i].name.clone()).unwrap_or_default();
     let vif = |ph: &Phase| ph.vifs.get(&vm_name).cloned();
     let missing = |what: String| CheckResult {
@@ -252,10 +296,13 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
             f64::INFINITY
         }
     };
-    let ph = x.phase;
+    let ph = match x.phase {
+        0 => "whole run".to_string(),
+        n => format!("phase {n}"),
+    };
     match &x.check {
         Check::NearReference(pct) => {
-            let what = format!("phase {ph}: {vm_name} within {pct}% of the reference");
+            let what = format!("{ph}: {vm_name} within {pct}% of the reference");
             let Some(v) = vif(p) else {
                 return missing(what);
             };
@@ -278,7 +325,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
             let link = sc.tightest_at((p.start_s * 1e9) as u64) as f64;
             CheckResult {
                 expectation: format!(
-                    "phase {ph}: aggregate at least {:.0}% of {}",
+                    "{ph}: aggregate at least {:.0}% of {}",
                     frac * 100.0,
                     mbit(link)
                 ),
@@ -293,7 +340,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
         Check::KeepsAtLeast(frac, of) | Check::LosesAtLeast(frac, of) => {
             let keeps = matches!(x.check, Check::KeepsAtLeast(..));
             let what = format!(
-                "phase {ph}: {vm_name} {} at least {:.0}% of its phase-{of} rate",
+                "{ph}: {vm_name} {} at least {:.0}% of its phase-{of} rate",
                 if keeps { "keeps" } else { "loses" },
                 frac * 100.0
             );
@@ -322,7 +369,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
         }
         Check::MaxAtLeast(frac) => {
             let what = format!(
-                "phase {ph}: {vm_name} gets at least {:.0}% of its max",
+                "{ph}: {vm_name} gets at least {:.0}% of its max",
                 frac * 100.0
             );
             let at = (p.start_s * 1e9) as u64;
@@ -353,7 +400,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
             let most = matches!(x.check, Check::UnfairnessAtMost(_));
             CheckResult {
                 expectation: format!(
-                    "phase {ph}: unfairness {} {:.0}%",
+                    "{ph}: unfairness {} {:.0}%",
                     if most { "at most" } else { "at least" },
                     v * 100.0
                 ),
@@ -370,7 +417,7 @@ fn evaluate(sc: &Scenario, phases: &[Phase], x: &crate::scenario::Expectation) -
             let r = ratio_over();
             CheckResult {
                 expectation: format!(
-                    "phase {ph}: largest/smallest rate {} {v}",
+                    "{ph}: largest/smallest rate {} {v}",
                     if most { "at most" } else { "at least" }
                 ),
                 measured: format!("{r:.2}"),

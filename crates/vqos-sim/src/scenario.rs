@@ -518,9 +518,12 @@ impl Scenario {
             .map(|x| scenario.expectation(x))
             .collect::<Result<_, _>>()?;
         for x in scenario.expectations.iter().filter(|x| x.lab_only) {
+            let at = match x.phase {
+                0 => "whole run".to_string(),
+                n => format!("phase {n}"),
+            };
             scenario.warnings.push(format!(
-                "expect (phase {}): lab only (lab_only = true); the simulator does not check it",
-                x.phase
+                "expect ({at}): lab only (lab_only = true); the simulator does not check it"
             ));
         }
         scenario.paper = raw

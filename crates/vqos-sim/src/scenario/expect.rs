@@ -29,7 +29,8 @@ pub enum Check {
 /// An expectation of the scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expectation {
-    /// Phase number, 1-based.
+    /// Phase number, 1-based; 0 for a whole-run expectation (`whole_run = true`: the means
+    /// over the whole run after the first settle, as a paper gives its whole-run figures).
     pub phase: usize,
     /// The VM it is about (for per-VM checks).
     pub vm: Option<usize>,
@@ -51,9 +52,18 @@ impl Scenario {
     }
 
     pub(super) fn expectation(&self, x: &RawExpect) -> Result<Expectation, ScenarioError> {
-        let what = format!("expect (phase {})", x.phase);
+        let whole = x.whole_run.unwrap_or(false);
+        let what = match whole {
+            true => "expect (whole run)".to_string(),
+            false => format!("expect (phase {})", x.phase),
+        };
         let nphases = self.phases().len();
-        if x.phase == 0 || x.phase > nphases {
+        if whole && x.phase != 0 {
+            return Err(invalid(format!(
+                "{what}: give either phase or whole_run = true, not both"
+            )));
+        }
+        if !whole && (x.phase == 0 || x.phase > nphases) {
             return Err(invalid(format!(
                 "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases)"
             )));
@@ -96,6 +106,19 @@ impl Scenario {
             )));
         }
         let (check, needs_vm) = checks.remove(0);
+        let over_vms = matches!(
+            check,
+            Check::UnfairnessAtMost(_)
+                | Check::UnfairnessAtLeast(_)
+                | Check::RatioAtMost(_)
+                | Check::RatioAtLeast(_)
+        );
+        if whole && !over_vms {
+            return Err(invalid(format!(
+                "{what}: a whole-run expectation takes unfairness_at_most, unfairness_at_least, \
+                 ratio_at_most or ratio_at_least"
+            )));
+        }
         let vm = match &x.vm {
             Some(n) => Some(self.vm_index(n, &what)?),
             None if needs_vm => return Err(invalid(format!("{what}: this check needs a vm"))),

@@ -124,7 +124,9 @@ pub(super) struct RawEvent {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawExpect {
+    #[serde(default)]
     pub(super) phase: usize,
+    pub(super) whole_run: Option<bool>,
     pub(super) vm: Option<String>,
     pub(super) near_reference_pct: Option<f64>,
     pub(super) aggregate_at_least: Option<f64>,
