@@ -31,7 +31,8 @@ enum LabCommand {
     #[command(
         after_help = "Experiments: ancs-fig4, ancs-fig5, ancs-fig6, ancs-fig8 (switch CPU for \
         1..8 VMs under bridge, htb, vqos), ancs-table1-2 (probe RTT while 1..5 VMs load the \
-        link, vqos vs bridge), fairness-static, fairness-fluctuating, c2qos-fig1 (a small-packet VM against its \
+        link, vqos vs bridge), fairness-static, fairness-fluctuating, fairness-path (600 s: a path \
+        that appears and disappears), c2qos-fig1 (a small-packet VM against its \
         neighbour on an emulated core), c2qos-fig6 (also on a real \
         load: --baseline ovs-dpdk, testpmd and OVS-DPDK), c2qos-fig6fg (FTP and nginx servers in the \
         VMs, wrk's pressure test: needs vsftpd, nginx, wrk, curl), \

@@ -251,6 +251,7 @@ fn lab_paper_all_sim_only_writes_a_summary_with_every_figure() {
         "ancs-table1-2",
         "fairness-static",
         "fairness-fluctuating",
+        "fairness-path",
         "c2qos-fig1",
         "c2qos-fig6",
         "c2qos-fig6fg",

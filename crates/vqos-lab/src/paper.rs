@@ -56,6 +56,10 @@ pub const PAPERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "fairness-path",
+        &["fairness-path-uncontrolled.toml", "fairness-path.toml"],
+    ),
+    (
         "c2qos-fig1",
         &[
             "c2qos-fig1-lab-tcm.toml",
