@@ -66,7 +66,9 @@ enum ClusterCommand {
         #[arg(long)]
         tenant: Option<String>,
         /// The agents run on the aggregators with this many shards ([cluster.aggregators]
-        /// shards): also show what the tenant's shard leader knows (needs --tenant).
+        /// shards): also show what the tenant's shard leader knows (needs --tenant). An
+        /// https:// leader is asked over mutual TLS with --ca-file, --cert-file and --key-file
+        /// (one CA for etcd and the fleet).
         #[arg(long, requires = "tenant", value_parser = clap::value_parser!(u32).range(1..=4096))]
         shards: Option<u32>,
         /// Print JSON.
@@ -257,6 +259,15 @@ pub fn run(args: ClusterArgs) -> Result<()> {
     }
     let settings = args.settings()?;
     let hint_of = settings.clone();
+    // The leaders are asked over mutual TLS with the same files as etcd (one fleet CA).
+    let tls = match (&settings.ca_file, &settings.cert_file, &settings.key_file) {
+        (Some(ca), Some(cert), Some(key)) => Some(vqos_cluster::rpc::tls::RpcTls {
+            ca_file: ca.clone(),
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+        }),
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -273,7 +284,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             } => {
                 let leader = match (&tenant, shards) {
                     (Some(t), Some(n)) => Some(
-                        vqos_cluster::node::view::leader_view(&mut c, n, t, TIMEOUT)
+                        vqos_cluster::node::view::leader_view(&mut c, n, t, tls.as_ref(), TIMEOUT)
                             .await
                             .map_err(anyhow::Error::msg),
                     ),

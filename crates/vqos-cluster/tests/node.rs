@@ -70,6 +70,7 @@ fn start_node(settings: &EtcdSettings) -> Node {
         listen: "127.0.0.1:0".parse().unwrap(),
         endpoint: None,
         timing: timing(),
+        tls: None,
     };
     let started = runtime.block_on(start(settings.clone(), spec, stopped));
     let local = started.unwrap().local;

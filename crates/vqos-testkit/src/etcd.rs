@@ -22,121 +22,6 @@ pub fn etcd_missing() -> Option<String> {
     (!ok).then(|| "etcd not installed (apt-get install -y etcd-server)".to_string())
 }
 
-/// Why TLS etcd tests cannot run here (`None`: they can).
-pub fn openssl_missing() -> Option<String> {
-    let ok = Command::new("openssl")
-        .arg("version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    (!ok).then(|| "openssl not installed (apt-get install -y openssl)".to_string())
-}
-
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("openssl: {e}"));
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Makes `ca.pem` (a CA of its own) and `server.pem` / `server.key` (a certificate it signed
-/// for IP 127.0.0.1, server use only) in `dir`.
-fn make_certificates(dir: &std::path::Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-subj",
-            "/CN=vqos test CA",
-        ],
-    );
-    issue(
-        dir,
-        "server",
-        "/CN=127.0.0.1",
-        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature, keyEncipherment\n\
-         extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1\n",
-    );
-}
-
-/// Makes `NAME.pem` / `NAME.key` in `dir`: a client certificate for CN `name`, signed by the
-/// CA of [`make_certificates`] (client use only).
-fn make_client_certificate(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
-    issue(
-        dir,
-        name,
-        &format!("/CN={name}"),
-        "basicConstraints = CA:FALSE\nkeyUsage = digitalSignature\n\
-         extendedKeyUsage = clientAuth\n",
-    )
-}
-
-/// Makes `NAME.key`, and `NAME.pem` for `subject` with the extensions `ext`, signed for two
-/// days by the CA in `dir` (`ca.pem`, `ca.key`): the certificate and key files.
-fn issue(dir: &std::path::Path, name: &str, subject: &str, ext: &str) -> (PathBuf, PathBuf) {
-    let file = |suffix: &str| format!("{name}.{suffix}");
-    let (key, csr, pem, extfile) = (file("key"), file("csr"), file("pem"), file("ext"));
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ],
-    );
-    std::fs::write(dir.join(&extfile), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &pem,
-            "-extfile",
-            &extfile,
-        ],
-    );
-    (dir.join(pem), dir.join(key))
-}
-
 /// How a test's etcd talks to its clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Security {
@@ -200,17 +85,17 @@ impl Etcd {
     /// A client certificate and its key for CN `name`, signed by the CA of a TLS etcd.
     pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
         assert!(self.security != Security::Plain, "a plain etcd has no CA");
-        make_client_certificate(&self.dir, name)
+        crate::ca::make_client_certificate(&self.dir, name)
     }
 
     fn start_with(index: u16, security: Security) -> Etcd {
         let mut e = Etcd::make(index, security);
         e.initial_cluster = format!("{}=http://127.0.0.1:{}", e.name, e.peer_port);
         if security != Security::Plain {
-            make_certificates(&e.dir);
+            crate::ca::make_certificates(&e.dir);
         }
         if security == Security::Mutual {
-            make_client_certificate(&e.dir, "root");
+            crate::ca::make_client_certificate(&e.dir, "root");
         }
         e.spawn();
         e

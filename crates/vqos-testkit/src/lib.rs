@@ -31,12 +31,14 @@
 //! their PID in them); this crate does not choose them.
 #![deny(missing_docs)]
 
+mod ca;
 mod etcd;
 pub mod frames;
 mod packet;
 mod testpmd;
 
-pub use etcd::{etcd_missing, openssl_missing, Etcd, EtcdCluster};
+pub use ca::{openssl_missing, TestCa};
+pub use etcd::{etcd_missing, Etcd, EtcdCluster};
 pub use packet::PacketSocket;
 pub use testpmd::{testpmd_missing, Testpmd};
 

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use tonic::transport::Channel;
 
 use crate::aggregator::{shard_of, HostGrant, Report};
 use crate::election::leader_of;
@@ -26,6 +25,7 @@ use crate::holder::Holder;
 use crate::model::HostStatus;
 use crate::rpc::client::HostSession;
 use crate::rpc::server::{Clock, Monotonic};
+use crate::rpc::tls::{self, RpcTls};
 use crate::rpc::RpcError;
 use crate::split::Share;
 
@@ -60,17 +60,20 @@ pub struct Uplink {
     endpoint: Option<String>,
     failures: u32,
     retry_at: Option<Instant>,
+    /// Mutual TLS to the leaders (`None`: plain `http://`).
+    tls: Option<RpcTls>,
 }
 
 impl Uplink {
-    /// No session yet.
-    pub fn new(shard: u32) -> Uplink {
+    /// No session yet; sessions over mutual TLS with `tls`.
+    pub fn new(shard: u32, tls: Option<RpcTls>) -> Uplink {
         Uplink {
             shard,
             session: None,
             endpoint: None,
             failures: 0,
             retry_at: None,
+            tls,
         }
     }
 
@@ -90,12 +93,9 @@ impl Uplink {
             .map_err(|e| UplinkError::Etcd(shard, e))?
             .ok_or(UplinkError::NoLeader(shard))?;
         let rpc = |e: String| UplinkError::Rpc(shard, RpcError::Transport(e));
-        let channel = Channel::from_shared(endpoint.clone())
-            .map_err(|e| rpc(format!("endpoint {endpoint:?}: {e}")))?
-            .connect_timeout(timeout)
-            .connect()
+        let channel = tls::connect(&endpoint, self.tls.as_ref(), timeout)
             .await
-            .map_err(|e| rpc(format!("{endpoint}: {e}")))?;
+            .map_err(rpc)?;
         let session = HostSession::open(channel, shard)
             .await
             .map_err(|e| UplinkError::Rpc(shard, e))?;
@@ -174,6 +174,8 @@ pub struct HostSide {
     settings: EtcdSettings,
     /// The connection to etcd (made again after a failed call: see `EtcdSettings::connect`).
     etcd: Option<Client>,
+    /// Mutual TLS to the leaders ([`HostSide::with_tls`]).
+    tls: Option<RpcTls>,
 }
 
 impl std::fmt::Debug for HostSide {
@@ -197,7 +199,15 @@ impl HostSide {
             clock: Monotonic::default(),
             settings,
             etcd: None,
+            tls: None,
         }
+    }
+
+    /// The same host, reaching the leaders over mutual TLS with `tls` (`None`: plain
+    /// `http://`).
+    pub fn with_tls(mut self, tls: Option<RpcTls>) -> HostSide {
+        self.tls = tls;
+        self
     }
 
     /// Lapses the grants whose lease ran out (their shares fitted into their fallbacks); the
@@ -258,7 +268,9 @@ impl HostSide {
         }
         self.uplinks.retain(|s, _| by_shard.contains_key(s));
         for s in by_shard.keys() {
-            self.uplinks.entry(*s).or_insert_with(|| Uplink::new(*s));
+            let tls = &self.tls;
+            let new = || Uplink::new(*s, tls.clone());
+            self.uplinks.entry(*s).or_insert_with(new);
         }
         by_shard
     }

@@ -35,6 +35,7 @@ use crate::election::campaign;
 use crate::etcd::{self, deadline, get_prefix, EtcdError, EtcdSettings};
 use crate::keys;
 use crate::rpc::server::{AggregatorService, Clock, Monotonic};
+use crate::rpc::tls::RpcTls;
 
 /// The desired state as a node follows it.
 #[derive(Debug, Default)]
@@ -318,6 +319,9 @@ pub struct NodeSpec {
     pub endpoint: Option<String>,
     /// Timing.
     pub timing: Timing,
+    /// Mutual TLS on the hosts' sessions (the default endpoint is then `https://`); `None`:
+    /// plain `http://`, any peer may report as any host.
+    pub tls: Option<RpcTls>,
 }
 
 /// A started node.
@@ -352,13 +356,24 @@ pub async fn start(
 ) -> std::io::Result<Node> {
     let listener = tokio::net::TcpListener::bind(spec.listen).await?;
     let local = listener.local_addr()?;
-    let endpoint = spec.endpoint.unwrap_or_else(|| format!("http://{local}"));
+    let scheme = if spec.tls.is_some() { "https" } else { "http" };
+    let endpoint = spec
+        .endpoint
+        .unwrap_or_else(|| format!("{scheme}://{local}"));
     let clock = Arc::new(Monotonic::default());
-    let service = AggregatorService::new(clock.clone());
+    let mut service = AggregatorService::new(clock.clone());
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &spec.tls {
+        let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        builder = builder
+            .tls_config(tls.server().map_err(invalid)?)
+            .map_err(|e| invalid(e.to_string()))?;
+        service = service.authenticated();
+    }
     let desired = SharedDesired::default();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let mut until = stop.clone();
-    let server = tonic::transport::Server::builder()
+    let server = builder
         .add_service(service.clone().into_server())
         .serve_with_incoming_shutdown(incoming, async move { stopped(&mut until).await });
     let mut tasks = vec![tokio::spawn(async move {

@@ -59,10 +59,7 @@ impl HostSession {
         match self.down.message().await {
             Ok(Some(a)) => self.codec.decode(a),
             Ok(None) => Err(RpcError::Transport("the leader ended the session".into())),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                Err(RpcError::NotLeader(status.message().to_string()))
-            }
-            Err(status) => Err(RpcError::Transport(status.message().to_string())),
+            Err(status) => Err(from_status(&status)),
         }
     }
 }
@@ -83,9 +80,16 @@ pub async fn tenant_view(
         .insert(SHARD_HEADER, tonic::metadata::MetadataValue::from(shard));
     match client.view(request).await {
         Ok(r) => Ok(r.into_inner()),
-        Err(s) if s.code() == tonic::Code::Unavailable => {
-            Err(RpcError::NotLeader(s.message().to_string()))
-        }
-        Err(s) => Err(RpcError::Transport(s.message().to_string())),
+        Err(s) => Err(from_status(&s)),
+    }
+}
+
+/// What a leader's refusal means to the host.
+fn from_status(s: &tonic::Status) -> RpcError {
+    let m = s.message().to_string();
+    match s.code() {
+        tonic::Code::Unavailable => RpcError::NotLeader(m),
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => RpcError::Identity(m),
+        _ => RpcError::Transport(m),
     }
 }

@@ -25,6 +25,7 @@ pub mod client;
 pub mod server;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -66,6 +67,9 @@ pub enum RpcError {
     /// The connection failed or the peer ended the session.
     #[error("aggregator session: {0}")]
     Transport(String),
+    /// A report names another host than the session's certificate (`tls`).
+    #[error("{0}")]
+    Identity(String),
     /// The node does not lead the session's shard (any more): look the leader up again.
     #[error("aggregator session: {0}")]
     NotLeader(String),
@@ -214,9 +218,20 @@ pub struct LeaderCodec {
     vifs: Names,
     tenants: Names,
     host: Option<String>,
+    /// The host the session's certificate names (`tls`): every report must name it.
+    peer: Option<String>,
 }
 
 impl LeaderCodec {
+    /// The leader's side of a session whose peer proved to be host `peer` (its certificate's
+    /// CN): a report naming another host is refused.
+    pub fn for_peer(peer: String) -> LeaderCodec {
+        LeaderCodec {
+            peer: Some(peer),
+            ..LeaderCodec::default()
+        }
+    }
+
     /// The host of this session, once its first report said.
     pub fn host(&self) -> Option<&str> {
         self.host.as_deref()
@@ -229,6 +244,11 @@ impl LeaderCodec {
             (None, "") => return Err(RpcError::Host("the first report names no host".into())),
             (None, h) => {
                 check_name("host", h)?;
+                if let Some(p) = self.peer.as_deref().filter(|&p| p != h) {
+                    return Err(RpcError::Identity(format!(
+                        "the session's certificate is host '{p}'s; its report says '{h}'"
+                    )));
+                }
                 h.to_string()
             }
             (Some(h), "") => h.clone(),

@@ -27,7 +27,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::aggregator_server::{Aggregator, AggregatorServer};
 use super::proto::{Answer, HostView, Report, ViewQuery, ViewReply};
-use super::LeaderCodec;
+use super::tls::peer_host;
+use super::{LeaderCodec, RpcError};
 use crate::aggregator::Leader;
 
 /// The leader's monotonic clock, ns (its leases and hold are counted on it).
@@ -85,6 +86,8 @@ struct Lead {
 pub struct AggregatorService {
     leads: Arc<Mutex<BTreeMap<u32, Lead>>>,
     clock: Arc<dyn Clock>,
+    /// Sessions must show a certificate, and report as the host it names (`super::tls`).
+    authenticated: bool,
 }
 
 impl std::fmt::Debug for AggregatorService {
@@ -99,7 +102,16 @@ impl AggregatorService {
         AggregatorService {
             leads: Arc::new(Mutex::new(BTreeMap::new())),
             clock,
+            authenticated: false,
         }
+    }
+
+    /// The same service, admitting a session only from a peer with a certificate (served
+    /// over mutual TLS: [`super::tls::RpcTls::server`]), whose reports must name the host its
+    /// certificate's CN names.
+    pub fn authenticated(mut self) -> AggregatorService {
+        self.authenticated = true;
+        self
     }
 
     fn leads(&self) -> MutexGuard<'_, BTreeMap<u32, Lead>> {
@@ -186,9 +198,10 @@ impl AggregatorService {
         codec: &mut LeaderCodec,
         report: Report,
     ) -> Result<Answer, Status> {
-        let (sent_ns, report) = codec
-            .decode(report)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (sent_ns, report) = codec.decode(report).map_err(|e| match e {
+            RpcError::Identity(m) => Status::permission_denied(m),
+            e => Status::invalid_argument(e.to_string()),
+        })?;
         let now = self.clock.now_ns();
         let mut leads = self.leads();
         match leads.get_mut(&shard) {
@@ -256,11 +269,19 @@ impl Aggregator for AggregatorService {
         request: Request<Streaming<Report>>,
     ) -> Result<Response<Answers>, Status> {
         let shard = shard_of_request(&request)?;
+        let mut codec = match self.authenticated {
+            false => LeaderCodec::default(),
+            true => {
+                let certs = request.peer_certs().ok_or_else(|| {
+                    Status::unauthenticated("this leader admits only hosts with a certificate")
+                })?;
+                LeaderCodec::for_peer(peer_host(&certs).map_err(Status::unauthenticated)?)
+            }
+        };
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
         let service = self.clone();
         tokio::spawn(async move {
-            let mut codec = LeaderCodec::default();
             while let Ok(Some(report)) = inbound.message().await {
                 let answer = service.answer(shard, &mut codec, report);
                 let refused = answer.is_err();

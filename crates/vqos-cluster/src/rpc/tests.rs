@@ -15,6 +15,8 @@ use crate::model::{HostStatus, VifStatus};
 use crate::shares::{Declarations, Declared};
 use crate::split::{Share, TenantLimits};
 
+mod tls;
+
 fn vif(demand: Option<u64>, idle: bool, floor_greedy: bool) -> VifStatus {
     VifStatus {
         rate_bps: demand.unwrap_or(7),

@@ -60,7 +60,8 @@ fn enforce(api: &Api, shares: BTreeMap<String, Share>) -> Option<String> {
 
 impl Aggregated {
     pub fn new(config: &ClusterConfig, agg: &AggregatorsConfig) -> Aggregated {
-        let side = HostSide::new(&config.host, agg.shards, config.etcd.clone());
+        let side =
+            HostSide::new(&config.host, agg.shards, config.etcd.clone()).with_tls(agg.tls.clone());
         Aggregated {
             side: Arc::new(Mutex::new(side)),
             timing: timing(config),
@@ -143,7 +144,15 @@ pub(super) async fn start_node(
         listen,
         endpoint: agg.advertise.clone(),
         timing: timing(config),
+        tls: agg.tls.clone(),
     };
+    if agg.tls.is_none() {
+        tracing::warn!(
+            "Cluster agent: aggregator sessions on {listen} are plain http://: any peer that \
+             reaches it can report as any host (give [cluster.aggregators] ca_file, cert_file \
+             and key_file)"
+        );
+    }
     let started = node::start(config.etcd.clone(), spec, stop).await?;
     let _ = into.node.set(started.service.clone());
     api.set_aggregator(started.service.clone());

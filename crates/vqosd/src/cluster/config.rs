@@ -18,7 +18,10 @@
 //! # [cluster.aggregators]                     # the shares from aggregator shards' leaders
 //! # shards = 8                                # tenants hashed over this many shards
 //! # listen = "10.0.0.5:7452"                  # where this host leads shards (omit: never)
-//! # advertise = "http://10.0.0.5:7452"        # how hosts reach it (default: http://listen)
+//! # advertise = "https://10.0.0.5:7452"       # how hosts reach it (default: http(s)://listen)
+//! # ca_file = "/etc/vqos/fleet-ca.pem"         # mutual TLS on the sessions: the fleet's CA,
+//! # cert_file = "/etc/vqos/host.pem"          # this host's certificate (CN = host, serves
+//! # key_file = "/etc/vqos/host.key"           # and connects) and its key
 //! ```
 
 use std::path::PathBuf;
@@ -26,6 +29,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use vqos_api::wire::Rate;
+use vqos_cluster::rpc::tls::RpcTls;
 use vqos_cluster::{keys, EtcdSettings};
 use vqos_sched::units::parse_duration_ns;
 
@@ -55,6 +59,9 @@ pub struct RawAggregators {
     shards: Option<u32>,
     listen: Option<String>,
     advertise: Option<String>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
 }
 
 /// The aggregators' settings (docs/cluster.md, "The agent on the aggregators").
@@ -64,13 +71,52 @@ pub struct AggregatorsConfig {
     pub shards: u32,
     /// Where this host serves the shards it leads; `None`: it never campaigns.
     pub listen: Option<std::net::SocketAddr>,
-    /// How hosts reach it (the election key's value); `None`: `http://` and the address it
-    /// bound.
+    /// How hosts reach it (the election key's value); `None`: `http://` (`https://` with
+    /// `tls`) and the address it bound.
     pub advertise: Option<String>,
+    /// Mutual TLS on the sessions, both as a host and as a leader (`None`: plain `http://`).
+    pub tls: Option<RpcTls>,
+}
+
+/// The TLS files, all three or none, each a file that exists.
+fn rpc_tls(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<RpcTls>, String> {
+    let (ca_file, cert_file, key_file) = match (ca, cert, key) {
+        (None, None, None) => return Ok(None),
+        (Some(a), Some(c), Some(k)) => (a, c, k),
+        _ => {
+            return Err(
+                "cluster.aggregators: ca_file, cert_file and key_file go together \
+                        (mutual TLS: the fleet's CA, this host's certificate and its key)"
+                    .into(),
+            )
+        }
+    };
+    for (key, path) in [
+        ("ca_file", &ca_file),
+        ("cert_file", &cert_file),
+        ("key_file", &key_file),
+    ] {
+        if !path.is_file() {
+            return Err(format!(
+                "cluster.aggregators.{key}: {} is not a file",
+                path.display()
+            ));
+        }
+    }
+    Ok(Some(RpcTls {
+        ca_file,
+        cert_file,
+        key_file,
+    }))
 }
 
 impl RawAggregators {
     fn validate(self) -> Result<AggregatorsConfig, String> {
+        let tls = rpc_tls(self.ca_file, self.cert_file, self.key_file)?;
         let shards = self.shards.unwrap_or(8);
         if !(1..=4096).contains(&shards) {
             return Err("cluster.aggregators.shards must be 1 to 4096".into());
@@ -91,6 +137,12 @@ impl RawAggregators {
                     "cluster.aggregators.advertise: {a:?} must start with http:// or https://"
                 ));
             }
+            (Some(_), Some(a)) if a.starts_with("https://") != tls.is_some() => {
+                return Err(format!(
+                    "cluster.aggregators.advertise: {a:?} must be https:// with ca_file, \
+                     cert_file and key_file, and http:// without them"
+                ));
+            }
             (Some(_), Some(a)) => Some(a),
             (Some(l), None) if l.ip().is_unspecified() => {
                 return Err(format!(
@@ -105,6 +157,7 @@ impl RawAggregators {
             shards,
             listen,
             advertise,
+            tls,
         })
     }
 }
@@ -220,7 +273,19 @@ mod tests {
                 .map(|c| c.cluster.unwrap().aggregators.unwrap())
         };
         let a = agg("").unwrap();
-        assert_eq!((a.shards, a.listen, a.advertise), (8, None, None));
+        assert_eq!(
+            (a.shards, a.listen, a.advertise, a.tls),
+            (8, None, None, None)
+        );
+        let files = "ca_file = \"/etc/hostname\"\ncert_file = \"/etc/hostname\"\nkey_file = \"/etc/hostname\"";
+        let a = agg(&format!(
+            "listen = \"127.0.0.1:1\"\nadvertise = \"https://a:1\"\n{files}"
+        ))
+        .unwrap();
+        assert_eq!(
+            a.tls.unwrap().cert_file,
+            std::path::Path::new("/etc/hostname")
+        );
         let a = agg("shards = 2\nlisten = \"127.0.0.1:7452\"").unwrap();
         assert_eq!(a.listen, Some("127.0.0.1:7452".parse().unwrap()));
         assert_eq!(a.advertise, None);
@@ -231,6 +296,19 @@ mod tests {
             ("advertise = \"http://a:1\"", "needs listen"),
             ("listen = \"127.0.0.1:1\"\nadvertise = \"a:1\"", "http://"),
             ("shard = 2", "unknown field"),
+            ("ca_file = \"/etc/hostname\"", "go together"),
+            (
+                "ca_file = \"/etc/hostname\"\ncert_file = \"/etc/hostname\"\nkey_file = \"/nonexistent/k\"",
+                "key_file: /nonexistent/k is not a file",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\nadvertise = \"https://a:1\"",
+                "must be https:// with ca_file",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\nadvertise = \"http://a:1\"\nca_file = \"/etc/hostname\"\ncert_file = \"/etc/hostname\"\nkey_file = \"/etc/hostname\"",
+                "must be https:// with ca_file",
+            ),
         ] {
             let e = agg(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
