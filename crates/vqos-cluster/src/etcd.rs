@@ -223,10 +223,14 @@ impl EtcdSettings {
     }
 
     fn options(&self, timeout: Duration) -> Result<ConnectOptions, EtcdError> {
+        // HTTP/2 keep-alive pings at least a second apart and given a second to be answered:
+        // a host's period may call with a deadline of 100 ms, and a ping that late on a busy
+        // host cut its connection, and the long-lived watches on it (`node::leaders`).
+        let ping = timeout.max(Duration::from_secs(1));
         let mut o = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
-            .with_keep_alive(timeout, timeout);
+            .with_keep_alive(ping, ping);
         if let Some(user) = &self.user {
             let password = match &self.password_file {
                 Some(p) => String::from_utf8_lossy(&read(p)?)

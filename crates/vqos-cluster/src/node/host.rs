@@ -29,6 +29,7 @@ use crate::rpc::tls::{self, RpcTls};
 use crate::rpc::RpcError;
 use crate::split::Share;
 
+use super::leaders::LeaderWatch;
 use crate::desired::DesiredState;
 
 /// Why an exchange with a shard's leader did not happen.
@@ -62,6 +63,17 @@ pub struct Uplink {
     retry_at: Option<Instant>,
     /// Mutual TLS to the leaders (`None`: plain `http://`).
     tls: Option<RpcTls>,
+    /// How many times it asked etcd who leads (the leaders' watch was off).
+    pub lookups: u64,
+}
+
+/// Who leads a shard, as far as the host knows before it opens a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// From the leaders' watch: the endpoint, or nobody leads.
+    Watched(Option<String>),
+    /// The watch is off: ask etcd.
+    Unknown,
 }
 
 impl Uplink {
@@ -74,6 +86,7 @@ impl Uplink {
             failures: 0,
             retry_at: None,
             tls,
+            lookups: 0,
         }
     }
 
@@ -85,13 +98,19 @@ impl Uplink {
     async fn open(
         &mut self,
         etcd_client: &mut Client,
+        known: Found,
         timeout: Duration,
     ) -> Result<(), UplinkError> {
         let shard = self.shard;
-        let (endpoint, _) = leader_of(etcd_client, shard, timeout)
-            .await
-            .map_err(|e| UplinkError::Etcd(shard, e))?
-            .ok_or(UplinkError::NoLeader(shard))?;
+        let found = match known {
+            Found::Watched(endpoint) => endpoint,
+            Found::Unknown => {
+                self.lookups += 1;
+                let l = leader_of(etcd_client, shard, timeout).await;
+                l.map_err(|e| UplinkError::Etcd(shard, e))?.map(|(e, _)| e)
+            }
+        };
+        let endpoint = found.ok_or(UplinkError::NoLeader(shard))?;
         let rpc = |e: String| UplinkError::Rpc(shard, RpcError::Transport(e));
         let channel = tls::connect(&endpoint, self.tls.as_ref(), timeout)
             .await
@@ -110,6 +129,7 @@ impl Uplink {
     pub async fn exchange(
         &mut self,
         etcd_client: &mut Client,
+        known: Found,
         r: &Report,
         sent_ns: u64,
         wait: Duration,
@@ -118,7 +138,9 @@ impl Uplink {
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             return Err(UplinkError::Waiting(self.shard));
         }
-        let got = self.try_exchange(etcd_client, r, sent_ns, wait).await;
+        let got = self
+            .try_exchange(etcd_client, known, r, sent_ns, wait)
+            .await;
         match &got {
             Ok(_) => {
                 self.failures = 0;
@@ -141,13 +163,14 @@ impl Uplink {
     async fn try_exchange(
         &mut self,
         etcd_client: &mut Client,
+        known: Found,
         r: &Report,
         sent_ns: u64,
         wait: Duration,
     ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
         let shard = self.shard;
         if self.session.is_none() {
-            self.open(etcd_client, wait).await?;
+            self.open(etcd_client, known, wait).await?;
         }
         let session = self.session.as_mut().expect("opened above");
         let rpc = |e| UplinkError::Rpc(shard, e);
@@ -176,6 +199,8 @@ pub struct HostSide {
     etcd: Option<Client>,
     /// Mutual TLS to the leaders ([`HostSide::with_tls`]).
     tls: Option<RpcTls>,
+    /// Every shard's leader, from one watch (`leaders.rs`).
+    pub leaders: LeaderWatch,
 }
 
 impl std::fmt::Debug for HostSide {
@@ -200,6 +225,7 @@ impl HostSide {
             settings,
             etcd: None,
             tls: None,
+            leaders: LeaderWatch::default(),
         }
     }
 
@@ -220,6 +246,12 @@ impl HostSide {
     pub fn shares(&self) -> BTreeMap<String, Share> {
         let held = self.holder.iter().flat_map(|(_, h)| h.shares.iter());
         held.map(|(p, s)| (p.clone(), *s)).collect()
+    }
+
+    /// How many times it asked etcd who leads a shard, over its uplinks (none while the
+    /// leaders' watch is on).
+    pub fn lookups(&self) -> u64 {
+        self.uplinks.values().map(|u| u.lookups).sum()
     }
 
     /// The uplink of `shard`, if the host has tenants there.
@@ -301,6 +333,14 @@ impl HostSide {
                 Err(e) => failed.push(UplinkError::Etcd(u32::MAX, e)),
             }
         }
+        if let Some(c) = &self.etcd {
+            if let Err(e) = self.leaders.refresh(c, wait).await {
+                // Looked up as before until the watch is back; connected again next period
+                // (the watch may have broken with the connection).
+                self.etcd = None;
+                failed.push(UplinkError::Etcd(u32::MAX, e));
+            }
+        }
         for (shard, tenants) in by_shard {
             let mut mine = status.clone();
             mine.vifs.retain(|port, _| {
@@ -323,7 +363,14 @@ impl HostSide {
             let Some(etcd_client) = self.etcd.as_mut() else {
                 continue;
             };
-            match uplink.exchange(etcd_client, &r, sent, wait, period).await {
+            let known = match self.leaders.watching() {
+                true => Found::Watched(self.leaders.leader(shard).map(str::to_string)),
+                false => Found::Unknown,
+            };
+            match uplink
+                .exchange(etcd_client, known, &r, sent, wait, period)
+                .await
+            {
                 Ok((sent_ns, grants)) => {
                     self.holder.apply(&grants, sent_ns, self.clock.now_ns());
                 }

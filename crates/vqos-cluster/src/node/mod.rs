@@ -11,16 +11,18 @@
 //!   shard's tenants, and keeps its election lease alive. When a keep-alive fails it stops
 //!   granting at once (the service refuses the shard's sessions from then on, and did so
 //!   already past `valid_until`), and campaigns again.
-//! - [`host::Uplink`]: a host's session with one shard's leader, found in etcd, opened again
-//!   (after a backoff) when the leader changes or the session breaks.
+//! - [`host::Uplink`]: a host's session with one shard's leader, opened again (after a
+//!   backoff) when the leader changes or the session breaks. The host knows every shard's
+//!   leader from one etcd watch ([`leaders`]), and asks etcd only while that watch is off.
 //!
 //! ## Limitations
 //! - Every reader holds every host's declarations (as the etcd agent does): a leader needs
 //!   its shard's tenants only, a host its own tenants' host counts.
-//! - Sessions are plain HTTP/2: who may report for a host is not checked yet (the design asks
-//!   for mutual TLS with the certificate's name the reported host).
+//! - Without TLS files ([`NodeSpec::tls`]) sessions are plain HTTP/2 and any peer may report
+//!   as any host; with them a leader admits each host only as its certificate's CN.
 
 pub mod host;
+pub mod leaders;
 pub mod view;
 
 use std::sync::{Arc, Mutex, MutexGuard};
