@@ -117,6 +117,12 @@ pub struct EtcdSettings {
     pub key_file: Option<PathBuf>,
 }
 
+/// How often an etcd connection with open streams pings the member: twice etcd's default
+/// least interval (`--grpc-keepalive-min-time`, 5 s).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// How long a ping may wait for its answer before the connection is given up.
+pub const KEEP_ALIVE_WAIT: Duration = Duration::from_secs(5);
+
 fn read(path: &Path) -> Result<Vec<u8>, EtcdError> {
     std::fs::read(path).map_err(|source| EtcdError::Read {
         path: path.to_path_buf(),
@@ -223,14 +229,16 @@ impl EtcdSettings {
     }
 
     fn options(&self, timeout: Duration) -> Result<ConnectOptions, EtcdError> {
-        // HTTP/2 keep-alive pings at least a second apart and given a second to be answered:
-        // a host's period may call with a deadline of 100 ms, and a ping that late on a busy
-        // host cut its connection, and the long-lived watches on it (`node::leaders`).
-        let ping = timeout.max(Duration::from_secs(1));
+        // HTTP/2 keep-alive pings find a connection that died without a word (a member cut
+        // off), which a watch alone would wait on forever. Every KEEP_ALIVE, not every call
+        // deadline: etcd closes a connection whose client pings more often than its
+        // `--grpc-keepalive-min-time` (5 s by default; GOAWAY "too_many_pings"), and with
+        // pings every second every agent's session, its lease and its watches broke every
+        // 4 s (measured: docs/cluster.md, "Ten minutes on a real etcd").
         let mut o = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
-            .with_keep_alive(ping, ping);
+            .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE_WAIT);
         if let Some(user) = &self.user {
             let password = match &self.password_file {
                 Some(p) => String::from_utf8_lossy(&read(p)?)
