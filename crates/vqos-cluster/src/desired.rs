@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::field_list;
-use crate::{keys, Declarations, TenantDoc, TenantLimits, VifDoc};
+use crate::{keys, Declarations, Declared, TenantDoc, TenantLimits, VifDoc};
 
 /// A tenant key.
 #[derive(Debug, Clone, Default)]
@@ -38,10 +38,15 @@ pub struct VifPut<'k> {
 /// Every host's tenant vifs and the tenants, as last read or watched.
 #[derive(Debug, Default, Clone)]
 pub struct DesiredState {
-    /// Every host's tenant vifs, as their last valid documents declare them.
-    pub declared: Declarations,
+    /// Every host's tenant vifs, as their last valid documents declare them (changed only
+    /// through [`DesiredState::put`], `delete` and `retain`, which keep `members` with it).
+    declared: Declarations,
     /// By tenant name.
     pub tenants: BTreeMap<String, TenantEntry>,
+    /// tenant → host → how many of its vifs the host declares in it: a host's fallback
+    /// divides by the count of hosts ([`DesiredState::hosts_in`]) every period, and counting
+    /// them from `declared` cost every host a pass over every vif of the fleet per tenant.
+    members: BTreeMap<String, BTreeMap<String, u32>>,
 }
 
 /// "unknown field `a` ignored" for a problem, or nothing.
@@ -56,6 +61,51 @@ pub fn unknown_problem(key: &str, list: &str) -> Option<String> {
 }
 
 impl DesiredState {
+    /// Every host's tenant vifs, as their last valid documents declare them.
+    pub fn declared(&self) -> &Declarations {
+        &self.declared
+    }
+
+    /// How many hosts declare vifs in `tenant`.
+    pub fn hosts_in(&self, tenant: &str) -> usize {
+        self.members.get(tenant).map_or(0, BTreeMap::len)
+    }
+
+    /// Counts `host`'s vif in `tenant` in or out.
+    fn count(&mut self, tenant: &str, host: &str, add: bool) {
+        let hosts = self.members.entry(tenant.to_string()).or_default();
+        let n = hosts.entry(host.to_string()).or_insert(0);
+        match add {
+            true => *n += 1,
+            false => *n = n.saturating_sub(1),
+        }
+        if *n == 0 {
+            hosts.remove(host);
+        }
+        if hosts.is_empty() {
+            self.members.remove(tenant);
+        }
+    }
+
+    /// Sets (or removes) `host`'s `port`, keeping `members` with it.
+    fn set_vif(&mut self, host: &str, port: &str, declared: Option<Declared>) {
+        let vifs = self.declared.entry(host.to_string()).or_default();
+        let new_tenant = declared.as_ref().map(|d| d.tenant.clone());
+        let old = match declared {
+            Some(d) => vifs.insert(port.to_string(), d),
+            None => vifs.remove(port),
+        };
+        if vifs.is_empty() {
+            self.declared.remove(host);
+        }
+        if let Some(o) = old {
+            self.count(&o.tenant, host, false);
+        }
+        if let Some(t) = new_tenant {
+            self.count(&t, host, true);
+        }
+    }
+
     /// Keeps only the keys `read` holds (after a full read has put them): the keys deleted
     /// while the reader was away go, the last valid documents of the others stay.
     pub fn retain(&mut self, read: &BTreeSet<String>) {
@@ -63,6 +113,12 @@ impl DesiredState {
             vifs.retain(|p, _| read.contains(&keys::vif(h, p)));
             !vifs.is_empty()
         });
+        // A full read is rare: counted again from what stays.
+        self.members.clear();
+        let all: Vec<(String, String)> = (self.declared.iter())
+            .flat_map(|(h, vifs)| vifs.values().map(|d| (d.tenant.clone(), h.clone())))
+            .collect();
+        all.iter().for_each(|(t, h)| self.count(t, h, true));
         self.tenants.retain(|t, _| read.contains(&keys::tenant(t)));
     }
 
@@ -70,12 +126,7 @@ impl DesiredState {
     /// host and port of a vif key.
     pub fn delete<'k>(&mut self, key: &'k str) -> Option<(&'k str, &'k str)> {
         if let Some((h, port)) = keys::host_vif(key) {
-            if let Some(vifs) = self.declared.get_mut(h) {
-                vifs.remove(port);
-                if vifs.is_empty() {
-                    self.declared.remove(h);
-                }
-            }
+            self.set_vif(h, port, None);
             return Some((h, port));
         }
         if let Some(t) = keys::name_under(keys::TENANTS, key) {
@@ -91,14 +142,7 @@ impl DesiredState {
             let read = VifDoc::parse(value).and_then(|d| Ok((d.declared(port)?, d)));
             let doc = match read {
                 Ok((decl, doc)) => {
-                    let vifs = self.declared.entry(h.to_string()).or_default();
-                    match decl {
-                        Some(d) => vifs.insert(port.to_string(), d),
-                        None => vifs.remove(port),
-                    };
-                    if vifs.is_empty() {
-                        self.declared.remove(h);
-                    }
+                    self.set_vif(h, port, decl);
                     Ok(doc)
                 }
                 Err(e) => {
@@ -174,6 +218,55 @@ mod tests {
         // Other keys are nobody's vifs.
         assert!(d.put("/vqos/v1/status/h1", b"{}").is_none());
         assert!(d.put("/vqos/v1/hosts/h1/vifs/a/b", b"{}").is_none());
+    }
+
+    /// The hosts of `tenant`, counted the long way from `declared`.
+    fn counted(d: &DesiredState, tenant: &str) -> usize {
+        let hosts = d.declared().values();
+        hosts
+            .filter(|v| v.values().any(|x| x.tenant == tenant))
+            .count()
+    }
+
+    #[test]
+    fn the_count_of_a_tenants_hosts_follows_every_put_delete_and_full_read() {
+        let mut d = DesiredState::default();
+        let vif = |h: &str, p: &str| format!("/vqos/v1/hosts/{h}/vifs/{p}");
+        let doc = |t: &str| format!(r#"{{"tenant": "{t}"}}"#).into_bytes();
+        let check = |d: &DesiredState, step: &str| {
+            for t in ["acme", "beta", "none"] {
+                assert_eq!(d.hosts_in(t), counted(d, t), "{step}: {t}");
+            }
+        };
+        let steps: Vec<(&str, Option<&str>)> = vec![
+            ("h1/vm1", Some("acme")),
+            ("h1/vm2", Some("acme")), // a second vif of the same host: still one host
+            ("h2/vm1", Some("acme")),
+            ("h2/vm1", Some("beta")), // moves to another tenant
+            ("h1/vm1", None),         // one of h1's two acme vifs goes: h1 stays
+            ("h3/vm9", Some("beta")),
+            ("h1/vm2", None),         // h1's last: it leaves acme
+            ("h2/vm1", Some("beta")), // the same document again
+        ];
+        for (at, tenant) in steps {
+            let (h, p) = at.split_once('/').unwrap();
+            match tenant {
+                Some(t) => drop(d.put(&vif(h, p), &doc(t))),
+                None => drop(d.delete(&vif(h, p))),
+            }
+            check(&d, at);
+        }
+        assert_eq!((d.hosts_in("acme"), d.hosts_in("beta")), (0, 2));
+        // A bad document keeps the last valid one, and its count.
+        d.put(&vif("h3", "vm9"), b"{not json");
+        check(&d, "bad document");
+        // A vif without a tenant is no member; a full read keeps only what it read.
+        d.put(&vif("h4", "vm1"), br#"{"weight": 2}"#);
+        d.put(&vif("h5", "vm1"), &doc("acme"));
+        check(&d, "no tenant");
+        d.retain(&BTreeSet::from([vif("h5", "vm1")]));
+        check(&d, "full read");
+        assert_eq!((d.hosts_in("acme"), d.hosts_in("beta")), (1, 0));
     }
 
     #[test]

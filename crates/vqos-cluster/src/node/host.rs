@@ -264,7 +264,7 @@ impl HostSide {
     pub fn start_tenants(&mut self, d: &DesiredState) -> BTreeMap<u32, BTreeSet<String>> {
         let limits = d.tenant_limits();
         let mut own: BTreeMap<&str, BTreeMap<String, Share>> = BTreeMap::new();
-        for (port, v) in d.declared.get(&self.host).into_iter().flatten() {
+        for (port, v) in d.declared().get(&self.host).into_iter().flatten() {
             if limits.contains_key(&v.tenant) {
                 let s = Share {
                     min_bps: 0,
@@ -284,12 +284,7 @@ impl HostSide {
         gone.iter().for_each(|t| self.holder.forget(t));
         let mut by_shard: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
         for (t, vifs) in &own {
-            let n = d
-                .declared
-                .values()
-                .filter(|vifs| vifs.values().any(|v| v.tenant == *t))
-                .count()
-                .max(1) as u64;
+            let n = d.hosts_in(t).max(1) as u64;
             let l = limits[*t];
             let cap = (l.max_bps.map(|m| m / n), l.min_bps / n);
             self.holder.start(t, cap, vifs);
@@ -318,7 +313,7 @@ impl HostSide {
         period: Duration,
     ) -> Vec<UplinkError> {
         let tenant_of: BTreeMap<&str, &str> = desired
-            .declared
+            .declared()
             .get(&self.host)
             .into_iter()
             .flatten()

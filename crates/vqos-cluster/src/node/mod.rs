@@ -306,7 +306,7 @@ fn plan(service: &AggregatorService, spec: &CandidateSpec, desired: &SharedDesir
     let f = desired.lock();
     let mut limits = f.state.tenant_limits();
     limits.retain(|t, _| shard_of(t, spec.shards) == spec.shard);
-    service.with_leader(spec.shard, |l| l.plan(&f.state.declared, &limits));
+    service.with_leader(spec.shard, |l| l.plan(f.state.declared(), &limits));
 }
 
 /// What a node needs to lead shards.

@@ -212,7 +212,7 @@ mod tests {
         let set = api.policies();
         assert_eq!(set.policy(set.id("vm1").unwrap()).weight, 4);
         d.retain(&BTreeSet::new());
-        assert!(d.vifs.is_empty() && d.state.tenants.is_empty() && d.state.declared.is_empty());
+        assert!(d.vifs.is_empty() && d.state.tenants.is_empty() && d.state.declared().is_empty());
     }
 
     fn acme_max(d: &Desired) -> Option<u64> {
@@ -246,7 +246,7 @@ mod tests {
         d.apply(&api);
         assert_eq!(acme_max(&d), Some(100_000_000));
         assert_eq!(d.tenant_of("vm1"), Some("acme"));
-        assert_eq!(d.state.declared["h1"]["vm1"].weight, 2);
+        assert_eq!(d.state.declared()["h1"]["vm1"].weight, 2);
         assert_eq!(api.managed().keys().collect::<Vec<_>>(), ["vm1"]);
         let p = d.problems.join("\n");
         assert!(
@@ -275,10 +275,10 @@ mod tests {
         d.put("h1", "/vqos/v1/hosts/h2/vifs/vm7", br#"{"tenant": "acme"}"#);
         d.put("h1", "/vqos/v1/hosts/h1/vifs/vm1", br#"{"tenant": "acme"}"#);
         assert_eq!(d.vifs.keys().collect::<Vec<_>>(), ["vm1"]);
-        assert_eq!(d.state.declared.len(), 2);
+        assert_eq!(d.state.declared().len(), 2);
         d.delete("h1", "/vqos/v1/hosts/h2/vifs/vm7");
         assert_eq!(d.vifs.keys().collect::<Vec<_>>(), ["vm1"]);
         d.delete("h1", "/vqos/v1/hosts/h1/vifs/vm1");
-        assert!(d.state.declared.is_empty() && d.vifs.is_empty());
+        assert!(d.state.declared().is_empty() && d.vifs.is_empty());
     }
 }

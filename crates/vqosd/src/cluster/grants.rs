@@ -225,7 +225,7 @@ fn plan(
 ) -> (BTreeMap<String, TenantStep>, BTreeMap<String, String>) {
     let limits = i.desired.state.tenant_limits();
     let mut members: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (h, vifs) in &i.desired.state.declared {
+    for (h, vifs) in i.desired.state.declared() {
         for d in vifs.values() {
             members
                 .entry(d.tenant.clone())
@@ -251,7 +251,12 @@ fn plan(
         .split_limits(i.start_ns, i.view, &limits, &members, |h| {
             i.statuses.contains_key(h)
         });
-    let targets = local_shares(i.host, i.statuses, &i.desired.state.declared, &split_limits);
+    let targets = local_shares(
+        i.host,
+        i.statuses,
+        i.desired.state.declared(),
+        &split_limits,
+    );
     let targets = fit_to_host(i.api, targets);
     let tenant_of: BTreeMap<String, String> = targets
         .keys()
