@@ -296,10 +296,7 @@ fn evaluate(
             f64::INFINITY
         }
     };
-    let ph = match x.phase {
-        0 => "whole run".to_string(),
-        n => format!("phase {n}"),
-    };
+    let ph = x.phase_label();
     match &x.check {
         Check::NearReference(pct) => {
             let what = format!("{ph}: {vm_name} within {pct}% of the reference");

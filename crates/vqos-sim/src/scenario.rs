@@ -518,10 +518,7 @@ impl Scenario {
             .map(|x| scenario.expectation(x))
             .collect::<Result<_, _>>()?;
         for x in scenario.expectations.iter().filter(|x| x.lab_only) {
-            let at = match x.phase {
-                0 => "whole run".to_string(),
-                n => format!("phase {n}"),
-            };
+            let at = x.phase_label();
             scenario.warnings.push(format!(
                 "expect ({at}): lab only (lab_only = true); the simulator does not check it"
             ));

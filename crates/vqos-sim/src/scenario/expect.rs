@@ -43,6 +43,21 @@ pub struct Expectation {
     pub lab_only: bool,
 }
 
+impl Expectation {
+    /// Where it applies, as reports say it: "whole run" or "phase N".
+    pub fn phase_label(&self) -> String {
+        phase_label(self.phase)
+    }
+}
+
+/// "whole run" for phase 0 (whole-run expectations), "phase N" otherwise.
+pub fn phase_label(phase: usize) -> String {
+    match phase {
+        0 => "whole run".to_string(),
+        n => format!("phase {n}"),
+    }
+}
+
 impl Scenario {
     pub(super) fn vm_index(&self, name: &str, what: &str) -> Result<usize, ScenarioError> {
         self.vms
@@ -53,6 +68,7 @@ impl Scenario {
 
     pub(super) fn expectation(&self, x: &RawExpect) -> Result<Expectation, ScenarioError> {
         let whole = x.whole_run.unwrap_or(false);
+        // Not `phase_label`: a phase of 0 without whole_run is an error, named as written.
         let what = match whole {
             true => "expect (whole run)".to_string(),
             false => format!("expect (phase {})", x.phase),
