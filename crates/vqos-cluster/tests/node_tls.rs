@@ -36,8 +36,9 @@ fn hosts_reach_a_tls_leader_only_with_their_own_certificates() {
     }
     let etcd = Etcd::start(2);
     let settings = EtcdSettings::from_list(&etcd.url()).unwrap();
-    let dir = std::env::temp_dir().join(format!("vqos-node-tls-{}", std::process::id()));
-    let ca = TestCa::new(&dir);
+    // Removed on drop, also when the test fails.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
     let tls = |name: &str| {
         let (cert_file, key_file) = ca.host(name);
         RpcTls {
@@ -140,5 +141,4 @@ fn hosts_reach_a_tls_leader_only_with_their_own_certificates() {
     }
     let _ = stop.send(true);
     rt.block_on(node.stopped(Duration::from_secs(5)));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -48,7 +48,9 @@ async fn a_leader_admits_only_certified_hosts_each_as_itself() {
         eprintln!("SKIP a_leader_admits_only_certified_hosts_each_as_itself: {why}");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("vqos-rpc-tls-{}", std::process::id()));
+    // Removed on drop, also when the test fails.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let ca = TestCa::new(&dir.join("fleet"));
     let other_ca = TestCa::new(&dir.join("other"));
     let (node, h1, h2) = (
@@ -120,5 +122,4 @@ async fn a_leader_admits_only_certified_hosts_each_as_itself() {
     // And the honest host is still answered.
     assert_eq!(report_as(&https, Some(&h1), "h1").await, Ok(7));
     server.abort();
-    let _ = std::fs::remove_dir_all(&dir);
 }
