@@ -35,9 +35,12 @@ use crate::desired::DesiredState;
 /// Why an exchange with a shard's leader did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum UplinkError {
-    /// etcd could not say who leads (shard `u32::MAX`: could not be reached at all).
+    /// etcd could not say who leads the shard.
     #[error("shard {0}: {1}")]
     Etcd(u32, EtcdError),
+    /// etcd could not be reached at all, or the leaders' watch broke (for no one shard).
+    #[error("etcd: {0}")]
+    NoEtcd(EtcdError),
     /// Nobody leads the shard.
     #[error("shard {0} has no leader")]
     NoLeader(u32),
@@ -325,7 +328,7 @@ impl HostSide {
         if self.etcd.is_none() {
             match self.settings.connect(wait).await {
                 Ok(c) => self.etcd = Some(c),
-                Err(e) => failed.push(UplinkError::Etcd(u32::MAX, e)),
+                Err(e) => failed.push(UplinkError::NoEtcd(e)),
             }
         }
         if let Some(c) = &self.etcd {
@@ -333,7 +336,7 @@ impl HostSide {
                 // Looked up as before until the watch is back; connected again next period
                 // (the watch may have broken with the connection).
                 self.etcd = None;
-                failed.push(UplinkError::Etcd(u32::MAX, e));
+                failed.push(UplinkError::NoEtcd(e));
             }
         }
         for (shard, tenants) in by_shard {
@@ -378,5 +381,23 @@ impl HostSide {
             }
         }
         failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an operator reads in `/v1/health` names the shard only when there is one.
+    #[test]
+    fn an_unreachable_etcd_is_not_named_as_a_shard() {
+        let e = || EtcdError::Settings("no endpoints".into());
+        let none = UplinkError::NoEtcd(e()).to_string();
+        assert!(
+            none.starts_with("etcd: ") && !none.contains("shard"),
+            "{none}"
+        );
+        let one = UplinkError::Etcd(3, e()).to_string();
+        assert!(one.starts_with("shard 3: "), "{one}");
     }
 }
