@@ -4,10 +4,11 @@
 //! and reports to each shard's leader its vifs of the shard's tenants with what it enforces of
 //! them, applying each answer as it comes.
 //!
-//! An uplink finds its leader in etcd (`election::leader_of`), opens a session to it, and
-//! keeps it while it answers. A broken session, a leader that says it no longer leads, or an
-//! answer later than the period's wait drops the session; the next attempt waits out a backoff
-//! with jitter and looks the leader up again. Meanwhile the host holds what it holds until its
+//! An uplink opens a session to its shard's leader as the host's one etcd watch of the
+//! leaders last said it (`super::leaders`), and keeps it while it answers, etcd reachable or
+//! not. A broken session, a leader that says it no longer leads, or an answer later than the
+//! period's wait drops the session; the next attempt waits out a backoff with jitter and
+//! opens one to the leader the watch then names. Meanwhile the host holds what it holds until its
 //! lease lapses, then the fallback: the leader's bound does not depend on the host reaching it.
 //!
 //! The shards are reported to one after another, each within `wait`: a shard whose leader is
@@ -19,7 +20,6 @@ use std::time::{Duration, Instant};
 use etcd_client::Client;
 
 use crate::aggregator::{shard_of, HostGrant, Report};
-use crate::election::leader_of;
 use crate::etcd::{self, EtcdError, EtcdSettings};
 use crate::holder::Holder;
 use crate::model::HostStatus;
@@ -35,9 +35,6 @@ use crate::desired::DesiredState;
 /// Why an exchange with a shard's leader did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum UplinkError {
-    /// etcd could not say who leads the shard.
-    #[error("shard {0}: {1}")]
-    Etcd(u32, EtcdError),
     /// etcd could not be reached at all, or the leaders' watch broke (for no one shard).
     #[error("etcd: {0}")]
     NoEtcd(EtcdError),
@@ -66,17 +63,6 @@ pub struct Uplink {
     retry_at: Option<Instant>,
     /// Mutual TLS to the leaders (`None`: plain `http://`).
     tls: Option<RpcTls>,
-    /// How many times it asked etcd who leads (the leaders' watch was off).
-    pub lookups: u64,
-}
-
-/// Who leads a shard, as far as the host knows before it opens a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
-    /// From the leaders' watch: the endpoint, or nobody leads.
-    Watched(Option<String>),
-    /// The watch is off: ask etcd.
-    Unknown,
 }
 
 impl Uplink {
@@ -89,7 +75,6 @@ impl Uplink {
             failures: 0,
             retry_at: None,
             tls,
-            lookups: 0,
         }
     }
 
@@ -98,22 +83,10 @@ impl Uplink {
         self.session.as_ref().and(self.endpoint.as_deref())
     }
 
-    async fn open(
-        &mut self,
-        etcd_client: &mut Client,
-        known: Found,
-        timeout: Duration,
-    ) -> Result<(), UplinkError> {
+    /// Opens a session to `leader` (the watch's; `None`: nobody leads, as far as it knows).
+    async fn open(&mut self, leader: Option<String>, timeout: Duration) -> Result<(), UplinkError> {
         let shard = self.shard;
-        let found = match known {
-            Found::Watched(endpoint) => endpoint,
-            Found::Unknown => {
-                self.lookups += 1;
-                let l = leader_of(etcd_client, shard, timeout).await;
-                l.map_err(|e| UplinkError::Etcd(shard, e))?.map(|(e, _)| e)
-            }
-        };
-        let endpoint = found.ok_or(UplinkError::NoLeader(shard))?;
+        let endpoint = leader.ok_or(UplinkError::NoLeader(shard))?;
         let rpc = |e: String| UplinkError::Rpc(shard, RpcError::Transport(e));
         let channel = tls::connect(&endpoint, self.tls.as_ref(), timeout)
             .await
@@ -127,12 +100,11 @@ impl Uplink {
     }
 
     /// Sends `r` (made at `sent_ns`) and waits up to `wait` for its answer, opening a session
-    /// first if there is none; the answer's `sent_ns` and grants. A failure drops the session
-    /// and starts a backoff (from `period`) before the next attempt.
+    /// to `leader` first if there is none; the answer's `sent_ns` and grants. A failure drops
+    /// the session and starts a backoff (from `period`) before the next attempt.
     pub async fn exchange(
         &mut self,
-        etcd_client: &mut Client,
-        known: Found,
+        leader: Option<String>,
         r: &Report,
         sent_ns: u64,
         wait: Duration,
@@ -141,9 +113,7 @@ impl Uplink {
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             return Err(UplinkError::Waiting(self.shard));
         }
-        let got = self
-            .try_exchange(etcd_client, known, r, sent_ns, wait)
-            .await;
+        let got = self.try_exchange(leader, r, sent_ns, wait).await;
         match &got {
             Ok(_) => {
                 self.failures = 0;
@@ -165,15 +135,14 @@ impl Uplink {
 
     async fn try_exchange(
         &mut self,
-        etcd_client: &mut Client,
-        known: Found,
+        leader: Option<String>,
         r: &Report,
         sent_ns: u64,
         wait: Duration,
     ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
         let shard = self.shard;
         if self.session.is_none() {
-            self.open(etcd_client, known, wait).await?;
+            self.open(leader, wait).await?;
         }
         let session = self.session.as_mut().expect("opened above");
         let rpc = |e| UplinkError::Rpc(shard, e);
@@ -249,12 +218,6 @@ impl HostSide {
     pub fn shares(&self) -> BTreeMap<String, Share> {
         let held = self.holder.iter().flat_map(|(_, h)| h.shares.iter());
         held.map(|(p, s)| (p.clone(), *s)).collect()
-    }
-
-    /// How many times it asked etcd who leads a shard, over its uplinks (none while the
-    /// leaders' watch is on).
-    pub fn lookups(&self) -> u64 {
-        self.uplinks.values().map(|u| u.lookups).sum()
     }
 
     /// The uplink of `shard`, if the host has tenants there.
@@ -358,26 +321,12 @@ impl HostSide {
             };
             let sent = self.clock.now_ns();
             let uplink = self.uplinks.get_mut(&shard).expect("made by start_tenants");
-            let Some(etcd_client) = self.etcd.as_mut() else {
-                continue;
-            };
-            let known = match self.leaders.watching() {
-                true => Found::Watched(self.leaders.leader(shard).map(str::to_string)),
-                false => Found::Unknown,
-            };
-            match uplink
-                .exchange(etcd_client, known, &r, sent, wait, period)
-                .await
-            {
+            let leader = self.leaders.leader(shard).map(str::to_string);
+            match uplink.exchange(leader, &r, sent, wait, period).await {
                 Ok((sent_ns, grants)) => {
                     self.holder.apply(&grants, sent_ns, self.clock.now_ns());
                 }
-                Err(e) => {
-                    if matches!(e, UplinkError::Etcd(..)) {
-                        self.etcd = None;
-                    }
-                    failed.push(e);
-                }
+                Err(e) => failed.push(e),
             }
         }
         failed
@@ -397,7 +346,7 @@ mod tests {
             none.starts_with("etcd: ") && !none.contains("shard"),
             "{none}"
         );
-        let one = UplinkError::Etcd(3, e()).to_string();
-        assert!(one.starts_with("shard 3: "), "{one}");
+        let one = UplinkError::NoLeader(3).to_string();
+        assert!(one.starts_with("shard 3 "), "{one}");
     }
 }

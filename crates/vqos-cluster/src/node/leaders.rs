@@ -13,7 +13,8 @@
 //! [`LeaderWatch`] is driven by its owner's period (`HostSide::period`): it reads the prefix and
 //! starts the watch when it has none, and takes the events that have arrived without waiting.
 //! A broken or cancelled watch is dropped and read again at the next period; until then the
-//! host looks leaders up as before (`election::leader_of`).
+//! host opens sessions to the leaders it last knew (a stale one answers "does not lead", and
+//! the host tries again after its backoff), and keeps the sessions it has.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -99,10 +100,10 @@ impl std::fmt::Debug for LeaderWatch {
 }
 
 impl LeaderWatch {
-    /// Shard `shard`'s leader, while the watch is on (`None`: not known from the watch; look
-    /// it up).
+    /// Shard `shard`'s leader, as the watch last said (`None`: nobody leads, or the prefix
+    /// was never read).
     pub fn leader(&self, shard: u32) -> Option<&str> {
-        self.stream.as_ref().and(self.leaders.leader(shard))
+        self.leaders.leader(shard)
     }
 
     /// Whether the watch is on (the leaders are known without asking etcd).
