@@ -12,8 +12,9 @@ use crate::plot::{Line, Plot, Style};
 use crate::LabError;
 
 /// `results.json`: the report's keys (as `vqos sim --json`) plus `baseline`, `cpu`,
-/// `duration_scale`, `capabilities`, the simulator's phases as `simulated` and its
-/// expectations' outcomes as `simulated_checks`.
+/// `duration_scale`, `capabilities`, the simulator's phases as `simulated` (its whole run, when
+/// the scenario asks for one, as `simulated_whole_run`) and its expectations' outcomes as
+/// `simulated_checks`.
 pub fn results_json(
     report: &Report,
     simulated: &Report,
@@ -34,16 +35,54 @@ pub fn results_json(
         o.insert("duration_scale".into(), opts.duration_scale.into());
         o.insert("bin_s".into(), (LAB_BIN_NS as f64 / 1e9).into());
         o.insert("capabilities".into(), opts.baseline.capabilities().into());
-        o.insert(
-            "simulated".into(),
-            serde_json::to_value(&simulated.phases).unwrap_or_default(),
-        );
+        insert_simulated(o, simulated);
         o.insert(
             "simulated_checks".into(),
             serde_json::to_value(&simulated.checks).unwrap_or_default(),
         );
     }
     v
+}
+
+/// Puts the simulator's phases into a `results.json` as `simulated`, and its whole run (when
+/// the report has one) as `simulated_whole_run`.
+pub fn insert_simulated(o: &mut serde_json::Map<String, serde_json::Value>, simulated: &Report) {
+    o.insert(
+        "simulated".into(),
+        serde_json::to_value(&simulated.phases).unwrap_or_default(),
+    );
+    if let Some(w) = &simulated.whole_run {
+        o.insert(
+            "simulated_whole_run".into(),
+            serde_json::to_value(w).unwrap_or_default(),
+        );
+    }
+}
+
+/// The whole run as one phase (what a whole-run expectation or paper figure is set beside):
+/// each VM's mean, measured and simulated, the aggregate and the unfairness index.
+fn whole_run_md(w: &vqos_sim::report::Phase, sim: Option<&vqos_sim::report::Phase>) -> String {
+    let mut s = format!(
+        "### The whole run ({:.1}–{:.1} s: from the first settle to the end)\n\n\
+         | VM | measured | simulated |\n|---|---:|---:|\n",
+        w.start_s, w.end_s
+    );
+    let sim_of = |f: &dyn Fn(&vqos_sim::report::Phase) -> Option<f64>| {
+        sim.and_then(f).map_or("–".into(), mbit)
+    };
+    for (name, v) in &w.vifs {
+        let simv = sim_of(&|p| p.vifs.get(name).map(|x| x.mean_bps));
+        let _ = writeln!(s, "| {name} | {} | {simv} |", mbit(v.mean_bps));
+    }
+    let _ = writeln!(
+        s,
+        "| **aggregate** | {} | {} |\n\nUnfairness index: measured {:.1} %, simulated {}.\n",
+        mbit(w.aggregate_bps),
+        sim_of(&|p| Some(p.aggregate_bps)),
+        w.unfairness * 100.0,
+        sim.map_or("–".into(), |p| format!("{:.1} %", p.unfairness * 100.0))
+    );
+    s
 }
 
 fn round2(x: f64) -> f64 {
@@ -184,6 +223,9 @@ pub fn report_md(sc: &Scenario, opts: &LabOptions, o: &LabOutcome) -> String {
             ph.unfairness * 100.0,
             sim.map_or("–".into(), |p| format!("{:.1} %", p.unfairness * 100.0))
         );
+    }
+    if let Some(w) = &r.whole_run {
+        s.push_str(&whole_run_md(w, o.simulated.whole_run.as_ref()));
     }
     if !r.warnings.is_empty() {
         let _ = writeln!(s, "## Warnings\n");
@@ -387,6 +429,44 @@ mod tests {
              [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nweight = 3\n",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_whole_run_section_sets_the_measured_means_beside_the_simulated() {
+        let sc = Scenario::parse(
+            "name = \"w\"\nduration = \"4s\"\nsettle = \"1s\"\ncapacity = \"200Mbit\"\n\
+             [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\n\
+             [[paper]]\nfigure = \"F\"\nwhole_run = true\nunfairness = true\nvalue = 0.5\n",
+        )
+        .unwrap();
+        // 1 s bins: vm1 12.5 MB/s (100 Mbit/s), vm2 6.25 (50).
+        let lab = vqos_sim::build_report(
+            &sc,
+            "lab",
+            &[vec![12_500_000; 4], vec![6_250_000; 4]],
+            1_000_000_000,
+            0.0,
+        );
+        let sim = vqos_sim::build_report(
+            &sc,
+            "sim",
+            &vec![vec![12_500_000; 4]; 2],
+            1_000_000_000,
+            0.0,
+        );
+        let md = whole_run_md(lab.whole_run.as_ref().unwrap(), sim.whole_run.as_ref());
+        assert!(md.contains("### The whole run (1.0–4.0 s"), "{md}");
+        assert!(
+            md.contains("| vm1 | 100.0 | 100.0 |\n| vm2 | 50.0 | 100.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| **aggregate** | 150.0 | 200.0 |"), "{md}");
+        assert!(
+            md.contains("Unfairness index: measured 33.3 %, simulated 0.0 %."),
+            "{md}"
+        );
+        let md = whole_run_md(lab.whole_run.as_ref().unwrap(), None);
+        assert!(md.contains("| vm2 | 50.0 | – |"), "{md}");
     }
 
     #[test]

@@ -117,16 +117,14 @@ fn parse_scaled(file: &Path, scale: f64) -> Result<Scenario, String> {
 }
 
 /// Simulates `sc` into `dir`: `results.json` (the report as `vqos sim --json`, plus its
-/// phases again as `simulated` and `duration_scale`) and a simulator-only `rates.svg`.
+/// phases again as `simulated`, its whole run as `simulated_whole_run`, and
+/// `duration_scale`) and a simulator-only `rates.svg`.
 pub fn simulate_into(sc: &Scenario, dir: &Path, scale: f64) -> Result<serde_json::Value, String> {
     let out = simulate(sc, 1).map_err(|e| format!("Simulator: {e}"))?;
     let report = build_report(sc, "sim", &out.bins, BIN_NS, out.cpu_busy);
     let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
     if let Some(o) = v.as_object_mut() {
-        o.insert(
-            "simulated".into(),
-            serde_json::to_value(&report.phases).unwrap_or_default(),
-        );
+        crate::output::insert_simulated(o, &report);
         o.insert("duration_scale".into(), scale.into());
     }
     let json = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";

@@ -5,8 +5,11 @@
 //! ## Behavior
 //! - One section per experiment of [`crate::PAPERS`], one table per scenario file: a row per
 //!   phase and active VM (Mbit/s), the aggregate, and the unfairness index or the largest /
-//!   smallest ratio where the paper or the scenario's expectations speak of them; then the
-//!   expectations passed and the switch's CPU per column.
+//!   smallest ratio where the paper or the scenario's expectations speak of them; then, when a
+//!   `[[paper]]` number or an expectation is about the whole run (`whole_run = true`), the
+//!   same rows for the whole run (`whole_run` / `simulated_whole_run` of `results.json`), so
+//!   that a paper's whole-run figure sits beside whole-run means; then the expectations
+//!   passed and the switch's CPU per column.
 //! - The simulator column is the `simulated` phases of the first run that has them, headed
 //!   with the engine it simulated; the lab column is the `vqos` run (headed with its engine),
 //!   one more column per other baseline. A run variant under another engine (the fairness
@@ -106,21 +109,16 @@ pub fn duration_text(secs: f64) -> String {
     }
 }
 
-fn phase_vm(phases: Option<&Vec<Value>>, k: usize, vm: &str) -> Option<f64> {
-    phases?
-        .get(k)?
-        .get("vifs")?
-        .get(vm)?
-        .get("mean_bps")?
-        .as_f64()
+fn phase_vm(phase: Option<&Value>, vm: &str) -> Option<f64> {
+    phase?.get("vifs")?.get(vm)?.get("mean_bps")?.as_f64()
 }
 
-fn phase_key(phases: Option<&Vec<Value>>, k: usize, key: &str) -> Option<f64> {
-    phases?.get(k)?.get(key)?.as_f64()
+fn phase_key(phase: Option<&Value>, key: &str) -> Option<f64> {
+    phase?.get(key)?.as_f64()
 }
 
-fn ratio(phases: Option<&Vec<Value>>, k: usize, vms: &[&str]) -> Option<f64> {
-    let vifs = phases?.get(k)?.get("vifs")?.as_object()?;
+fn ratio(phase: Option<&Value>, vms: &[&str]) -> Option<f64> {
+    let vifs = phase?.get("vifs")?.as_object()?;
     let rates: Vec<f64> = vifs
         .iter()
         .filter(|(n, _)| vms.is_empty() || vms.contains(&n.as_str()))
@@ -193,14 +191,17 @@ pub fn latency_cell(
     cell
 }
 
-fn rows(sc: &Scenario, k: usize) -> Vec<Row> {
-    let start = sc.phases().get(k).map_or(0, |p| p.0);
+/// The rows of phase `phase` (1-based; 0: the whole run, its VMs those active in it).
+fn rows(sc: &Scenario, phase: usize) -> Vec<Row> {
+    let active = |i: usize| match phase {
+        0 => sc.whole_run_active(i).is_some(),
+        n => sc.active_at(i, sc.phases().get(n - 1).map_or(0, |p| p.0)),
+    };
     let mut rows: Vec<Row> = (0..sc.vms.len())
-        .filter(|&i| sc.active_at(i, start))
+        .filter(|&i| active(i))
         .map(Row::Vm)
         .collect();
     rows.push(Row::Aggregate);
-    let phase = k + 1;
     let cites = |f: &dyn Fn(&PaperQuantity) -> bool| {
         sc.paper.iter().any(|p| p.phase == phase && f(&p.quantity))
     };
@@ -261,13 +262,22 @@ fn file_table(f: &FileRecord) -> String {
         s.push_str("---:|");
     }
     s.push('\n');
-    for k in 0..sc.phases().len() {
-        let mut phase_rows = rows(sc, k);
-        phase_rows.extend(
-            probes
-                .iter()
-                .map(|(vm, p)| Row::Latency(vm.clone(), p.clone())),
-        );
+    // The phases, then the whole run when a number of the paper or an expectation is about it
+    // (the paper's whole-run figures beside whole-run means, not beside a phase's).
+    let whole = sc.wants_whole_run().then_some(0);
+    for phase in (1..=sc.phases().len()).chain(whole) {
+        let mut phase_rows = rows(sc, phase);
+        if phase > 0 {
+            phase_rows.extend(
+                probes
+                    .iter()
+                    .map(|(vm, p)| Row::Latency(vm.clone(), p.clone())),
+            );
+        }
+        let phase_cell = match phase {
+            0 => "whole run".to_string(),
+            n => n.to_string(),
+        };
         for row in phase_rows {
             let label = match &row {
                 Row::Vm(i) => sc.vms[*i].name.clone(),
@@ -278,23 +288,24 @@ fn file_table(f: &FileRecord) -> String {
             };
             let _ = write!(
                 s,
-                "| {} | {label} | {} |",
-                k + 1,
-                paper_cell(sc, k + 1, &row)
+                "| {phase_cell} | {label} | {} |",
+                paper_cell(sc, phase, &row)
             );
             for c in &cols {
                 let cell = match &row {
-                    Row::Vm(i) => c.number(|v| phase_vm(v.phases, k, &sc.vms[*i].name), mbit),
-                    Row::Aggregate => c.number(|v| phase_key(v.phases, k, "aggregate_bps"), mbit),
+                    Row::Vm(i) => c.number(|v| phase_vm(v.phase(phase), &sc.vms[*i].name), mbit),
+                    Row::Aggregate => {
+                        c.number(|v| phase_key(v.phase(phase), "aggregate_bps"), mbit)
+                    }
                     Row::Unfairness => c.number(
-                        |v| phase_key(v.phases, k, "unfairness"),
+                        |v| phase_key(v.phase(phase), "unfairness"),
                         |u| format!("{:.1} %", u * 100.0),
                     ),
                     Row::Ratio(v) => {
                         let names: Vec<&str> = v.iter().map(|&i| sc.vms[i].name.as_str()).collect();
-                        c.number(|r| ratio(r.phases, k, &names), |r| format!("{r:.2}"))
+                        c.number(|r| ratio(r.phase(phase), &names), |r| format!("{r:.2}"))
                     }
-                    Row::Latency(vm, p) => c.latency(vm, p, k + 1),
+                    Row::Latency(vm, p) => c.latency(vm, p, phase),
                 };
                 let _ = write!(s, " {cell} |");
             }
@@ -375,8 +386,8 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
         );
     }
     s.push_str(
-        "Rates in Mbit/s, means over each phase minus its settle time; the paper's numbers come \
-         from the scenario files' `[[paper]]` tables (with their figure). Plots: measured solid, \
+        "Rates in Mbit/s, means over each phase minus its settle time (\"whole run\" rows: from \
+         the first settle to the end); the paper's numbers come from the scenario files' `[[paper]]` tables (with their figure). Plots: measured solid, \
          simulated dotted, reference dashed.\n\n| experiment | run time |\n|---|---:|\n",
     );
     for e in experiments {

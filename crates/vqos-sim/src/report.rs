@@ -61,6 +61,10 @@ pub struct Report {
     pub engine: String,
     /// Phases in order.
     pub phases: Vec<Phase>,
+    /// The whole run as one phase (means from the first settle to the end), when an
+    /// expectation or a `[[paper]]` number is about it ([`Scenario::wants_whole_run`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run: Option<Phase>,
     /// Expectations in file order.
     pub checks: Vec<CheckResult>,
     /// Fraction of the switch core that was busy.
@@ -166,11 +170,7 @@ pub fn build_report(
             vifs,
         });
     }
-    let whole = sc
-        .expectations
-        .iter()
-        .any(|x| x.phase == 0)
-        .then(|| whole_run(sc, bins, bin_ns));
+    let whole = sc.wants_whole_run().then(|| whole_run(sc, bins, bin_ns));
     let checks = sc
         .expectations
         .iter()
@@ -182,6 +182,7 @@ pub fn build_report(
         mode: mode.to_string(),
         engine: sc.engine.to_string(),
         phases,
+        whole_run: whole,
         checks,
         cpu_busy,
         warnings: sc.warnings.clone(),
@@ -233,15 +234,14 @@ fn mbit(b: f64) -> String {
 /// The whole run as one phase, for whole-run expectations: each VM's mean over its active time
 /// after the first phase's settle, with the weights in force at the start.
 fn whole_run(sc: &Scenario, bins: &[Vec<u64>], bin_ns: u64) -> Phase {
-    let from = sc.settle_ns.min(sc.duration_ns / 2);
+    let (from, to) = sc.whole_run_span();
     let policies = sc.policies_at(0);
     let mut vifs = BTreeMap::new();
     let (mut rates, mut weights) = (Vec::new(), Vec::new());
     for (i, vm) in sc.vms.iter().enumerate() {
-        let (start, stop) = (vm.start_ns.max(from), vm.stop_ns.min(sc.duration_ns));
-        if start >= stop {
+        let Some((start, stop)) = sc.whole_run_active(i) else {
             continue;
-        }
+        };
         let m = mean_bps(&bins[i], bin_ns, start, stop);
         rates.push(m);
         weights.push(policies.vifs[i].policy.weight);
@@ -255,7 +255,7 @@ fn whole_run(sc: &Scenario, bins: &[Vec<u64>], bin_ns: u64) -> Phase {
     }
     Phase {
         start_s: from as f64 / 1e9,
-        end_s: sc.duration_ns as f64 / 1e9,
+        end_s: to as f64 / 1e9,
         aggregate_bps: rates.iter().sum(),
         unfairness: unfairness(&rates, &weights),
         vifs,

@@ -66,3 +66,53 @@ fn a_whole_run_expectation_takes_only_checks_over_the_vms() {
         .to_string();
     assert!(e.contains("expect (phase 0): phase must be 1..=2"), "{e}");
 }
+
+#[test]
+fn the_report_carries_the_whole_run_when_a_paper_number_is_about_it() {
+    // No whole-run expectation: only a `[[paper]]` figure over the whole run asks for it.
+    let base = FILE.replace(
+        "whole_run = true\nunfairness_at_most = 0.3",
+        "phase = 2\nratio_at_most = 9",
+    );
+    let paper = "[[paper]]\nfigure = \"F\"\nwhole_run = true\nunfairness = true\nvalue = 0.64\n";
+    let bins = || {
+        let mut vm1 = vec![10_000_000u64; 10];
+        vm1.extend([2_000_000; 10]);
+        let mut vm2 = vec![2_000_000u64; 10];
+        vm2.extend([10_000_000; 10]);
+        vec![vm1, vm2]
+    };
+    let without = build_report(
+        &Scenario::parse(&base).unwrap(),
+        "sim",
+        &bins(),
+        1_000_000_000,
+        0.0,
+    );
+    assert_eq!(without.whole_run, None);
+    let json = serde_json::to_value(&without).unwrap();
+    assert!(json.get("whole_run").is_none(), "{json}");
+
+    let sc = Scenario::parse(&format!("{base}{paper}")).unwrap();
+    let r = build_report(&sc, "sim", &bins(), 1_000_000_000, 0.0);
+    let whole = r.whole_run.as_ref().expect("the whole run");
+    assert_eq!((whole.start_s, whole.end_s), (2.0, 20.0));
+    // vm1 (8·10 + 10·2) / 18 MB/s over 2..20 s, as in the first test.
+    let vm1 = whole.vifs["vm1"].mean_bps;
+    assert!((vm1 - 100e6 / 18.0 * 8.0).abs() < 1.0, "{vm1}");
+    assert!(
+        (whole.unfairness - 0.074).abs() < 0.001,
+        "{}",
+        whole.unfairness
+    );
+    // The checks and phases are those of the file without the paper's number.
+    assert_eq!(
+        (r.phases.clone(), r.checks.clone()),
+        (without.phases, without.checks)
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        json["whole_run"]["vifs"]["vm2"]["mean_bps"].as_f64(),
+        Some(whole.vifs["vm2"].mean_bps)
+    );
+}

@@ -18,9 +18,21 @@ use super::{latency_cell, FileRecord};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RunView<'a> {
     pub phases: Option<&'a Vec<Value>>,
+    /// The whole run as one phase (`whole_run`), when the scenario asks for it.
+    pub whole: Option<&'a Value>,
     pub checks: Option<&'a Vec<Value>>,
     /// The probes' results (`latency`; `None`: not measured).
     pub latency: Option<&'a Vec<Value>>,
+}
+
+impl<'a> RunView<'a> {
+    /// Phase `phase` (1-based; 0: the whole run), as `results.json` has it.
+    pub fn phase(&self, phase: usize) -> Option<&'a Value> {
+        match phase {
+            0 => self.whole,
+            n => self.phases?.get(n - 1),
+        }
+    }
 }
 
 /// One column: its heading, each run (in order; `Err` for a failed one) and its CPU text.
@@ -129,6 +141,7 @@ pub fn spread(values: &[f64], fmt: impl Fn(f64) -> String) -> String {
 fn view(v: &Value) -> RunView<'_> {
     RunView {
         phases: v.get("phases").and_then(Value::as_array),
+        whole: v.get("whole_run"),
         checks: v.get("checks").and_then(Value::as_array),
         latency: v.get("latency").and_then(Value::as_array),
     }
@@ -146,8 +159,10 @@ pub(super) fn columns(f: &FileRecord) -> Vec<Column<'_>> {
             v.get("simulated_checks")?.as_array()
         }
     });
+    let sim_whole = ok().find_map(|v| v.get("simulated_whole_run"));
     let sim_view = RunView {
         phases: sim,
+        whole: sim_whole,
         checks: sim_checks,
         latency: None,
     };

@@ -380,3 +380,53 @@ fn what_the_simulator_does_not_model_is_said_beside_its_table() {
         "{md}"
     );
 }
+
+#[test]
+fn a_whole_run_figure_of_the_paper_sits_beside_whole_run_means() {
+    // The paper's 64 % is over its whole run: it goes in a "whole run" row group, beside the
+    // simulator's and the lab's whole-run unfairness, not beside phase 1's.
+    let scenario = Scenario::parse(
+        "name = \"t\"\nduration = \"20s\"\ncapacity = \"100Mbit\"\n\
+         [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nstart = \"10s\"\n\
+         [[paper]]\nfigure = \"§I\"\nwhole_run = true\nunfairness = true\nvalue = 0.64\n\
+         note = \"over 600 s\"\n",
+    )
+    .unwrap();
+    let whole = |u: f64| {
+        json!({"vifs": {"vm1": {"mean_bps": 70e6}, "vm2": {"mean_bps": 30e6}},
+               "aggregate_bps": 100e6, "unfairness": u})
+    };
+    let run = RunRecord {
+        baseline: "vqos".into(),
+        result: Ok(json!({
+            "mode": "lab", "engine": "vqos", "phases": phases(60e6, 40e6),
+            "whole_run": whole(0.62), "simulated": phases(50e6, 50e6),
+            "simulated_whole_run": whole(0.5), "checks": [], "simulated_checks": []
+        })),
+        plot: None,
+    };
+    let md = one_of(scenario.clone(), vec![run.clone()]);
+    assert!(
+        md.contains("| whole run | unfairness | 64 % (over 600 s; §I) | 50.0 % | 62.0 % |"),
+        "{md}"
+    );
+    assert!(md.contains("| whole run | vm1 |  | 70.0 | 70.0 |"), "{md}");
+    assert!(md.contains("| whole run | vm2 |  | 30.0 | 30.0 |"), "{md}");
+    assert!(!md.contains("| 1 | unfairness |"), "{md}");
+
+    // Results written before the whole run was kept: the rows are there, their cells "–".
+    let mut old = run;
+    if let Ok(v) = &mut old.result {
+        let o = v.as_object_mut().unwrap();
+        o.remove("whole_run");
+        o.remove("simulated_whole_run");
+    }
+    let md = one_of(scenario, vec![old]);
+    assert!(
+        md.contains("| whole run | unfairness | 64 % (over 600 s; §I) | – | – |"),
+        "{md}"
+    );
+
+    // A file whose numbers are all per phase has no whole-run rows.
+    assert!(!one(vec![lab("vqos")]).contains("| whole run |"));
+}

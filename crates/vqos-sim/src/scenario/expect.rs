@@ -59,6 +59,26 @@ pub fn phase_label(phase: usize) -> String {
 }
 
 impl Scenario {
+    /// The span a whole-run figure covers, `(from, to)` in ns: from the first settle (at most
+    /// half the run) to the end, as a paper averages a whole run after its start-up.
+    pub fn whole_run_span(&self) -> (u64, u64) {
+        (self.settle_ns.min(self.duration_ns / 2), self.duration_ns)
+    }
+
+    /// VM `i`'s active time within [`Scenario::whole_run_span`], if any.
+    pub fn whole_run_active(&self, i: usize) -> Option<(u64, u64)> {
+        let (from, to) = self.whole_run_span();
+        let vm = &self.vms[i];
+        let (start, stop) = (vm.start_ns.max(from), vm.stop_ns.min(to));
+        (start < stop).then_some((start, stop))
+    }
+
+    /// Whether an expectation or a `[[paper]]` number is about the whole run (phase 0): reports
+    /// then carry the whole run as one more phase.
+    pub fn wants_whole_run(&self) -> bool {
+        self.expectations.iter().any(|x| x.phase == 0) || self.paper.iter().any(|p| p.phase == 0)
+    }
+
     pub(super) fn vm_index(&self, name: &str, what: &str) -> Result<usize, ScenarioError> {
         self.vms
             .iter()

@@ -23,7 +23,8 @@ pub enum PaperQuantity {
 pub struct PaperValue {
     /// Where the paper reports it, e.g. "ANCS Fig. 5".
     pub figure: String,
-    /// Phase number, 1-based.
+    /// Phase number, 1-based; 0 for a figure over the whole run (`whole_run = true`: the
+    /// paper's own average over its run, set beside the report's whole-run means).
     pub phase: usize,
     /// What it is.
     pub quantity: PaperQuantity,
@@ -66,7 +67,9 @@ fn trim(x: f64) -> String {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPaper {
     figure: String,
+    #[serde(default)]
     phase: usize,
+    whole_run: Option<bool>,
     vm: Option<String>,
     #[serde(default)]
     aggregate: bool,
@@ -83,16 +86,26 @@ pub(super) struct RawPaper {
 
 impl Scenario {
     pub(super) fn paper_value(&self, x: &RawPaper) -> Result<PaperValue, ScenarioError> {
-        let what = format!("paper ({}, phase {})", x.figure, x.phase);
+        let whole = x.whole_run.unwrap_or(false);
+        let what = match whole {
+            true => format!("paper ({}, whole run)", x.figure),
+            false => format!("paper ({}, phase {})", x.figure, x.phase),
+        };
         if x.figure.trim().is_empty() {
             return Err(invalid(
                 "paper: figure must name the paper's figure or table",
             ));
         }
         let nphases = self.phases().len();
-        if x.phase == 0 || x.phase > nphases {
+        if whole && x.phase != 0 {
             return Err(invalid(format!(
-                "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases)"
+                "{what}: give either phase or whole_run = true, not both"
+            )));
+        }
+        if !whole && (x.phase == 0 || x.phase > nphases) {
+            return Err(invalid(format!(
+                "{what}: phase must be 1..={nphases} (the scenario has {nphases} phases), or \
+                 whole_run = true"
             )));
         }
         let kinds = [x.vm.is_some(), x.aggregate, x.ratio, x.unfairness];
@@ -186,6 +199,29 @@ mod tests {
             parse("figure = \"F\"\nphase = 1\naggregate = true\nnote = \"link full\"\n").unwrap();
         assert_eq!(s.paper[0].value, None);
         assert_eq!(s.paper[0].cell(), "link full");
+    }
+
+    #[test]
+    fn a_whole_run_number_is_phase_zero_and_asks_for_the_whole_run() {
+        let s =
+            parse("figure = \"F\"\nwhole_run = true\nunfairness = true\nvalue = 0.64\n").unwrap();
+        assert_eq!(s.paper[0].phase, 0);
+        assert!(s.wants_whole_run());
+        let s = parse("figure = \"F\"\nphase = 1\nunfairness = true\nvalue = 0.64\n").unwrap();
+        assert!(!s.wants_whole_run());
+        for (paper, needle) in [
+            (
+                "figure = \"F\"\nphase = 1\nwhole_run = true\nvm = \"vm1\"\nmbit = 1\n",
+                "not both",
+            ),
+            (
+                "figure = \"F\"\nwhole_run = false\nvm = \"vm1\"\nmbit = 1\n",
+                "or whole_run = true",
+            ),
+        ] {
+            let e = parse(paper).unwrap_err().to_string();
+            assert!(e.contains(needle), "{paper}: {e}");
+        }
     }
 
     #[test]
