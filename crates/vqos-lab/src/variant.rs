@@ -35,6 +35,7 @@ use crate::topo::Baseline;
 pub const ENGINE_VARIANTS: &[(&str, &[EngineKind])] = &[
     ("fairness-static.toml", &[EngineKind::Policer]),
     ("fairness-fluctuating.toml", &[EngineKind::Policer]),
+    ("fairness-path.toml", &[EngineKind::Policer]),
 ];
 
 /// Files that also run with the papers' algorithms as written (`variant = "paper"`): those
@@ -44,6 +45,7 @@ pub const PAPER_ALGORITHM_FILES: &[&str] = &[
     "ancs-fig5.toml",
     "fairness-static.toml",
     "fairness-fluctuating.toml",
+    "fairness-path.toml",
     "pid-ecn-mixed.toml",
     "pid-ecn-upload-download.toml",
 ];
@@ -154,7 +156,11 @@ mod tests {
 
     #[test]
     fn the_controlled_fairness_files_also_run_under_the_policer() {
-        for f in ["fairness-static.toml", "fairness-fluctuating.toml"] {
+        for f in [
+            "fairness-static.toml",
+            "fairness-fluctuating.toml",
+            "fairness-path.toml",
+        ] {
             let v = variants(f, &[Baseline::Vqos]);
             let policer = Variant {
                 engine: Some(EngineKind::Policer),

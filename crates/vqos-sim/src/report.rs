@@ -510,6 +510,19 @@ pub fn render_text(r: &Report) -> String {
             );
         }
     }
+    if let Some(w) = &r.whole_run {
+        let _ = writeln!(
+            s,
+            "\nwhole run [{:.1}s, {:.1}s)  aggregate {:.1} Mbit/s  unfairness {:.1}%",
+            w.start_s,
+            w.end_s,
+            w.aggregate_bps / 1e6,
+            w.unfairness * 100.0
+        );
+        for (name, v) in &w.vifs {
+            let _ = writeln!(s, "  {:<10} {:>12.1}", name, v.mean_bps / 1e6);
+        }
+    }
     if !r.checks.is_empty() {
         let _ = writeln!(s, "\nexpectations:");
         for c in &r.checks {

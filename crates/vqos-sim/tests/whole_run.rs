@@ -106,10 +106,13 @@ fn the_report_carries_the_whole_run_when_a_paper_number_is_about_it() {
         whole.unfairness
     );
     // The checks and phases are those of the file without the paper's number.
-    assert_eq!(
-        (r.phases.clone(), r.checks.clone()),
-        (without.phases, without.checks)
+    assert_eq!((&r.phases, &r.checks), (&without.phases, &without.checks));
+    let text = vqos_sim::render_text(&r);
+    assert!(
+        text.contains("\nwhole run [2.0s, 20.0s)  aggregate 96.0 Mbit/s  unfairness 7.4%\n  vm1 "),
+        "{text}"
     );
+    assert!(!vqos_sim::render_text(&without).contains("whole run"));
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(
         json["whole_run"]["vifs"]["vm2"]["mean_bps"].as_f64(),
