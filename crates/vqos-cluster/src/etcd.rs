@@ -288,7 +288,8 @@ impl EtcdSettings {
         } else if code == Some(7) {
             Some(
                 "the etcd user needs to read /vqos/v1/ and write /vqos/v1/status/, grants/ and \
-                 raises/ (docs/cluster.md, \"Security\")",
+                 raises/ (on the aggregators: its own status key, and a candidate \
+                 /vqos/v1/aggregators/; docs/cluster.md, \"Security\")",
             )
         } else {
             None

@@ -15,6 +15,17 @@ use vqos_testkit::{poll, Etcd};
 /// A mock-switch vqosd as `host` with port vm1, agent of `etcd` trusting its CA, compacting
 /// every second, showing the client certificate `cert` (with its key) when given one.
 fn daemon(dir: &Path, host: &str, etcd: &Etcd, cert: Option<&(PathBuf, PathBuf)>) -> Daemon {
+    daemon_with(dir, host, etcd, cert, "")
+}
+
+/// [`daemon`] with `after` (more sections) at the end of its config.
+fn daemon_with(
+    dir: &Path,
+    host: &str,
+    etcd: &Etcd,
+    cert: Option<&(PathBuf, PathBuf)>,
+    after: &str,
+) -> Daemon {
     let d = dir.join(host);
     std::fs::create_dir_all(&d).unwrap();
     let config = d.join("vqosd.toml");
@@ -33,7 +44,7 @@ fn daemon(dir: &Path, host: &str, etcd: &Etcd, cert: Option<&(PathBuf, PathBuf)>
         &config,
         format!(
             "capacity = \"1Gbit\"\nstate_file = \"{d}/state.json\"\n[api]\nsocket = \"{s}\"\n\
-             [[port]]\nname = \"vm1\"\n{section}ca_file = \"{ca}\"\n{identity}",
+             [[port]]\nname = \"vm1\"\n{section}ca_file = \"{ca}\"\n{identity}{after}",
             d = d.display(),
             s = socket.display(),
             ca = ca.display(),
@@ -193,4 +204,114 @@ fn an_agent_with_a_client_certificate_works_under_a_role_limited_to_vqos_keys() 
 
     assert!(status(&etcd, "h2").is_none());
     assert!(status(&etcd, "h3").is_none());
+}
+
+/// Runs `etcdctl` as root for each of `commands` (words split on spaces).
+fn ctl_all(etcd: &Etcd, commands: &[&str]) {
+    for c in commands {
+        etcd.ctl(&c.split(' ').collect::<Vec<_>>());
+    }
+}
+
+/// Issue 24, item 4: a role per host that can write only its own keys. On the aggregators a
+/// host writes one key of its own, its status; a candidate also stands for election under
+/// `/vqos/v1/aggregators/`. So each host gets a role of its own (docs/cluster.md, "A role per
+/// host"): read `/vqos/v1/`, write its status key, and for a candidate the election prefix.
+/// Under those roles h1 leads, h2 is granted its share by it, both write their statuses, and
+/// the two shares stay within acme's max; h2 cannot write h1's status, stand for election or
+/// lift acme's cap. A candidate whose role lacks the election prefix never leads and says why.
+#[test]
+fn on_the_aggregators_each_host_writes_only_its_own_keys() {
+    let name = "on_the_aggregators_each_host_writes_only_its_own_keys";
+    if skip(name) {
+        return;
+    }
+    if let Some(why) = vqos_testkit::openssl_missing() {
+        println!("SKIP {name}: {why}");
+        return;
+    }
+    let etcd = Etcd::start_mtls(7);
+    ctl_all(
+        &etcd,
+        &[
+            "role add vqos-h1",
+            "role grant-permission vqos-h1 --prefix=true read /vqos/v1/",
+            "role grant-permission vqos-h1 readwrite /vqos/v1/status/h1",
+            "role grant-permission vqos-h1 --prefix=true readwrite /vqos/v1/aggregators/",
+            "role add vqos-h2",
+            "role grant-permission vqos-h2 --prefix=true read /vqos/v1/",
+            "role grant-permission vqos-h2 readwrite /vqos/v1/status/h2",
+            "role add vqos-h3",
+            "role grant-permission vqos-h3 --prefix=true read /vqos/v1/",
+            "role grant-permission vqos-h3 readwrite /vqos/v1/status/h3",
+            "user add h1 --no-password",
+            "user grant-role h1 vqos-h1",
+            "user add h2 --no-password",
+            "user grant-role h2 vqos-h2",
+            "user add h3 --no-password",
+            "user grant-role h3 vqos-h3",
+        ],
+    );
+    put(&etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
+    for h in ["h1", "h2"] {
+        put(
+            &etcd,
+            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
+            json!({"tenant": "acme"}),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let candidate = "[cluster.aggregators]\nshards = 1\nlisten = \"127.0.0.1:0\"\n";
+    let host_only = "[cluster.aggregators]\nshards = 1\n";
+    let (h1_cert, h2_cert) = (etcd.client_cert("h1"), etcd.client_cert("h2"));
+    let h1 = daemon_with(dir.path(), "h1", &etcd, Some(&h1_cert), candidate);
+    let h2 = daemon_with(dir.path(), "h2", &etcd, Some(&h2_cert), host_only);
+    let max = |d: &Daemon| d.get("/v1/policies/vm1")["enforced"]["max_bps"].as_u64();
+    let both = wait("both shares, from h1's aggregator", &h2, || {
+        Some(max(&h1)? + max(&h2)?)
+    });
+    assert!(both <= 100_000_000, "{both} held under a max of 100 Mbit/s");
+    for (h, d) in [("h1", &h1), ("h2", &h2)] {
+        wait(&format!("{h}'s status"), d, || status(&etcd, h));
+    }
+    // h2's role: its own status only.
+    for (what, args) in [
+        ("h1's status", &["put", "/vqos/v1/status/h1", "{}"][..]),
+        (
+            "an election key",
+            &["put", "/vqos/v1/aggregators/0/x", "y"][..],
+        ),
+        (
+            "acme's cap",
+            &["put", "/vqos/v1/tenants/acme", r#"{"max":"10Gbit"}"#][..],
+        ),
+    ] {
+        let r = etcd.ctl_as(&h2_cert, args);
+        assert!(
+            r.as_ref().is_err_and(|e| e.contains("permission denied")),
+            "h2 wrote {what}: {r:?}"
+        );
+    }
+
+    // A candidate whose role does not reach the election prefix: it never leads, and says
+    // what its user needs.
+    let h3 = daemon_with(
+        dir.path(),
+        "h3",
+        &etcd,
+        Some(&etcd.client_cert("h3")),
+        candidate,
+    );
+    let problem = wait("h3's election problem in health", &h3, || {
+        let h = h3.get("/v1/health");
+        let text = h.to_string();
+        text.contains("permission denied").then_some(text)
+    });
+    println!("a candidate without the election prefix: {problem}");
+    assert!(problem.contains("/vqos/v1/aggregators/"), "{problem}");
+    assert!(
+        max(&h1).is_some() && max(&h2).is_some(),
+        "h1 still leads: {}",
+        h1.log()
+    );
 }

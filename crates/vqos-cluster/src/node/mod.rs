@@ -226,13 +226,32 @@ pub async fn candidate(
         );
         match run.await {
             Ok(()) => return,
-            Err(e) => tracing::warn!("shard {}: {e}; campaigning again", spec.shard),
+            Err(e) => {
+                let problem = candidacy_problem(&e);
+                tracing::warn!("shard {}: {problem}; campaigning again", spec.shard);
+                service.set_candidacy_problem(spec.shard, Some(problem));
+            }
         }
         service.resign(spec.shard);
         if !back_off(failures, spec.timing.period, &mut stop).await {
             return;
         }
         failures = failures.saturating_add(1);
+    }
+}
+
+/// A candidate's failure as the host's health says it. etcd's election service answers a
+/// user its role does not let write the election prefix with "permission denied" (as gRPC's
+/// Unknown, not PermissionDenied): the words name what the role lacks.
+fn candidacy_problem(e: &EtcdError) -> String {
+    let text = e.to_string();
+    if text.contains("permission denied") {
+        format!(
+            "{text} (a candidate's etcd user needs to write /vqos/v1/aggregators/ as well as \
+             read /vqos/v1/: docs/cluster.md, \"A role per host\")"
+        )
+    } else {
+        text
     }
 }
 
@@ -253,6 +272,7 @@ async fn lead_once(
     };
     let mut elected = won;
     *failures = 0;
+    service.set_candidacy_problem(spec.shard, None);
     let ns = |d: Duration| d.as_nanos() as u64;
     let leader = Leader::new(elected.term, clock.now_ns(), ns(t.grant_lease), ns(t.drift));
     service.lead(spec.shard, leader, clock.at(elected.valid_until()));

@@ -85,6 +85,8 @@ struct Lead {
 #[derive(Clone)]
 pub struct AggregatorService {
     leads: Arc<Mutex<BTreeMap<u32, Lead>>>,
+    /// Why a shard's candidate last failed to stand or lead, until it is elected again.
+    candidacy: Arc<Mutex<BTreeMap<u32, String>>>,
     clock: Arc<dyn Clock>,
     /// Sessions must show a certificate, and report as the host it names (`super::tls`).
     authenticated: bool,
@@ -101,6 +103,7 @@ impl AggregatorService {
     pub fn new(clock: Arc<dyn Clock>) -> AggregatorService {
         AggregatorService {
             leads: Arc::new(Mutex::new(BTreeMap::new())),
+            candidacy: Arc::new(Mutex::new(BTreeMap::new())),
             clock,
             authenticated: false,
         }
@@ -147,6 +150,22 @@ impl AggregatorService {
     /// Stops leading `shard`: its sessions end at their next report. Returns its leader.
     pub fn resign(&self, shard: u32) -> Option<Leader> {
         self.leads().remove(&shard).map(|l| l.leader)
+    }
+
+    /// Records why `shard`'s candidate failed (`Some`), or that it was elected (`None`).
+    pub fn set_candidacy_problem(&self, shard: u32, problem: Option<String>) {
+        let mut c = self.candidacy.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(p) => c.insert(shard, p),
+            None => c.remove(&shard),
+        };
+    }
+
+    /// Why candidates of this node failed since they last led, one line per shard
+    /// ("shard 0: …"), for the host's health.
+    pub fn candidacy_problems(&self) -> Vec<String> {
+        let c = self.candidacy.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter().map(|(s, p)| format!("shard {s}: {p}")).collect()
     }
 
     /// The shards it leads.

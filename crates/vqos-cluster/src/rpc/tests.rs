@@ -448,3 +448,25 @@ async fn a_node_answers_only_for_the_shards_it_leads_and_only_while_it_may() {
     assert!(again.answer().await.is_err());
     server.abort();
 }
+
+#[test]
+fn a_candidates_failure_is_listed_until_it_is_elected() {
+    let service = AggregatorService::new(Arc::new(Stepped::default()));
+    assert!(service.candidacy_problems().is_empty());
+    service.set_candidacy_problem(1, Some("etcd: permission denied".into()));
+    service.set_candidacy_problem(0, Some("etcd: unreachable".into()));
+    // A clone (the node's tasks hold clones) sees and mends the same list.
+    let other = service.clone();
+    assert_eq!(
+        other.candidacy_problems(),
+        [
+            "shard 0: etcd: unreachable",
+            "shard 1: etcd: permission denied"
+        ]
+    );
+    other.set_candidacy_problem(0, None);
+    assert_eq!(
+        service.candidacy_problems(),
+        ["shard 1: etcd: permission denied"]
+    );
+}

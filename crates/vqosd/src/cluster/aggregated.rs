@@ -90,7 +90,8 @@ impl Aggregated {
         self.node.get().is_some_and(|s| s.leading().contains(&0))
     }
 
-    /// One period: report `status`, apply the answers; the problems (leaders not reached).
+    /// One period: report `status`, apply the answers; the problems (leaders not reached,
+    /// this host's candidates failing).
     pub async fn period(
         &self,
         api: &Api,
@@ -102,6 +103,11 @@ impl Aggregated {
         let failed = side.period(desired, status, t.period / 2, t.period).await;
         let mut problems: Vec<String> = failed.iter().map(|e| e.to_string()).collect();
         problems.extend(enforce(api, side.shares()));
+        // This host's candidates: a role that cannot stand for election is the operator's to
+        // mend, and shows nowhere else.
+        if let Some(node) = self.node.get() {
+            problems.extend(node.candidacy_problems());
+        }
         problems
     }
 
