@@ -15,29 +15,21 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use vqos_cluster::aggregator::shard_of;
 use vqos_cluster::election::leader_of;
-use vqos_cluster::etcd::kv_client;
 use vqos_cluster::etcd_client::Client;
 use vqos_cluster::node::host::HostSide;
-use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired, Timing};
+use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired};
 use vqos_cluster::rpc::client::tenant_view;
-use vqos_cluster::{keys, EtcdSettings, HostStatus, VifStatus};
+use vqos_cluster::{EtcdSettings, HostStatus, VifStatus};
 use vqos_testkit::Etcd;
+
+mod common;
+use common::timing;
 
 const SHARDS: u32 = 2;
 const HOSTS: usize = 10;
 /// Vifs per host: vm0 in one tenant, vm1 in the other.
 const VIFS: usize = 2;
 const MAX: u64 = 1_000_000_000;
-
-fn timing() -> Timing {
-    Timing {
-        period: Duration::from_millis(200),
-        timeout: Duration::from_secs(2),
-        election_ttl: Duration::from_secs(2),
-        grant_lease: Duration::from_secs(2),
-        drift: Duration::from_millis(100),
-    }
-}
 
 /// Two tenant names, one on each shard.
 fn tenants() -> [String; 2] {
@@ -59,11 +51,7 @@ struct Node {
 }
 
 fn start_node(settings: &EtcdSettings) -> Node {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::runtime(1);
     let (stop, stopped) = watch::channel(false);
     let spec = NodeSpec {
         shards: SHARDS,
@@ -211,32 +199,16 @@ fn hosts_follow_the_leaders_through_a_resignation_and_a_crash_without_exceeding_
     }
     let etcd = Etcd::start(0);
     let settings = EtcdSettings::from_list(&etcd.url()).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime(1);
     let [t0, t1] = tenants();
-    let mut c = rt
-        .block_on(settings.connect(Duration::from_secs(5)))
-        .unwrap();
-    rt.block_on(async {
-        let mut kv = kv_client(&c);
-        for t in [&t0, &t1] {
-            kv.put(keys::tenant(t), r#"{"max": "1Gbit"}"#, None)
-                .await
-                .unwrap();
-        }
-        for h in 0..HOSTS {
-            for v in 0..VIFS {
-                let t = if v == 0 { &t0 } else { &t1 };
-                let doc = format!(r#"{{"tenant": "{t}"}}"#);
-                kv.put(keys::vif(&format!("h{h}"), &format!("vm{v}")), doc, None)
-                    .await
-                    .unwrap();
-            }
-        }
-    });
+    let vifs: Vec<_> = (0..HOSTS)
+        .flat_map(|h| (0..VIFS).map(move |v| (h, v)))
+        .map(|(h, v)| {
+            let t = if v == 0 { &t0 } else { &t1 };
+            (format!("h{h}"), format!("vm{v}"), t.clone())
+        })
+        .collect();
+    let mut c = common::declare(&rt, &settings, &[t0.clone(), t1.clone()], &vifs);
     // Node a first, so that it leads both shards; b and c wait behind it.
     let a = start_node(&settings);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -368,31 +340,16 @@ fn a_hundred_hosts_on_a_three_member_etcd_outlive_a_member_and_a_leader() {
     }
     let mut etcd = vqos_testkit::EtcdCluster::start(1, 3);
     let settings = EtcdSettings::from_list(&etcd.urls()).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut c = rt
-        .block_on(settings.connect(Duration::from_secs(5)))
-        .unwrap();
-    rt.block_on(async {
-        let mut kv = kv_client(&c);
-        for t in 0..FLEET_TENANTS {
-            kv.put(keys::tenant(&format!("f{t}")), r#"{"max": "1Gbit"}"#, None)
-                .await
-                .unwrap();
-        }
-        for h in 0..FLEET {
-            for v in 0..VIFS {
-                let t = (h + v * 7) % FLEET_TENANTS;
-                let doc = format!(r#"{{"tenant": "f{t}"}}"#);
-                kv.put(keys::vif(&format!("h{h}"), &format!("vm{v}")), doc, None)
-                    .await
-                    .unwrap();
-            }
-        }
-    });
+    let rt = common::runtime(1);
+    let tenants: Vec<String> = (0..FLEET_TENANTS).map(|t| format!("f{t}")).collect();
+    let vifs: Vec<_> = (0..FLEET)
+        .flat_map(|h| (0..VIFS).map(move |v| (h, v)))
+        .map(|(h, v)| {
+            let t = (h + v * 7) % FLEET_TENANTS;
+            (format!("h{h}"), format!("vm{v}"), format!("f{t}"))
+        })
+        .collect();
+    let mut c = common::declare(&rt, &settings, &tenants, &vifs);
     let nodes: Vec<Node> = (0..3).map(|_| start_node(&settings)).collect();
     let (mut hosts, desired, _stop_hosts) = hosts_on(&rt, &settings, FLEET);
     let mut settle = |terms: [u32; 2], what: &str| {

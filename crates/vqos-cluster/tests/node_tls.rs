@@ -9,24 +9,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use vqos_cluster::election::leader_of;
-use vqos_cluster::etcd::kv_client;
 use vqos_cluster::node::host::HostSide;
-use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired, Timing};
+use vqos_cluster::node::{follow, start, NodeSpec, SharedDesired};
 use vqos_cluster::rpc::tls::RpcTls;
-use vqos_cluster::{keys, EtcdSettings, HostStatus, VifStatus};
+use vqos_cluster::{EtcdSettings, HostStatus, VifStatus};
 use vqos_testkit::{Etcd, TestCa};
 
-const MAX: u64 = 1_000_000_000;
+mod common;
+use common::timing;
 
-fn timing() -> Timing {
-    Timing {
-        period: Duration::from_millis(200),
-        timeout: Duration::from_secs(2),
-        election_ttl: Duration::from_secs(2),
-        grant_lease: Duration::from_secs(2),
-        drift: Duration::from_millis(100),
-    }
-}
+const MAX: u64 = 1_000_000_000;
 
 #[test]
 fn hosts_reach_a_tls_leader_only_with_their_own_certificates() {
@@ -47,24 +39,11 @@ fn hosts_reach_a_tls_leader_only_with_their_own_certificates() {
             key_file,
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut c = rt
-        .block_on(settings.connect(Duration::from_secs(5)))
-        .unwrap();
-    rt.block_on(async {
-        let mut kv = kv_client(&c);
-        kv.put(keys::tenant("acme"), r#"{"max": "1Gbit"}"#, None)
-            .await
-            .unwrap();
-        for h in ["h0", "h1", "h2"] {
-            let doc = r#"{"tenant": "acme"}"#;
-            kv.put(keys::vif(h, "vm0"), doc, None).await.unwrap();
-        }
-    });
+    let rt = common::runtime(2);
+    let vifs: Vec<_> = ["h0", "h1", "h2"]
+        .map(|h| (h.to_string(), "vm0".to_string(), "acme".to_string()))
+        .into();
+    let mut c = common::declare(&rt, &settings, &["acme".to_string()], &vifs);
     let (stop, stopped) = watch::channel(false);
     let spec = NodeSpec {
         shards: 1,
