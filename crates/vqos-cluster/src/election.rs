@@ -114,9 +114,11 @@ impl Elected {
 
 /// Campaigns for shard `shard` with `endpoint` under a lease of `ttl`; returns when elected
 /// and counted (module docs). Each etcd call has `timeout`; the campaign itself waits as long
-/// as another candidate leads.
+/// as another candidate leads, on `waiter`, a client whose calls have no deadline
+/// ([`crate::EtcdSettings::connect_waiting`]).
 pub async fn campaign(
     client: &mut Client,
+    waiter: &mut Client,
     shard: u32,
     endpoint: &str,
     ttl: Duration,
@@ -127,10 +129,9 @@ pub async fn campaign(
     let lease = granted.id();
     let mut confirmed = Instant::now();
     // The lease is kept alive while the campaign waits for another leader to go.
-    let mut campaigner = client.clone();
     let (mut keeper, mut acks) =
         deadline("lease keep-alive", timeout, client.lease_keep_alive(lease)).await?;
-    let campaign = campaigner.campaign(election(shard), endpoint, lease);
+    let campaign = waiter.campaign(election(shard), endpoint, lease);
     tokio::pin!(campaign);
     let mut tick = tokio::time::interval(Duration::from_secs(secs as u64) / 3);
     let won = loop {

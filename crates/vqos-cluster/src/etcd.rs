@@ -228,7 +228,7 @@ impl EtcdSettings {
         Ok(())
     }
 
-    fn options(&self, timeout: Duration) -> Result<ConnectOptions, EtcdError> {
+    fn options(&self, timeout: Duration, per_call: bool) -> Result<ConnectOptions, EtcdError> {
         // HTTP/2 keep-alive pings find a connection that died without a word (a member cut
         // off), which a watch alone would wait on forever. Every KEEP_ALIVE, not every call
         // deadline: etcd closes a connection whose client pings more often than its
@@ -237,8 +237,10 @@ impl EtcdSettings {
         // 4 s (measured: docs/cluster.md, "Ten minutes on a real etcd").
         let mut o = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_timeout(timeout)
             .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE_WAIT);
+        if per_call {
+            o = o.with_timeout(timeout);
+        }
         if let Some(user) = &self.user {
             let password = match &self.password_file {
                 Some(p) => String::from_utf8_lossy(&read(p)?)
@@ -303,8 +305,21 @@ impl EtcdSettings {
     /// (etcdv3/etcd-client#39). A caller whose calls fail connects again, and leaves a member
     /// that died meanwhile out.
     pub async fn connect(&self, timeout: Duration) -> Result<Client, EtcdError> {
+        self.connect_with(timeout, true).await
+    }
+
+    /// Connects as [`EtcdSettings::connect`] does, but the client's calls have no deadline of
+    /// their own: for a call that waits as long as etcd makes it, an election's campaign
+    /// behind another leader (with the per-call deadline every waiting candidate was cut off
+    /// and stood again every few seconds, a new lease each time). A dead connection is still
+    /// found by the HTTP/2 pings ([`KEEP_ALIVE`]).
+    pub async fn connect_waiting(&self, timeout: Duration) -> Result<Client, EtcdError> {
+        self.connect_with(timeout, false).await
+    }
+
+    async fn connect_with(&self, timeout: Duration, per_call: bool) -> Result<Client, EtcdError> {
         self.validate()?;
-        let options = self.options(timeout)?;
+        let options = self.options(timeout, per_call)?;
         let live = live_endpoints(&self.endpoints, timeout).await;
         deadline("connect", timeout, Client::connect(&live, Some(options))).await
     }

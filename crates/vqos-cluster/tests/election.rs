@@ -30,6 +30,12 @@ async fn connect(etcd: &Etcd) -> Client {
     settings.connect(CALL).await.unwrap()
 }
 
+/// A client to campaign on: its calls have no deadline of their own.
+async fn waiter(etcd: &Etcd) -> Client {
+    let settings = EtcdSettings::from_list(&etcd.url()).unwrap();
+    settings.connect_waiting(CALL).await.unwrap()
+}
+
 async fn term_in_etcd(c: &Client, shard: u32) -> String {
     let got = kv_client(c).get(term_key(shard), None).await.unwrap();
     String::from_utf8(got.kvs()[0].value().to_vec()).unwrap()
@@ -51,22 +57,45 @@ async fn the_next_candidate_leads_in_the_next_term_once_the_first_resigns() {
         None,
         "nobody yet"
     );
-    let first = campaign(&mut a, 3, "http://10.0.0.1:7452", TTL, CALL)
-        .await
-        .unwrap();
+    let first = campaign(
+        &mut a,
+        &mut waiter(&etcd).await,
+        3,
+        "http://10.0.0.1:7452",
+        TTL,
+        CALL,
+    )
+    .await
+    .unwrap();
     assert_eq!((first.shard, first.term), (3, 1));
     let (endpoint, _) = leader_of(&mut c, 3, CALL).await.unwrap().unwrap();
     assert_eq!(endpoint, "http://10.0.0.1:7452");
     // Another shard has elections and terms of its own.
-    let other = campaign(&mut c, 4, "http://10.0.0.3:7452", TTL, CALL)
-        .await
-        .unwrap();
+    let other = campaign(
+        &mut c,
+        &mut waiter(&etcd).await,
+        4,
+        "http://10.0.0.3:7452",
+        TTL,
+        CALL,
+    )
+    .await
+    .unwrap();
     assert_eq!(other.term, 1);
-    // b campaigns while a leads: it waits, and leads once a resigns.
+    // b campaigns while a leads: it waits, longer than a call's deadline (its campaign was
+    // cut off there once), and leads once a resigns.
+    let mut w = waiter(&etcd).await;
     let waiting = tokio::spawn(async move {
-        let won = campaign(&mut b, 3, "http://10.0.0.2:7452", TTL, CALL).await;
+        let won = campaign(&mut b, &mut w, 3, "http://10.0.0.2:7452", TTL, CALL).await;
         (won, b)
     });
+    let mut first = first;
+    let until = tokio::time::Instant::now() + CALL + Duration::from_secs(1);
+    while tokio::time::Instant::now() < until {
+        first.keep_alive(&mut a, CALL).await.unwrap();
+        tokio::time::sleep(TTL / 4).await;
+    }
+    assert!(!waiting.is_finished(), "b's campaign ended while a led");
     first.resign(&mut a, CALL).await.unwrap();
     let (won, _b) = waiting.await.unwrap();
     let second = won.unwrap();
@@ -84,13 +113,17 @@ async fn a_leader_that_stops_keeping_its_lease_loses_the_lead_to_the_next_term()
     }
     let etcd = Etcd::start(1);
     let (mut a, mut b) = (connect(&etcd).await, connect(&etcd).await);
-    let mut first = campaign(&mut a, 0, "http://a", TTL, CALL).await.unwrap();
+    let mut first = campaign(&mut a, &mut waiter(&etcd).await, 0, "http://a", TTL, CALL)
+        .await
+        .unwrap();
     assert_eq!(first.term, 1);
     // It may grant until two thirds of its lease after etcd last confirmed it.
     assert_eq!(first.valid_until() - first.confirmed, TTL * 2 / 3);
     // It stops keeping its lease alive (it hangs, or is cut off): etcd ends it, and the
     // waiting candidate leads in term 2.
-    let second = campaign(&mut b, 0, "http://b", TTL, CALL).await.unwrap();
+    let second = campaign(&mut b, &mut waiter(&etcd).await, 0, "http://b", TTL, CALL)
+        .await
+        .unwrap();
     assert_eq!(second.term, 2);
     assert!(
         std::time::Instant::now() >= first.valid_until(),

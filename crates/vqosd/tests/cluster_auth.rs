@@ -219,7 +219,8 @@ fn ctl_all(etcd: &Etcd, commands: &[&str]) {
 /// host"): read `/vqos/v1/`, write its status key, and for a candidate the election prefix.
 /// Under those roles h1 leads, h2 is granted its share by it, both write their statuses, and
 /// the two shares stay within acme's max; h2 cannot write h1's status, stand for election or
-/// lift acme's cap. A candidate whose role lacks the election prefix never leads and says why.
+/// lift acme's cap. A candidate whose role lacks the election prefix never leads and says why,
+/// until its role is given the prefix: then it stands behind h1 and the problem goes.
 #[test]
 fn on_the_aggregators_each_host_writes_only_its_own_keys() {
     let name = "on_the_aggregators_each_host_writes_only_its_own_keys";
@@ -309,6 +310,23 @@ fn on_the_aggregators_each_host_writes_only_its_own_keys() {
     });
     println!("a candidate without the election prefix: {problem}");
     assert!(problem.contains("/vqos/v1/aggregators/"), "{problem}");
+    // Given the prefix, h3 stands, waits behind h1, and the problem is gone from its health.
+    etcd.ctl(&[
+        "role",
+        "grant-permission",
+        "vqos-h3",
+        "--prefix=true",
+        "readwrite",
+        "/vqos/v1/aggregators/",
+    ]);
+    wait("h3's problem gone once it may stand", &h3, || {
+        let h = h3.get("/v1/health");
+        // (An empty list is left out of the JSON.)
+        let none = h["cluster"]["problems"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        (none && h["cluster"]["state"] == "connected").then_some(())
+    });
     assert!(
         max(&h1).is_some() && max(&h2).is_some(),
         "h1 still leads: {}",

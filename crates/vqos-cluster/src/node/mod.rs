@@ -266,9 +266,33 @@ async fn lead_once(
 ) -> Result<(), EtcdError> {
     let t = spec.timing;
     let mut c: Client = settings.connect(t.timeout).await?;
-    let won = tokio::select! {
-        _ = stopped(stop) => return Ok(()),
-        won = campaign(&mut c, spec.shard, &spec.endpoint, t.election_ttl, t.timeout) => won?,
+    let mut waiter: Client = settings.connect_waiting(t.timeout).await?;
+    let won = {
+        let standing = campaign(
+            &mut c,
+            &mut waiter,
+            spec.shard,
+            &spec.endpoint,
+            t.election_ttl,
+            t.timeout,
+        );
+        tokio::pin!(standing);
+        // A campaign still standing after a call deadline waits behind another leader: an
+        // earlier failure (etcd out of reach a while) is over, and no longer the host's
+        // problem. A refused one fails well within it.
+        let waiting = tokio::time::sleep(t.timeout);
+        tokio::pin!(waiting);
+        let mut waited = false;
+        loop {
+            tokio::select! {
+                _ = stopped(stop) => return Ok(()),
+                won = &mut standing => break won?,
+                _ = &mut waiting, if !waited => {
+                    waited = true;
+                    service.set_candidacy_problem(spec.shard, None);
+                }
+            }
+        }
     };
     let mut elected = won;
     *failures = 0;
