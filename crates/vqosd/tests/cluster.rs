@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::{put, skip, status, LIMIT};
+use common::cluster::{acme_on, put, skip, status, LIMIT};
 use common::Daemon;
 use serde_json::{json, Value};
 use vqos_testkit::{poll, Etcd};
@@ -493,14 +493,7 @@ fn a_host_publishing_a_huge_weight_gains_nothing() {
     }
     let etcd = Etcd::start(7);
     let dir = tempfile::tempdir().unwrap();
-    put(&etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
-    for h in ["h1", "h2"] {
-        put(
-            &etcd,
-            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
-            json!({"tenant": "acme"}),
-        );
-    }
+    acme_on(&etcd, &["h1", "h2"]);
     // Idle like h1's mock vif (the probe as demand), with the largest weight.
     let liar = json!({"health": "ok", "updated_unix_ms": 0, "period_ms": 100, "vifs": {
         "vm1": {"tenant": "acme", "weight": 4294967295u32, "min_bps": 0, "max_bps": null,

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::cluster::{put, skip, status, LIMIT};
+use common::cluster::{acme_on, put, skip, status, LIMIT};
 use common::Daemon;
 use serde_json::{json, Value};
 use vqos_testkit::{poll, Etcd};
@@ -253,14 +253,7 @@ fn on_the_aggregators_each_host_writes_only_its_own_keys() {
             "user grant-role h3 vqos-h3",
         ],
     );
-    put(&etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
-    for h in ["h1", "h2"] {
-        put(
-            &etcd,
-            &format!("/vqos/v1/hosts/{h}/vifs/vm1"),
-            json!({"tenant": "acme"}),
-        );
-    }
+    acme_on(&etcd, &["h1", "h2"]);
     let dir = tempfile::tempdir().unwrap();
     let candidate = "[cluster.aggregators]\nshards = 1\nlisten = \"127.0.0.1:0\"\n";
     let host_only = "[cluster.aggregators]\nshards = 1\n";

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use vqos_testkit::{etcd_missing, Etcd};
 
 use super::{counter, Daemon};
@@ -53,6 +53,15 @@ pub fn mock_daemon(
 /// Writes `value` (JSON) at `key`.
 pub fn put(etcd: &Etcd, key: &str, value: Value) {
     etcd.ctl(&["put", key, &value.to_string()]);
+}
+
+/// Tenant acme with a max of 100 Mbit/s, and vm1 of each of `hosts` in it.
+pub fn acme_on(etcd: &Etcd, hosts: &[&str]) {
+    put(etcd, "/vqos/v1/tenants/acme", json!({"max": "100Mbit"}));
+    for h in hosts {
+        let key = format!("/vqos/v1/hosts/{h}/vifs/vm1");
+        put(etcd, &key, json!({"tenant": "acme"}));
+    }
 }
 
 /// The status key of `host`, if there is one.
