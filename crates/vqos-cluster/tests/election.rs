@@ -62,7 +62,9 @@ async fn the_next_candidate_leads_in_the_next_term_once_the_first_resigns() {
         &mut waiter(&etcd).await,
         3,
         "http://10.0.0.1:7452",
-        TTL,
+        // Long enough that a keep-alive late on a busy machine cannot end a's lead while b
+        // waits below (b must still be waiting when a resigns).
+        CALL * 2,
         CALL,
     )
     .await
