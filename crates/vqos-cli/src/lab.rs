@@ -42,6 +42,7 @@ enum LabCommand {
         per figure) with the plots in DIR/img/.\n\nExamples:\n  sudo vqos lab paper ancs-table1-2 \
         --out lab-out/ancs-table1-2\n  sudo vqos lab paper ancs-fig5 --baseline vqos --baseline htb\n  \
         sudo vqos lab paper all --out lab-out/paper-all\n  \
+        sudo vqos lab paper all --runs 3 --out lab-out/paper-all-3 --resume   # after an interrupt\n  \
         vqos lab publish lab-out/paper-all                      # then: docs/paper-lab.md\n  \
         vqos lab paper all --sim-only --out lab-out/paper-sim --docs docs   # no root, a minute\n\n\
         The controlled fairness files also run under the `policer` engine (the paper's vif \
@@ -106,6 +107,11 @@ struct PaperArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=20))]
     runs: u32,
+    /// Continue an interrupted run in the same --out directory: keep the runs it finished,
+    /// run the rest. Refused unless the directory was started at the same commit, duration
+    /// scale and --runs (its run-info.json); the real load runs again.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(Args, Debug)]
@@ -221,6 +227,7 @@ fn paper(p: PaperArgs) -> Result<()> {
         progress: true,
         scenarios_dir: None,
         repeats: p.runs,
+        resume: p.resume,
     };
     install_interrupt_handler();
     let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
@@ -228,6 +235,12 @@ fn paper(p: PaperArgs) -> Result<()> {
 }
 
 fn paper_all(p: PaperArgs) -> Result<()> {
+    if p.sim_only && p.resume {
+        let msg = "--resume keeps lab runs; with --sim-only there are none (the simulator \
+                   takes a minute)"
+            .to_string();
+        return Err(crate::exit::UsageError(msg).into());
+    }
     if p.sim_only && p.runs > 1 {
         let msg = "--runs repeats lab runs; with --sim-only there are none (the simulator gives \
                    the same numbers every time)"
@@ -258,6 +271,9 @@ fn paper_all(p: PaperArgs) -> Result<()> {
     if p.runs > 1 {
         command.push_str(&format!(" --runs {}", p.runs));
     }
+    if p.resume {
+        command.push_str(" --resume");
+    }
     let opts = AllOptions {
         baselines,
         out_dir: out.clone(),
@@ -269,6 +285,7 @@ fn paper_all(p: PaperArgs) -> Result<()> {
         only: p.only.clone(),
         command,
         repeats: p.runs,
+        resume: p.resume,
     };
     install_interrupt_handler();
     let md = run_all(&opts).context("vqos lab paper all")?;

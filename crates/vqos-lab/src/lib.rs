@@ -61,6 +61,7 @@ pub mod plot;
 pub mod probe;
 pub mod publish;
 pub mod real_load;
+pub mod resume;
 pub mod run;
 pub mod summary;
 pub mod sys;

@@ -105,12 +105,12 @@ pub fn write_all(
     sim_bins: &[Vec<u64>],
 ) -> Result<(), LabError> {
     let dir = &outcome.out_dir;
-    let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
-    write(&dir.join("results.json"), &(json + "\n"))?;
     write(&dir.join("timeseries.csv"), &timeseries_csv(sc, bins))?;
     write(&dir.join("report.md"), &report_md(sc, opts, outcome))?;
     write(&dir.join("rates.svg"), &rates_svg(sc, bins, sim_bins))?;
-    Ok(())
+    // Last: its presence says the run finished (`--resume` keeps such runs, crate::resume).
+    let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
+    write(&dir.join("results.json"), &(json + "\n"))
 }
 
 /// `t_s,vm,rate_bps`, one row per VM per 100 ms bin (t_s = the bin's end).

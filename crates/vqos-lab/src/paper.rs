@@ -172,6 +172,8 @@ pub struct PaperOptions {
     /// Lab runs of each scenario file and switch (at least 1): the summary shows their mean
     /// and range. The sweeps and the real load run once.
     pub repeats: u32,
+    /// Keep the runs a previous invocation finished in `out_dir` ([`crate::resume`]).
+    pub resume: bool,
 }
 
 /// `rel` (a path in the repository) under the current directory when `probe` (a file under
@@ -322,10 +324,23 @@ pub struct PaperRun {
     pub dir: PathBuf,
     /// Its `results.json`, or why it failed.
     pub result: Result<serde_json::Value, String>,
+    /// Finished by an earlier invocation and kept (`--resume`).
+    pub kept: bool,
 }
 
 /// Runs the experiment; returns the text of `summary.md` (also written under `out_dir`).
+/// Records the run in `run-info.json`, or checks it on `--resume` ([`crate::resume::begin`]).
 pub fn run_paper(opts: &PaperOptions) -> Result<String, LabError> {
+    let now = crate::resume::RunInfo {
+        commit: crate::paper_all::git_commit(),
+        duration_scale: opts.duration_scale,
+        repeats: opts.repeats.max(1),
+        started: crate::paper_all::utc_now(),
+    };
+    // An unknown name is refused by run_paper_runs, before anything is written.
+    if PAPERS.iter().any(|(n, _)| *n == opts.name) {
+        crate::resume::begin(&opts.out_dir, now, opts.resume)?;
+    }
     run_paper_runs(opts).map(|o| o.md)
 }
 
@@ -363,8 +378,13 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
     let mut md = format!("# {} — lab runs\n\n", opts.name);
     let mut runs = Vec::new();
     let mut real_load_md = None;
-    match opts.name.as_str() {
-        "ancs-fig8" => {
+    let kept_sweep = match sweep_csv(&opts.name) {
+        Some(csv) if opts.resume => crate::resume::kept_sweep(out, csv),
+        _ => None,
+    };
+    match (opts.name.as_str(), kept_sweep) {
+        (_, Some(kept)) => md = kept,
+        ("ancs-fig8", None) => {
             let b = if given {
                 baselines
             } else {
@@ -372,7 +392,7 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
             };
             sweep_cpu(opts, &b, &mut md)?
         }
-        "ancs-table1-2" => {
+        ("ancs-table1-2", None) => {
             let b = if given {
                 baselines
             } else {
@@ -411,6 +431,15 @@ pub fn run_paper_runs(opts: &PaperOptions) -> Result<PaperOutput, LabError> {
     })
 }
 
+/// The CSV a sweep writes (ANCS Fig. 8, Tables 1–2); `None` for the other experiments.
+fn sweep_csv(name: &str) -> Option<&'static str> {
+    match name {
+        "ancs-fig8" => Some("cpu.csv"),
+        "ancs-table1-2" => Some("latency.csv"),
+        _ => None,
+    }
+}
+
 /// The head of an experiment's table of runs.
 const RUNS_TABLE_HEAD: &str =
     "| run | baseline | expectations passed | vqosd CPU % | softirq CPU % \
@@ -433,7 +462,36 @@ fn one_file_run(
         let _ = write!(run, " #{repeat}");
     }
     let label = v.label();
-    let result = match one_variant(opts, file, v, opts.out_dir.join(&name)) {
+    let dir = opts.out_dir.join(&name);
+    let kept = opts
+        .resume
+        .then(|| crate::resume::kept_result(&dir, opts.duration_scale))
+        .flatten();
+    if let Some(results) = kept {
+        let checks = results["checks"]
+            .as_array()
+            .map_or(&[][..], |c| c.as_slice());
+        let pass = checks.iter().filter(|c| c["pass"] == true).count();
+        let cpu = |k: &str| results["cpu"][k].as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            md,
+            "| {run} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` (kept) |",
+            checks.len(),
+            cpu("vqosd_percent"),
+            cpu("softirq_percent")
+        );
+        return Ok(PaperRun {
+            stem: stem.to_string(),
+            baseline: v.baseline,
+            engine: v.engine,
+            algorithms: v.algorithms,
+            repeat,
+            dir,
+            result: Ok(results),
+            kept: true,
+        });
+    }
+    let result = match one_variant(opts, file, v, dir.clone()) {
         Ok(o) => {
             let pass = o.report.checks.iter().filter(|c| c.pass).count();
             let _ = writeln!(
@@ -457,8 +515,9 @@ fn one_file_run(
         engine: v.engine,
         algorithms: v.algorithms,
         repeat,
-        dir: opts.out_dir.join(&name),
+        dir,
         result,
+        kept: false,
     })
 }
 
@@ -520,9 +579,71 @@ mod tests {
             progress: false,
             scenarios_dir: None,
             repeats: 1,
+            resume: false,
         };
         let e = run_paper(&o).unwrap_err().to_string();
         assert!(e.contains("ancs-table1-2"), "{e}");
+    }
+
+    #[test]
+    fn a_resumed_experiment_keeps_the_runs_it_finished_and_reruns_the_others() {
+        let out = std::env::temp_dir().join(format!("vqos-paper-resume-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let mut o = PaperOptions {
+            name: "ancs-fig5".into(),
+            baselines: vec![
+                PaperSwitch::Lab(Baseline::Vqos),
+                PaperSwitch::Lab(Baseline::Htb),
+            ],
+            out_dir: out.clone(),
+            duration_scale: 0.5,
+            vqosd_bin: None,
+            progress: false,
+            // A lab run that is started fails at once, on the scenario, before any traffic.
+            scenarios_dir: Some(out.join("scenarios")),
+            repeats: 2,
+            resume: true,
+        };
+        std::fs::create_dir_all(out.join("scenarios")).unwrap();
+        std::fs::write(out.join("scenarios/ancs-fig5.toml"), "not a scenario").unwrap();
+        let finished = |dir: &str, scale: f64| {
+            let d = out.join(dir);
+            std::fs::create_dir_all(&d).unwrap();
+            let v = serde_json::json!({
+                "duration_scale": scale,
+                "checks": [{"pass": true}, {"pass": false}],
+                "cpu": {"vqosd_percent": 12.5, "softirq_percent": 3.0},
+            });
+            std::fs::write(d.join("results.json"), v.to_string()).unwrap();
+        };
+        for dir in ["ancs-fig5-run1", "ancs-fig5-run2", "ancs-fig5-htb-run1"] {
+            finished(dir, 0.5);
+        }
+        // Made at another length: run again.
+        finished("ancs-fig5-htb-run2", 1.0);
+        let r = run_paper_runs(&o).unwrap();
+        let kept: Vec<(String, u32)> = r
+            .runs
+            .iter()
+            .filter(|r| r.kept)
+            .map(|r| (r.baseline.to_string(), r.repeat))
+            .collect();
+        let vq = Baseline::Vqos.to_string();
+        let htb = Baseline::Htb.to_string();
+        assert_eq!(kept, [(vq.clone(), 1), (vq, 2), (htb, 1)]);
+        assert!(r.runs.iter().filter(|r| r.kept).all(|r| r.result.is_ok()));
+        let rerun = r.runs.iter().find(|r| !r.kept).unwrap();
+        assert!(rerun.result.is_err(), "the lab was started for it");
+        assert!(
+            r.md.contains("| 1 / 2 | 12.5 | 3.0 | `ancs-fig5-run2/` (kept) |"),
+            "{}",
+            r.md
+        );
+        // Without --resume every run starts again.
+        o.resume = false;
+        let r = run_paper_runs(&o).unwrap();
+        assert!(r.runs.iter().all(|r| !r.kept && r.result.is_err()));
+        let _ = std::fs::remove_dir_all(&out);
     }
 
     #[test]

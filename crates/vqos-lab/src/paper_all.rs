@@ -58,6 +58,8 @@ pub struct AllOptions {
     pub command: String,
     /// Lab runs of each scenario file and switch ([`PaperOptions::repeats`]).
     pub repeats: u32,
+    /// Keep the runs a previous invocation finished in `out_dir` ([`crate::resume`]).
+    pub resume: bool,
 }
 
 /// The short git commit of the current directory's repository, else `unknown`.
@@ -182,12 +184,14 @@ fn sim_experiment(
     Ok(())
 }
 
+/// Runs one experiment in the lab into `rec`; returns how many of its runs were kept from an
+/// earlier invocation (`--resume`).
 fn lab_experiment(
     opts: &AllOptions,
     name: &str,
     files: &[&str],
     rec: &mut ExperimentRecord,
-) -> Result<(), LabError> {
+) -> Result<usize, LabError> {
     let exp_dir = opts.out_dir.join(name);
     // The real load is C2QoS Fig. 6's only: the other experiments run the rest of the list,
     // and none of it when the list was the real load alone.
@@ -201,7 +205,7 @@ fn lab_experiment(
         rec.sweep_md = Some(format!(
             "Not run: `--baseline {REAL_LOAD}` is C2QoS Fig. 6's real load only.\n"
         ));
-        return Ok(());
+        return Ok(0);
     }
     let po = PaperOptions {
         name: name.to_string(),
@@ -212,6 +216,7 @@ fn lab_experiment(
         progress: opts.progress,
         scenarios_dir: opts.scenarios_dir.clone(),
         repeats: opts.repeats,
+        resume: opts.resume,
     };
     let (md, runs) = match run_paper_runs(&po) {
         Ok(o) => {
@@ -224,9 +229,10 @@ fn lab_experiment(
         Err(LabError::Interrupted) => return Err(LabError::Interrupted),
         Err(e) => {
             rec.sweep_md = Some(format!("Failed: {}\n", paper::error_chain(&e)));
-            return Ok(());
+            return Ok(0);
         }
     };
+    let kept = runs.iter().filter(|r| r.kept).count();
     if files.is_empty() {
         // A sweep: its own table, its plot under img/.
         let plot = ["cpu.svg", "latency.svg"]
@@ -239,7 +245,7 @@ fn lab_experiment(
             body = body.replace(&format!("]({p})"), &format!("]({to})"));
         }
         rec.sweep_md = Some(body.trim().to_string() + "\n");
-        return Ok(());
+        return Ok(kept);
     }
     let dir = opts.scenarios_dir.clone().unwrap_or_else(scenarios_dir);
     for f in files {
@@ -282,7 +288,7 @@ fn lab_experiment(
             });
         }
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// The runs of scenario file `file` grouped into tables: the scenario as written (with the
@@ -330,7 +336,18 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
     }
     crate::sys::clear_interrupt();
     let t0 = Instant::now();
-    let date = utc_now();
+    let now = crate::resume::RunInfo {
+        commit: git_commit(),
+        duration_scale: opts.duration_scale,
+        repeats: opts.repeats.max(1),
+        started: utc_now(),
+    };
+    let info = if opts.sim_only {
+        now
+    } else {
+        crate::resume::begin(&opts.out_dir, now, opts.resume)?
+    };
+    let mut kept_runs = 0;
     let mut records = Vec::new();
     let mut interrupted = false;
     let chosen = PAPERS
@@ -364,7 +381,7 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
                 sim_experiment(opts, name, files, &mut rec)
             }
         } else {
-            lab_experiment(opts, name, files, &mut rec)
+            lab_experiment(opts, name, files, &mut rec).map(|k| kept_runs += k)
         };
         let r = r.and_then(|()| {
             let extra = SIM_ONLY_FILES.iter().find(|(n, _)| n == name);
@@ -382,8 +399,9 @@ pub fn run_all(opts: &AllOptions) -> Result<String, LabError> {
         }
     }
     let header = Header {
-        date,
-        commit: git_commit(),
+        date: info.started,
+        commit: info.commit,
+        kept_runs,
         duration_scale: opts.duration_scale,
         total_s: t0.elapsed().as_secs_f64(),
         sim_only: opts.sim_only,
@@ -423,6 +441,7 @@ mod tests {
             progress: false,
             scenarios_dir: None,
             repeats: 1,
+            resume: false,
             sim_only: true,
             only: vec![],
             command: "test".into(),
@@ -473,6 +492,7 @@ mod tests {
             progress: false,
             scenarios_dir: None,
             repeats: 1,
+            resume: false,
             sim_only: true,
             only: vec![],
             command: String::new(),
@@ -498,6 +518,7 @@ mod tests {
             repeat: 1,
             dir: PathBuf::from("/nonexistent"),
             result: Err("not run".into()),
+            kept: false,
         }
     }
 

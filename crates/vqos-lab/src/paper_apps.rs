@@ -336,6 +336,7 @@ mod tests {
             repeat: 1,
             dir: "d".into(),
             result: Ok(results([(160e6, 160e6), (160e6, 160e6)], [p50, p50])),
+            kept: false,
         };
         let mut htb = run("c2qos-fig6fg-tcm", 1.0);
         htb.baseline = crate::topo::Baseline::Htb;

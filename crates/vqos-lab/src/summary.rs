@@ -44,6 +44,9 @@ pub struct Header {
     pub command: String,
     /// Lab runs per scenario file and switch (`--runs`).
     pub repeats: u32,
+    /// Runs finished by earlier invocations and kept (`--resume`); the run time is this
+    /// invocation's.
+    pub kept_runs: usize,
 }
 
 /// One run of a scenario file.
@@ -376,6 +379,15 @@ pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
         duration_text(h.total_s)
     );
     let _ = writeln!(s, "Command: `{}`\n", h.command);
+    if h.kept_runs > 0 {
+        let _ = writeln!(
+            s,
+            "Resumed (`--resume`): {} runs were finished by earlier invocations into the same \
+             directory, at the same commit and duration scale, and kept; the run time is the \
+             last invocation's.\n",
+            h.kept_runs
+        );
+    }
     if h.repeats > 1 {
         let _ = writeln!(
             s,

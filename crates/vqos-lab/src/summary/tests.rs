@@ -45,6 +45,7 @@ fn header() -> Header {
         sim_only: false,
         command: "vqos lab paper all --out x".into(),
         repeats: 1,
+        kept_runs: 0,
     }
 }
 
