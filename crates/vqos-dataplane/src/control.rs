@@ -505,6 +505,7 @@ impl Switch {
             None => None,
         };
         let mut ports = PortTable::for_shard(index);
+        let mut reads_uplink = false;
         for (slot, s) in self.ports.iter() {
             let security = PortSecurity::open();
             // The uplink is read on every shard where it has receive queues (its frames
@@ -514,6 +515,7 @@ impl Switch {
                 (0, Some(_)) => s.port.lock().rx_queue().ok().flatten(),
                 _ => None,
             };
+            reads_uplink |= slot == 0 && reader.is_some();
             match reader {
                 Some(q) => {
                     let storm = self.storm_bucket(now_ns);
@@ -556,8 +558,11 @@ impl Switch {
             balanced_at_ns: now_ns,
             handovers_seen: 0,
             up_vifs: Vec::new(),
-            // Shard 0 steers the uplink for every shard.
-            uplink_queues: crate::uplink_queues::UplinkQueues::new(Ok(None)),
+            // Shard 0 steers the uplink for every shard; this one budgets the queue it reads.
+            uplink_queues: crate::uplink_queues::UplinkQueues::for_reader(
+                &self.uplink_queues,
+                reads_uplink,
+            ),
         };
         sw.apply_policies(self.policies.clone(), now_ns)?;
         Ok(sw)

@@ -45,13 +45,13 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use crate::frame::VNET_HDR_LEN;
 use crate::port::{Batch, Port, PortError, PortIoCounters, PortStatus};
 use crate::tap_budget::RxBudgets;
-use crate::tap_queue::TapQueue;
+use crate::tap_queue::{epoll_over, set_polled, TapQueue};
 use crate::tap_steer::Steering;
 use crate::tap_uring::TapIo;
 use vqos_api::stats::TapStatus;
@@ -99,7 +99,8 @@ pub struct TapPort {
     next_rx: usize,
     /// The queue the next transmit queue handed out writes to.
     next_tx: Cell<usize>,
-    /// With several queues: an epoll instance over them, the port's readiness descriptor.
+    /// With several queues, or as a lent queue: an epoll instance over them, the port's
+    /// readiness descriptor, which a queue held for its read budget leaves.
     epoll: Option<OwnedFd>,
     /// Queues lent to other shards to read ([`Port::rx_queue`]): the last `lent` ones,
     /// which this port no longer reads.
@@ -364,7 +365,12 @@ impl TapPort {
             fds.push(Self::open_queue(name, true)?);
         }
         let epoll = if multi {
-            Some(epoll_over(name, &fds)?)
+            let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+            Some(epoll_over(&raw).map_err(|source| PortError::Io {
+                port: name.to_string(),
+                op: "epoll",
+                source,
+            })?)
         } else {
             None
         };
@@ -419,30 +425,6 @@ impl TapPort {
     pub fn attach(name: &str) -> Result<TapPort, PortError> {
         Self::open(name, TapMode::Attach)
     }
-}
-
-/// An epoll instance readable while any of `fds` has frames (level-triggered on each).
-fn epoll_over(name: &str, fds: &[OwnedFd]) -> Result<OwnedFd, PortError> {
-    // SAFETY: epoll_create1 has no memory arguments; checked below.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if ep < 0 {
-        return Err(io_err(name, "epoll_create1"));
-    }
-    // SAFETY: ep is a fresh descriptor we own.
-    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
-    for (i, fd) in fds.iter().enumerate() {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: i as u64,
-        };
-        // SAFETY: ev is live for the call; both descriptors are open.
-        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) }
-            < 0
-        {
-            return Err(io_err(name, "epoll_ctl"));
-        }
-    }
-    Ok(ep)
 }
 
 impl Port for TapPort {
@@ -521,7 +503,7 @@ impl Port for TapPort {
             queue_rx_frames[i] = q.counters.rx_frames;
             return Some(PortStatus::Tap(TapStatus {
                 queue_rx_frames,
-                budget_holds: 0,
+                budget_holds: self.budgets.holds,
             }));
         }
         (self.queues.len() > 1).then(|| {
@@ -551,9 +533,18 @@ impl Port for TapPort {
     }
 
     fn budget_rx_queues(&mut self, max_bps: &[Option<u64>], now_ns: u64) {
-        if self.epoll.is_some() {
-            let own = self.queues.len() - self.lent.get();
-            self.budgets.set(&max_bps[..own.min(max_bps.len())], now_ns);
+        if self.epoll.is_none() {
+            return;
+        }
+        match self.lent_as {
+            // A lent queue: the budget of its index among the TAP's queues.
+            Some((i, _)) => self
+                .budgets
+                .set(&[max_bps.get(i).copied().flatten()], now_ns),
+            None => {
+                let own = self.queues.len() - self.lent.get();
+                self.budgets.set(&max_bps[..own.min(max_bps.len())], now_ns);
+            }
         }
     }
 
@@ -564,16 +555,9 @@ impl Port for TapPort {
         // Queues lent since have no budget here.
         self.budgets.truncate(self.queues.len() - self.lent.get());
         let holds = self.budgets.refill(now_ns);
-        let ctl = |op, q: usize| {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: q as u64,
-            };
-            // SAFETY: both descriptors are open; ev is live for the call.
-            unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, self.queues[q].raw_fd(), &mut ev) == 0 }
-        };
+        let ctl = |on, q: usize| set_polled(ep.as_fd(), self.queues[q].raw_fd(), q, on);
         for &q in &holds.hold {
-            if !ctl(libc::EPOLL_CTL_DEL, q) {
+            if !ctl(false, q) {
                 // Still polled: held, it would wake the loop for nothing at every poll. Its
                 // budget goes instead (read as before budgets; counted).
                 self.budgets.forget(q);
@@ -582,7 +566,7 @@ impl Port for TapPort {
         for &q in &holds.release {
             // A queue that cannot be polled again is still read whenever another queue's
             // frames wake the port; counted.
-            if !ctl(libc::EPOLL_CTL_ADD, q) {
+            if !ctl(true, q) {
                 self.budgets.failures += 1;
             }
         }
@@ -612,20 +596,18 @@ impl Port for TapPort {
             op: "dup",
             source,
         })?;
-        // SAFETY: both descriptors are open; a null event is allowed for EPOLL_CTL_DEL.
-        let r = unsafe {
-            libc::epoll_ctl(
-                ep.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                q.raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
+        // Its reader holds it out of an epoll set of its own when its budget is spent (as
+        // this port does with the queues it keeps), so the reader's loop never spins on it.
+        let own_set = epoll_over(&[fd.as_raw_fd()]).map_err(|source| PortError::Io {
+            port: self.name.clone(),
+            op: "epoll",
+            source,
+        })?;
         // A queue held for its budget is out of the set already.
-        if r < 0 && !self.budgets.is_held(own - 1) {
+        if !set_polled(ep.as_fd(), q.raw_fd(), own - 1, false) && !self.budgets.is_held(own - 1) {
             return Err(io_err(&self.name, "epoll_ctl"));
         }
-        // Its budget is dropped at the next refill: a lent queue is not budgeted.
+        // Its budget here is dropped at the next refill: its reader keeps one of its own.
         self.lent.set(self.lent.get() + 1);
         let mut queue = TapQueue::new(fd);
         // A ring that cannot be made leaves the reader on system calls: it still works.
@@ -635,7 +617,7 @@ impl Port for TapPort {
             queues: vec![queue],
             next_rx: 0,
             next_tx: Cell::new(0),
-            epoll: None,
+            epoll: Some(own_set),
             lent: Cell::new(0),
             // The interface is this port's to keep or delete, not the reader's.
             owned: false,
@@ -647,98 +629,5 @@ impl Port for TapPort {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::frame::{build_frame, VnetHdr};
-
-    #[test]
-    fn send_batch_stops_at_the_first_refused_frame() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            println!("SKIP: needs root");
-            return;
-        }
-        let name = format!("vqt{}s", std::process::id() % 100_000);
-        let mut tap = TapPort::open(&name, TapMode::Create).unwrap();
-        let mut batch = Batch::new();
-        let good = build_frame(
-            VnetHdr::default(),
-            0x02_00_00_00_00_01,
-            0x02_00_00_00_00_02,
-            0x0800,
-            &[0; 46],
-        );
-        let bad = {
-            let mut f = good.clone();
-            f[1] = 3; // unknown GSO type: the kernel refuses the write
-            f
-        };
-        assert!(batch.push(&good) && batch.push(&bad) && batch.push(&good));
-        assert_eq!(tap.send_batch(&batch, &[0, 1, 2]).unwrap(), 1);
-        let c = tap.counters();
-        assert_eq!(
-            (c.tx_frames, c.tx_bytes, c.tx_errors),
-            (1, good.len() as u64, 2)
-        );
-    }
-
-    #[test]
-    fn an_owned_tap_outlives_its_port_is_found_again_in_a_namespace_and_goes_on_release() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            println!("SKIP: needs root");
-            return;
-        }
-        let pid = std::process::id() % 100_000;
-        let name = format!("vqt{pid}o");
-        let ns = format!("vqt{pid}ns");
-        let ip = |args: &[&str]| {
-            std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        /// Deletes the namespace (and the TAP, if it is in it) even if the test fails.
-        struct Cleanup(String, String);
-        impl Drop for Cleanup {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("ip")
-                    .args(["netns", "del", &self.1])
-                    .output();
-                let _ = std::process::Command::new("ip")
-                    .args(["link", "del", &self.0])
-                    .output();
-            }
-        }
-        let _cleanup = Cleanup(name.clone(), ns.clone());
-        assert!(ip(&["netns", "add", &ns]));
-        let first = TapPort::open(&name, TapMode::Own).unwrap();
-        assert_eq!(first.origin(), &TapOrigin::Created);
-        drop(first);
-        assert!(
-            exists_here(&name).unwrap(),
-            "an owned TAP outlives its port"
-        );
-        let here = TapPort::open(&name, TapMode::Own).unwrap();
-        assert_eq!(here.origin(), &TapOrigin::Reattached { netns: None });
-        drop(here);
-        // Moved into a guest's namespace, it is found there and attached again.
-        assert!(ip(&["link", "set", &name, "netns", &ns]));
-        assert!(!exists_here(&name).unwrap());
-        let mut again = TapPort::open(&name, TapMode::Own).unwrap();
-        assert!(!exists_here(&name).unwrap(), "a second TAP was made here");
-        assert_eq!(
-            again.origin(),
-            &TapOrigin::Reattached {
-                netns: Some(ns.clone())
-            }
-        );
-        assert!(ip(&["-n", &ns, "link", "show", &name]));
-        again.release();
-        drop(again);
-        assert!(
-            !ip(&["-n", &ns, "link", "show", &name]),
-            "released, yet it stayed"
-        );
-    }
-}
+#[path = "tap_tests.rs"]
+mod tests;

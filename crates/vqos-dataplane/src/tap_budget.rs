@@ -28,8 +28,8 @@
 //! ## Limits
 //! What the kernel drops from a held queue is not counted by the switch (the TAP's own
 //! `tx_dropped` counts it); the vif's flows there meet a FIFO's drops, not its flow queues'.
-//! A queue lent to another shard is not budgeted (its reader polls the queue's own
-//! descriptor, which cannot leave the set without the loop spinning).
+//! A queue lent to another shard is budgeted by its reader alike: it reads the queue through
+//! an epoll set of its own, which the queue leaves while held (`crate::uplink_queues`).
 
 /// The read budget of a vif's uplink queue, in percent of its inbound max: headroom for
 /// bursts, so a budget never holds what the vif's max would pass.
@@ -151,7 +151,7 @@ impl RxBudgets {
     }
 
     /// Keeps the budgets of the first `n` queues only (the others were lent to other
-    /// shards, which read them unbudgeted).
+    /// shards, whose readers budget them).
     pub fn truncate(&mut self, n: usize) {
         self.budgets.truncate(n);
         self.held.truncate(n);

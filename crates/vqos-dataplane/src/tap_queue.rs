@@ -16,10 +16,45 @@
 //!   readiness descriptor.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::port::{Batch, Port, PortError, PortIoCounters};
 use crate::tap_uring::{TapIo, UringIo};
+
+/// An epoll instance readable while any of `fds` (a port's queues, by index) has frames,
+/// level-triggered on each: the readiness descriptor of a port that reads several queues, or
+/// that must be able to stop polling one ([`set_polled`]).
+pub(crate) fn epoll_over(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 has no memory arguments; checked below.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: ep is a fresh descriptor we own.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for (q, &fd) in fds.iter().enumerate() {
+        if !set_polled(ep.as_fd(), fd, q, true) {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(ep)
+}
+
+/// Puts queue `q`'s descriptor `fd` into the epoll set `ep` (`on`) or takes it out; false when
+/// the kernel refused (errno says why).
+pub(crate) fn set_polled(ep: BorrowedFd<'_>, fd: RawFd, q: usize, on: bool) -> bool {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: q as u64,
+    };
+    let op = if on {
+        libc::EPOLL_CTL_ADD
+    } else {
+        libc::EPOLL_CTL_DEL
+    };
+    // SAFETY: both descriptors are open; ev is live for the call.
+    unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) == 0 }
+}
 
 /// One queue of a TAP: a non-blocking descriptor and how it moves frames.
 #[derive(Debug)]

@@ -1,20 +1,25 @@
-//! The uplink's queues on shard 0 ([`UplinkQueues`]): what the network sends steered to the
-//! queue of the vif it is for ([`crate::tap_steer`]), and each vif's queue read within a budget
-//! of its inbound max ([`crate::tap_budget`]). Both need a multiqueue TAP uplink.
+//! The uplink's queues ([`UplinkQueues`]): what the network sends steered to the queue of the
+//! vif it is for ([`crate::tap_steer`], shard 0 keeps the map), and each vif's queue read
+//! within a budget of its inbound max ([`crate::tap_budget`]) by whichever shard reads it:
+//! shard 0 for the queues it keeps, another shard for the queue lent to it
+//! ([`crate::Port::rx_queue`]). Both need a multiqueue TAP uplink.
 
 use std::collections::HashMap;
 
 use crate::frame::MacKey;
 use crate::port::PortError;
 use crate::switch::Switch;
-use crate::tap_steer::Steering;
+use crate::tap_steer::{queue_of, Steering};
 
-/// Shard 0's part in the uplink's queues.
+/// A shard's part in the uplink's queues.
 #[derive(Debug)]
 pub(crate) struct UplinkQueues {
     /// The steering program's map, or why the uplink is not steered (`Ok(None)`: one queue,
     /// not a TAP, or another shard).
     pub steering: Result<Option<Steering>, String>,
+    /// The uplink's queues when its arrivals are steered by destination and this shard
+    /// reads some of them (shard 0: those it keeps; another: the one lent to it).
+    steered_queues: Option<usize>,
     /// Some queue has a read budget.
     budgeted: bool,
     /// When a queue held for its budget is read again.
@@ -24,8 +29,25 @@ pub(crate) struct UplinkQueues {
 impl UplinkQueues {
     /// What [`crate::Port::steer_by_destination`] gave.
     pub fn new(steering: Result<Option<Steering>, PortError>) -> UplinkQueues {
+        let steering = steering.map_err(|e| vqos_api::chain(&e));
         UplinkQueues {
-            steering: steering.map_err(|e| vqos_api::chain(&e)),
+            steered_queues: steering
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .map(Steering::queues),
+            steering,
+            budgeted: false,
+            wake_at: None,
+        }
+    }
+
+    /// Another shard's part: it reads the queue lent to it (`reads`) of an uplink whose
+    /// queues shard 0's `home` steers.
+    pub fn for_reader(home: &UplinkQueues, reads: bool) -> UplinkQueues {
+        UplinkQueues {
+            steering: Ok(None),
+            steered_queues: home.steered_queues.filter(|_| reads),
             budgeted: false,
             wake_at: None,
         }
@@ -58,15 +80,16 @@ impl Switch {
     /// flood toward one would spend the budget and the kernel's FIFO would drop the other's
     /// frames with it, where unbudgeted the switch reads both and the downlink's queues keep
     /// them apart. Queue 0 (group and unknown destinations) has none. Called with every
-    /// policy change.
+    /// policy change, on every shard: each budgets the queues it reads (a queue is read by
+    /// one shard alone, so its budget is the vif's whole inbound max).
     pub(crate) fn budget_uplink(&mut self, now_ns: u64) {
-        let Ok(Some(steering)) = &self.uplink_queues.steering else {
+        let Some(queues) = self.uplink_queues.steered_queues else {
             return;
         };
         // Per queue: how many vifs, and the inbound max of the last one.
-        let mut per_queue: Vec<(usize, Option<u64>)> = vec![(0, None); steering.queues()];
+        let mut per_queue: Vec<(usize, Option<u64>)> = vec![(0, None); queues];
         for (id, spec) in self.policies.vifs.iter().enumerate() {
-            let q = &mut per_queue[steering.queue_of(self.vif_slots[id]) as usize];
+            let q = &mut per_queue[queue_of(queues, self.vif_slots[id]) as usize];
             *q = (q.0 + 1, spec.policy.inbound_max_bps(self.downlink_max));
         }
         let max: Vec<Option<u64>> = per_queue
