@@ -46,6 +46,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::grants::{fit, lower, totals, Grant, Totals};
+use crate::ids::{IdMap, Names};
 use crate::model::HostStatus;
 use crate::shares::{group, Declarations};
 use crate::split::{split, Share, TenantLimits};
@@ -80,23 +81,6 @@ pub struct HostGrant {
     pub grant: Grant,
     /// Its vifs' shares, within the grant's totals.
     pub shares: BTreeMap<String, Share>,
-}
-
-/// `host`'s book in `tenant`, made if new (the keys are copied only then: this runs for every
-/// tenant of every report).
-fn book_of<'a>(
-    books: &'a mut HashMap<String, HashMap<String, Vec<Entry>>>,
-    tenant: &str,
-    host: &str,
-) -> &'a mut Vec<Entry> {
-    if !books.contains_key(tenant) {
-        books.insert(tenant.to_string(), HashMap::new());
-    }
-    let by_host = books.get_mut(tenant).expect("inserted above");
-    if !by_host.contains_key(host) {
-        by_host.insert(host.to_string(), Vec::new());
-    }
-    by_host.get_mut(host).expect("inserted above")
 }
 
 /// One host of a tenant, as its shard's leader sees it ([`Leader::tenant_view`]).
@@ -156,136 +140,46 @@ fn smaller(a: Totals, b: Totals) -> Totals {
 }
 
 /// A shard leader's state (module doc).
+///
+/// Hosts and tenants are numbered ([`Names`]): a report looks its host and each of its
+/// tenants up by name once, and the books, plans and tallies by number after (the lookups by
+/// name were half the leader's time, docs/benchmarks.md, "The aggregator leader's books by
+/// number").
 #[derive(Debug, Clone)]
 pub struct Leader {
     term: u32,
     started_ns: u64,
-    lease_ns: u64,
-    drift_ns: u64,
+    clock: Clock,
     /// Each host's latest report.
     reports: BTreeMap<String, HostStatus>,
-    /// Per tenant and host, what it may be enforcing.
-    books: HashMap<String, HashMap<String, Vec<Entry>>>,
-    /// Per tenant and host, its vifs' targets of the latest [`Leader::plan`] (by vif in
-    /// order: shares are fitted in it).
-    targets: HashMap<String, HashMap<String, BTreeMap<String, Share>>>,
-    /// Per tenant: its limits and declared hosts at the latest plan.
-    tenants: HashMap<String, (TenantLimits, Vec<String>)>,
-    /// Per tenant: Σ of what its hosts are counted for (built on first use after a plan).
-    tallies: HashMap<String, Tally>,
+    hosts: Names,
+    tenant_ids: Names,
+    /// Per (tenant, host), what it may be enforcing (kept across plans).
+    books: IdMap<(u32, u32), Vec<Entry>>,
+    /// Per tenant, its latest plan.
+    plans: IdMap<u32, TenantPlan>,
     /// Per host: the tenants the latest plan gives its vifs targets in.
-    tenants_of: HashMap<String, Vec<String>>,
+    tenants_of: IdMap<u32, Vec<u32>>,
 }
 
-/// Σ of what a tenant's hosts are counted for, and each host's part, so that an answer reads
-/// the others' sum in O(log hosts) instead of counting every other host: with a tenant on
-/// every host, counting them all made a period O(hosts²) (busiest shard 880 ms a period at
-/// 1,000 hosts; docs/cluster.md). A part is refreshed whenever its host's book changes and
-/// the whole tally at every plan; in between, grants that expire still count in full, which
-/// only overstates the others (a later raise, never an excess).
-#[derive(Debug, Clone, Default)]
-struct Tally {
-    parts: HashMap<String, Totals>,
-    /// Σ max (an unlimited max as 0, as [`crate::grants::headroom`] reads it) and Σ min.
-    sum: (u128, u128),
+/// The leases' timing.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    lease_ns: u64,
+    drift_ns: u64,
 }
 
-impl Tally {
-    fn set(&mut self, host: &str, t: Totals) {
-        let new = (u128::from(t.0.unwrap_or(0)), u128::from(t.1));
-        let old = match self.parts.get_mut(host) {
-            Some(p) => Some(std::mem::replace(p, t)),
-            None => self.parts.insert(host.to_string(), t),
-        };
-        if let Some(old) = old {
-            self.sum.0 -= u128::from(old.0.unwrap_or(0));
-            self.sum.1 -= u128::from(old.1);
-        }
-        self.sum.0 += new.0;
-        self.sum.1 += new.1;
-    }
-
-    /// What `limits` leave `host` beside the others: [`crate::grants::headroom`] over the others' parts.
-    fn headroom(&self, limits: &TenantLimits, host: &str) -> Totals {
-        let own = self.parts.get(host).copied().unwrap_or((Some(0), 0));
-        let used = |sum: u128, own: u64| u64::try_from(sum - u128::from(own)).unwrap_or(u64::MAX);
-        let max = limits
-            .max_bps
-            .map(|m| m.saturating_sub(used(self.sum.0, own.0.unwrap_or(0))));
-        let min = limits.min_bps.saturating_sub(used(self.sum.1, own.1));
-        (max, min)
-    }
-}
-
-impl Leader {
-    /// A leader elected for `term` (a number that grows with each leader of the shard: the
-    /// wiring keeps a counter in etcd, raised by each new leader) at `now_ns`, answering with
-    /// leases of `lease_ns`; `drift_ns` bounds the clocks' disagreement over a lease (module
-    /// doc).
-    pub fn new(term: u32, now_ns: u64, lease_ns: u64, drift_ns: u64) -> Leader {
-        Leader {
-            term,
-            started_ns: now_ns,
-            lease_ns,
-            drift_ns,
-            reports: BTreeMap::new(),
-            books: HashMap::new(),
-            targets: HashMap::new(),
-            tenants: HashMap::new(),
-            tallies: HashMap::new(),
-            tenants_of: HashMap::new(),
-        }
-    }
-
-    /// The next epoch of `host`'s grants in `tenant`: this term's, one above the last sent
-    /// (epochs are compared only within one book; 2^32 − 1 grants a term, 68 years at two a
-    /// second, then the last epoch repeats, which only delays acknowledgements).
-    fn next_epoch(&self, tenant: &str, host: &str) -> u64 {
-        let last = self
-            .books
-            .get(tenant)
-            .and_then(|b| b.get(host))
-            .into_iter()
-            .flatten()
-            .filter(|e| self.ours(e.epoch))
-            .map(|e| e.epoch & 0xffff_ffff)
-            .max()
-            .unwrap_or(0);
-        (u64::from(self.term) << 32) | (last + 1).min(0xffff_ffff)
-    }
-
-    fn ours(&self, epoch: u64) -> bool {
-        epoch >> 32 == u64::from(self.term) && epoch & 0xffff_ffff != 0
-    }
-
-    fn expired(&self, sent_ns: u64, now_ns: u64) -> bool {
+impl Clock {
+    fn expired(self, sent_ns: u64, now_ns: u64) -> bool {
         now_ns
             >= sent_ns
                 .saturating_add(self.lease_ns)
                 .saturating_add(self.drift_ns)
     }
 
-    /// Its term.
-    pub fn term(&self) -> u32 {
-        self.term
-    }
-
-    /// The tenants of its latest plan, by name.
-    pub fn tenants(&self) -> Vec<String> {
-        let mut t: Vec<String> = self.tenants.keys().cloned().collect();
-        t.sort();
-        t
-    }
-
-    /// Whether `now_ns` is within the hold after the leader started.
-    pub fn holding(&self, now_ns: u64) -> bool {
-        !self.expired(self.started_ns, now_ns)
-    }
-
-    /// What `host` is counted for in `tenant` at `now_ns`, whose fallback cap is `cap`
-    /// (`limits / N`).
-    fn counted(&self, tenant: &str, host: &str, cap: Totals, now_ns: u64) -> Totals {
-        let entries = self.books.get(tenant).and_then(|b| b.get(host));
+    /// What a host with the book `entries` is counted for at `now_ns`, its fallback cap
+    /// being `cap` (`limits / N`).
+    fn counted(self, entries: Option<&Vec<Entry>>, cap: Totals, now_ns: u64) -> Totals {
         let Some(entries) = entries.filter(|e| !e.is_empty()) else {
             // Never reported: after the hold it has surely lapsed to a fallback.
             return cap;
@@ -298,24 +192,131 @@ impl Leader {
             })
             .fold((Some(0), 0), larger)
     }
+}
+
+/// A tenant as the latest [`Leader::plan`] left it.
+#[derive(Debug, Clone)]
+struct TenantPlan {
+    limits: TenantLimits,
+    /// Its declared hosts.
+    hosts: Vec<u32>,
+    /// The fallback cap, `limits / N` over its declared hosts.
+    cap: Totals,
+    /// Per host, its vifs' targets (by vif in order: shares are fitted in it).
+    targets: IdMap<u32, BTreeMap<String, Share>>,
+    /// Σ of what its hosts are counted for (built on first use after the plan).
+    tally: Option<Tally>,
+}
+
+/// Σ of what a tenant's hosts are counted for, and each host's part, so that an answer reads
+/// the others' sum in O(log hosts) instead of counting every other host: with a tenant on
+/// every host, counting them all made a period O(hosts²) (busiest shard 880 ms a period at
+/// 1,000 hosts; docs/cluster.md). A part is refreshed whenever its host's book changes and
+/// the whole tally at every plan; in between, grants that expire still count in full, which
+/// only overstates the others (a later raise, never an excess).
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    parts: IdMap<u32, Totals>,
+    /// Σ max (an unlimited max as 0, as [`crate::grants::headroom`] reads it) and Σ min.
+    sum: (u128, u128),
+}
+
+impl Tally {
+    fn set(&mut self, host: u32, t: Totals) {
+        let new = (u128::from(t.0.unwrap_or(0)), u128::from(t.1));
+        let old = self.parts.insert(host, t);
+        if let Some(old) = old {
+            self.sum.0 -= u128::from(old.0.unwrap_or(0));
+            self.sum.1 -= u128::from(old.1);
+        }
+        self.sum.0 += new.0;
+        self.sum.1 += new.1;
+    }
+
+    /// What `limits` leave `host` beside the others: [`crate::grants::headroom`] over the others' parts.
+    fn headroom(&self, limits: &TenantLimits, host: u32) -> Totals {
+        let own = self.parts.get(&host).copied().unwrap_or((Some(0), 0));
+        let used = |sum: u128, own: u64| u64::try_from(sum - u128::from(own)).unwrap_or(u64::MAX);
+        let max = limits
+            .max_bps
+            .map(|m| m.saturating_sub(used(self.sum.0, own.0.unwrap_or(0))));
+        let min = limits.min_bps.saturating_sub(used(self.sum.1, own.1));
+        (max, min)
+    }
+}
+
+/// The tenant's limits and fallback cap `limits / N` over its `hosts` declared hosts.
+fn cap_of(limits: &TenantLimits, hosts: usize) -> Totals {
+    let n = hosts.max(1) as u64;
+    (limits.max_bps.map(|m| m / n), limits.min_bps / n)
+}
+
+impl Leader {
+    /// A leader elected for `term` (a number that grows with each leader of the shard: the
+    /// wiring keeps a counter in etcd, raised by each new leader) at `now_ns`, answering with
+    /// leases of `lease_ns`; `drift_ns` bounds the clocks' disagreement over a lease (module
+    /// doc).
+    pub fn new(term: u32, now_ns: u64, lease_ns: u64, drift_ns: u64) -> Leader {
+        Leader {
+            term,
+            started_ns: now_ns,
+            clock: Clock { lease_ns, drift_ns },
+            reports: BTreeMap::new(),
+            hosts: Names::default(),
+            tenant_ids: Names::default(),
+            books: IdMap::default(),
+            plans: IdMap::default(),
+            tenants_of: IdMap::default(),
+        }
+    }
+
+    fn ours(&self, epoch: u64) -> bool {
+        ours(self.term, epoch)
+    }
+
+    /// Its term.
+    pub fn term(&self) -> u32 {
+        self.term
+    }
+
+    /// The tenants of its latest plan, by name.
+    pub fn tenants(&self) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .plans
+            .keys()
+            .map(|&t| self.tenant_ids.name(t).to_string())
+            .collect();
+        t.sort();
+        t
+    }
+
+    /// Whether `now_ns` is within the hold after the leader started.
+    pub fn holding(&self, now_ns: u64) -> bool {
+        !self.clock.expired(self.started_ns, now_ns)
+    }
 
     /// What the leader knows of `tenant` at `now_ns`, host by host: the latest plan's target
     /// for its vifs and what it is counted for (the operators' view, `vqos cluster status
     /// --tenant`, and the simulator's).
     pub fn tenant_view(&self, tenant: &str, now_ns: u64) -> Vec<HostView> {
-        let (Some((_, hosts)), Some((_, cap))) = (self.tenants.get(tenant), self.cap(tenant))
+        let Some((t, plan)) = self
+            .tenant_ids
+            .get(tenant)
+            .and_then(|t| Some((t, self.plans.get(&t)?)))
         else {
             return Vec::new();
         };
-        let targets = self.targets.get(tenant);
-        hosts
+        plan.hosts
             .iter()
-            .map(|h| HostView {
-                host: h.clone(),
-                target: targets
-                    .and_then(|t| t.get(h))
+            .map(|&h| HostView {
+                host: self.hosts.name(h).to_string(),
+                target: plan
+                    .targets
+                    .get(&h)
                     .map_or((Some(0), 0), |t| totals(t.values())),
-                counted: self.counted(tenant, h, cap, now_ns),
+                counted: self
+                    .clock
+                    .counted(self.books.get(&(t, h)), plan.cap, now_ns),
             })
             .collect()
     }
@@ -324,73 +325,81 @@ impl Leader {
     /// (run once a period). `declared` and `tenants` are etcd's desired state for this shard's
     /// tenants.
     pub fn plan(&mut self, declared: &Declarations, tenants: &BTreeMap<String, TenantLimits>) {
-        let mut hosts_of: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        // Each tenant's declared hosts, in order (a host's vifs come one after another).
+        let mut hosts_of: HashMap<&str, Vec<u32>> = HashMap::new();
         for (h, vifs) in declared {
+            let mut id = None;
             for d in vifs.values() {
+                let h = *id.get_or_insert_with(|| self.hosts.id(h));
                 let v = hosts_of.entry(d.tenant.as_str()).or_default();
-                // A host's vifs come one after another: it is new unless it was the last.
-                if v.last() != Some(h) {
-                    v.push(h.clone());
+                if v.last() != Some(&h) {
+                    v.push(h);
                 }
             }
         }
-        self.targets.clear();
-        self.tallies.clear();
+        self.plans.clear();
         self.tenants_of.clear();
-        self.tenants.clear();
-        for (t, m) in group(&self.reports, declared) {
-            let Some(limits) = tenants.get(t) else {
+        for (name, m) in group(&self.reports, declared) {
+            let Some(limits) = tenants.get(name) else {
                 continue;
             };
-            let mut by_host: HashMap<String, BTreeMap<String, Share>> = HashMap::new();
-            for (&(h, port), s) in m.who.iter().zip(split(limits, &m.members)) {
-                by_host
-                    .entry(h.to_string())
-                    .or_default()
-                    .insert(port.to_string(), s);
+            let t = self.tenant_ids.id(name);
+            // `who` is by host, then port: each host's targets are one run of it.
+            let mut targets: IdMap<u32, BTreeMap<String, Share>> = IdMap::default();
+            let mut run: Vec<(String, Share)> = Vec::new();
+            let shares = split(limits, &m.members);
+            for (i, (&(h, port), s)) in m.who.iter().zip(shares).enumerate() {
+                run.push((port.to_string(), s));
+                if m.who.get(i + 1).is_some_and(|next| next.0 == h) {
+                    continue;
+                }
+                let h = self.hosts.id(h);
+                targets.insert(h, std::mem::take(&mut run).into_iter().collect());
+                self.tenants_of.entry(h).or_default().push(t);
             }
-            let hosts = hosts_of.remove(t).unwrap_or_default();
-            for h in by_host.keys() {
-                self.tenants_of
-                    .entry(h.clone())
-                    .or_default()
-                    .push(t.to_string());
-            }
-            self.targets.insert(t.to_string(), by_host);
-            self.tenants.insert(t.to_string(), (*limits, hosts));
+            let hosts = hosts_of.remove(name).unwrap_or_default();
+            let plan = TenantPlan {
+                limits: *limits,
+                cap: cap_of(limits, hosts.len()),
+                hosts,
+                targets,
+                tally: None,
+            };
+            self.plans.insert(t, plan);
         }
     }
 
     /// Records `r` (its acknowledgements) and answers it: a grant for each tenant the latest
     /// plan gives the host's vifs a target in.
     pub fn report(&mut self, r: Report, now_ns: u64) -> BTreeMap<String, HostGrant> {
-        self.acknowledge(&r, now_ns);
+        let host = self.hosts.id(&r.host);
+        self.acknowledge(&r, host, now_ns);
         // Keys are copied only for a host new to the leader (this runs for every report).
         match self.reports.get_mut(&r.host) {
             Some(s) => *s = r.status,
-            None => drop(self.reports.insert(r.host.clone(), r.status)),
+            None => drop(self.reports.insert(r.host, r.status)),
         }
-        let Some(tenants) = self.tenants_of.get_mut(&r.host).map(std::mem::take) else {
+        let Some(tenants) = self.tenants_of.get_mut(&host).map(std::mem::take) else {
             return BTreeMap::new();
         };
         let answers = tenants
             .iter()
-            .filter_map(|t| {
-                let g = self.answer(t, &r.host, now_ns)?;
-                Some((t.clone(), g))
+            .filter_map(|&t| {
+                let g = self.answer(t, host, now_ns)?;
+                Some((self.tenant_ids.name(t).to_string(), g))
             })
             .collect();
-        if let Some(v) = self.tenants_of.get_mut(&r.host) {
+        if let Some(v) = self.tenants_of.get_mut(&host) {
             *v = tenants;
         }
         answers
     }
 
-    fn acknowledge(&mut self, r: &Report, now_ns: u64) {
+    fn acknowledge(&mut self, r: &Report, host: u32, now_ns: u64) {
         for (tenant, e) in &r.enforcing {
             let ours = self.ours(e.epoch);
-            let started_ns = self.started_ns;
-            let book = book_of(&mut self.books, tenant, &r.host);
+            let t = self.tenant_ids.id(tenant);
+            let book = self.books.entry((t, host)).or_default();
             if ours {
                 // It enforces `e.epoch`: the grants before it are superseded (a host never
                 // goes back to an older grant), and so is what it held before this leader.
@@ -404,47 +413,54 @@ impl Leader {
                     epoch: 0,
                     totals: (e.max_bps, e.min_bps),
                     fallback: None,
-                    sent_ns: started_ns,
+                    sent_ns: self.started_ns,
                 });
             }
-            self.retally(tenant, &r.host, now_ns);
+            let book = &*book;
+            if let Some(plan) = self.plans.get_mut(&t) {
+                retally(plan, self.clock, host, book, now_ns);
+            }
         }
     }
 
     /// The grant for `host` in `tenant` at `now_ns`, recorded as sent.
-    fn answer(&mut self, tenant: &str, host: &str, now_ns: u64) -> Option<HostGrant> {
-        let (limits, cap) = self.cap(tenant)?;
-        let want = totals(self.targets.get(tenant)?.get(host)?.values());
-        let to = if self.holding(now_ns) {
+    fn answer(&mut self, tenant: u32, host: u32, now_ns: u64) -> Option<HostGrant> {
+        let holding = self.holding(now_ns);
+        let clock = self.clock;
+        let plan = self.plans.get_mut(&tenant)?;
+        let targets = plan.targets.get(&host)?;
+        let want = totals(targets.values());
+        let books = &self.books;
+        let to = if holding {
             // The hold: nobody above what they report enforcing.
-            let reported = self
-                .books
-                .get(tenant)
-                .and_then(|b| b.get(host))
-                .is_some_and(|es| !es.is_empty());
-            let own = match reported {
-                true => self.counted(tenant, host, cap, now_ns),
+            let book = books.get(&(tenant, host));
+            let own = match book.is_some_and(|es| !es.is_empty()) {
+                true => clock.counted(book, plan.cap, now_ns),
                 false => (Some(0), 0),
             };
             smaller(want, own)
         } else {
-            if !self.tallies.contains_key(tenant) {
-                let tally = self.tally(tenant, &self.tenants.get(tenant)?.1, cap, now_ns);
-                self.tallies.insert(tenant.to_string(), tally);
-            }
-            let room = self.tallies[tenant].headroom(&limits, host);
-            smaller(want, room)
+            let (hosts, cap) = (&plan.hosts, plan.cap);
+            let tally = plan.tally.get_or_insert_with(|| {
+                let mut t = Tally::default();
+                for &h in hosts {
+                    t.set(h, clock.counted(books.get(&(tenant, h)), cap, now_ns));
+                }
+                t
+            });
+            smaller(want, tally.headroom(&plan.limits, host))
         };
-        let shares = fit(self.targets.get(tenant)?.get(host)?, to);
-        let epoch = self.next_epoch(tenant, host);
-        let fallback = smaller(to, cap);
+        let shares = fit(targets, to);
+        let fallback = smaller(to, plan.cap);
+        let book = self.books.entry((tenant, host)).or_default();
+        let epoch = next_epoch(self.term, book);
         let grant = Grant {
             epoch,
             max_bps: to.0,
             min_bps: to.1,
             fallback_max_bps: fallback.0,
             fallback_min_bps: fallback.1,
-            lease_ms: self.lease_ns / 1_000_000,
+            lease_ms: clock.lease_ns / 1_000_000,
             unknown: BTreeMap::new(),
         };
         let entry = Entry {
@@ -453,80 +469,69 @@ impl Leader {
             fallback: Some(fallback),
             sent_ns: now_ns,
         };
-        self.record(tenant, host, entry, now_ns);
-        self.retally(tenant, host, now_ns);
+        record(book, clock, entry, now_ns);
+        retally(plan, clock, host, book, now_ns);
         Some(HostGrant { grant, shares })
     }
+}
 
-    /// A tenant's tally at `now_ns` over its declared `hosts`.
-    fn tally(&self, tenant: &str, hosts: &[String], cap: Totals, now_ns: u64) -> Tally {
-        let mut t = Tally::default();
-        for h in hosts {
-            t.set(h, self.counted(tenant, h, cap, now_ns));
-        }
-        t
-    }
+/// Whether `epoch` is one of term `term`'s grants.
+fn ours(term: u32, epoch: u64) -> bool {
+    epoch >> 32 == u64::from(term) && epoch & 0xffff_ffff != 0
+}
 
-    /// Refreshes `host`'s part of `tenant`'s tally, if the tenant has one.
-    fn retally(&mut self, tenant: &str, host: &str, now_ns: u64) {
-        // The tally has a part for each declared host, and only for them.
-        if !self
-            .tallies
-            .get(tenant)
-            .is_some_and(|t| t.parts.contains_key(host))
-        {
-            return;
-        }
-        let Some((_, cap)) = self.cap(tenant) else {
-            return;
-        };
-        let part = self.counted(tenant, host, cap, now_ns);
-        if let Some(t) = self.tallies.get_mut(tenant) {
-            t.set(host, part);
-        }
-    }
+/// The next epoch of term `term` for a host whose book is `book`: one above the last it was
+/// sent (epochs are compared only within one book; 2^32 − 1 grants a term, 68 years at two a
+/// second, then the last epoch repeats, which only delays acknowledgements).
+fn next_epoch(term: u32, book: &[Entry]) -> u64 {
+    let last = book
+        .iter()
+        .filter(|e| ours(term, e.epoch))
+        .map(|e| e.epoch & 0xffff_ffff)
+        .max()
+        .unwrap_or(0);
+    (u64::from(term) << 32) | (last + 1).min(0xffff_ffff)
+}
 
-    /// `tenant`'s limits at the latest plan, and its fallback cap `limits / N`.
-    fn cap(&self, tenant: &str) -> Option<(TenantLimits, Totals)> {
-        let (limits, hosts) = self.tenants.get(tenant)?;
-        let n = hosts.len().max(1) as u64;
-        Some((*limits, (limits.max_bps.map(|m| m / n), limits.min_bps / n)))
+/// Refreshes `host`'s part of `plan`'s tally from its `book`, if the tenant has a tally.
+fn retally(plan: &mut TenantPlan, clock: Clock, host: u32, book: &Vec<Entry>, now_ns: u64) {
+    let cap = plan.cap;
+    // The tally has a part for each declared host, and only for them.
+    if let Some(t) = plan.tally.as_mut().filter(|t| t.parts.contains_key(&host)) {
+        t.set(host, clock.counted(Some(book), cap, now_ns));
     }
+}
 
-    /// Adds `entry` to the host's book, folding the expired grants into the one with the
-    /// largest fallback (they count only their fallbacks), so a host that never acknowledges
-    /// keeps a book of at most a lease's worth of grants.
-    fn record(&mut self, tenant: &str, host: &str, entry: Entry, now_ns: u64) {
-        let (lease_ns, drift_ns) = (self.lease_ns, self.drift_ns);
-        let book = book_of(&mut self.books, tenant, host);
-        let expired =
-            |e: &Entry| now_ns >= e.sent_ns.saturating_add(lease_ns.saturating_add(drift_ns));
-        if book.iter().filter(|e| expired(e)).count() > 1 {
-            let old: Vec<Entry> = book.iter().copied().filter(|e| expired(e)).collect();
-            book.retain(|e| !expired(e));
-            // Their fallbacks, as counted: the foreign entry's is computed, so keep it apart.
-            let keep_foreign = old.iter().find(|e| e.fallback.is_none()).copied();
-            let best = old
-                .iter()
-                .filter_map(|e| e.fallback)
-                .fold(None, |a: Option<Totals>, f| {
-                    Some(a.map_or(f, |a| larger(a, f)))
-                });
-            if let Some(f) = best {
-                let epoch = old.iter().map(|e| e.epoch).max().unwrap_or(0);
-                let sent_ns = old.iter().map(|e| e.sent_ns).min().unwrap_or(0);
-                book.push(Entry {
-                    epoch,
-                    totals: f,
-                    fallback: Some(f),
-                    sent_ns,
-                });
-            }
-            book.extend(keep_foreign);
-            book.sort_by_key(|e| e.epoch);
+/// Adds `entry` to a host's `book`, folding the expired grants into the one with the largest
+/// fallback (they count only their fallbacks), so a host that never acknowledges keeps a book
+/// of at most a lease's worth of grants.
+fn record(book: &mut Vec<Entry>, clock: Clock, entry: Entry, now_ns: u64) {
+    let expired = |e: &Entry| clock.expired(e.sent_ns, now_ns);
+    if book.iter().filter(|e| expired(e)).count() > 1 {
+        let old: Vec<Entry> = book.iter().copied().filter(|e| expired(e)).collect();
+        book.retain(|e| !expired(e));
+        // Their fallbacks, as counted: the foreign entry's is computed, so keep it apart.
+        let keep_foreign = old.iter().find(|e| e.fallback.is_none()).copied();
+        let best = old
+            .iter()
+            .filter_map(|e| e.fallback)
+            .fold(None, |a: Option<Totals>, f| {
+                Some(a.map_or(f, |a| larger(a, f)))
+            });
+        if let Some(f) = best {
+            let epoch = old.iter().map(|e| e.epoch).max().unwrap_or(0);
+            let sent_ns = old.iter().map(|e| e.sent_ns).min().unwrap_or(0);
+            book.push(Entry {
+                epoch,
+                totals: f,
+                fallback: Some(f),
+                sent_ns,
+            });
         }
-        book.push(entry);
+        book.extend(keep_foreign);
+        book.sort_by_key(|e| e.epoch);
     }
+    book.push(entry);
 }
 
 #[cfg(test)]

@@ -327,14 +327,16 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
         worst_max = worst_max.max(sum_max);
         worst_min = worst_min.max(sum_min);
     }
-    let targets = leader.targets.get("t").cloned().unwrap_or_default();
+    // Only the targets are read: they do not depend on the time.
+    let view = leader.tenant_view("t", 0);
     let end = host
         .iter()
         .enumerate()
         .map(|(i, h)| {
-            let want = targets
-                .get(&format!("h{i}"))
-                .map_or((Some(0), 0), |t| totals(t.values()));
+            let want = view
+                .iter()
+                .find(|v| v.host == format!("h{i}"))
+                .map_or((Some(0), 0), |v| v.target);
             let e = held(h);
             let held = (e.max_bps, e.min_bps);
             (

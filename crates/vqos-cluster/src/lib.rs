@@ -27,6 +27,7 @@ pub mod etcd;
 pub mod grants;
 pub mod guard;
 pub mod holder;
+mod ids;
 pub mod keys;
 pub mod model;
 #[cfg(all(feature = "etcd", feature = "rpc"))]

@@ -12,7 +12,7 @@
 //! runs [`all_shares`], the same grouping and the same split for every host at once.
 //! [`fit_floors`] then bounds one host's floors by its capacity.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -70,19 +70,18 @@ pub struct TenantMembers<'a> {
 /// names, with the declared tenant, weight and cap and the published measurements (one pass
 /// over every host's vifs, by host, then port: every agent orders them alike, so they compute
 /// the same split). A published vif etcd does not declare is no member, whatever it claims.
+///
+/// Both maps are in the same order (by host, then port), so they are walked side by side
+/// rather than one looked up in the other: a leader groups every vif of its shard each period,
+/// and the lookups by name were most of that (docs/benchmarks.md, "The aggregator leader's
+/// state by tenant").
 pub fn group<'a>(
     all: &'a BTreeMap<String, HostStatus>,
     declared: &'a Declarations,
 ) -> BTreeMap<&'a str, TenantMembers<'a>> {
-    let mut out: BTreeMap<&str, TenantMembers<'_>> = BTreeMap::new();
-    for (h, s) in all {
-        let Some(host_decl) = declared.get(h) else {
-            continue;
-        };
-        for (port, v) in &s.vifs {
-            let Some(d) = host_decl.get(port) else {
-                continue;
-            };
+    let mut out: HashMap<&str, TenantMembers<'_>> = HashMap::new();
+    for (h, s, host_decl) in join(all, declared) {
+        for (port, v, d) in join(&s.vifs, host_decl) {
             let e = out.entry(d.tenant.as_str()).or_default();
             e.who.push((h.as_str(), port.as_str()));
             e.members.push(Member {
@@ -94,7 +93,21 @@ pub fn group<'a>(
             });
         }
     }
-    out
+    out.into_iter().collect()
+}
+
+/// The keys of `a` that `b` has too, with both values, in order: the two sorted maps walked
+/// side by side.
+fn join<'a, A, B>(
+    a: &'a BTreeMap<String, A>,
+    b: &'a BTreeMap<String, B>,
+) -> impl Iterator<Item = (&'a String, &'a A, &'a B)> {
+    let mut b = b.iter().peekable();
+    a.iter().filter_map(move |(k, va)| {
+        while b.next_if(|(kb, _)| *kb < k).is_some() {}
+        let (_, vb) = b.next_if(|(kb, _)| *kb == k)?;
+        Some((k, va, vb))
+    })
 }
 
 /// The shares of `host`'s tenant vifs: for each tenant with a vif here, the split of its
@@ -191,6 +204,33 @@ pub fn fit_floors(
 mod tests {
     use super::*;
     use crate::model::VifStatus;
+
+    #[test]
+    fn the_join_keeps_the_keys_both_maps_have_in_order() {
+        // Keys drawn from a small alphabet so that the maps overlap in every way: only in a,
+        // only in b, in both, at either end, runs of misses on each side.
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for _ in 0..200 {
+            let a: BTreeMap<String, u32> = (0..next() % 12)
+                .map(|_| (format!("k{}", next() % 16), next()))
+                .collect();
+            let b: BTreeMap<String, u32> = (0..next() % 12)
+                .map(|_| (format!("k{}", next() % 16), next()))
+                .collect();
+            let joined: Vec<(&String, &u32, &u32)> = join(&a, &b).collect();
+            let looked_up: Vec<(&String, &u32, &u32)> = a
+                .iter()
+                .filter_map(|(k, va)| Some((k, va, b.get(k)?)))
+                .collect();
+            assert_eq!(joined, looked_up, "{a:?} {b:?}");
+        }
+    }
 
     fn vif(tenant: &str, demand: Option<u64>) -> VifStatus {
         VifStatus {
