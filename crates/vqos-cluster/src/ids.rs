@@ -1,5 +1,6 @@
-//! Names numbered for an aggregator leader's books ([`Names`]), and the hasher of maps keyed
-//! by those numbers ([`IdMap`]).
+//! Names numbered ([`Names`]): an aggregator leader's hosts and tenants, and a transport
+//! session's vif and tenant tables ([`crate::rpc`]); and the hasher of maps keyed by those
+//! numbers ([`IdMap`]).
 //!
 //! ## Why
 //! A leader answers every tenant of every host each period, and each answer looked its tenant
@@ -22,7 +23,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Names numbered in the order they were met.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Names {
+pub struct Names {
     ids: HashMap<String, u32>,
     names: Vec<String>,
 }
@@ -44,9 +45,39 @@ impl Names {
         self.ids.get(name).copied()
     }
 
-    /// The name numbered `id`.
+    /// The name numbered `id` (one this table gave).
     pub fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
+    }
+
+    /// The name numbered `id`, if there is one.
+    pub fn try_name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize).map(String::as_str)
+    }
+
+    /// How many numbers were given.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Numbers `name` next even if it has a number already (a table that mirrors a peer's,
+    /// which may send a name twice); looking it up still gives its first number.
+    pub fn push(&mut self, name: String) -> u32 {
+        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
+        if !self.ids.contains_key(&name) {
+            self.ids.insert(name.clone(), id);
+        }
+        self.names.push(name);
+        id
+    }
+
+    /// Forgets every number from `n` on (a refused message's names).
+    pub fn truncate(&mut self, n: usize) {
+        for k in self.names.drain(n.min(self.names.len())..) {
+            if self.ids.get(&k).is_some_and(|&i| i as usize >= n) {
+                self.ids.remove(&k);
+            }
+        }
     }
 }
 
@@ -89,6 +120,18 @@ mod tests {
         assert_eq!((n.id("h1"), n.id("h2"), n.id("h1")), (0, 1, 0));
         assert_eq!((n.get("h2"), n.get("h3")), (Some(1), None));
         assert_eq!((n.name(0), n.name(1)), ("h1", "h2"));
+        // A peer's table: a name sent again takes the next number, found by its first.
+        assert_eq!(n.push("h1".into()), 2);
+        assert_eq!(
+            (n.get("h1"), n.try_name(2), n.len()),
+            (Some(0), Some("h1"), 3)
+        );
+        n.push("h4".into());
+        n.truncate(2);
+        assert_eq!(
+            (n.len(), n.get("h1"), n.get("h4"), n.try_name(2)),
+            (2, Some(0), None, None)
+        );
     }
 
     #[test]

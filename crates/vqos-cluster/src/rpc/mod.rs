@@ -27,10 +27,11 @@ pub mod server;
 mod tests;
 pub mod tls;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::aggregator::{Enforcing, HostGrant, Report};
 use crate::grants::Grant;
+use crate::ids::Names;
 use crate::model::{HostStatus, VifStatus};
 use crate::split::Share;
 
@@ -75,57 +76,42 @@ pub enum RpcError {
     NotLeader(String),
 }
 
-/// One direction's table of names: index → name, and name → index.
-#[derive(Debug, Default)]
-pub struct Names {
-    names: Vec<String>,
-    index: HashMap<String, u32>,
-}
-
+/// A session's table of names, one direction's ([`crate::ids::Names`]: index → name and
+/// name → index); what the transport adds to it.
 impl Names {
     /// The index of `name`, appended (and pushed to `new`, to be sent) if new.
     fn intern(&mut self, name: &str, new: &mut Vec<String>) -> u32 {
-        if let Some(&i) = self.index.get(name) {
-            return i;
+        let known = self.len();
+        let i = self.id(name);
+        if i as usize == known {
+            new.push(name.to_string());
         }
-        let i = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.index.insert(name.to_string(), i);
-        new.push(name.to_string());
         i
     }
 
-    /// Appends names a peer sent, within the bounds.
+    /// Appends names a peer sent, within the bounds (a name sent twice takes two indices;
+    /// looking it up gives the first).
     fn append(&mut self, kind: &str, new: Vec<String>) -> Result<(), RpcError> {
-        if self.names.len() + new.len() > MAX_NAMES {
+        if self.len() + new.len() > MAX_NAMES {
             return Err(RpcError::TooLarge(format!(
                 "{} {kind} names in one session: at most {MAX_NAMES}",
-                self.names.len() + new.len()
+                self.len() + new.len()
             )));
         }
         for n in new {
             check_name(kind, &n)?;
-            self.index
-                .entry(n.clone())
-                .or_insert(self.names.len() as u32);
-            self.names.push(n);
+            self.push(n);
         }
         Ok(())
     }
 
-    fn name(&self, kind: &'static str, index: u32) -> Result<&str, RpcError> {
-        self.names
-            .get(index as usize)
-            .map(String::as_str)
-            .ok_or(RpcError::UnknownIndex {
-                kind,
-                index,
-                known: self.names.len(),
-            })
-    }
-
-    fn get(&self, name: &str) -> Option<u32> {
-        self.index.get(name).copied()
+    /// The name at `index`, or an error naming the `kind` of table.
+    fn named(&self, kind: &'static str, index: u32) -> Result<&str, RpcError> {
+        self.try_name(index).ok_or(RpcError::UnknownIndex {
+            kind,
+            index,
+            known: self.len(),
+        })
     }
 }
 
@@ -188,14 +174,14 @@ impl HostCodec {
     pub fn decode(&self, a: proto::Answer) -> Result<(u64, BTreeMap<String, HostGrant>), RpcError> {
         let mut out = BTreeMap::new();
         for g in a.grants {
-            let tenant = self.tenants.name("tenant", g.tenant)?.to_string();
+            let tenant = self.tenants.named("tenant", g.tenant)?.to_string();
             let mut shares = BTreeMap::new();
             for s in g.shares {
                 let share = Share {
                     min_bps: s.min_bps,
                     max_bps: s.max_bps,
                 };
-                shares.insert(self.vifs.name("vif", s.vif)?.to_string(), share);
+                shares.insert(self.vifs.named("vif", s.vif)?.to_string(), share);
             }
             let grant = Grant {
                 epoch: g.epoch,
@@ -259,17 +245,12 @@ impl LeaderCodec {
                 )))
             }
         };
-        let (nv, nt) = (self.vifs.names.len(), self.tenants.names.len());
+        let (nv, nt) = (self.vifs.len(), self.tenants.len());
         let result = self.decode_body(&host, r);
         if result.is_err() {
             // Nothing of a refused report stays.
-            for (t, n) in [(&mut self.vifs, nv), (&mut self.tenants, nt)] {
-                for k in t.names.drain(n..) {
-                    if t.index.get(&k).is_some_and(|&i| i as usize >= n) {
-                        t.index.remove(&k);
-                    }
-                }
-            }
+            self.vifs.truncate(nv);
+            self.tenants.truncate(nt);
         } else {
             self.host = Some(host);
         }
@@ -285,7 +266,7 @@ impl LeaderCodec {
             ..Default::default()
         };
         for v in r.vifs {
-            let name = self.vifs.name("vif", v.vif)?.to_string();
+            let name = self.vifs.named("vif", v.vif)?.to_string();
             let vif = VifStatus {
                 rate_bps: v.rate_bps,
                 demand_bps: v.demand_bps,
@@ -297,7 +278,7 @@ impl LeaderCodec {
         }
         let mut enforcing = BTreeMap::new();
         for e in r.enforcing {
-            let name = self.tenants.name("tenant", e.tenant)?.to_string();
+            let name = self.tenants.named("tenant", e.tenant)?.to_string();
             let held = Enforcing {
                 epoch: e.epoch,
                 max_bps: e.max_bps,
