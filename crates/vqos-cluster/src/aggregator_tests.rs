@@ -402,3 +402,30 @@ proptest! {
         prop_assert!(end.iter().all(|&d| d == (0, 0)), "not settled: {end:?}");
     }
 }
+
+#[test]
+fn a_hosts_targets_are_refilled_in_place_only_when_its_vifs_are_the_same() {
+    let share = |m: u64| Share {
+        min_bps: m,
+        max_bps: Some(10 * m),
+    };
+    let fresh = |run: &[(&str, Share)]| -> BTreeMap<String, Share> {
+        run.iter().map(|&(p, s)| (p.to_string(), s)).collect()
+    };
+    let old = fresh(&[("a", share(1)), ("b", share(2))]);
+    // The same vifs: the new targets, in the old map.
+    let mut run = vec![("a", share(5)), ("b", share(6))];
+    let want = fresh(&run);
+    assert_eq!(refill(Some(old.clone()), &mut run), want);
+    assert!(run.is_empty());
+    // A vif more, a vif less, another name, no old map: made anew, the same result.
+    for new in [
+        vec![("a", share(5)), ("b", share(6)), ("c", share(7))],
+        vec![("b", share(6))],
+        vec![("a", share(5)), ("c", share(6))],
+    ] {
+        let want = fresh(&new);
+        assert_eq!(refill(Some(old.clone()), &mut new.clone()), want);
+        assert_eq!(refill(None, &mut new.clone()), want);
+    }
+}
