@@ -230,7 +230,22 @@ fn paper(p: PaperArgs) -> Result<()> {
         resume: p.resume,
     };
     install_interrupt_handler();
-    let md = run_paper(&opts).with_context(|| format!("Experiment {}", p.name))?;
+    let md = match run_paper(&opts) {
+        Err(vqos_lab::LabError::Interrupted) => {
+            let mut cmd = format!("vqos lab paper {} --out {}", p.name, out.display());
+            if p.runs > 1 {
+                cmd.push_str(&format!(" --runs {}", p.runs));
+            }
+            if p.duration_scale != 1.0 {
+                cmd.push_str(&format!(" --duration-scale {}", p.duration_scale));
+            }
+            for b in &p.baseline {
+                cmd.push_str(&format!(" --baseline {b}"));
+            }
+            return Err(interrupted(&out, &cmd));
+        }
+        r => r.with_context(|| format!("Experiment {}", p.name))?,
+    };
     print_summary(&p.name, &out, &md, p.json)
 }
 
@@ -288,12 +303,28 @@ fn paper_all(p: PaperArgs) -> Result<()> {
         resume: p.resume,
     };
     install_interrupt_handler();
-    let md = run_all(&opts).context("vqos lab paper all")?;
+    let md = match run_all(&opts) {
+        Err(vqos_lab::LabError::Interrupted) => return Err(interrupted(&out, &opts.command)),
+        r => r.context("vqos lab paper all")?,
+    };
     print_summary("all", &out, &md, p.json)?;
     match &p.docs {
         Some(docs) => publish_run(&out, docs, false),
         None => Ok(()),
     }
+}
+
+/// An interrupted paper run: what was kept and the command that continues it.
+fn interrupted(out: &std::path::Path, command: &str) -> anyhow::Error {
+    let resume = match command.ends_with(" --resume") {
+        true => command.to_string(),
+        false => format!("{command} --resume"),
+    };
+    anyhow::anyhow!(
+        "Interrupted; everything the run created was removed, and the runs that finished are \
+         kept in {}: continue with `sudo {resume}`",
+        out.display()
+    )
 }
 
 /// `vqos lab publish`: the run's summary and plots into the docs.
@@ -332,4 +363,23 @@ fn print_summary(experiment: &str, out: &std::path::Path, md: &str, json: bool) 
         outln!("results in {}", out.display())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_run_says_how_to_continue_it() {
+        let out = std::path::Path::new("lab-out/x");
+        let e = interrupted(out, "vqos lab paper all --out lab-out/x --runs 3").to_string();
+        assert!(
+            e.contains("kept in lab-out/x")
+                && e.ends_with("`sudo vqos lab paper all --out lab-out/x --runs 3 --resume`"),
+            "{e}"
+        );
+        // A resumed run interrupted again: the same command, not a second --resume.
+        let e = interrupted(out, "vqos lab paper all --out lab-out/x --resume").to_string();
+        assert!(e.ends_with("--out lab-out/x --resume`"), "{e}");
+    }
 }

@@ -360,7 +360,8 @@ pub const SIM_ONLY_MODE: &str = "simulator only (`--sim-only`: no lab runs)";
 
 /// The line appended to the summary of an interrupted run.
 pub const INTERRUPTED: &str =
-    "\n**Interrupted**: the experiments after the last section did not run.\n";
+    "\n**Interrupted**: the experiments after the last section did not run; the same command \
+     with `--resume` runs them and keeps what finished.\n";
 
 /// The whole `summary.md`.
 pub fn summary_md(h: &Header, experiments: &[ExperimentRecord]) -> String {
