@@ -141,7 +141,7 @@ fn smaller(a: Totals, b: Totals) -> Totals {
 
 /// A shard leader's state (module doc).
 ///
-/// Hosts and tenants are numbered ([`Names`]): a report looks its host and each of its
+/// Hosts and tenants are numbered (`ids::Names`): a report looks its host and each of its
 /// tenants up by name once, and the books, plans and tallies by number after (the lookups by
 /// name were half the leader's time, docs/benchmarks.md, "The aggregator leader's books by
 /// number").
