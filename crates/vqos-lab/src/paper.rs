@@ -467,7 +467,20 @@ fn one_file_run(
         .resume
         .then(|| crate::resume::kept_result(&dir, opts.duration_scale))
         .flatten();
-    if let Some(results) = kept {
+    let was_kept = kept.is_some();
+    let result = match kept {
+        Some(results) => Ok(results),
+        None => match one_variant(opts, file, v, dir.clone()) {
+            Ok(o) => Ok(o.results),
+            Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+            Err(e) => {
+                let _ = writeln!(md, "| {run} | {label} | failed: {e} | | | |");
+                Err(error_chain(&e))
+            }
+        },
+    };
+    if let Ok(results) = &result {
+        // The row from its results.json, whether this invocation made it or an earlier one.
         let checks = results["checks"]
             .as_array()
             .map_or(&[][..], |c| c.as_slice());
@@ -475,40 +488,13 @@ fn one_file_run(
         let cpu = |k: &str| results["cpu"][k].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             md,
-            "| {run} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` (kept) |",
+            "| {run} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/`{} |",
             checks.len(),
             cpu("vqosd_percent"),
-            cpu("softirq_percent")
+            cpu("softirq_percent"),
+            if was_kept { " (kept)" } else { "" }
         );
-        return Ok(PaperRun {
-            stem: stem.to_string(),
-            baseline: v.baseline,
-            engine: v.engine,
-            algorithms: v.algorithms,
-            repeat,
-            dir,
-            result: Ok(results),
-            kept: true,
-        });
     }
-    let result = match one_variant(opts, file, v, dir.clone()) {
-        Ok(o) => {
-            let pass = o.report.checks.iter().filter(|c| c.pass).count();
-            let _ = writeln!(
-                md,
-                "| {run} | {label} | {pass} / {} | {:.1} | {:.1} | `{name}/` |",
-                o.report.checks.len(),
-                o.vqosd_percent,
-                o.softirq_percent
-            );
-            Ok(o.results)
-        }
-        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-        Err(e) => {
-            let _ = writeln!(md, "| {run} | {label} | failed: {e} | | | |");
-            Err(error_chain(&e))
-        }
-    };
     Ok(PaperRun {
         stem: stem.to_string(),
         baseline: v.baseline,
@@ -517,7 +503,7 @@ fn one_file_run(
         repeat,
         dir,
         result,
-        kept: false,
+        kept: was_kept,
     })
 }
 
