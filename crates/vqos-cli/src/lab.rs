@@ -51,11 +51,14 @@ enum LabCommand {
     )]
     Paper(PaperArgs),
     /// Publish a `vqos lab paper all` run into the docs: DOCS/paper-lab.md (paper-sim.md for a
-    /// --sim-only run), generated from DIR/summary.md, with its plots in DOCS/img/lab/ (img/sim/).
+    /// --sim-only run), generated from DIR/summary.md, with its plots in DOCS/img/lab/ (img/sim/),
+    /// and a lab run's verdict tables (each paper's claims: runs met under vqos, the papers'
+    /// algorithms and other engines) into DOCS/experiments.md's generated block.
     #[command(after_help = "Examples:\n  vqos lab publish lab-out/paper-all\n  \
         vqos lab publish lab-out/paper-sim --docs docs\n\n\
-        Refuses an interrupted run or a summary whose plots are missing, writing nothing. \
-        Plots in the target img directory that the new page does not link are removed.")]
+        Refuses an interrupted run, a summary whose plots are missing, or results that do not \
+        line up with this checkout's scenario files, writing nothing. Plots in the target img \
+        directory that the new page does not link are removed.")]
     Publish(PublishArgs),
 }
 
@@ -335,6 +338,7 @@ fn publish_run(dir: &std::path::Path, docs: &std::path::Path, json: bool) -> Res
             "page": p.page.display().to_string(),
             "plots": p.plots,
             "removed": p.removed,
+            "verdicts": p.verdicts.as_ref().map(|v| v.display().to_string()),
         });
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
@@ -346,6 +350,9 @@ fn publish_run(dir: &std::path::Path, docs: &std::path::Path, json: bool) -> Res
         p.plots,
         p.removed
     );
+    if let Some(v) = &p.verdicts {
+        eprintln!("wrote the verdict tables into {}", v.display());
+    }
     Ok(())
 }
 

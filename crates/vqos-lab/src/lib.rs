@@ -67,6 +67,7 @@ pub mod summary;
 pub mod sys;
 pub mod topo;
 pub mod variant;
+pub mod verdict;
 
 pub use paper::{run_paper, PaperOptions, PAPERS};
 pub use paper_all::{run_all, AllOptions};

@@ -75,6 +75,7 @@ struct RawProbe {
     p99_within: Option<f64>,
     phase: Option<usize>,
     of_phase: Option<usize>,
+    claim: Option<String>,
 }
 
 /// One `[[probe]]` of the scenario.
@@ -92,6 +93,8 @@ pub struct ProbeSpec {
     pub rate_per_s: f64,
     /// Optional expectation: (phase, of_phase, factor), phases numbered from 1.
     pub p99_within: Option<(usize, usize, f64)>,
+    /// The paper's claim its expectation checks (a key of the scenario's `[claims]`).
+    pub claim: Option<String>,
 }
 
 fn invalid(msg: String) -> LabError {
@@ -176,6 +179,16 @@ pub fn parse_probes(text: &str, sc: &Scenario) -> Result<Vec<ProbeSpec>, LabErro
                     )))
                 }
             };
+            if let Some(c) = &p.claim {
+                if p99_within.is_none() {
+                    return Err(invalid(format!(
+                        "{what}: claim needs p99_within (the check that tests it)"
+                    )));
+                }
+                sc.claim_text(c).ok_or_else(|| {
+                    invalid(format!("{what}: claim `{c}` is not a key of [claims]"))
+                })?;
+            }
             Ok(ProbeSpec {
                 vm: p.vm,
                 vm_index,
@@ -183,6 +196,7 @@ pub fn parse_probes(text: &str, sc: &Scenario) -> Result<Vec<ProbeSpec>, LabErro
                 size,
                 rate_per_s,
                 p99_within,
+                claim: p.claim,
             })
         })
         .collect()
@@ -526,6 +540,7 @@ mod tests {
             size: 64,
             rate_per_s: 1000.0,
             p99_within: Some((3, 1, 1.5)),
+            claim: None,
         };
         let res = |p3| ProbeResult {
             vm: "vm1".into(),

@@ -217,6 +217,9 @@ pub struct Scenario {
     pub expectations: Vec<Expectation>,
     /// The paper's numbers (`[[paper]]`): carried for the reports, never simulated.
     pub paper: Vec<PaperValue>,
+    /// The paper's claims its checks test (`[claims]`: id → the claim, with the paper's
+    /// number and where the paper states it), by id; verdict tables group checks by them.
+    pub claims: std::collections::BTreeMap<String, String>,
     /// What the file sets that cannot act (a weight, minimum or priority on a download VM),
     /// one line each; the reports repeat them.
     pub warnings: Vec<String>,
@@ -232,6 +235,9 @@ impl Scenario {
     /// Parses and validates a scenario from TOML text.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        let probe_claims: Vec<String> = (raw._probe.iter())
+            .filter_map(|p| p.get("claim").and_then(|v| v.as_str()).map(String::from))
+            .collect();
         let duration_ns = time("duration", &raw.duration)?;
         if duration_ns == 0 {
             return Err(invalid("duration: must be greater than 0"));
@@ -492,6 +498,7 @@ impl Scenario {
             events,
             expectations: Vec::new(),
             paper: Vec::new(),
+            claims: raw.claims.clone(),
             warnings,
         };
         if scenario.cpu_hz == 0 {
@@ -517,6 +524,7 @@ impl Scenario {
             .iter()
             .map(|x| scenario.expectation(x))
             .collect::<Result<_, _>>()?;
+        scenario.check_claims_used(&probe_claims)?;
         for x in scenario.expectations.iter().filter(|x| x.lab_only) {
             let at = x.phase_label();
             scenario.warnings.push(format!(

@@ -41,6 +41,9 @@ pub struct Expectation {
     /// Checked only on real traffic (`lab_only = true`): it is about something the simulator
     /// does not model (a VM's CPU), so the simulator's report leaves it out and warns.
     pub lab_only: bool,
+    /// The id of the paper's claim it checks (`claim = "id"`, a key of the file's `[claims]`);
+    /// `None`: a check of ours, not a claim of the paper (verdict tables leave it out).
+    pub claim: Option<String>,
 }
 
 impl Expectation {
@@ -59,6 +62,33 @@ pub fn phase_label(phase: usize) -> String {
 }
 
 impl Scenario {
+    /// The text of claim `id` of `[claims]`.
+    pub fn claim_text(&self, id: &str) -> Option<&str> {
+        self.claims.get(id).map(String::as_str)
+    }
+
+    /// Every claim of `[claims]` is checked by an `[[expect]]` or a `[[probe]]` (`claim =
+    /// "id"`; a probe's is validated by the lab, which runs probes): a claim nothing checks
+    /// would read as checked in a verdict table.
+    pub(super) fn check_claims_used(&self, probe_claims: &[String]) -> Result<(), ScenarioError> {
+        for (id, text) in &self.claims {
+            if id.is_empty() || text.trim().is_empty() {
+                return Err(invalid("claims: an id and its claim must not be empty"));
+            }
+            let by_expect = self
+                .expectations
+                .iter()
+                .any(|x| x.claim.as_deref() == Some(id));
+            let by_probe = probe_claims.contains(id);
+            if !(by_expect || by_probe) {
+                return Err(invalid(format!(
+                    "claims: `{id}` is checked by no [[expect]] or [[probe]] (claim = \"{id}\")"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The span a whole-run figure covers, `(from, to)` in ns: from the first settle (at most
     /// half the run) to the end, as a paper averages a whole run after its start-up.
     pub fn whole_run_span(&self) -> (u64, u64) {
@@ -166,12 +196,61 @@ impl Scenario {
             .flatten()
             .map(|n| self.vm_index(n, &what))
             .collect::<Result<_, _>>()?;
+        if let Some(c) = &x.claim {
+            self.claim_text(c)
+                .ok_or_else(|| invalid(format!("{what}: claim `{c}` is not a key of [claims]")))?;
+        }
         Ok(Expectation {
             phase: x.phase,
             vm,
             vms,
             check,
             lab_only: x.lab_only.unwrap_or(false),
+            claim: x.claim.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Scenario;
+
+    const HEAD: &str = "name = \"c\"\nduration = \"10s\"\ncapacity = \"100Mbit\"\n\
+                        [[vm]]\nname = \"vm1\"\n";
+
+    fn parse(rest: &str) -> Result<Scenario, String> {
+        Scenario::parse(&format!("{HEAD}{rest}")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_expectation_names_a_claim_of_the_file() {
+        let s = parse(
+            "[claims]\nshare = \"Fig. 1: the link\"\n\
+             [[expect]]\nclaim = \"share\"\nphase = 1\nvm = \"vm1\"\nnear_reference_pct = 3\n\
+             [[expect]]\nphase = 1\naggregate_at_least = 0.9\n",
+        )
+        .unwrap();
+        assert_eq!(s.expectations[0].claim.as_deref(), Some("share"));
+        assert_eq!(s.expectations[1].claim, None);
+        assert_eq!(s.claim_text("share"), Some("Fig. 1: the link"));
+    }
+
+    #[test]
+    fn a_claim_that_is_not_defined_or_not_checked_is_refused() {
+        let e = parse("[[expect]]\nclaim = \"nope\"\nphase = 1\naggregate_at_least = 0.9\n")
+            .unwrap_err();
+        assert!(e.contains("claim `nope` is not a key of [claims]"), "{e}");
+        let e =
+            parse("[claims]\nlost = \"Fig. 9\"\n[[expect]]\nphase = 1\naggregate_at_least = 0.9\n")
+                .unwrap_err();
+        assert!(
+            e.contains("`lost` is checked by no [[expect]] or [[probe]]"),
+            "{e}"
+        );
+        let e = parse("[claims]\nempty = \" \"\n[[expect]]\nclaim = \"empty\"\nphase = 1\naggregate_at_least = 0.9\n")
+            .unwrap_err();
+        assert!(e.contains("must not be empty"), "{e}");
+        // A claim only a lab probe checks is accepted here (the lab validates the probe).
+        parse("[claims]\nlat = \"Fig. 6(e)\"\n[[probe]]\nvm = \"vm1\"\nclaim = \"lat\"\n").unwrap();
     }
 }

@@ -56,6 +56,9 @@ pub(super) struct RawScenario {
     /// `[[paper]]`: the paper's numbers, carried for the reports.
     #[serde(default)]
     pub(super) paper: Vec<super::paper::RawPaper>,
+    /// `[claims]`: id = the paper's claim an `[[expect]]` (or a lab `[[probe]]`) checks.
+    #[serde(default)]
+    pub(super) claims: std::collections::BTreeMap<String, String>,
 }
 
 pub(super) fn default_engine() -> String {
@@ -140,6 +143,7 @@ pub(super) struct RawExpect {
     pub(super) ratio_at_least: Option<f64>,
     pub(super) vms: Option<Vec<String>>,
     pub(super) lab_only: Option<bool>,
+    pub(super) claim: Option<String>,
 }
 
 /// Turns a toml error into one line naming the problem and the line number. For an unknown
