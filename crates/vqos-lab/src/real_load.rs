@@ -241,6 +241,12 @@ fn outputs(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The last output of the script in `dir` (in name order, which is the time it ran), read.
+pub fn latest(dir: &Path) -> Option<RealRun> {
+    let p = outputs(dir).pop()?;
+    serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+}
+
 /// The output this run wrote: a JSON file that was not in `before` (the last in name order if
 /// there are several), never an earlier run's.
 fn written_by_this_run(dir: &Path, before: &[PathBuf]) -> Option<PathBuf> {

@@ -19,9 +19,10 @@
 //!   line up with the file (a different count, or a phase that differs) is refused by name
 //!   rather than mislabelled. Publish from a checkout whose scenario files the run used, or
 //!   that only added claims to them.
-//! - The sweeps (ANCS Fig. 8, Tables 1–2) and the sections that judge claims themselves (C2QoS
-//!   Fig. 6's real load, Fig. 6(f)-(g)'s applications) are rows that point to their section of
-//!   paper-lab.md.
+//! - The sweeps (ANCS Fig. 8, Tables 1–2: [`sweeps`], from their CSV files) and the sections
+//!   that judge claims themselves (C2QoS Fig. 6's real load, Fig. 6(f)-(g)'s applications:
+//!   [`sections`], with the functions those sections use) have rows too, so every figure and
+//!   table of the four papers has its verdict here.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -31,6 +32,9 @@ use serde_json::Value;
 use vqos_sim::Scenario;
 
 use crate::paper::PAPERS;
+
+mod sections;
+mod sweeps;
 use crate::variant::{vqos_variants, Variant};
 use crate::LabError;
 
@@ -306,26 +310,6 @@ pub fn hold_against_baselines(rows: &mut [ClaimRow]) {
     }
 }
 
-/// The experiments judged in their own section of paper-lab.md, with what that section holds.
-const OWN_SECTIONS: &[(&str, &str)] = &[
-    (
-        "ancs-fig8",
-        "a sweep: switch CPU for 1..8 VMs beside the paper's figure",
-    ),
-    (
-        "ancs-table1-2",
-        "a sweep: probe RTT percentiles for 0..5 loading VMs beside the paper's tables",
-    ),
-    (
-        "c2qos-fig6",
-        "the real load (testpmd's floods against vqosd and OVS-DPDK): its claims and verdicts",
-    ),
-    (
-        "c2qos-fig6fg",
-        "FTP and nginx under wrk: the paper's response-time claims and verdicts",
-    ),
-];
-
 /// The verdict tables (Markdown) of `rows`, one per paper; `ours` counts, per experiment, the
 /// checks that name no claim.
 pub fn tables_md(rows: &[ClaimRow], ours: &BTreeMap<String, usize>) -> String {
@@ -338,10 +322,14 @@ pub fn tables_md(rows: &[ClaimRow], ours: &BTreeMap<String, usize>) -> String {
         }
     }
     for paper in papers {
-        let mine: Vec<&ClaimRow> = rows
+        let mut mine: Vec<&ClaimRow> = rows
             .iter()
             .filter(|r| paper_of(&r.experiment) == paper)
             .collect();
+        mine.sort_by_key(|r| PAPERS.iter().position(|(n, _)| *n == r.experiment));
+        if mine.is_empty() {
+            continue;
+        }
         let mut cols: Vec<String> = Vec::new();
         for r in &mine {
             for (c, _) in &r.cells {
@@ -382,11 +370,6 @@ pub fn tables_md(rows: &[ClaimRow], ours: &BTreeMap<String, usize>) -> String {
             let v = (r.cells.iter().find(|(k, _)| k == "vqos"))
                 .map_or("not run".to_string(), |(_, runs)| verdict(runs));
             let _ = writeln!(s, " {v} |");
-        }
-        for (name, what) in OWN_SECTIONS.iter().filter(|(n, _)| paper_of(n) == paper) {
-            let _ = write!(s, "| [{name}](paper-lab.md#{name}) | {what} |");
-            s.push_str(&" |".repeat(cols.len()));
-            s.push_str(" in its section |\n");
         }
         let own: Vec<String> = (ours.iter())
             .filter(|(e, n)| paper_of(e) == paper && **n > 0)
@@ -444,11 +427,8 @@ pub fn verdicts_md(run_dir: &Path, scenarios_dir: &Path) -> Result<String, LabEr
                 .map(|v| {
                     let rs = (1..=info.repeats.max(1))
                         .map(|k| {
-                            let mut name = format!("{stem}{}", v.suffix());
-                            if info.repeats > 1 {
-                                let _ = write!(name, "-run{k}");
-                            }
-                            read_result(&run_dir.join(experiment).join(&name))
+                            let name = run_name(stem, &v.suffix(), k, info.repeats);
+                            read_result(&run_dir.join(experiment).join(name))
                         })
                         .collect();
                     (column(v), rs)
@@ -457,6 +437,22 @@ pub fn verdicts_md(run_dir: &Path, scenarios_dir: &Path) -> Result<String, LabEr
             rows.extend(file_rows(experiment, stem, &sc, &probe_claims, &runs));
         }
     }
+    let read = |p: &str| std::fs::read_to_string(run_dir.join(p)).ok();
+    rows.push(sweeps::fig8(read("ancs-fig8/cpu.csv").as_deref()));
+    rows.extend(sweeps::tables(read("ancs-table1-2/latency.csv").as_deref()));
+    rows.extend(sections::real_load(
+        &run_dir.join(crate::real_load::REAL_LOAD_PAPER),
+    ));
+    let apps = crate::paper_apps::APPS_PAPER;
+    let apps_runs: Vec<[Result<Value, String>; 4]> = (1..=info.repeats.max(1))
+        .map(|k| {
+            ["native", "tcm", "c2qos", "c2qos-hbs"].map(|f| {
+                let name = run_name(&format!("{apps}-{f}"), "", k, info.repeats);
+                read_result(&run_dir.join(apps).join(name))
+            })
+        })
+        .collect();
+    rows.extend(sections::apps(&apps_runs));
     hold_against_baselines(&mut rows);
     Ok(format!(
         "Generated by `vqos lab publish` from the run of {} (commit `{}`, {} lab run{} per \
@@ -468,6 +464,15 @@ pub fn verdicts_md(run_dir: &Path, scenarios_dir: &Path) -> Result<String, LabEr
         if info.repeats == 1 { "" } else { "s" },
         tables_md(&rows, &ours)
     ))
+}
+
+/// The directory of run `k` of `stem` under a variant (`suffix`, [`Variant::suffix`]), as
+/// `vqos lab paper` names it.
+fn run_name(stem: &str, suffix: &str, k: u32, repeats: u32) -> String {
+    match repeats > 1 {
+        true => format!("{stem}{suffix}-run{k}"),
+        false => format!("{stem}{suffix}"),
+    }
 }
 
 /// A run directory's `results.json`, or why there is none.
