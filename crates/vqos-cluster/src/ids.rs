@@ -51,17 +51,23 @@ impl Names {
     }
 
     /// The name numbered `id`, if there is one.
+    // The transport's tables (`rpc`) use it; a build without that feature does not.
+    #[cfg_attr(not(feature = "rpc"), allow(dead_code))]
     pub fn try_name(&self, id: u32) -> Option<&str> {
         self.names.get(id as usize).map(String::as_str)
     }
 
     /// How many numbers were given.
+    // The transport's tables (`rpc`) use it; a build without that feature does not.
+    #[cfg_attr(not(feature = "rpc"), allow(dead_code))]
     pub fn len(&self) -> usize {
         self.names.len()
     }
 
     /// Numbers `name` next even if it has a number already (a table that mirrors a peer's,
     /// which may send a name twice); looking it up still gives its first number.
+    // The transport's tables (`rpc`) use it; a build without that feature does not.
+    #[cfg_attr(not(feature = "rpc"), allow(dead_code))]
     pub fn push(&mut self, name: String) -> u32 {
         let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
         if !self.ids.contains_key(&name) {
@@ -72,6 +78,8 @@ impl Names {
     }
 
     /// Forgets every number from `n` on (a refused message's names).
+    // The transport's tables (`rpc`) use it; a build without that feature does not.
+    #[cfg_attr(not(feature = "rpc"), allow(dead_code))]
     pub fn truncate(&mut self, n: usize) {
         for k in self.names.drain(n.min(self.names.len())..) {
             if self.ids.get(&k).is_some_and(|&i| i as usize >= n) {
