@@ -33,8 +33,8 @@ use vqos_sim::Scenario;
 
 use crate::paper::PAPERS;
 
-mod sections;
-mod sweeps;
+pub mod sections;
+pub mod sweeps;
 use crate::variant::{vqos_variants, Variant};
 use crate::LabError;
 
