@@ -445,6 +445,16 @@ const RUNS_TABLE_HEAD: &str =
     "| run | baseline | expectations passed | vqosd CPU % | softirq CPU % \
                                | directory |\n|---|---|---|---:|---:|---|\n";
 
+/// The directory of run `k` (of `repeats`) of `stem` under a variant (`suffix`,
+/// [`Variant::suffix`]): `<stem><suffix>`, with `-run<k>` when there are several runs. The
+/// verdict tables find the runs by it ([`crate::verdict`]).
+pub fn run_name(stem: &str, suffix: &str, k: u32, repeats: u32) -> String {
+    match repeats > 1 {
+        true => format!("{stem}{suffix}-run{k}"),
+        false => format!("{stem}{suffix}"),
+    }
+}
+
 /// Runs repeat `repeat` of scenario file `file` under variant `v`, adds its row to `md`.
 /// Only an interrupt is an error; a failed run is recorded in the returned run.
 fn one_file_run(
@@ -455,10 +465,9 @@ fn one_file_run(
     repeat: u32,
     md: &mut String,
 ) -> Result<PaperRun, LabError> {
-    let mut name = format!("{stem}{}", v.suffix());
+    let name = run_name(stem, &v.suffix(), repeat, opts.repeats);
     let mut run = stem.to_string();
     if opts.repeats > 1 {
-        let _ = write!(name, "-run{repeat}");
         let _ = write!(run, " #{repeat}");
     }
     let label = v.label();

@@ -31,7 +31,7 @@ use std::path::Path;
 use serde_json::Value;
 use vqos_sim::Scenario;
 
-use crate::paper::PAPERS;
+use crate::paper::{run_name, PAPERS};
 
 pub mod sections;
 pub mod sweeps;
@@ -464,15 +464,6 @@ pub fn verdicts_md(run_dir: &Path, scenarios_dir: &Path) -> Result<String, LabEr
         if info.repeats == 1 { "" } else { "s" },
         tables_md(&rows, &ours)
     ))
-}
-
-/// The directory of run `k` of `stem` under a variant (`suffix`, [`Variant::suffix`]), as
-/// `vqos lab paper` names it.
-fn run_name(stem: &str, suffix: &str, k: u32, repeats: u32) -> String {
-    match repeats > 1 {
-        true => format!("{stem}{suffix}-run{k}"),
-        false => format!("{stem}{suffix}"),
-    }
 }
 
 /// A run directory's `results.json`, or why there is none.
