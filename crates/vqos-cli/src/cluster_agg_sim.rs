@@ -36,6 +36,10 @@ pub struct AggArgs {
     /// How long shard 0 has no leader after its crash, ms.
     #[arg(long, default_value_t = 2000, value_name = "MS")]
     election_ms: u64,
+    /// The leaders answer only reports: no raise pushed to a host when the capacity it waits
+    /// for is released (the design before pushes, for comparison).
+    #[arg(long)]
+    no_push: bool,
 }
 
 impl AggArgs {
@@ -74,6 +78,7 @@ impl AggArgs {
             drift_ticks: ticks(self.lease_ms / 1000, "--lease-ms")?.max(1),
             election_periods: u32::try_from(self.election_ms.div_ceil(period_ms))
                 .map_err(|_| UsageError("--election-ms is too long".into()))?,
+            push: !self.no_push,
         })
     }
 }

@@ -160,6 +160,8 @@ pub struct Leader {
     plans: IdMap<u32, TenantPlan>,
     /// Per host: the tenants the latest plan gives its vifs targets in.
     tenants_of: IdMap<u32, Vec<u32>>,
+    /// Answers pushed ahead of the hosts' reports (`push.rs`).
+    pending: push::Pending,
 }
 
 /// The leases' timing.
@@ -267,6 +269,7 @@ impl Leader {
             books: IdMap::default(),
             plans: IdMap::default(),
             tenants_of: IdMap::default(),
+            pending: push::Pending::default(),
         }
     }
 
@@ -368,6 +371,8 @@ impl Leader {
                 targets,
                 tally: None,
             };
+            self.pending
+                .lowered(t, &plan.targets, &self.books, self.term);
             self.plans.insert(t, plan);
         }
     }
@@ -402,7 +407,9 @@ impl Leader {
         for (tenant, e) in &r.enforcing {
             let ours = self.ours(e.epoch);
             let t = self.tenant_ids.id(tenant);
+            let cap = self.plans.get(&t).map_or((Some(0), 0), |p| p.cap);
             let book = self.books.entry((t, host)).or_default();
+            let before = self.clock.counted(Some(book), cap, now_ns);
             if ours {
                 // It enforces `e.epoch`: the grants before it are superseded (a host never
                 // goes back to an older grant), and so is what it held before this leader.
@@ -420,6 +427,10 @@ impl Leader {
                 });
             }
             let book = &*book;
+            let after = self.clock.counted(Some(book), cap, now_ns);
+            if smaller(after, before) != before {
+                self.pending.released(t);
+            }
             if let Some(plan) = self.plans.get_mut(&t) {
                 retally(plan, self.clock, host, book, now_ns);
             }
@@ -428,6 +439,14 @@ impl Leader {
 
     /// The grant for `host` in `tenant` at `now_ns`, recorded as sent.
     fn answer(&mut self, tenant: u32, host: u32, now_ns: u64) -> Option<HostGrant> {
+        let (want, to) = self.totals_for(tenant, host, now_ns)?;
+        self.pending.short(tenant, host, smaller(want, to) != want);
+        self.send(tenant, host, to, now_ns)
+    }
+
+    /// What `host` wants of `tenant` (its targets' totals) and what it may have at `now_ns`:
+    /// `want` cut to what the others leave (or, in the hold, to what it holds).
+    fn totals_for(&mut self, tenant: u32, host: u32, now_ns: u64) -> Option<(Totals, Totals)> {
         let holding = self.holding(now_ns);
         let clock = self.clock;
         let plan = self.plans.get_mut(&tenant)?;
@@ -453,6 +472,15 @@ impl Leader {
             });
             smaller(want, tally.headroom(&plan.limits, host))
         };
+        Some((want, to))
+    }
+
+    /// The grant of `to` for `host` in `tenant`, its shares fitted from the plan's targets,
+    /// recorded as sent at `now_ns`.
+    fn send(&mut self, tenant: u32, host: u32, to: Totals, now_ns: u64) -> Option<HostGrant> {
+        let clock = self.clock;
+        let plan = self.plans.get_mut(&tenant)?;
+        let targets = plan.targets.get(&host)?;
         let shares = fit(targets, to);
         let fallback = smaller(to, plan.cap);
         let book = self.books.entry((tenant, host)).or_default();
@@ -558,6 +586,9 @@ fn record(book: &mut Vec<Entry>, clock: Clock, entry: Entry, now_ns: u64) {
     }
     book.push(entry);
 }
+
+#[path = "aggregator_push.rs"]
+mod push;
 
 #[cfg(test)]
 #[path = "aggregator_tests.rs"]

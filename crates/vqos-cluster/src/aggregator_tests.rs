@@ -237,9 +237,17 @@ impl Rng {
 /// each host's own phase, delays up to 40 ms (one message in ten, before the quiet end, up to
 /// 500 ms: past the next report and past the lease), `loss` % of messages lost, demands changing at
 /// random, host 0 cut off from 3 s to 5 s, the leader replaced at `crash_ms`. The last 4 s
-/// lose nothing. Returns the largest Σ max and Σ min in force, and the hosts' totals in force
-/// against the last plan's targets at the end.
-fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, Vec<(u64, u64)>) {
+/// lose nothing. With `push`, the leader's pushed answers go out after each plan and report
+/// (through the same network), leased from the host's latest report. Returns the largest Σ max
+/// and Σ min in force, and the hosts' totals in force against the last plan's targets at the
+/// end.
+fn run(
+    seed: u64,
+    hosts: usize,
+    loss: u64,
+    crash_ms: Option<u64>,
+    push: bool,
+) -> (u64, u64, Vec<(u64, u64)>) {
     let mut rng = Rng(seed | 1);
     let weights: Vec<u32> = (0..hosts).map(|_| 1 + rng.below(4) as u32).collect();
     let decl = declared(&weights);
@@ -263,6 +271,7 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
     let mut demand: Vec<Option<u64>> = (0..hosts).map(|_| None).collect();
     let phase: Vec<u64> = (0..hosts).map(|_| rng.below(10) * 10).collect();
     let mut queue: Vec<(u64, Msg)> = Vec::new();
+    let mut last_sent: Vec<Option<u64>> = vec![None; hosts];
     let (mut worst_max, mut worst_min) = (0u64, 0u64);
     for step in 0..1200u64 {
         let now = step * 10 * MS;
@@ -281,6 +290,10 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
             }
             leader.plan(&decl, &tenants);
         }
+        let mut pushed = Vec::new();
+        if push {
+            pushed.extend(leader.push(now));
+        }
         let delay = |rng: &mut Rng, quiet: bool| match !quiet && rng.below(10) == 0 {
             true => (100 + rng.below(41) * 10) * MS,
             false => rng.below(5) * 10 * MS,
@@ -290,6 +303,7 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
         };
         for (i, ph) in phase.iter().enumerate() {
             if step % 10 == ph / 10 && !lost(&mut rng, i) {
+                last_sent[i] = Some(now);
                 let r = report(i, demand[i], held(&host[i]));
                 let at = now + delay(&mut rng, quiet);
                 queue.push((at, Msg::Report(i, r, now)));
@@ -308,10 +322,20 @@ fn run(seed: u64, hosts: usize, loss: u64, crash_ms: Option<u64>) -> (u64, u64, 
                         let at = now + delay(&mut rng, quiet);
                         queue.push((at, Msg::Answer(i, answer, sent)));
                     }
+                    if push {
+                        pushed.extend(leader.push(now));
+                    }
                 }
                 Msg::Answer(i, grants, sent) => {
                     host[i].apply(&grants, sent, now);
                 }
+            }
+        }
+        for (name, answer) in pushed {
+            let i: usize = name[1..].parse().expect("hosts are h0, h1, …");
+            if let Some(sent) = last_sent[i].filter(|_| !lost(&mut rng, i)) {
+                let at = now + delay(&mut rng, quiet);
+                queue.push((at, Msg::Answer(i, answer, sent)));
             }
         }
         for h in host.iter_mut() {
@@ -378,16 +402,18 @@ fn tenants_hash_to_shards_evenly_and_a_new_shard_takes_only_its_own() {
 
 #[test]
 fn without_losses_every_host_settles_on_its_target() {
-    let (max, min, end) = run(42, 4, 0, None);
-    assert!(max <= 1000 * M && min <= 200 * M, "{max} {min}");
-    assert!(end.iter().all(|&d| d == (0, 0)), "{end:?}");
+    for push in [false, true] {
+        let (max, min, end) = run(42, 4, 0, None, push);
+        assert!(max <= 1000 * M && min <= 200 * M, "{max} {min}");
+        assert!(end.iter().all(|&d| d == (0, 0)), "{end:?}");
+    }
 }
 
 proptest! {
     #![proptest_config(proptest_config::config(48))]
 
     /// The bound: never above the tenant's max (nor its min), whatever the delays,
-    /// losses, partition and failover; and once the network is quiet, every host settles on
+    /// losses, partition and failover, with pushed answers or without; and once the network is quiet, every host settles on
     /// the split's target.
     #[test]
     fn never_above_the_max_in_transit(
@@ -395,8 +421,9 @@ proptest! {
         hosts in 2usize..7,
         loss in 0u64..40,
         crash in proptest::option::of(100u64..700),
+        push in any::<bool>(),
     ) {
-        let (max, min, end) = run(seed, hosts, loss, crash.map(|c| c * 10));
+        let (max, min, end) = run(seed, hosts, loss, crash.map(|c| c * 10), push);
         prop_assert!(max <= 1000 * M, "Σ max in force {max}");
         prop_assert!(min <= 200 * M, "Σ min in force {min}");
         prop_assert!(end.iter().all(|&d| d == (0, 0)), "not settled: {end:?}");
@@ -429,3 +456,6 @@ fn a_hosts_targets_are_refilled_in_place_only_when_its_vifs_are_the_same() {
         assert_eq!(refill(None, &mut new.clone()), want);
     }
 }
+
+#[path = "aggregator_push_tests.rs"]
+mod push;

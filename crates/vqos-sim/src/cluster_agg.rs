@@ -53,6 +53,9 @@ pub struct AggSimConfig {
     pub drift_ticks: u32,
     /// Periods shard 0 has no leader after its crash (the election).
     pub election_periods: u32,
+    /// The leaders push raises to the hosts they were waiting for
+    /// (`vqos_cluster::aggregator`'s `push`); `false`: answers only to reports.
+    pub push: bool,
 }
 
 impl Default for AggSimConfig {
@@ -67,6 +70,7 @@ impl Default for AggSimConfig {
             lease_ticks: 80,
             drift_ticks: 2,
             election_periods: 4,
+            push: true,
         }
     }
 }
@@ -143,8 +147,12 @@ pub struct AggWorld {
     config: AggSimConfig,
     shards: Vec<Shard>,
     holders: Vec<Holder>,
-    /// Per host: its phase, its vifs by shard, cut off.
+    /// Per host: its phase, its vifs by shard, cut off, the tick of its latest report to each
+    /// shard (a pushed answer's lease is timed from it).
     phase: Vec<u32>,
+    last_report: Vec<BTreeMap<u32, u64>>,
+    /// Hosts by name (a pushed answer names its host).
+    host_ids: BTreeMap<String, u32>,
     by_shard: Vec<BTreeMap<u32, Vec<usize>>>,
     cut: Vec<bool>,
     /// Per tenant index: Σ share max in force (u128: no overflow).
@@ -189,6 +197,9 @@ impl AggWorld {
         let phase = (0..hosts)
             .map(|_| (next_u64(&mut rng) % u64::from(config.ticks)) as u32)
             .collect();
+        let host_ids = (0..hosts as u32)
+            .map(|h| (world.host(h).to_string(), h))
+            .collect();
         let mut w = AggWorld {
             sums: vec![0; base.tenants as usize],
             world,
@@ -196,6 +207,8 @@ impl AggWorld {
             shards,
             holders,
             phase,
+            last_report: vec![BTreeMap::new(); hosts],
+            host_ids,
             by_shard,
             cut: vec![false; hosts],
             queue: BTreeMap::new(),
@@ -283,6 +296,7 @@ impl AggWorld {
                 .collect(),
             status,
         };
+        self.last_report[h as usize].insert(s, self.tick);
         self.send(Msg::Report(h, s, r, self.tick));
     }
 
@@ -311,10 +325,33 @@ impl AggWorld {
                 if !self.cut[h as usize] {
                     self.send(Msg::Answer(h, answer, sent));
                 }
+                self.push(s);
             }
             Msg::Answer(h, answer, sent) => {
                 let changed = self.holders[h as usize].apply(&answer, sent * tick_ns, now);
                 self.enforce(h, &changed);
+            }
+        }
+    }
+
+    /// Shard `s`'s leader pushes what it has to (`config.push`): each answer's lease timed
+    /// from the host's latest report to the shard.
+    fn push(&mut self, s: u32) {
+        let now = self.now_ns();
+        let shard = &mut self.shards[s as usize];
+        let Some(leader) = shard.leader.as_mut().filter(|_| self.config.push) else {
+            return;
+        };
+        let t0 = Instant::now();
+        let pushed = leader.push(now);
+        shard.busy_ns += t0.elapsed().as_nanos();
+        for (host, answer) in pushed {
+            let Some(&to) = self.host_ids.get(&host) else {
+                continue;
+            };
+            let last = self.last_report[to as usize].get(&s).copied();
+            if let (Some(sent), false) = (last, self.cut[to as usize]) {
+                self.send(Msg::Answer(to, answer, sent));
             }
         }
     }
@@ -332,6 +369,7 @@ impl AggWorld {
                 let t0 = Instant::now();
                 l.plan(&shard.declared, &shard.tenants);
                 shard.busy_ns += t0.elapsed().as_nanos();
+                self.push(s as u32);
             }
         }
         for h in 0..self.phase.len() as u32 {

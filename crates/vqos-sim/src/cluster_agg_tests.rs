@@ -50,3 +50,27 @@ fn every_seed_of_a_small_cluster_stays_within_the_max() {
         assert_eq!(r.max_excess_bps, 0, "seed {seed}: {r:?}");
     }
 }
+
+#[test]
+fn pushed_answers_stay_within_the_max_and_settle_a_shift_no_later() {
+    for seed in 1..=3 {
+        let run = |push: bool| {
+            let cfg = AggSimConfig {
+                shards: 3,
+                push,
+                ..Default::default()
+            };
+            simulate_aggregators(&small(seed), &cfg).unwrap()
+        };
+        let (with, without) = (run(true), run(false));
+        assert_eq!(with.max_excess_bps, 0, "seed {seed}: {with:?}");
+        assert_eq!(without.max_excess_bps, 0, "seed {seed}: {without:?}");
+        // The design's claim (docs/cluster.md, "Pushed raises"), on fixed seeds: a shift's
+        // chain of periods is shortened, not lengthened.
+        let periods = |r: &AggReport| r.shift_periods.unwrap_or(u32::MAX);
+        assert!(
+            periods(&with) <= periods(&without),
+            "seed {seed}: with pushes {with:?}, without {without:?}"
+        );
+    }
+}

@@ -2,7 +2,9 @@
 //! tenants in. Every period ([`HostSide::period`]) it starts the tenants etcd declares it in
 //! (their fallback, `limits / N`, before any grant), lapses the grants whose lease ran out,
 //! and reports to each shard's leader its vifs of the shard's tenants with what it enforces of
-//! them, applying each answer as it comes.
+//! them, applying each answer as it comes. Between periods [`HostSide::take_pushed`] applies
+//! the answers the leaders pushed (a decrease after a plan, a raise another host's release
+//! made room for; docs/cluster.md, "Pushed raises").
 //!
 //! An uplink opens a session to its shard's leader as the host's one etcd watch of the
 //! leaders last said it (`super::leaders`), and keeps it while it answers, etcd reachable or
@@ -19,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 
-use crate::aggregator::{shard_of, HostGrant, Report};
+use crate::aggregator::{shard_of, Report};
 use crate::etcd::{self, EtcdError, EtcdSettings};
 use crate::holder::Holder;
 use crate::model::HostStatus;
-use crate::rpc::client::HostSession;
+use crate::rpc::client::{HostSession, TakenAnswer};
 use crate::rpc::server::{Clock, Monotonic};
 use crate::rpc::tls::{self, RpcTls};
 use crate::rpc::RpcError;
@@ -100,8 +102,9 @@ impl Uplink {
     }
 
     /// Sends `r` (made at `sent_ns`) and waits up to `wait` for its answer, opening a session
-    /// to `leader` first if there is none; the answer's `sent_ns` and grants. A failure drops
-    /// the session and starts a backoff (from `period`) before the next attempt.
+    /// to `leader` first if there is none; every answer read, in order, its own last (each
+    /// with the `sent_ns` it is leased from). A failure drops the session and starts a
+    /// backoff (from `period`) before the next attempt.
     pub async fn exchange(
         &mut self,
         leader: Option<String>,
@@ -109,7 +112,7 @@ impl Uplink {
         sent_ns: u64,
         wait: Duration,
         period: Duration,
-    ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
+    ) -> Result<Answers, UplinkError> {
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             return Err(UplinkError::Waiting(self.shard));
         }
@@ -139,7 +142,7 @@ impl Uplink {
         r: &Report,
         sent_ns: u64,
         wait: Duration,
-    ) -> Result<(u64, BTreeMap<String, HostGrant>), UplinkError> {
+    ) -> Result<Answers, UplinkError> {
         let shard = self.shard;
         if self.session.is_none() {
             self.open(leader, wait).await?;
@@ -147,14 +150,42 @@ impl Uplink {
         let session = self.session.as_mut().expect("opened above");
         let rpc = |e| UplinkError::Rpc(shard, e);
         session.send(r, sent_ns).await.map_err(rpc)?;
-        // Answers to earlier reports that came late are applied too: the holder keeps only a
-        // newer epoch, timed from the report each answers.
-        match tokio::time::timeout(wait, session.answer()).await {
-            Ok(answer) => answer.map_err(rpc),
-            Err(_) => Err(UplinkError::Late(shard, wait)),
+        // Answers pushed since the last period, and answers to earlier reports that came
+        // late, are read first and applied too: the holder keeps only a newer epoch, timed
+        // from the report each is leased from.
+        let until = tokio::time::Instant::now() + wait;
+        let mut got = Vec::new();
+        loop {
+            match tokio::time::timeout_at(until, session.answer()).await {
+                Ok(answer) => {
+                    let answer = answer.map_err(rpc)?;
+                    let ours = answer.0 == sent_ns;
+                    got.push(answer);
+                    if ours {
+                        return Ok(got);
+                    }
+                }
+                Err(_) => return Err(UplinkError::Late(shard, wait)),
+            }
         }
     }
+
+    /// The answers the leader pushed since they were last taken, without waiting; a broken
+    /// session is dropped (the next period opens one, after the backoff).
+    pub fn pushed(&mut self) -> Answers {
+        let mut got = Vec::new();
+        while let Some(answer) = self.session.as_mut().and_then(HostSession::try_answer) {
+            match answer {
+                Ok(a) => got.push(a),
+                Err(_) => self.session = None,
+            }
+        }
+        got
+    }
 }
+
+/// Answers read from a session, in order.
+pub type Answers = Vec<TakenAnswer>;
 
 /// A host's holdings and uplinks (module doc).
 pub struct HostSide {
@@ -212,6 +243,18 @@ impl HostSide {
     /// tenants that changed. [`HostSide::period`] does it too.
     pub fn lapse(&mut self) -> Vec<String> {
         self.holder.lapse(self.clock.now_ns())
+    }
+
+    /// Applies the answers the leaders pushed since the last period or call (the agent calls
+    /// it between periods, docs/cluster.md, "Pushed raises"); the tenants that changed.
+    pub fn take_pushed(&mut self) -> Vec<String> {
+        let mut changed = BTreeSet::new();
+        for uplink in self.uplinks.values_mut() {
+            for (sent_ns, grants) in uplink.pushed() {
+                changed.extend(self.holder.apply(&grants, sent_ns, self.clock.now_ns()));
+            }
+        }
+        changed.into_iter().collect()
     }
 
     /// The shares it holds of every tenant, by vif.
@@ -323,8 +366,10 @@ impl HostSide {
             let uplink = self.uplinks.get_mut(&shard).expect("made by start_tenants");
             let leader = self.leaders.leader(shard).map(str::to_string);
             match uplink.exchange(leader, &r, sent, wait, period).await {
-                Ok((sent_ns, grants)) => {
-                    self.holder.apply(&grants, sent_ns, self.clock.now_ns());
+                Ok(answers) => {
+                    for (sent_ns, grants) in answers {
+                        self.holder.apply(&grants, sent_ns, self.clock.now_ns());
+                    }
                 }
                 Err(e) => failed.push(e),
             }

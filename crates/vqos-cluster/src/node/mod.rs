@@ -345,12 +345,16 @@ async fn lead_once(
     }
 }
 
-/// Plans `spec.shard`'s leader with the desired state of the shard's tenants.
+/// Plans `spec.shard`'s leader with the desired state of the shard's tenants, and pushes the
+/// decreases the plan makes.
 fn plan(service: &AggregatorService, spec: &CandidateSpec, desired: &SharedDesired) {
-    let f = desired.lock();
-    let mut limits = f.state.tenant_limits();
-    limits.retain(|t, _| shard_of(t, spec.shards) == spec.shard);
-    service.with_leader(spec.shard, |l| l.plan(f.state.declared(), &limits));
+    {
+        let f = desired.lock();
+        let mut limits = f.state.tenant_limits();
+        limits.retain(|t, _| shard_of(t, spec.shards) == spec.shard);
+        service.with_leader(spec.shard, |l| l.plan(f.state.declared(), &limits));
+    }
+    service.push(spec.shard);
 }
 
 /// What a node needs to lead shards.

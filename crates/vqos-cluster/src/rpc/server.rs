@@ -3,7 +3,10 @@
 //!
 //! Each session names its shard in the [`SHARD_HEADER`] request header and is read by a task
 //! of its own: a report is decoded ([`LeaderCodec`]), given to the shard's leader at the
-//! service's clock, and its answer sent back on the session's stream. The leaders are shared
+//! service's clock, and its answer sent back on the session's stream. The answers the leader
+//! pushes then (`crate::aggregator`'s `push`: raises released by this report, decreases after
+//! a plan through [`AggregatorService::push`]) go to the other hosts' sessions of the shard,
+//! each sent between that host's answers with its latest report's `sent_ns`. The leaders are shared
 //! under one mutex, held for one report's bookkeeping; whoever owns the service starts and
 //! stops leading shards and plans through it ([`AggregatorService::lead`],
 //! [`AggregatorService::with_leader`]).
@@ -15,8 +18,9 @@
 //!   ("this node does not lead shard 3"): the host looks the leader up again. A session
 //!   without the header is refused with `InvalidArgument`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -29,7 +33,7 @@ use super::proto::aggregator_server::{Aggregator, AggregatorServer};
 use super::proto::{Answer, HostView, Report, ViewQuery, ViewReply};
 use super::tls::peer_host;
 use super::{LeaderCodec, RpcError};
-use crate::aggregator::Leader;
+use crate::aggregator::{HostGrant, Leader};
 
 /// The leader's monotonic clock, ns (its leases and hold are counted on it).
 pub trait Clock: Send + Sync {
@@ -81,10 +85,21 @@ struct Lead {
     valid_until_ns: u64,
 }
 
+/// Grants by tenant, as the leader decides them for one host.
+type Grants = BTreeMap<String, HostGrant>;
+
+/// The open sessions by shard and host, each with its number (a host's newer session
+/// replaces an older one) and where its pushed answers go.
+type Sessions = HashMap<(u32, String), (u64, mpsc::Sender<Grants>)>;
+
 /// The shards a node leads, served to the hosts.
 #[derive(Clone)]
 pub struct AggregatorService {
     leads: Arc<Mutex<BTreeMap<u32, Lead>>>,
+    /// The sessions pushed answers are sent on.
+    sessions: Arc<Mutex<Sessions>>,
+    /// The number of the next session.
+    next_session: Arc<AtomicU64>,
     /// Why a shard's candidate last failed to stand or lead, until it is elected again.
     candidacy: Arc<Mutex<BTreeMap<u32, String>>>,
     clock: Arc<dyn Clock>,
@@ -103,6 +118,8 @@ impl AggregatorService {
     pub fn new(clock: Arc<dyn Clock>) -> AggregatorService {
         AggregatorService {
             leads: Arc::new(Mutex::new(BTreeMap::new())),
+            sessions: Arc::new(Mutex::new(HashMap::new())),
+            next_session: Arc::new(AtomicU64::new(0)),
             candidacy: Arc::new(Mutex::new(BTreeMap::new())),
             clock,
             authenticated: false,
@@ -210,13 +227,14 @@ impl AggregatorService {
         AggregatorServer::new(self)
     }
 
-    /// Answers `report` for `shard`, or says why this node cannot.
+    /// Answers `report` for `shard`, or says why this node cannot; with the answers the
+    /// leader pushes to other hosts after it.
     fn answer(
         &self,
         shard: u32,
         codec: &mut LeaderCodec,
         report: Report,
-    ) -> Result<Answer, Status> {
+    ) -> Result<(Answer, Vec<(String, Grants)>), Status> {
         let (sent_ns, report) = codec.decode(report).map_err(|e| match e {
             RpcError::Identity(m) => Status::permission_denied(m),
             e => Status::invalid_argument(e.to_string()),
@@ -226,12 +244,99 @@ impl AggregatorService {
         match leads.get_mut(&shard) {
             Some(l) if now < l.valid_until_ns => {
                 let answers = l.leader.report(report, now);
-                Ok(codec.encode(&answers, sent_ns))
+                let pushed = l.leader.push(now);
+                Ok((codec.encode(&answers, sent_ns), pushed))
             }
             _ => Err(Status::unavailable(format!(
                 "this node does not lead shard {shard}"
             ))),
         }
+    }
+
+    /// Sends what `shard`'s leader has to push (after a plan: its decreases) on the hosts'
+    /// sessions, if this node may still grant for the shard.
+    pub fn push(&self, shard: u32) {
+        let now = self.clock.now_ns();
+        let pushed = match self.leads().get_mut(&shard) {
+            Some(l) if now < l.valid_until_ns => l.leader.push(now),
+            _ => return,
+        };
+        self.deliver(shard, pushed);
+    }
+
+    /// Hands each pushed answer to its host's session of `shard`. One that finds no session,
+    /// or a session whose queue is full, is dropped: a lost answer, which the leader counts
+    /// for its lease (a later raise, never an excess).
+    fn deliver(&self, shard: u32, pushed: Vec<(String, Grants)>) {
+        if pushed.is_empty() {
+            return;
+        }
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        for (host, grants) in pushed {
+            if let Some((_, to)) = sessions.get(&(shard, host)) {
+                let _ = to.try_send(grants);
+            }
+        }
+    }
+
+    /// Registers session `id` of `host` on `shard` for pushed answers.
+    fn register(&self, shard: u32, host: &str, id: u64, to: mpsc::Sender<Grants>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.insert((shard, host.to_string()), (id, to));
+    }
+
+    /// Forgets session `id` of `host` on `shard`, unless a newer one replaced it.
+    fn unregister(&self, shard: u32, host: &str, id: u64) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (shard, host.to_string());
+        if sessions.get(&key).is_some_and(|(i, _)| *i == id) {
+            sessions.remove(&key);
+        }
+    }
+}
+
+/// Serves one session: each report answered in turn, and the answers pushed to this host sent
+/// between them, leased from its latest report (`sent_ns` echoed).
+async fn serve(
+    service: AggregatorService,
+    shard: u32,
+    mut codec: LeaderCodec,
+    mut inbound: Streaming<Report>,
+    tx: mpsc::Sender<Result<Answer, Status>>,
+) {
+    let id = service.next_session.fetch_add(1, Ordering::Relaxed);
+    let (push_tx, mut pushes) = mpsc::channel::<Grants>(4);
+    let mut latest: Option<u64> = None;
+    loop {
+        let answer = tokio::select! {
+            report = inbound.message() => {
+                let Ok(Some(report)) = report else { break };
+                match service.answer(shard, &mut codec, report) {
+                    Ok((answer, pushed)) => {
+                        if latest.is_none() {
+                            if let Some(host) = codec.host() {
+                                service.register(shard, host, id, push_tx.clone());
+                            }
+                        }
+                        latest = Some(answer.sent_ns);
+                        service.deliver(shard, pushed);
+                        Ok(answer)
+                    }
+                    Err(status) => Err(status),
+                }
+            }
+            Some(grants) = pushes.recv() => match latest {
+                Some(sent_ns) => Ok(codec.encode(&grants, sent_ns)),
+                None => continue,
+            },
+        };
+        let refused = answer.is_err();
+        if tx.send(answer).await.is_err() || refused {
+            break;
+        }
+    }
+    if let Some(host) = codec.host() {
+        service.unregister(shard, host, id);
     }
 }
 
@@ -288,7 +393,7 @@ impl Aggregator for AggregatorService {
         request: Request<Streaming<Report>>,
     ) -> Result<Response<Answers>, Status> {
         let shard = shard_of_request(&request)?;
-        let mut codec = match self.authenticated {
+        let codec = match self.authenticated {
             false => LeaderCodec::default(),
             true => {
                 let certs = request.peer_certs().ok_or_else(|| {
@@ -297,18 +402,9 @@ impl Aggregator for AggregatorService {
                 LeaderCodec::for_peer(peer_host(&certs).map_err(Status::unauthenticated)?)
             }
         };
-        let mut inbound = request.into_inner();
+        let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
-        let service = self.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(report)) = inbound.message().await {
-                let answer = service.answer(shard, &mut codec, report);
-                let refused = answer.is_err();
-                if tx.send(answer).await.is_err() || refused {
-                    break;
-                }
-            }
-        });
+        tokio::spawn(serve(self.clone(), shard, codec, inbound, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

@@ -329,6 +329,113 @@ async fn serve(
     (server, channel)
 }
 
+/// Sends `r` at `now` and applies every answer up to its own: the ones the leader pushed
+/// since, leased from the report each names, first.
+async fn exchange(session: &mut HostSession, holder: &mut Holder, r: &Report, now: u64) {
+    session.send(r, now).await.unwrap();
+    loop {
+        let (sent, grants) = session.answer().await.unwrap();
+        assert!(sent <= now, "an answer leased from a report not sent yet");
+        holder.apply(&grants, sent, now);
+        if sent == now {
+            return;
+        }
+    }
+}
+
+/// Host `h`'s report of acme: its five vifs wanting `demand` each (`None`: greedy).
+fn acme_report(h: usize, demand: Option<u64>, holder: &Holder) -> Report {
+    Report {
+        host: format!("h{h}"),
+        status: HostStatus {
+            vifs: (0..5)
+                .map(|v| (format!("vm{v}"), vif(demand, false, false)))
+                .collect(),
+            ..HostStatus::default()
+        },
+        enforcing: holder.enforcing(),
+    }
+}
+
+fn acme_max(holder: &Holder) -> u64 {
+    holder.enforcing()["acme"].max_bps.unwrap_or(u64::MAX)
+}
+
+/// docs/cluster.md, "Pushed raises", over the real transport: a plan's decrease reaches its
+/// host between its reports, and the release it confirms reaches the host waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decrease_and_the_raise_it_releases_are_pushed_over_grpc() {
+    let clock = Arc::new(Stepped::default());
+    let service = AggregatorService::new(clock.clone());
+    service.lead(
+        0,
+        Leader::new(1, 0, 4 * PERIOD_NS, PERIOD_NS / 10),
+        u64::MAX,
+    );
+    let (server, channel) = serve(&service).await;
+    let (declared, tenants, mut holders) = acme(2);
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        sessions.push(HostSession::open(channel.clone(), 0).await.unwrap());
+    }
+    // h0 wants 110 Mbit/s (22 a vif), h1 all it can get: past the hold, 110 and 890.
+    let mut demand = [Some(22_000_000), None];
+    let mut now = 0;
+    for period in 0..8u64 {
+        now = period * PERIOD_NS;
+        clock.0.store(now, Ordering::SeqCst);
+        service.with_leader(0, |l| l.plan(&declared, &tenants));
+        for h in 0..2 {
+            holders[h].lapse(now);
+            let r = acme_report(h, demand[h], &holders[h]);
+            exchange(&mut sessions[h], &mut holders[h], &r, now).await;
+        }
+    }
+    assert_eq!(
+        (acme_max(&holders[0]), acme_max(&holders[1])),
+        (110_000_000, 890_000_000)
+    );
+    let h1_sent = now;
+    // h0 turns greedy; the next plan splits 500 each and pushes h1 its decrease.
+    demand[0] = None;
+    now += PERIOD_NS;
+    clock.0.store(now, Ordering::SeqCst);
+    let r = acme_report(0, demand[0], &holders[0]);
+    exchange(&mut sessions[0], &mut holders[0], &r, now).await;
+    service.with_leader(0, |l| l.plan(&declared, &tenants));
+    service.push(0);
+    let wait = std::time::Duration::from_secs(10);
+    let (sent, grants) = tokio::time::timeout(wait, sessions[1].answer())
+        .await
+        .expect("the decrease is pushed")
+        .unwrap();
+    assert_eq!(sent, h1_sent, "leased from h1's latest report");
+    holders[1].apply(&grants, sent, now);
+    assert_eq!(acme_max(&holders[1]), 500_000_000);
+    // h0 asks again: h1 has not confirmed, so h0 stays at 110, short of its 500.
+    now += 1_000_000;
+    clock.0.store(now, Ordering::SeqCst);
+    let r = acme_report(0, demand[0], &holders[0]);
+    exchange(&mut sessions[0], &mut holders[0], &r, now).await;
+    assert_eq!(acme_max(&holders[0]), 110_000_000);
+    assert!(sessions[0].try_answer().is_none(), "nothing released yet");
+    // h1 reports holding 500: the release is confirmed and h0's raise pushed at once.
+    let h0_sent = now;
+    now += 1_000_000;
+    clock.0.store(now, Ordering::SeqCst);
+    let r = acme_report(1, demand[1], &holders[1]);
+    exchange(&mut sessions[1], &mut holders[1], &r, now).await;
+    let (sent, grants) = tokio::time::timeout(wait, sessions[0].answer())
+        .await
+        .expect("the raise is pushed")
+        .unwrap();
+    assert_eq!(sent, h0_sent);
+    holders[0].apply(&grants, sent, now);
+    assert_eq!(acme_max(&holders[0]), 500_000_000);
+    assert!(acme_max(&holders[0]) + acme_max(&holders[1]) <= MAX);
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
     let clock = Arc::new(Stepped::default());
@@ -381,10 +488,7 @@ async fn hosts_over_grpc_reach_the_split_and_never_hold_above_the_max() {
                 },
                 enforcing: holder.enforcing(),
             };
-            session.send(&r, now).await.unwrap();
-            let (sent, grants) = session.answer().await.unwrap();
-            assert_eq!(sent, now);
-            holder.apply(&grants, sent, now);
+            exchange(session, holder, &r, now).await;
             let held = held_max(&holders);
             assert!(
                 held <= MAX,

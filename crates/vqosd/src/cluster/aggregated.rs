@@ -7,9 +7,11 @@
 //!   side (`vqos_cluster::node::host::HostSide`) starts the tenants etcd declares it in,
 //!   lapses what ran out, reports to each shard's leader and applies the answers; the shares
 //!   it then holds are fitted to the host's capacity and put in force.
-//! - **A watchdog** lapses the grants on time while no period runs (etcd down, the session
-//!   reconnecting), so a host cut off from everything holds its fallbacks one grant lease
-//!   after its last answer: what the leaders count for it.
+//! - **A watchdog**, every quarter period, puts in force the answers the leaders pushed
+//!   since (a raise released by another host, a decrease after a plan: docs/cluster.md,
+//!   "Pushed raises"), and lapses the grants on time while no period runs (etcd down, the
+//!   session reconnecting), so a host cut off from everything holds its fallbacks one grant
+//!   lease after its last answer: what the leaders count for it.
 //! - **The node** (with `listen`): a gRPC server, a follower of the desired state and a
 //!   candidate per shard on the agent's runtime; it stops (and resigns) with the agent.
 
@@ -111,7 +113,7 @@ impl Aggregated {
         problems
     }
 
-    /// Lapses the grants on time while no period runs (module doc).
+    /// Applies pushed answers and lapses the grants on time between periods (module doc).
     pub async fn watchdog(self, api: Arc<Api>) {
         let mut tick = tokio::time::interval(self.timing.period / 4);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -121,10 +123,14 @@ impl Aggregated {
             let Ok(mut side) = self.side.try_lock() else {
                 continue;
             };
-            if !side.lapse().is_empty() {
+            let pushed = side.take_pushed();
+            let lapsed = side.lapse();
+            if !lapsed.is_empty() {
                 tracing::warn!(
                     "Cluster agent: a tenant grant's lease ran out; its shares held to their fallback"
                 );
+            }
+            if !pushed.is_empty() || !lapsed.is_empty() {
                 if let Some(p) = enforce(&api, side.shares()) {
                     tracing::warn!("Cluster agent: {p}");
                 }
