@@ -120,6 +120,19 @@ pub fn print(r: &AggReport, period_ms: u64) -> Result<()> {
         periods(r.heal_periods),
         periods(r.failover_periods)
     )?;
+    let m = &r.shift_moved;
+    let secs = |p: Option<u32>| {
+        p.map_or("not within the stage".to_string(), |p| {
+            format!("{p} ({:.1} s)", f64::from(p) * period_ms as f64 / 1000.0)
+        })
+    };
+    outln!(
+        "  the {} tenants the shift moved, each settled in: median {}, p90 {}, p99 {}",
+        m.tenants,
+        secs(m.p50),
+        secs(m.p90),
+        secs(m.p99)
+    )?;
     let per_s = 1000.0 / period_ms as f64;
     outln!(
         "  reports and answers per period {:.0} ({:.0}/s), {:.2} MiB as JSON ({:.2} MiB/s); largest {} bytes; etcd: none",

@@ -414,6 +414,13 @@ impl World {
     /// tenant's excess error as a part of its max (≤ 0: converged), and the worst tenant's
     /// aggregate above its max (bit/s; > 0 would break the cap).
     pub fn distance(&self, reference: &[u64]) -> (f64, i128) {
+        let (each, over) = self.tenant_distances(reference);
+        (each.into_iter().fold(f64::NEG_INFINITY, f64::max), over)
+    }
+
+    /// Each tenant's distance as [`World::distance`] reads it (≤ 0: converged), by tenant
+    /// number, and the worst tenant's aggregate above its max (bit/s).
+    pub fn tenant_distances(&self, reference: &[u64]) -> (Vec<f64>, i128) {
         let t_count = self.config.tenants as usize;
         let mut err = vec![0u128; t_count];
         let mut slack = vec![0u128; t_count];
@@ -429,15 +436,15 @@ impl World {
             };
             slack[t] += u128::from(held);
         }
-        let mut worst = f64::NEG_INFINITY;
+        let mut each = Vec::with_capacity(t_count);
         let mut over = i128::MIN;
         for t in 0..t_count {
             let max = self.tenants[&tenant_name(t as u32)].max_bps.unwrap_or(1);
             let allowed = slack[t] + u128::from(max / 1000);
-            worst = worst.max((err[t] as f64 - allowed as f64) / max as f64);
+            each.push((err[t] as f64 - allowed as f64) / max as f64);
             over = over.max(sum[t] as i128 - i128::from(max));
         }
-        (worst, over)
+        (each, over)
     }
 
     /// Runs `periods` periods; the periods to converge (see the module doc; `None`: not
@@ -468,34 +475,7 @@ impl World {
     }
 }
 
-/// The periods to converge, from the last period of `periods` that was off (the module
-/// doc): converged for at least the last two periods, a flapping split is not (`None`).
-fn settled(last_off: Option<u32>, periods: u32) -> Option<u32> {
-    match last_off {
-        Some(p) if p + 1 >= periods => None,
-        Some(p) => Some(p + 1),
-        None => Some(1),
-    }
-}
-
-/// Runs `periods` periods of a model `m` (`period` runs one) over the world `world(m)`
-/// returns; the periods to converge to the reference of the world as it is at the start.
-pub(crate) fn settle<M>(
-    periods: u32,
-    m: &mut M,
-    world: impl Fn(&M) -> &World,
-    mut period: impl FnMut(&mut M),
-) -> Option<u32> {
-    let reference = world(m).reference_bps();
-    let mut last_off = None;
-    for p in 1..=periods {
-        period(m);
-        if world(m).distance(&reference).0 > 0.0 {
-            last_off = Some(p);
-        }
-    }
-    settled(last_off, periods)
-}
+pub(crate) use crate::settle::{settle, settled};
 
 /// What [`simulate_cluster`] found.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -31,6 +31,7 @@ use vqos_cluster::shares::{declared_by_statuses, Declarations};
 use vqos_cluster::{Share, TenantLimits};
 
 use crate::cluster::{next_u64, ClusterSimConfig, ClusterSimError, World};
+use crate::settle::{Moved, Settled};
 
 /// The aggregators, the network and the failures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,6 +90,8 @@ pub struct AggReport {
     pub start_periods: Option<u32>,
     /// After the demand shift.
     pub shift_periods: Option<u32>,
+    /// After the demand shift, the tenants it moved, each on its own.
+    pub shift_moved: Moved,
     /// After the partition heals.
     pub heal_periods: Option<u32>,
     /// After shard 0's leader crashed (its election included).
@@ -391,8 +394,8 @@ impl AggWorld {
         self.tick += 1;
     }
 
-    /// Runs `periods` periods; the periods to converge (as [`World::run`]).
-    pub fn run(&mut self, periods: u32) -> Option<u32> {
+    /// Runs `periods` periods; how the world and its tenants settled (as [`World::run`]).
+    pub fn run(&mut self, periods: u32) -> Settled {
         let ticks = self.config.ticks;
         crate::cluster::settle(
             periods,
@@ -499,17 +502,17 @@ pub fn simulate_aggregators(
     config: &AggSimConfig,
 ) -> Result<AggReport, ClusterSimError> {
     let mut w = AggWorld::new(base, config)?;
-    let start_periods = w.run(base.periods);
+    let start_periods = w.run(base.periods).all;
     w.world.shift();
-    let shift_periods = w.run(base.periods);
+    let shift = w.run(base.periods);
     w.cut(config.partitioned, true);
     w.run(config.partition_periods);
     w.cut(config.partitioned, false);
-    let heal_periods = w.run(base.periods);
+    let heal_periods = w.run(base.periods).all;
     w.leader(0, false);
     w.run(config.election_periods);
     w.leader(0, true);
-    let failover = w.run(base.periods).map(|p| p + config.election_periods);
+    let failover = w.run(base.periods).all.map(|p| p + config.election_periods);
     let periods = w.tick as f64 / f64::from(config.ticks);
     let busiest = w.shards.iter().map(|s| s.busy_ns).max().unwrap_or(0);
     let all: u128 = w.shards.iter().map(|s| s.busy_ns).sum();
@@ -518,7 +521,8 @@ pub fn simulate_aggregators(
         max_excess_bps: w.excess.0,
         max_excess_at: w.excess.1.clone(),
         start_periods,
-        shift_periods,
+        shift_periods: shift.all,
+        shift_moved: shift.moved,
         heal_periods,
         failover_periods: failover,
         messages_per_period: w.traffic.0 as f64 / periods,

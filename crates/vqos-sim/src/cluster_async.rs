@@ -392,6 +392,7 @@ impl AsyncWorld {
                 }
             },
         )
+        .all
     }
 }
 

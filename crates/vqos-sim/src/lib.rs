@@ -19,6 +19,7 @@ pub mod cluster_agg;
 pub mod cluster_async;
 pub mod report;
 pub mod scenario;
+pub mod settle;
 pub mod sim;
 
 pub use report::{build_report, render_text, timeseries_csv, Report};
