@@ -440,8 +440,7 @@ impl Leader {
     /// The grant for `host` in `tenant` at `now_ns`, recorded as sent.
     fn answer(&mut self, tenant: u32, host: u32, now_ns: u64) -> Option<HostGrant> {
         let (want, to) = self.totals_for(tenant, host, now_ns)?;
-        self.pending.short(tenant, host, smaller(want, to) != want);
-        self.send(tenant, host, to, now_ns)
+        self.grant(tenant, host, (want, to), now_ns)
     }
 
     /// What `host` wants of `tenant` (its targets' totals) and what it may have at `now_ns`:

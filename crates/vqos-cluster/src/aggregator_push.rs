@@ -117,11 +117,7 @@ impl Leader {
             if !last.is_some_and(|l| rises(l, to)) {
                 continue;
             }
-            self.pending.short(t, h, smaller(want, to) != want);
-            if let Some(g) = self.send(t, h, to, now_ns) {
-                let name = self.tenant_ids.name(t).to_string();
-                out.entry(h).or_default().insert(name, g);
-            }
+            self.push_one(t, h, (want, to), now_ns, &mut out);
         }
         for t in released {
             let hosts = self.pending.short.remove(&t).unwrap_or_default();
@@ -135,16 +131,40 @@ impl Leader {
                     self.pending.short(t, h, true);
                     continue;
                 }
-                self.pending.short(t, h, smaller(want, to) != want);
-                if let Some(g) = self.send(t, h, to, now_ns) {
-                    let name = self.tenant_ids.name(t).to_string();
-                    out.entry(h).or_default().insert(name, g);
-                }
+                self.push_one(t, h, (want, to), now_ns, &mut out);
             }
         }
         let hosts = &self.hosts;
         out.into_iter()
             .map(|(h, a)| (hosts.name(h).to_string(), a))
             .collect()
+    }
+
+    /// Sends `host` the grant of `to` in `tenant` (of its `want`), noting whether it falls
+    /// short of it (`push.rs`).
+    pub(super) fn grant(
+        &mut self,
+        tenant: u32,
+        host: u32,
+        (want, to): (Totals, Totals),
+        now_ns: u64,
+    ) -> Option<HostGrant> {
+        self.pending.short(tenant, host, smaller(want, to) != want);
+        self.send(tenant, host, to, now_ns)
+    }
+
+    /// Grants `host` its `totals` in `tenant` and adds the grant to `out`.
+    fn push_one(
+        &mut self,
+        tenant: u32,
+        host: u32,
+        totals: (Totals, Totals),
+        now_ns: u64,
+        out: &mut BTreeMap<u32, BTreeMap<String, HostGrant>>,
+    ) {
+        if let Some(g) = self.grant(tenant, host, totals, now_ns) {
+            let name = self.tenant_ids.name(tenant).to_string();
+            out.entry(host).or_default().insert(name, g);
+        }
     }
 }
