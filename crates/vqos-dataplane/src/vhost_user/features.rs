@@ -2,7 +2,7 @@
 //! the frontend accepted.
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
 use virtio_bindings::bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_TSO4,
     VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6,
@@ -21,6 +21,8 @@ const fn bit(n: u32) -> u64 {
 
 /// `VIRTIO_F_VERSION_1`.
 pub const F_VERSION_1: u64 = bit(VIRTIO_F_VERSION_1);
+/// `VIRTIO_F_IN_ORDER`: the device uses buffers in the order the driver made them available.
+pub const F_IN_ORDER: u64 = bit(VIRTIO_F_IN_ORDER);
 /// `VIRTIO_NET_F_MRG_RXBUF`: a received frame may span several receive chains.
 pub const F_MRG_RXBUF: u64 = bit(VIRTIO_NET_F_MRG_RXBUF);
 /// `VIRTIO_NET_F_CSUM`: the guest may send frames with a partial checksum.
@@ -52,7 +54,11 @@ pub const F_PROTOCOL_FEATURES: u64 = VhostUserVirtioFeatures::PROTOCOL_FEATURES.
 /// Every virtio feature the port offers. The offloads are exactly those of the TAP ports
 /// (partial checksum, TCP segmentation with ECN), so frames cross the switch unchanged.
 /// `LOG_ALL` is offered for live migration (QEMU blocks migrating a guest whose backend lacks
-/// it). Not offered: `INDIRECT_DESC`, `CTRL_VQ` (QEMU answers the guest's control queue
+/// it). `IN_ORDER` is offered because the data path already keeps it: both directions take
+/// chains in the order the guest made them available and give each back in that order (a
+/// malformed chain too, with length 0; a frame that does not fit leaves its chains available),
+/// so a driver such as DPDK's virtio PMD may take its simpler in-order paths. Not offered:
+/// `INDIRECT_DESC`, `CTRL_VQ` (QEMU answers the guest's control queue
 /// itself, and enables the pairs the guest asks for with `SET_VRING_ENABLE`), `MAC`,
 /// `STATUS`, UFO. `MQ` is added by [`offered_features`] for a port with
 /// several queue pairs. `VHOST_USER_F_PROTOCOL_FEATURES` is offered: QEMU 7.2 fails
@@ -68,6 +74,7 @@ pub const OFFERED_FEATURES: u64 = F_VERSION_1
     | F_GUEST_TSO6
     | F_GUEST_ECN
     | F_EVENT_IDX
+    | F_IN_ORDER
     | F_LOG_ALL
     | F_PROTOCOL_FEATURES;
 
@@ -96,7 +103,7 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
 
 /// Names of the known feature bits set in `features` (for status output).
 pub fn names(features: u64) -> Vec<&'static str> {
-    const NAMES: [(u64, &str); 14] = [
+    const NAMES: [(u64, &str); 15] = [
         (F_VERSION_1, "VERSION_1"),
         (F_MRG_RXBUF, "MRG_RXBUF"),
         (F_CSUM, "CSUM"),
@@ -108,6 +115,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (F_GUEST_TSO6, "GUEST_TSO6"),
         (F_GUEST_ECN, "GUEST_ECN"),
         (F_EVENT_IDX, "EVENT_IDX"),
+        (F_IN_ORDER, "IN_ORDER"),
         (F_MQ, "MQ"),
         (F_LOG_ALL, "LOG_ALL"),
         (F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),

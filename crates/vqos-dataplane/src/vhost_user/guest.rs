@@ -65,6 +65,7 @@ impl<'m> GuestView<'m> {
     }
 
     /// The region holding `addr` (the last one hit when it does).
+    #[inline]
     fn region(&mut self, addr: u64) -> Option<Hit<'m>> {
         if let Some(h) = self.last {
             if addr >= h.start && addr < h.end {
@@ -83,6 +84,7 @@ impl<'m> GuestView<'m> {
     }
 
     /// The `len` bytes at `addr`, if they lie in guest memory and in one region.
+    #[inline]
     pub(crate) fn slice(&mut self, addr: u64, len: usize) -> Option<Slice<'m>> {
         let h = self.region(addr)?;
         if len as u64 > h.end - addr {
@@ -95,6 +97,7 @@ impl<'m> GuestView<'m> {
 
     /// The longest start of the `len` bytes at `addr` that lies in one region (`len` > 0); `None`
     /// when `addr` is outside guest memory.
+    #[inline]
     pub(crate) fn prefix(&mut self, addr: u64, len: u64) -> Option<Slice<'m>> {
         let h = self.region(addr)?;
         let n = len.min(h.end - addr);
@@ -190,31 +193,33 @@ impl<'m> RingView<'m> {
     }
 
     /// Descriptor `index` (< size), read once: the guest may rewrite the table at any time, so
-    /// each value is decoded from this one copy and never read again.
+    /// each value is decoded from this one read and never read again. Two 8-byte loads (the
+    /// table is 16-byte aligned, `virtio-queue` refuses a ring that is not), not a copy into a
+    /// stack buffer read back field by field: no call, no store to reload.
     #[inline]
     pub(crate) fn desc(&self, index: u16) -> Option<Desc> {
-        let mut raw = [0u8; DESC_BYTES];
-        self.desc
-            .read_slice(&mut raw, DESC_BYTES * usize::from(index))
-            .ok()?;
-        let [a0, a1, a2, a3, a4, a5, a6, a7, l0, l1, l2, l3, f0, f1, n0, n1] = raw;
+        let at = DESC_BYTES * usize::from(index);
+        let addr = self.desc.load::<u64>(at, Ordering::Relaxed).ok()?;
+        let rest = u64::from_le(self.desc.load::<u64>(at + 8, Ordering::Relaxed).ok()?);
         Some(Desc {
-            addr: u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
-            len: u32::from_le_bytes([l0, l1, l2, l3]),
-            flags: u16::from_le_bytes([f0, f1]),
-            next: u16::from_le_bytes([n0, n1]),
+            addr: u64::from_le(addr),
+            len: rest as u32,
+            flags: (rest >> 32) as u16,
+            next: (rest >> 48) as u16,
         })
     }
 
     /// Writes used element `(head, len)` at used position `pos`. Not visible to the guest
-    /// before [`RingView::publish_used`] moves the used index past it.
+    /// before [`RingView::publish_used`] moves the used index past it. Two 4-byte stores (the
+    /// used ring is 4-byte aligned): a value staged in a stack buffer and copied out would be
+    /// reloaded with a load wider than the stores that built it, which waits for every older
+    /// store of the burst to reach the cache (docs/dataplane.md, "The vhost-user hot path").
     #[inline]
     pub(crate) fn put_used(&self, pos: u16, head: u16, len: u32) -> Result<(), RingError> {
-        let mut e = [0u8; USED_ELEM_BYTES];
-        e[..4].copy_from_slice(&u32::from(head).to_le_bytes());
-        e[4..].copy_from_slice(&len.to_le_bytes());
+        let at = 4 + USED_ELEM_BYTES * self.slot(pos);
         self.used
-            .write_slice(&e, 4 + USED_ELEM_BYTES * self.slot(pos))
+            .store(u32::from(head).to_le(), at, Ordering::Relaxed)
+            .and_then(|()| self.used.store(len.to_le(), at + 4, Ordering::Relaxed))
             .map_err(|_| RingError::BadRingAddress)
     }
 
