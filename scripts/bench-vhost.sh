@@ -20,15 +20,17 @@
 # Per run: Mpps and Gbit/s (frames and bytes testpmd received, both ports, over the run),
 # and the switch's cycles per packet: vqosd's own rdtsc busy cycles per frame read
 # (`vqos stats --json`, loops[0].busy_cycles), OVS's `pmd-stats-show` "avg processing cycles
-# per packet". Results: lab-out/bench-vhost-DATE.md and .csv.
+# per packet". Results: lab-out/bench-vhost-DATE.md and .csv (and -ovs.log: OVS's own log).
 #
 # Run as root:  scripts/bench-vhost.sh [-t SECONDS] [-s vqos-rr,vqos-8,ovs,ovs-trtcm]
-#                                      [-b BURSTS] [-r ROUNDS] [-o DIR]
+#                                      [-b BURSTS] [-r ROUNDS] [-o DIR] [-p]
 #   -t  seconds per run (default 8)
 #   -s  switches, in this order within each round (default all four)
 #   -b  tx_first bursts per port (default 16: 512 frames per port in flight)
 #   -r  rounds: the list is run this many times, interleaved (default 1)
 #   -o  output directory (default lab-out/)
+#   -p  packed rings: testpmd's virtio_user ports offer VIRTIO_F_RING_PACKED (packed_vq=1);
+#       a switch that does not offer it serves split rings as without -p
 # It installs dpdk-dev and openvswitch-switch-dpdk with apt-get if missing (no service is
 # started), builds target/release/vqosd if missing, reserves 1024 2-MiB hugepages for OVS-DPDK
 # and gives them back, and removes every process (by PID), socket, mount and directory it made.
@@ -40,17 +42,19 @@ SWITCHES=vqos-rr,vqos-8,ovs,ovs-trtcm
 BURSTS=16
 ROUNDS=1
 OUTDIR=lab-out
+PACKED=0
 usage() {
     sed -n '/^# Run as root/,/^# It installs/p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
-while getopts 't:s:b:r:o:h' opt; do
+while getopts 't:s:b:r:o:ph' opt; do
     case $opt in
         t) SECS=$OPTARG ;;
         s) SWITCHES=$OPTARG ;;
         b) BURSTS=$OPTARG ;;
         r) ROUNDS=$OPTARG ;;
         o) OUTDIR=$OPTARG ;;
+        p) PACKED=1 ;;
         *) usage ;;
     esac
 done
@@ -122,6 +126,7 @@ stop_pid() { # pid: TERM, then KILL after 5 s
 start_testpmd() {
     local s1=$1 s2=$2 server=$3 bytes=$4 extra=
     [ "$server" = 1 ] && extra=",server=1"
+    [ "$PACKED" = 1 ] && extra="$extra,packed_vq=1"
     TP_IN=$TMP/tp.in TP_OUT=$TMP/tp.out
     rm -f "$TP_IN"; mkfifo "$TP_IN"
     stdbuf -oL dpdk-testpmd --lcores 0@0,1@0 --no-pci --no-huge -m 1024 \
@@ -235,6 +240,8 @@ start_ovs() { # trtcm: 0|1 → SW_PID, OVSDIR
 stop_ovs() {
     timeout 10 ovs-appctl -t "$OVSDIR/ovs-vswitchd.ctl" exit --cleanup >/dev/null 2>&1 || true
     stop_pid "$SW_PID"
+    # Its log says which virtio features each port negotiated (VHOST_CONFIG lines).
+    cat "$OVSDIR/ovs-vswitchd.log" >>"$OUTDIR/bench-vhost-$STAMP-ovs.log" 2>/dev/null || true
     timeout 5 ovs-appctl -t "$OVSDIR/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
     unset OVS_RUNDIR OVS_DBDIR OVS_LOGDIR OVS_SYSCONFDIR
     rm -rf "$OVSDIR" /var/run/dpdk/vqbv-ovs-*
@@ -291,7 +298,7 @@ measure() { # switch frame_bytes
 
 mkdir -p "$OUTDIR"
 STAMP=$(date +%Y%m%d-%H%M%S)
-log "$(uptime | sed 's/^ *//'); ${SECS} s per run, $BURSTS bursts in flight per port, $ROUNDS round(s)"
+log "$(uptime | sed 's/^ *//'); ${SECS} s per run, $BURSTS bursts in flight per port, $ROUNDS round(s), $([ "$PACKED" = 1 ] && echo packed || echo split) rings offered"
 for r in $(seq "$ROUNDS"); do
     for bytes in 64 1518; do
         for sw in "${SWITCH_LIST[@]}"; do measure "$sw" "$bytes"; done
