@@ -17,12 +17,12 @@
 //! quarantined.
 
 use std::num::Wrapping;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
-    Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap,
-    MemoryRegionAddress, VolatileSlice,
+    AtomicInteger, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+    GuestRegionMmap, MemoryRegionAddress, VolatileMemory, VolatileSlice,
 };
 
 use super::counters::{bump, AtomicCounters};
@@ -38,6 +38,17 @@ const USED_ELEM_BYTES: usize = 8;
 const USED_F_NO_NOTIFY: u16 = 1;
 /// `VRING_AVAIL_F_NO_INTERRUPT`.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// The atomic at `offset` of ring slice `s`, for one access with `std`'s own `load` / `store`
+/// (ring fields are little-endian in guest memory: the caller converts). `vm-memory`'s
+/// `Bytes::load` / `store` reach the atomic through a trait method that is not inlined across
+/// crates, a call per ring access on the hot path; `get_atomic_ref` is generic, so inlined
+/// here. Outside the slice or misaligned: [`RingError::BadRingAddress`].
+#[inline]
+fn atomic<'a, A: AtomicInteger>(s: &'a Slice<'_>, offset: usize) -> Result<&'a A, RingError> {
+    s.get_atomic_ref::<A>(offset)
+        .map_err(|_| RingError::BadRingAddress)
+}
 
 /// The region of the last translation.
 #[derive(Clone, Copy)]
@@ -172,10 +183,7 @@ impl<'m> RingView<'m> {
     /// Chain heads the guest made available beyond `next_avail`: one acquire load of the avail
     /// index per burst (what the guest wrote to the ring before it is visible after it).
     pub(crate) fn pending(&self, next_avail: u16) -> Result<u16, RingError> {
-        let idx = self
-            .avail
-            .load::<u16>(2, Ordering::Acquire)
-            .map_err(|_| RingError::BadRingAddress)?;
+        let idx = atomic::<AtomicU16>(&self.avail, 2)?.load(Ordering::Acquire);
         let pending = u16::from_le(idx).wrapping_sub(next_avail);
         if pending > self.size {
             return Err(RingError::BadAvailIndex);
@@ -186,10 +194,8 @@ impl<'m> RingView<'m> {
     /// The chain head at avail position `pos` (not range-checked: see the chain walk).
     #[inline]
     pub(crate) fn head(&self, pos: u16) -> Result<u16, RingError> {
-        self.avail
-            .load::<u16>(4 + 2 * self.slot(pos), Ordering::Relaxed)
-            .map(u16::from_le)
-            .map_err(|_| RingError::BadRingAddress)
+        let head = atomic::<AtomicU16>(&self.avail, 4 + 2 * self.slot(pos))?;
+        Ok(u16::from_le(head.load(Ordering::Relaxed)))
     }
 
     /// Descriptor `index` (< size), read once: the guest may rewrite the table at any time, so
@@ -199,8 +205,11 @@ impl<'m> RingView<'m> {
     #[inline]
     pub(crate) fn desc(&self, index: u16) -> Option<Desc> {
         let at = DESC_BYTES * usize::from(index);
-        let addr = self.desc.load::<u64>(at, Ordering::Relaxed).ok()?;
-        let rest = u64::from_le(self.desc.load::<u64>(at + 8, Ordering::Relaxed).ok()?);
+        let addr = atomic::<AtomicU64>(&self.desc, at)
+            .ok()?
+            .load(Ordering::Relaxed);
+        let rest = atomic::<AtomicU64>(&self.desc, at + 8).ok()?;
+        let rest = u64::from_le(rest.load(Ordering::Relaxed));
         Some(Desc {
             addr: u64::from_le(addr),
             len: rest as u32,
@@ -217,27 +226,24 @@ impl<'m> RingView<'m> {
     #[inline]
     pub(crate) fn put_used(&self, pos: u16, head: u16, len: u32) -> Result<(), RingError> {
         let at = 4 + USED_ELEM_BYTES * self.slot(pos);
-        self.used
-            .store(u32::from(head).to_le(), at, Ordering::Relaxed)
-            .and_then(|()| self.used.store(len.to_le(), at + 4, Ordering::Relaxed))
-            .map_err(|_| RingError::BadRingAddress)
+        atomic::<AtomicU32>(&self.used, at)?.store(u32::from(head).to_le(), Ordering::Relaxed);
+        atomic::<AtomicU32>(&self.used, at + 4)?.store(len.to_le(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// The guest's kicks are off (`VRING_USED_F_NO_NOTIFY` is set in the used ring): read
     /// before writing it, so that a burst writes the flag only when it changes (and again
     /// after the guest reset its ring).
     pub(crate) fn kicks_off(&self) -> bool {
-        self.used
-            .load::<u16>(0, Ordering::Relaxed)
-            .is_ok_and(|f| u16::from_le(f) & USED_F_NO_NOTIFY != 0)
+        atomic::<AtomicU16>(&self.used, 0)
+            .is_ok_and(|f| u16::from_le(f.load(Ordering::Relaxed)) & USED_F_NO_NOTIFY != 0)
     }
 
     /// Publishes every used element written up to `next_used` with one release store of the
     /// used index: the guest sees the buffers and elements before it sees the index.
     pub(crate) fn publish_used(&self, next_used: u16) -> Result<(), RingError> {
-        self.used
-            .store(next_used.to_le(), 2, Ordering::Release)
-            .map_err(|_| RingError::BadRingAddress)
+        atomic::<AtomicU16>(&self.used, 2)?.store(next_used.to_le(), Ordering::Release);
+        Ok(())
     }
 
     /// Whether the guest wants an interrupt for the used entries `old..new` just published:
@@ -248,18 +254,16 @@ impl<'m> RingView<'m> {
     pub(crate) fn interrupt_due(&self, event_idx: bool, old: u16, new: u16) -> bool {
         fence(Ordering::SeqCst);
         if event_idx {
-            let Ok(ev) = self
-                .avail
-                .load::<u16>(4 + 2 * usize::from(self.size), Ordering::Relaxed)
-            else {
+            let Ok(ev) = atomic::<AtomicU16>(&self.avail, 4 + 2 * usize::from(self.size)) else {
                 return true;
             };
-            let (ev, old, new) = (Wrapping(u16::from_le(ev)), Wrapping(old), Wrapping(new));
+            let ev = u16::from_le(ev.load(Ordering::Relaxed));
+            let (ev, old, new) = (Wrapping(ev), Wrapping(old), Wrapping(new));
             new - ev - Wrapping(1) < new - old
         } else {
-            self.avail
-                .load::<u16>(0, Ordering::Relaxed)
-                .map_or(true, |f| u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0)
+            atomic::<AtomicU16>(&self.avail, 0).map_or(true, |f| {
+                u16::from_le(f.load(Ordering::Relaxed)) & AVAIL_F_NO_INTERRUPT == 0
+            })
         }
     }
 }
