@@ -9,7 +9,8 @@
 //! large RAM region), resolves the descriptor table, avail ring and used ring into slices once
 //! ([`RingView::new`]), and every access after that is an offset into a slice, still checked
 //! by `vm-memory` (no `unsafe` here: `GuestMemoryRegion::get_slice`, `VolatileSlice::subslice`,
-//! `copy_to` / `copy_from`, `load` / `store`, which copy with `memcpy` above 8 bytes).
+//! `copy_to` / `copy_from`, which copy with `memcpy` above 8 bytes, and `get_atomic_ref` for
+//! ring fields, read and written with `std`'s atomics: [`atomic`]).
 //!
 //! A buffer may lie across two adjacent regions: [`GuestView::prefix`] gives the part in one
 //! region and the caller goes on with the rest. A ring must lie in one region (as DPDK's vhost

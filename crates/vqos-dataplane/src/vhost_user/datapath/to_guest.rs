@@ -249,13 +249,12 @@ impl GuestStream<'_> {
             return false;
         }
         let widen = VNET_HDR_LEN - self.hdr_len;
-        let copy = |at: usize, src: &[u8]| match dst.subslice(at, src.len()) {
-            _ if src.is_empty() => true,
-            Ok(d) => {
-                d.copy_from(src);
-                true
-            }
-            Err(_) => false,
+        let copy = |at: usize, src: &[u8]| {
+            src.is_empty()
+                || dst
+                    .subslice(at, src.len())
+                    .map(|d| d.copy_from(src))
+                    .is_ok()
         };
         let copied = if widen == 0 {
             copy(0, &self.frame[from..end])
