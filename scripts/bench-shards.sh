@@ -37,14 +37,32 @@ fi
 mkdir -p "$OUT"
 log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$OUT/run.log"; }
 log "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty)'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) online"
+# Time the hypervisor ran others on our CPUs (steal, /proc/stat's 8th field) over a step:
+# on a shared host it spreads every result, and a lab cell's rates with it.
+cpu_times() { head -1 /proc/stat | cut -d' ' -f3-; }
+steal_since() {
+    local before=$1 after
+    after=$(cpu_times)
+    awk -v a="$before" -v b="$after" 'BEGIN {
+        n = split(a, x, " "); split(b, y, " "); t = 0
+        for (i = 1; i <= n; i++) t += y[i] - x[i]
+        printf "%.0f %%", (t > 0 ? 100 * (y[8] - x[8]) / t : 0) }'
+}
 
 log "1/3 zero-cost ports: scripts/bench-cores.sh -r $ROUNDS -t $SECS -o $OUT/cores"
+t0=$(cpu_times)
 scripts/bench-cores.sh -r "$ROUNDS" -t "$SECS" -o "$OUT/cores" > "$OUT/cores.log" 2>&1
+log "   steal $(steal_since "$t0") of the CPU time"
 log "2/3 vhost-user: scripts/bench-vhost.sh -r $ROUNDS -t $SECS -s vqos-rr,ovs -o $OUT/vhost"
+t0=$(cpu_times)
 scripts/bench-vhost.sh -r "$ROUNDS" -t "$SECS" -s vqos-rr,ovs -o "$OUT/vhost" > "$OUT/vhost.log" 2>&1
+log "   steal $(steal_since "$t0") of the CPU time"
 for threads in 1 2; do
     log "3/3 ancs-fig5 on $threads thread(s): vqos lab run scenarios/ancs-fig5.toml --threads $threads"
+    t0=$(cpu_times)
     target/release/vqos lab run scenarios/ancs-fig5.toml --threads "$threads" \
         --out "$OUT/fig5-t$threads" > "$OUT/fig5-t$threads.log" 2>&1
+    log "   steal $(steal_since "$t0") of the CPU time"
 done
 log "done: $OUT"

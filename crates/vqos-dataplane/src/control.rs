@@ -64,11 +64,12 @@ pub(crate) enum Op {
     },
     /// Remove a vif port.
     RemovePort { name: String },
-    /// Vif `name` is read by shard `to` from now on ([`crate::rehome`]): its home gives the
-    /// port up (answering with it in [`Answer::given`]), `to` takes it (`given`), the others
-    /// learn of it.
+    /// What shard `from` reads of vif `name` (the port, or the receive queue lent to it) is
+    /// read by shard `to` from now on ([`crate::rehome`]): `from` gives it up (answering with
+    /// it in [`Answer::given`]), `to` takes it (`given`), the others learn of it.
     Rehome {
         name: String,
+        from: usize,
         to: usize,
         given: Option<Given>,
     },
@@ -158,7 +159,12 @@ impl Switch {
             Op::RemovePort { name } => self.remove_shared(&name, now_ns).map(|p| {
                 released = p;
             }),
-            Op::Rehome { name, to, given } => match self.rehome(&name, to, given, now_ns) {
+            Op::Rehome {
+                name,
+                from,
+                to,
+                given,
+            } => match self.rehome(&name, (from, to), given, now_ns) {
                 Ok((slot, done)) => {
                     match done {
                         Rehomed::Gave(g) => moved = Some(g),

@@ -160,15 +160,19 @@ impl Runner {
     /// longer watching one it let go of.
     fn apply(&mut self, op: Op) -> Answer {
         let now = self.now_ns();
-        let shard = self.sw.shard_index();
-        let (removed_fd, moves) = match &op {
-            Op::RemovePort { name } => (self.sw.slot_of(name), false),
-            // A port this shard reads and gives up ([`crate::rehome`]).
-            Op::Rehome { name, to, .. } => (self.sw.slot_of(name).filter(|_| *to != shard), true),
-            _ => (None, false),
+        let moves = matches!(op, Op::Rehome { .. });
+        // A port removed, or a port (or a queue of it) this shard gave up
+        // ([`crate::rehome`]): its descriptor leaves the epoll set once the switch no longer
+        // watches it. Decided by what the switch reads before and after, so a shard that
+        // reads another queue of the same vif keeps watching its own.
+        let slot = match &op {
+            Op::RemovePort { name } | Op::Rehome { name, .. } => self.sw.slot_of(name),
+            _ => None,
         };
-        let removed_fd = removed_fd.and_then(|s| self.sw.readiness_fd(s));
+        let watched = slot.and_then(|s| self.sw.readiness_fd(s));
         let mut answer = self.sw.apply(op, now);
+        let removed_fd =
+            watched.filter(|&fd| slot.and_then(|s| self.sw.readiness_fd(s)) != Some(fd));
         if let Some(slot) = answer.added.as_ref().map(|a| a.slot) {
             match self.watch(slot) {
                 Ok(()) => {}

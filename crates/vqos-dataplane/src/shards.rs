@@ -40,8 +40,11 @@ pub(crate) trait Caller {
 /// Where a vif port is read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Home {
-    /// The shard that reads it.
+    /// The shard that reads it (holds the port itself).
     pub shard: usize,
+    /// The shards that read it, a bit each: `shard`'s, and those its receive queues were
+    /// lent to ([`crate::spread`]).
+    pub readers: u64,
     /// Its slot (the same on every shard).
     pub slot: usize,
     /// An operator placed it there (`thread = N`): re-placing leaves it ([`crate::rehome`]).
@@ -72,19 +75,30 @@ impl Placement {
         }
     }
 
-    /// How many vif ports each shard reads (as home).
+    /// How many vif receive queues each shard reads (a port read on several shards counts
+    /// on each).
     pub(crate) fn load(&self) -> Vec<usize> {
         let mut load = vec![0usize; self.shards];
         for h in self.homes.values() {
-            load[h.shard] += 1;
+            for (i, l) in load.iter_mut().enumerate().take(64) {
+                *l += usize::from(h.readers & (1 << i) != 0);
+            }
         }
         load
     }
 
-    /// The shard with the fewest vif ports (the lowest index among equals).
+    /// The shard reading the fewest vif queues; among equals the one home to the fewest
+    /// ports (two ports whose queues spread over both of two shards get a home each), then
+    /// the lowest index.
     fn least_loaded(&self) -> usize {
         let load = self.load();
-        (0..self.shards).min_by_key(|&i| (load[i], i)).unwrap_or(0)
+        let mut homes = vec![0usize; self.shards];
+        for h in self.homes.values() {
+            homes[h.shard] += 1;
+        }
+        (0..self.shards)
+            .min_by_key(|&i| (load[i], homes[i], i))
+            .unwrap_or(0)
     }
 
     /// The lowest free vif slot.
@@ -176,9 +190,13 @@ impl Placement {
             let a = self.call(c, home, op);
             result = a.result.map(|()| a.added);
         }
+        let mut readers = 1u64 << home;
         if let Ok(done) = result {
             // Its other receive queues go to the next shards (`crate::spread`).
-            result = self.spread(c, &io, &name, home).map(|()| done);
+            result = self.spread(c, &io, &name, home).map(|lent| {
+                readers |= lent;
+                done
+            });
         }
         match result {
             Ok(done) => {
@@ -195,6 +213,7 @@ impl Placement {
                 }
                 let place = Home {
                     shard: home,
+                    readers,
                     slot,
                     pinned,
                 };
@@ -214,14 +233,16 @@ impl Placement {
     /// Lends the receive queues of `name` (read by `home`) beyond its first to the next
     /// shards round-robin, one each, while the port has any: each goes to its reader, and
     /// every shard (the home first, whose locks then become the port's shared list) learns
-    /// who reads it. Refused on one shard: the caller removes the port.
+    /// who reads it. Returns the readers it lent a queue to, a bit each. Refused on one
+    /// shard: the caller removes the port.
     fn spread(
         &mut self,
         c: &mut dyn Caller,
         io: &Arc<PortIo>,
         name: &str,
         home: usize,
-    ) -> Result<(), SwitchError> {
+    ) -> Result<u64, SwitchError> {
+        let mut lent = 0u64;
         for k in 1..self.shards.min(64) {
             let reader = (home + k) % self.shards;
             let Ok(Some(queue)) = io.lock().rx_queue() else {
@@ -238,8 +259,9 @@ impl Placement {
                 };
                 self.call(c, i, op).result?;
             }
+            lent |= 1 << reader;
         }
-        Ok(())
+        Ok(lent)
     }
 
     /// Removes `name` from every shard, its own first; returns the last hold on it (the

@@ -1,7 +1,7 @@
 //! Ports re-placed when ports go (`crate::rehome`), on shards stepped in virtual time: a
 //! port moves from the most loaded shard to one emptied by removals, with the frames that
 //! waited for it, its counters, its policy and its first-come locks; ports an operator placed
-//! and ports read on several shards stay where they are.
+//! stay where they are. A vif read on several shards moves queue by queue: tests/spread.rs.
 
 mod common;
 
@@ -112,36 +112,4 @@ fn ports_an_operator_placed_stay_where_they_are() {
     sh.remove_port("b", 1).unwrap();
     sh.remove_port("e", 1).unwrap();
     assert_eq!(["a", "c"].map(|n| shard_of(&mut sh, n)), [0, 0]);
-}
-
-#[test]
-fn a_port_read_on_two_shards_stays_and_another_moves_instead() {
-    let (mut sh, u) = two_shards();
-    let _x = add(&mut sh, "x", None);
-    let _y = add(&mut sh, "y", None);
-    // z: two queues, home shard 0 (the least loaded after x and y), its second lent to 1.
-    let (pz, qz) = MemPort::multi("z", 2, 1 << 20);
-    sh.add_port(
-        PortSpec::custom(Box::new(pz)),
-        VifPolicy::default(),
-        None,
-        0,
-    )
-    .unwrap();
-    let s = sh.stats(0);
-    assert_eq!(s.port("z").unwrap().readers, [0, 1]);
-    sh.remove_port("y", 1).unwrap();
-    // z is the newest on shard 0 but is read on both: x moved instead.
-    let s = sh.stats(1);
-    assert_eq!(
-        (s.port("x").unwrap().shard, s.port("z").unwrap().shard),
-        (1, 0)
-    );
-    assert_eq!(s.port("z").unwrap().readers, [0, 1]);
-    for i in 0..10u8 {
-        qz[0].inject(frame(MAC_U, MAC_A, i));
-        qz[1].inject(frame(MAC_U, MAC_A, i));
-    }
-    run_switch(&mut sh, 2);
-    assert_eq!(u.take_sent().len(), 20);
 }
