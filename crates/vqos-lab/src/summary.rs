@@ -120,8 +120,15 @@ fn phase_key(phase: Option<&Value>, key: &str) -> Option<f64> {
     phase?.get(key)?.as_f64()
 }
 
-fn ratio(phase: Option<&Value>, vms: &[&str]) -> Option<f64> {
+/// Largest over smallest among `vms` (all when empty), or with `ordered` the first's rate
+/// over the second's (an `ordered = true` expectation's direction).
+fn ratio(phase: Option<&Value>, vms: &[&str], ordered: bool) -> Option<f64> {
     let vifs = phase?.get("vifs")?.as_object()?;
+    if let (true, [a, b]) = (ordered, vms) {
+        let rate = |n: &str| vifs.get(n)?.get("mean_bps")?.as_f64();
+        let (a, b) = (rate(a)?, rate(b)?);
+        return (b > 0.0).then(|| a / b);
+    }
     let rates: Vec<f64> = vifs
         .iter()
         .filter(|(n, _)| vms.is_empty() || vms.contains(&n.as_str()))
@@ -138,7 +145,8 @@ enum Row {
     Vm(usize),
     Aggregate,
     Unfairness,
-    Ratio(Vec<usize>),
+    /// Over these VMs; directional (the first over the second) when an expectation says so.
+    Ratio(Vec<usize>, bool),
     /// A latency probe, by its VM and protocol.
     Latency(String, String),
 }
@@ -223,11 +231,14 @@ fn rows(sc: &Scenario, phase: usize) -> Vec<Row> {
         _ => None,
     });
     let expect_ratio = sc.expectations.iter().find_map(|x| match x.check {
-        Check::RatioAtMost(_) | Check::RatioAtLeast(_) if x.phase == phase => Some(x.vms.clone()),
+        Check::RatioAtMost(_) | Check::RatioAtLeast(_) if x.phase == phase => {
+            Some((x.vms.clone(), x.ordered))
+        }
         _ => None,
     });
-    if let Some(v) = paper_ratio.or(expect_ratio) {
-        rows.push(Row::Ratio(v));
+    let ordered = expect_ratio.as_ref().is_some_and(|(_, o)| *o);
+    if let Some(v) = paper_ratio.or(expect_ratio.map(|(v, _)| v)) {
+        rows.push(Row::Ratio(v, ordered));
     }
     rows
 }
@@ -240,7 +251,7 @@ fn paper_cell(sc: &Scenario, phase: usize, row: &Row) -> String {
             (PaperQuantity::Vm(a), Row::Vm(b)) => a == b,
             (PaperQuantity::Aggregate, Row::Aggregate)
             | (PaperQuantity::Unfairness, Row::Unfairness) => true,
-            (PaperQuantity::Ratio(_), Row::Ratio(_)) => true,
+            (PaperQuantity::Ratio(_), Row::Ratio(..)) => true,
             _ => false,
         })
         .map(|p| match (p.number(), p.note.is_empty()) {
@@ -286,7 +297,10 @@ fn file_table(f: &FileRecord) -> String {
                 Row::Vm(i) => sc.vms[*i].name.clone(),
                 Row::Aggregate => "aggregate".into(),
                 Row::Unfairness => "unfairness".into(),
-                Row::Ratio(_) => "largest / smallest".into(),
+                Row::Ratio(v, true) if v.len() == 2 => {
+                    format!("{} / {}", sc.vms[v[0]].name, sc.vms[v[1]].name)
+                }
+                Row::Ratio(..) => "largest / smallest".into(),
                 Row::Latency(vm, p) => format!("{vm} {p} probe RTT p50 / p99, µs"),
             };
             let _ = write!(
@@ -304,9 +318,12 @@ fn file_table(f: &FileRecord) -> String {
                         |v| phase_key(v.phase(phase), "unfairness"),
                         |u| format!("{:.1} %", u * 100.0),
                     ),
-                    Row::Ratio(v) => {
+                    Row::Ratio(v, ordered) => {
                         let names: Vec<&str> = v.iter().map(|&i| sc.vms[i].name.as_str()).collect();
-                        c.number(|r| ratio(r.phase(phase), &names), |r| format!("{r:.2}"))
+                        c.number(
+                            |r| ratio(r.phase(phase), &names, *ordered),
+                            |r| format!("{r:.2}"),
+                        )
                     }
                     Row::Latency(vm, p) => c.latency(vm, p, phase),
                 };

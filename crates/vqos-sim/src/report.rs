@@ -278,6 +278,7 @@ fn evaluate(
         measured: format!("{vm_name} is not active in that phase"),
         pass: false,
     };
+    // Largest over smallest, or (`ordered`) the first VM's rate over the second's.
     let ratio_over = || {
         let names: Vec<String> = if x.vms.is_empty() {
             p.vifs.keys().cloned().collect()
@@ -288,12 +289,21 @@ fn evaluate(
             .iter()
             .filter_map(|n| p.vifs.get(n).map(|v| v.mean_bps))
             .collect();
-        let hi = rates.iter().cloned().fold(0.0, f64::max);
-        let lo = rates.iter().cloned().fold(f64::INFINITY, f64::min);
+        let (hi, lo) = match (x.ordered, rates.as_slice()) {
+            (true, [a, b]) => (*a, *b),
+            // One of the two is not active: no ratio to speak of.
+            (true, _) => (0.0, 0.0),
+            (false, _) => (
+                rates.iter().cloned().fold(0.0, f64::max),
+                rates.iter().cloned().fold(f64::INFINITY, f64::min),
+            ),
+        };
         if lo > 0.0 {
             hi / lo
-        } else {
+        } else if hi > 0.0 {
             f64::INFINITY
+        } else {
+            f64::NAN
         }
     };
     let ph = x.phase_label();
@@ -412,12 +422,17 @@ fn evaluate(
         Check::RatioAtMost(v) | Check::RatioAtLeast(v) => {
             let most = matches!(x.check, Check::RatioAtMost(_));
             let r = ratio_over();
+            let of = match x.vms.as_slice() {
+                [a, b] if x.ordered => format!("{}/{}", sc.vms[*a].name, sc.vms[*b].name),
+                _ => "largest/smallest".to_string(),
+            };
             CheckResult {
                 expectation: format!(
-                    "{ph}: largest/smallest rate {} {v}",
+                    "{ph}: {of} rate {} {v}",
                     if most { "at most" } else { "at least" }
                 ),
                 measured: format!("{r:.2}"),
+                // NaN (neither VM active) passes neither.
                 pass: if most { r <= *v } else { r >= *v },
             }
         }

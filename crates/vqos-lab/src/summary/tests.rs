@@ -431,3 +431,17 @@ fn a_whole_run_figure_of_the_paper_sits_beside_whole_run_means() {
     // A file whose numbers are all per phase has no whole-run rows.
     assert!(!one(vec![lab("vqos")]).contains("| whole run |"));
 }
+
+#[test]
+fn an_ordered_ratio_row_is_the_first_vm_over_the_second() {
+    // vm1 60, vm2 40 in phase 2: largest / smallest 1.50, vm2 / vm1 0.67.
+    let ordered = Scenario::parse(
+        "name = \"t\"\nduration = \"20s\"\ncapacity = \"100Mbit\"\n\
+         [[vm]]\nname = \"vm1\"\n[[vm]]\nname = \"vm2\"\nstart = \"10s\"\n\
+         [[expect]]\nphase = 2\nratio_at_least = 1.2\nvms = [\"vm2\", \"vm1\"]\nordered = true\n",
+    )
+    .unwrap();
+    let md = one_of(ordered, vec![lab("vqos")]);
+    assert!(md.contains("| 2 | vm2 / vm1 |  | 1.00 | 0.67 |"), "{md}");
+    assert!(!md.contains("largest / smallest"), "{md}");
+}

@@ -36,6 +36,10 @@ pub struct Expectation {
     pub vm: Option<usize>,
     /// VMs a ratio is taken over (empty = all active).
     pub vms: Vec<usize>,
+    /// The ratio is directional (`ordered = true`): the first of `vms` over the second, not
+    /// the largest over the smallest, so a check that one VM gets more fails when the other
+    /// does.
+    pub ordered: bool,
     /// The check.
     pub check: Check,
     /// Checked only on real traffic (`lab_only = true`): it is about something the simulator
@@ -190,12 +194,24 @@ impl Scenario {
             None if needs_vm => return Err(invalid(format!("{what}: this check needs a vm"))),
             None => None,
         };
-        let vms = x
+        let vms: Vec<usize> = x
             .vms
             .iter()
             .flatten()
             .map(|n| self.vm_index(n, &what))
             .collect::<Result<_, _>>()?;
+        let ordered = x.ordered.unwrap_or(false);
+        if ordered && !matches!(check, Check::RatioAtMost(_) | Check::RatioAtLeast(_)) {
+            return Err(invalid(format!(
+                "{what}: ordered = true goes with ratio_at_most or ratio_at_least"
+            )));
+        }
+        if ordered && vms.len() != 2 {
+            return Err(invalid(format!(
+                "{what}: ordered = true takes two vms, the first over the second (got {})",
+                vms.len()
+            )));
+        }
         if let Some(c) = &x.claim {
             self.claim_text(c)
                 .ok_or_else(|| invalid(format!("{what}: claim `{c}` is not a key of [claims]")))?;
@@ -204,6 +220,7 @@ impl Scenario {
             phase: x.phase,
             vm,
             vms,
+            ordered,
             check,
             lab_only: x.lab_only.unwrap_or(false),
             claim: x.claim.clone(),

@@ -142,6 +142,7 @@ pub(super) struct RawExpect {
     pub(super) ratio_at_most: Option<f64>,
     pub(super) ratio_at_least: Option<f64>,
     pub(super) vms: Option<Vec<String>>,
+    pub(super) ordered: Option<bool>,
     pub(super) lab_only: Option<bool>,
     pub(super) claim: Option<String>,
 }
