@@ -230,8 +230,9 @@ impl Placement {
         }
     }
 
-    /// Lends the receive queues of `name` (read by `home`) beyond its first to the next
-    /// shards round-robin, one each, while the port has any: each goes to its reader, and
+    /// Lends the receive queues of `name` (read by `home`) beyond its first to the least
+    /// loaded shards not reading it yet (among equals the next after `home` in turn), one
+    /// each, while the port has any: each goes to its reader, and
     /// every shard (the home first, whose locks then become the port's shared list) learns
     /// who reads it. Returns the readers it lent a queue to, a bit each. Refused on one
     /// shard: the caller removes the port.
@@ -243,11 +244,23 @@ impl Placement {
         home: usize,
     ) -> Result<u64, SwitchError> {
         let mut lent = 0u64;
-        for k in 1..self.shards.min(64) {
-            let reader = (home + k) % self.shards;
+        // The port is not in `homes` yet: its home's queue counts here.
+        let mut load = self.load();
+        load[home] += 1;
+        let n = self.shards.min(64);
+        // The least loaded shard not reading the vif yet; among equals the next after the
+        // home in turn (`min_by_key` keeps the first of equals).
+        let next = |lent: u64, load: &[usize]| {
+            (1..n)
+                .map(|k| (home + k) % n)
+                .filter(|&i| lent & (1 << i) == 0)
+                .min_by_key(|&i| load[i])
+        };
+        while let Some(reader) = next(lent, &load) {
             let Ok(Some(queue)) = io.lock().rx_queue() else {
                 break;
             };
+            load[reader] += 1;
             let mut queue = Some(PortIo::new(queue));
             let order = std::iter::once(home).chain((0..self.shards).filter(|&i| i != home));
             for i in order {

@@ -378,3 +378,43 @@ fn a_spread_vif_moved_floods_no_more_than_its_storm_budget() {
     let s = sh.stats(4);
     assert_eq!(s.port("z").unwrap().counters.drops[DropReason::Storm], 500);
 }
+
+/// A vif's further queues go to the least loaded shards, not simply the next ones: with a
+/// on shard 1 of three, z's home is shard 0 and its second queue goes to shard 2 (in turn
+/// after the home it would have gone to shard 1, which reads a already).
+#[test]
+fn a_vifs_queues_are_lent_to_the_least_loaded_shards() {
+    let (up, _u) = MemPort::pair("up", 1 << 20);
+    let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+    cfg.threads = 3;
+    let mut sh = Shards::new(cfg, 0).unwrap();
+    let (pa, _a) = MemPort::pair("a", 1 << 20);
+    sh.add_port(
+        PortSpec::custom(Box::new(pa)),
+        VifPolicy::default(),
+        Some(1),
+        0,
+    )
+    .unwrap();
+    let (pz, _qz) = MemPort::multi("z", 2, 1 << 20);
+    sh.add_port(
+        PortSpec::custom(Box::new(pz)),
+        VifPolicy::default(),
+        None,
+        0,
+    )
+    .unwrap();
+    assert_eq!(sh.stats(1).port("z").unwrap().readers, [0, 2]);
+    // Every shard reads one queue now, and shard 2 is home to none: a vif of three queues
+    // gets its home there, then shard 0 and shard 1 in turn.
+    let (py, _qy) = MemPort::multi("y", 3, 1 << 20);
+    sh.add_port(
+        PortSpec::custom(Box::new(py)),
+        VifPolicy::default(),
+        None,
+        0,
+    )
+    .unwrap();
+    assert_eq!(sh.stats(2).port("y").unwrap().shard, 2);
+    assert_eq!(sh.stats(2).port("y").unwrap().readers, [2, 0, 1]);
+}
