@@ -18,6 +18,7 @@
 //! - On drop the group's remaining processes move back to the root group and the group is
 //!   removed, so nothing is left behind even when a run fails.
 
+use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -32,12 +33,28 @@ const MIN_QUOTA_US: u64 = 1_000;
 const V1_ROOT: &str = "/sys/fs/cgroup/cpu";
 const V2_ROOT: &str = "/sys/fs/cgroup";
 
+/// The CFS quota of `fraction` of a core, µs; refused below the kernel's least.
+fn quota_us(name: &str, fraction: f64) -> Result<u64, LabError> {
+    let quota_us = (fraction * PERIOD_US as f64).round() as u64;
+    if quota_us < MIN_QUOTA_US {
+        return Err(LabError::Invalid(format!(
+            "cpu limit for '{name}': {:.1} % of a core is {quota_us} µs per {} ms period, \
+             below the kernel's least CFS quota of 1 ms (3.4 %)",
+            fraction * 100.0,
+            PERIOD_US / 1000
+        )));
+    }
+    Ok(quota_us)
+}
+
 /// One VM's cpu cgroup (removed on drop).
 #[derive(Debug)]
 pub struct CpuLimit {
     dir: PathBuf,
     root: PathBuf,
     v2: bool,
+    /// The share of a core in force.
+    fraction: Cell<f64>,
 }
 
 /// How often a group was throttled, from its `cpu.stat`.
@@ -54,15 +71,7 @@ pub struct Throttling {
 impl CpuLimit {
     /// Makes group `name` (e.g. `vqos-lab-<run>-vm1`) allowed `fraction` of one core.
     pub fn create(name: &str, fraction: f64) -> Result<CpuLimit, LabError> {
-        let quota_us = (fraction * PERIOD_US as f64).round() as u64;
-        if quota_us < MIN_QUOTA_US {
-            return Err(LabError::Invalid(format!(
-                "cpu limit for '{name}': {:.1} % of a core is {quota_us} µs per {} ms period, \
-                 below the kernel's least CFS quota of 1 ms (3.4 %)",
-                fraction * 100.0,
-                PERIOD_US / 1000
-            )));
-        }
+        quota_us(name, fraction)?;
         let (root, v2) = if Path::new(V1_ROOT).join("cpu.cfs_quota_us").exists() {
             (PathBuf::from(V1_ROOT), false)
         } else if fs::read_to_string(Path::new(V2_ROOT).join("cgroup.subtree_control"))
@@ -76,26 +85,47 @@ impl CpuLimit {
             )));
         };
         let dir = root.join(name);
+        let group = |dir: PathBuf| CpuLimit {
+            dir,
+            root: root.clone(),
+            v2,
+            fraction: Cell::new(fraction),
+        };
         if dir.exists() {
             // A group left by a run that was killed: empty it and start afresh.
-            drop(CpuLimit {
-                dir: dir.clone(),
-                root: root.clone(),
-                v2,
-            });
+            drop(group(dir.clone()));
         }
         fs::create_dir(&dir).map_err(|source| LabError::Io {
             what: format!("creating cgroup {}", dir.display()),
             source,
         })?;
-        let limit = CpuLimit { dir, root, v2 };
-        if v2 {
-            limit.write("cpu.max", &format!("{quota_us} {PERIOD_US}"))?;
-        } else {
+        let limit = group(dir);
+        if !v2 {
             limit.write("cpu.cfs_period_us", &PERIOD_US.to_string())?;
-            limit.write("cpu.cfs_quota_us", &quota_us.to_string())?;
         }
+        limit.set(fraction)?;
         Ok(limit)
+    }
+
+    /// Allows the group `fraction` of one core from now on (the processes in it keep running).
+    pub fn set(&self, fraction: f64) -> Result<(), LabError> {
+        let name = self
+            .dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let quota = quota_us(&name, fraction)?;
+        if self.v2 {
+            self.write("cpu.max", &format!("{quota} {PERIOD_US}"))?;
+        } else {
+            self.write("cpu.cfs_quota_us", &quota.to_string())?;
+        }
+        self.fraction.set(fraction);
+        Ok(())
+    }
+
+    /// The share of a core in force.
+    pub fn fraction(&self) -> f64 {
+        self.fraction.get()
     }
 
     /// Moves process `pid` (and, in v1, only that thread group's leader: the endpoints are
@@ -146,13 +176,14 @@ impl Drop for CpuLimit {
     }
 }
 
-/// A group per VM of `sc` that has a `cpu` limit (`None` for the others), named after the
-/// run's `prefix`.
+/// A group per VM of `sc` that has a `cpu` limit or one to calibrate (`cpu_alone`: a whole
+/// core until calibrated), `None` for the others, named after the run's `prefix`.
 pub fn for_vms(sc: &vqos_sim::Scenario, prefix: &str) -> Result<Vec<Option<CpuLimit>>, LabError> {
     sc.vms
         .iter()
         .map(|v| {
             v.cpu_limit
+                .or(v.cpu_alone.map(|_| 1.0))
                 .map(|f| CpuLimit::create(&format!("vqos-lab-{prefix}-{}", v.name), f))
                 .transpose()
         })
@@ -167,7 +198,11 @@ pub fn for_vms(sc: &vqos_sim::Scenario, prefix: &str) -> Result<Vec<Option<CpuLi
 /// cost under 1 % of a core at 940 Mbit/s, below any quota CFS can set). The VMs without a
 /// limit read the same way, so the limit is the only difference between them.
 pub fn iperf_args(sc: &vqos_sim::Scenario, packet_size: u32) -> Vec<String> {
-    if sc.vms.iter().all(|v| v.cpu_limit.is_none()) {
+    if sc
+        .vms
+        .iter()
+        .all(|v| v.cpu_limit.is_none() && v.cpu_alone.is_none())
+    {
         return Vec::new();
     }
     vec![
@@ -176,20 +211,29 @@ pub fn iperf_args(sc: &vqos_sim::Scenario, packet_size: u32) -> Vec<String> {
     ]
 }
 
-/// Writes `logs/cpu-limits.json`: each limited VM's share of a core and how often the kernel
-/// throttled it (nothing when no VM is limited).
-pub fn write_log(limits: &[Option<CpuLimit>], sc: &vqos_sim::Scenario, logs: &Path) {
+/// Writes `logs/cpu-limits.json`: each limited VM's share of a core, how often the kernel
+/// throttled it and, for a calibrated one, the calibration (nothing when no VM is limited).
+pub fn write_log<C: serde::Serialize>(
+    limits: &[Option<CpuLimit>],
+    calibrations: &[Option<C>],
+    sc: &vqos_sim::Scenario,
+    logs: &Path,
+) {
     let per: serde_json::Map<String, serde_json::Value> = sc
         .vms
         .iter()
         .zip(limits)
-        .filter_map(|(v, l)| {
+        .enumerate()
+        .filter_map(|(i, (v, l))| {
             let l = l.as_ref()?;
-            let value = serde_json::json!({
-                "cpu": v.cpu_limit,
+            let mut value = serde_json::json!({
+                "cpu": l.fraction(),
                 "period_us": PERIOD_US,
                 "throttling": l.throttling(),
             });
+            if let Some(c) = calibrations.get(i).and_then(Option::as_ref) {
+                value["calibration"] = serde_json::to_value(c).unwrap_or_default();
+            }
             Some((v.name.clone(), value))
         })
         .collect();
@@ -203,8 +247,18 @@ pub fn write_log(limits: &[Option<CpuLimit>], sc: &vqos_sim::Scenario, logs: &Pa
 mod tests {
     use super::*;
 
+    fn quota(limit: &CpuLimit) -> String {
+        let file = if limit.v2 {
+            "cpu.max"
+        } else {
+            "cpu.cfs_quota_us"
+        };
+        fs::read_to_string(limit.dir.join(file)).unwrap()
+    }
+
     /// A real group (root only, skipped otherwise): its quota is the share of the period, a
-    /// process moved in is listed, and drop moves it out and removes the group.
+    /// process moved in is listed, a new share is written in place, and drop moves the
+    /// process out and removes the group.
     #[test]
     fn a_group_limits_what_it_holds_and_leaves_nothing_behind() {
         // SAFETY: geteuid has no preconditions.
@@ -215,12 +269,7 @@ mod tests {
         let name = format!("vqos-lab-test-{}", std::process::id());
         let limit = CpuLimit::create(&name, 0.25).unwrap();
         let dir = limit.dir.clone();
-        let quota = if limit.v2 {
-            fs::read_to_string(dir.join("cpu.max")).unwrap()
-        } else {
-            fs::read_to_string(dir.join("cpu.cfs_quota_us")).unwrap()
-        };
-        assert!(quota.starts_with("7500"), "{quota}");
+        assert!(quota(&limit).starts_with("7500"), "{}", quota(&limit));
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -231,6 +280,12 @@ mod tests {
             .split_whitespace()
             .any(|p| p == child.id().to_string()));
         assert_eq!(limit.throttling().throttled, 0);
+        // Calibration moves the share while the process runs; below the least, refused.
+        limit.set(0.07).unwrap();
+        assert!(quota(&limit).starts_with("2100"), "{}", quota(&limit));
+        assert_eq!(limit.fraction(), 0.07);
+        assert!(limit.set(0.02).is_err());
+        assert_eq!(limit.fraction(), 0.07);
         drop(limit);
         assert!(!dir.exists());
         // Below the kernel's least quota: refused, nothing made.

@@ -19,6 +19,7 @@ use crate::sys::{self, spawn, Cleanup};
 use crate::topo::{self, Baseline, Topology};
 use crate::LabError;
 
+mod calibrate;
 mod generators;
 
 use generators::{
@@ -351,6 +352,8 @@ fn drive(
             &topo.sink_ip,
         )?)
     };
+    // Before the clock, no VM sending yet: the limits named by their effect (`cpu_alone`).
+    let calibrations = calibrate::vms(sc, &topo, &limits, logs)?;
     std::thread::sleep(Duration::from_millis(300));
 
     // Every time something changes: reconcile traffic, apply policies and the bottleneck.
@@ -533,7 +536,7 @@ fn drive(
                 .map_err(|e| flood_failed(&sc.vms[i].name, e))?;
         }
     }
-    crate::cpu_limit::write_log(&limits, sc, logs);
+    crate::cpu_limit::write_log(&limits, &calibrations, sc, logs);
     // vqosd's final counters (ECN marks, drops, controller limits) beside its log.
     if let Some(client) = &topo.client {
         if let Ok(v) = client.call::<serde_json::Value>("GET", "/v1/stats", None) {

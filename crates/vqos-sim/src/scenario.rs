@@ -43,7 +43,9 @@ pub use cost::{ControllerParams, CycleCostModel};
 pub use expect::{Check, Expectation};
 pub use paper::{PaperQuantity, PaperValue};
 
-use keys::{apply_keys, cpu_limit, download_policy_warning, parse_direction, rate, time};
+use keys::{
+    apply_keys, cpu_limit, download_policy_warning, link_share, parse_direction, rate, time,
+};
 use raw::{toml_error, RawScenario, RawVmKeys};
 
 fn invalid(msg: impl Into<String>) -> ScenarioError {
@@ -131,6 +133,10 @@ pub struct Vm {
     /// PID-ECN paper's cause of unfairness, a receiving VM short of CPU. The simulator has no
     /// model of a VM's CPU, so it predicts the VM without it (and warns).
     pub cpu_limit: Option<f64>,
+    /// A CPU limit the lab calibrates to the machine before the run (`cpu_alone`): the share
+    /// of a core at which the VM, alone, gets this fraction of the tightest link. The
+    /// simulator predicts the VM without it, as for `cpu`.
+    pub cpu_alone: Option<f64>,
 }
 
 /// A change at a time: of one VM's settings, or of the external bottleneck's rate.
@@ -368,16 +374,23 @@ impl Scenario {
             if vm_direction == Direction::Download && !downlink_scheduled {
                 warnings.extend(download_policy_warning(&what, &initial.policy));
             }
-            let cpu_limit = match &v.cpu {
-                Some(c) => {
-                    warnings.push(format!(
-                        "{what}: the simulator does not model a VM's CPU, so its prediction is \
-                         for the VM without its cpu limit ({c}); the lab applies it"
-                    ));
-                    Some(cpu_limit(&format!("{what}.cpu"), c)?)
+            let (cpu_limit, cpu_alone) = match (&v.cpu, &v.cpu_alone) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(format!(
+                        "{what}: give cpu (a share of a core) or cpu_alone (the lab finds the \
+                         share), not both"
+                    )))
                 }
-                None => None,
+                (Some(c), None) => (Some(cpu_limit(&format!("{what}.cpu"), c)?), None),
+                (None, Some(a)) => (None, Some(link_share(&format!("{what}.cpu_alone"), a)?)),
+                (None, None) => (None, None),
             };
+            if let Some(c) = v.cpu.as_ref().or(v.cpu_alone.as_ref()) {
+                warnings.push(format!(
+                    "{what}: the simulator does not model a VM's CPU, so its prediction is \
+                     for the VM without its cpu limit ({c}); the lab applies it"
+                ));
+            }
             vms.push(Vm {
                 name: v.name.clone(),
                 direction: vm_direction,
@@ -385,6 +398,7 @@ impl Scenario {
                 start_ns,
                 stop_ns,
                 cpu_limit,
+                cpu_alone,
             });
         }
         let mut timed = Vec::new();
@@ -463,7 +477,7 @@ impl Scenario {
                         .map(|e| &e.settings),
                 )
                 .any(|s| s.traffic == Traffic::Udp);
-            if v.cpu_limit.is_some() && udp {
+            if (v.cpu_limit.is_some() || v.cpu_alone.is_some()) && udp {
                 return Err(invalid(format!(
                     "vm '{}': cpu limits the VM's TCP endpoint (iperf3); a UDP flood is a thread \
                      of the lab itself and cannot be limited",

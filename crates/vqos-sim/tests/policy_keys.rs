@@ -327,3 +327,38 @@ fn a_cpu_limit_is_parsed_warned_about_and_refused_where_it_cannot_act() {
     );
     assert!(full_error(&text).contains("cpu limits the VM's TCP endpoint"));
 }
+
+#[test]
+fn a_limit_named_by_its_effect_is_parsed_and_refused_where_it_cannot_act() {
+    let tcp = |vm1: &str| scenario("download", vm1).replace("traffic = \"udp\"\n", "");
+    let s = Scenario::parse(&tcp("cpu_alone = \"60%\"")).unwrap();
+    let vm1 = &s.vms[0];
+    assert_eq!((vm1.cpu_alone, vm1.cpu_limit), (Some(0.6), None));
+    assert_eq!(s.vms[1].cpu_alone, None);
+    // The simulator predicts the VM without it, and says so.
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("the simulator does not model a VM's CPU") && w.contains("60%")),
+        "{:?}",
+        s.warnings
+    );
+    for (keys, needle) in [
+        (
+            "cpu_alone = \"0%\"",
+            "vm 'vm1'.cpu_alone: '0%' is not a share of the link",
+        ),
+        ("cpu_alone = \"120%\"", "'120%' is not a share of the link"),
+        ("cpu_alone = \"0.6\"", "'0.6' is not a share of the link"),
+        (
+            "cpu = \"5%\"\ncpu_alone = \"60%\"",
+            "give cpu (a share of a core) or cpu_alone (the lab finds the share), not both",
+        ),
+    ] {
+        let e = full_error(&tcp(keys));
+        assert!(e.contains(needle), "{keys}: {e}");
+    }
+    // A UDP flood cannot be limited, calibrated or not.
+    let e = full_error(&scenario("download", "cpu_alone = \"60%\""));
+    assert!(e.contains("cpu limits the VM's TCP endpoint"), "{e}");
+}

@@ -53,6 +53,23 @@ pub(super) fn cpu_limit(what: &str, text: &str) -> Result<f64, ScenarioError> {
     Ok(pct / 100.0)
 }
 
+/// The share of the tightest link a VM should get alone (`cpu_alone`), written as a
+/// percentage, `"60%"`, above 0 and at most 100 %; returned as a fraction (0.6).
+pub(super) fn link_share(what: &str, text: &str) -> Result<f64, ScenarioError> {
+    let pct = text
+        .trim()
+        .strip_suffix('%')
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .filter(|p| *p > 0.0 && *p <= 100.0)
+        .ok_or_else(|| {
+            invalid(format!(
+                "{what}: '{text}' is not a share of the link (expected a percentage above 0 \
+                 and at most 100, e.g. \"60%\")"
+            ))
+        })?;
+    Ok(pct / 100.0)
+}
+
 /// A download VM's data passes the switch's inbound path, which has no scheduler: only the
 /// inbound maximum (`max_in`, else `max`) and PID-ECN act on it. A weight, a minimum or a
 /// priority there is accepted (the format requires it) but acts on nothing, by the switch as

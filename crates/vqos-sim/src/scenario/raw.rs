@@ -110,6 +110,9 @@ pub(super) struct RawVm {
     pub(super) direction: Option<String>,
     /// A CPU limit on the VM's TCP endpoint in the lab (`"25%"` of one core).
     pub(super) cpu: Option<String>,
+    /// A CPU limit the lab calibrates before the run: the share of a core at which the VM
+    /// alone gets this share of the tightest link (`"60%"`).
+    pub(super) cpu_alone: Option<String>,
     #[serde(flatten)]
     pub(super) keys: RawVmKeys,
 }
