@@ -143,6 +143,10 @@ impl Switch {
         if from != to && s.carriers & (1 << to) != 0 {
             return Err(refuse(format!("is read by thread {to} already")));
         }
+        if self.shard == from && from != to && !s.local {
+            let why = format!("is not read here (thread {from}): nothing to give up");
+            return Err(refuse(why));
+        }
         let gives = s.local && self.shard == from && from != to;
         if gives && s.heir.is_some() {
             let why = format!("is being handed over: it stays on thread {}", self.shard);
@@ -248,7 +252,8 @@ impl Placement {
     }
 
     /// Moves what shard `from` reads of vif `name` (the port, or a queue lent to it) to shard
-    /// `to` (see the module docs); on refusal every shard is as before.
+    /// `to` (see the module docs); when `from` or `to` refuses, every shard is as before (a
+    /// refusal by a shard that only learns of the move is a bug, reported after the move).
     pub fn move_reader(
         &mut self,
         c: &mut dyn Caller,
@@ -275,20 +280,28 @@ impl Placement {
         let b: Answer = self.call(c, to, op(from, to, Some(given)));
         if let Err(e) = b.result {
             // It comes back: `from`, which took it as read by `to`, takes it back.
-            if let Some(given) = b.given {
-                let _ = self.call(c, from, op(to, from, Some(given)));
-            }
-            return Err(e);
+            let Some(given) = b.given else {
+                return Err(e);
+            };
+            return match self.call(c, from, op(to, from, Some(given))).result {
+                Ok(()) => Err(e),
+                // Both engines refused a set they had accepted (a bug): say what is unread.
+                Err(back) => Err(SwitchError::Threads(format!(
+                    "'{name}': thread {to} refused it ({e}) and thread {from} could not take \
+                     it back ({back}): it is not read until it is added again"
+                ))),
+            };
         }
-        for i in (0..self.shards).filter(|&i| i != from && i != to) {
-            // Validated the same way on every shard: a refusal here is a bug; say so.
-            self.call(c, i, op(from, to, None)).result?;
-        }
+        // `from` and `to` have moved it: the placement says so whatever the others answer.
         if let Some(h) = self.homes.get_mut(name) {
             h.readers = (h.readers & !(1 << from)) | (1 << to);
             if h.shard == from {
                 h.shard = to;
             }
+        }
+        for i in (0..self.shards).filter(|&i| i != from && i != to) {
+            // Validated the same way on every shard: a refusal here is a bug; say so.
+            self.call(c, i, op(from, to, None)).result?;
         }
         Ok(())
     }

@@ -3,16 +3,16 @@
 //! shards stepped in virtual time by tests.
 //!
 //! ## Behavior
-//! - A port is read by the shard with the fewest ports (round-robin as ports come; refilled
-//!   where ports went), or by the shard a caller names. Its slot is the lowest free one, the
+//! - A port is read by the shard reading the fewest vif queues (round-robin as one-queue
+//!   ports come; refilled where ports went), or by the shard a caller names. Its slot is the lowest free one, the
 //!   same on every shard. The other shards add it first, to send to; then its own shard adds
 //!   it, pins its addresses and starts reading it. So no shard learns an address on it before
 //!   every shard can send there. The first-come locks its addresses took are then forgotten
 //!   on the others.
 //! - A port is removed from its own shard first (it stops reading and its addresses are
-//!   forgotten), then from the others; the last hold on it closes it. Then ports move from
-//!   the most loaded shard to the least loaded while they differ by two or more, leaving
-//!   those an operator placed (`rehome.rs`).
+//!   forgotten), then from the others; the last hold on it closes it. Then ports and lent
+//!   queues move from the most loaded shard to the least loaded while they differ by two or
+//!   more, leaving those an operator placed (`rehome.rs`).
 //! - Policy sets, one vif's policy, and ECN probabilities go to every shard in order. They are
 //!   validated the same way on each; if a shard's engine still refuses what an earlier one
 //!   accepted, the earlier ones get the previous policy back.
@@ -28,6 +28,10 @@ use crate::error::SwitchError;
 use crate::ports::PortIo;
 use crate::stats::SwitchStats;
 use crate::switch::Switch;
+
+/// The most forwarding threads (shards): the shards that read a port are a bit each of a
+/// `u64` (`PortEntry::carriers`, [`Home::readers`]).
+pub const MAX_THREADS: usize = 64;
 
 /// How a control call reaches shard `shard`.
 pub(crate) trait Caller {
@@ -192,7 +196,7 @@ impl Placement {
         }
         let mut readers = 1u64 << home;
         if let Ok(done) = result {
-            // Its other receive queues go to the next shards (`crate::spread`).
+            // Its other receive queues go to the least loaded shards (`crate::spread`).
             result = self.spread(c, &io, &name, home).map(|lent| {
                 readers |= lent;
                 done
@@ -475,6 +479,11 @@ pub(crate) fn build(
     n: usize,
     now_ns: u64,
 ) -> Result<Vec<Switch>, SwitchError> {
+    if n > MAX_THREADS {
+        return Err(SwitchError::Threads(format!(
+            "{n} threads: at most {MAX_THREADS} (a port's readers are a bit each of a 64-bit set)"
+        )));
+    }
     let first = Switch::new(config, now_ns)?;
     let mut switches = Vec::with_capacity(n.max(1));
     for i in 1..n {

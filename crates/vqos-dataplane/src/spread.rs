@@ -2,8 +2,9 @@
 //!
 //! ## Behavior
 //! A vif port with several receive queues (a multiqueue TAP: the guest's kernel spreads its
-//! flows over them) is read by its home shard and, queue by queue, by the next shards
-//! round-robin (`Placement::spread`, after the port was added everywhere): each such shard
+//! flows over them) is read by its home shard and, queue by queue, by the least loaded shards
+//! not reading it yet (`Placement::spread`, after the port was added everywhere; re-placed
+//! queue by queue when ports go, `crate::rehome`): each such shard
 //! takes one queue ([`crate::Port::rx_queue`], which the port stops reading itself) and reads
 //! and sends on it. Every shard learns which shards read the vif (`PortEntry::carriers`):
 //! - the vif's rate and its floor and cap are divided among the shards that read it by the

@@ -493,3 +493,17 @@ fn a_ready_vif_stays_ready_when_its_shards_part_moves() {
     // 2,000 frames of 1,500 bytes at up to 60 Mbit/s take 0.4 s of the 2 s run.
     assert_eq!(got, 2_000, "a's frames all read ({} left)", p[0].pending());
 }
+
+/// A port's readers are a bit each of a 64-bit set: 64 shards build, 65 are refused by name.
+#[test]
+fn more_than_sixty_four_shards_are_refused() {
+    let make = |threads| {
+        let (up, _u) = MemPort::pair("up", 1);
+        let mut cfg = SwitchConfig::new(PortSpec::custom(Box::new(up)));
+        cfg.threads = threads;
+        Shards::new(cfg, 0).map(|s| s.len())
+    };
+    assert_eq!(make(64).unwrap(), 64);
+    let e = make(65).unwrap_err().to_string();
+    assert!(e.contains("65 threads: at most 64"), "{e}");
+}
