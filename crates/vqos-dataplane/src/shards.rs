@@ -30,7 +30,7 @@ use crate::stats::SwitchStats;
 use crate::switch::Switch;
 
 /// The most forwarding threads (shards): the shards that read a port are a bit each of a
-/// `u64` (`PortEntry::carriers`, [`Home::readers`]).
+/// `u64` (`PortEntry::carriers`, `Home::readers`).
 pub const MAX_THREADS: usize = 64;
 
 /// How a control call reaches shard `shard`.
