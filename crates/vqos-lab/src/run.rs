@@ -352,9 +352,9 @@ fn drive(
             &topo.sink_ip,
         )?)
     };
+    std::thread::sleep(Duration::from_millis(300));
     // Before the clock, no VM sending yet: the limits named by their effect (`cpu_alone`).
     let calibrations = calibrate::vms(sc, &topo, &limits, logs)?;
-    std::thread::sleep(Duration::from_millis(300));
 
     // Every time something changes: reconcile traffic, apply policies and the bottleneck.
     let mut cuts: Vec<u64> = sc.phases().iter().map(|p| p.0).collect();

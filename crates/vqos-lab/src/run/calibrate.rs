@@ -173,15 +173,52 @@ pub(super) fn vms(
     Ok(out)
 }
 
-/// One iperf3 test of VM `i`'s own load with its endpoint in `limit`'s group: the rate it
-/// received (or sent), bit/s, read from iperf3's JSON in `log`.
+/// How many times a measurement is tried while iperf3 cannot connect or finds its server busy:
+/// the servers start just before the calibration, and on a loaded machine one may not listen
+/// yet (seen in CI: the first measurement's "unable to connect").
+const TRIES: usize = 40;
+
+/// One measurement ([`once`]), tried again after 250 ms while the server is not there yet.
 fn alone(
+    sc: &Scenario,
+    topo: &Topology,
+    vm: (usize, &Load),
+    limit: &CpuLimit,
+    log: &Path,
+) -> Result<f64, LabError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match once(sc, topo, vm, limit, log)? {
+            Ok(rate) => return Ok(rate),
+            Err(text) if tries < TRIES && not_there_yet(&text) => {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(_) => {
+                return Err(LabError::Invalid(format!(
+                    "calibrating {}'s cpu: no rate in iperf3's output after {tries} tries ({})",
+                    sc.vms[vm.0].name,
+                    log.display()
+                )))
+            }
+        }
+    }
+}
+
+/// Whether iperf3's output says its server is not listening yet, or busy.
+fn not_there_yet(output: &str) -> bool {
+    output.contains("unable to connect") || output.contains("busy")
+}
+
+/// One iperf3 test of VM `i`'s own load with its endpoint in `limit`'s group: the rate it
+/// received (or sent), bit/s, read from iperf3's JSON in `log`; or, without one, the output.
+fn once(
     sc: &Scenario,
     topo: &Topology,
     (i, load): (usize, &Load),
     limit: &CpuLimit,
     log: &Path,
-) -> Result<f64, LabError> {
+) -> Result<Result<f64, String>, LabError> {
     let name = &sc.vms[i].name;
     let title = format!("{}-{name}-calibrate", topo.prefix);
     let port = IPERF_BASE_PORT + 2 * i as u16;
@@ -224,12 +261,7 @@ fn alone(
         what: log.display().to_string(),
         source,
     })?;
-    received_bps(&text).ok_or_else(|| {
-        LabError::Invalid(format!(
-            "calibrating {name}'s cpu: no rate in iperf3's output ({})",
-            log.display()
-        ))
-    })
+    Ok(received_bps(&text).ok_or(text))
 }
 
 /// The rate iperf3's JSON says the receiver got, bit/s.
@@ -302,6 +334,17 @@ mod tests {
     fn a_failed_measurement_fails_the_calibration() {
         let e = search(564e6, |_| Err(LabError::Invalid("iperf3 is gone".into()))).unwrap_err();
         assert!(e.to_string().contains("iperf3 is gone"), "{e}");
+    }
+
+    #[test]
+    fn a_server_not_there_yet_is_tried_again_and_nothing_else_is() {
+        let refused = r#"{"start": {}, "error": "unable to connect to server - server may have stopped running or use a different port, firewall issue, etc.: Connection refused"}"#;
+        let busy = r#"{"error": "the server is busy running a test. try again later"}"#;
+        assert!(not_there_yet(refused) && not_there_yet(busy));
+        assert!(!not_there_yet(
+            r#"{"error": "interrupt - the client has terminated"}"#
+        ));
+        assert!(!not_there_yet(""));
     }
 
     #[test]
